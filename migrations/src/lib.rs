@@ -1,0 +1,21 @@
+//! Schema migrations for tributary, run on start and by `tributary migrate`.
+//!
+//! Column names are a contract: operators query these tables directly. Change the schema
+//! only by adding a migration; never edit one that has shipped.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_create_tables;
+
+/// All migrations, oldest first.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_create_tables::Migration)]
+    }
+}
+
+/// The name of the composite unique index on `records` (user_id, provider, external_id).
+pub const RECORDS_KEY_INDEX: &str = "records_user_provider_external_id_key";

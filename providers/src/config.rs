@@ -1,0 +1,72 @@
+//! The per-kind provider configuration and the registry that builds adapters from it.
+//!
+//! Adding a provider touches its own module and one line in [`ProviderConfig`] and
+//! [`build_provider`].
+
+use serde::Deserialize;
+
+use crate::http::{HttpClient, HttpSettings};
+use crate::rest::{RestConfig, RestProvider};
+use crate::Provider;
+
+/// The adapter-specific part of a `[providers.NAME]` table, chosen by its `kind` key.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ProviderConfig {
+    /// `kind = "rest"`: a REST API described wholly in TOML.
+    Rest(RestConfig),
+}
+
+impl ProviderConfig {
+    /// Every `kind` value there is, for messages.
+    pub const KINDS: &'static [&'static str] = &["rest"];
+
+    /// Deserializes a provider table's adapter keys (without `kind`) as the named kind.
+    /// Unlike deserializing the tagged enum, this keeps the deserializer's view of the
+    /// path, so an error can name the exact key.
+    pub fn deserialize_kind<'de, D: serde::Deserializer<'de>>(
+        kind: &str,
+        deserializer: D,
+    ) -> Result<ProviderConfig, D::Error> {
+        match kind {
+            "rest" => RestConfig::deserialize(deserializer).map(ProviderConfig::Rest),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown provider kind {other:?}, expected one of: {}",
+                Self::KINDS.join(", ")
+            ))),
+        }
+    }
+
+    /// The `kind` value, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderConfig::Rest(_) => "rest",
+        }
+    }
+
+    /// Checks what serde cannot (e.g. `id_field` and `key_fields` together) and returns a
+    /// message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            ProviderConfig::Rest(config) => config.validate(),
+        }
+    }
+
+    /// Whether the provider needs a token on each connection.
+    pub fn needs_token(&self) -> bool {
+        match self {
+            ProviderConfig::Rest(config) => config.needs_token(),
+        }
+    }
+}
+
+/// Builds the adapter for one configured provider.
+pub fn build_provider(
+    config: &ProviderConfig,
+    http: &HttpSettings,
+) -> Result<Box<dyn Provider>, crate::FetchError> {
+    let client = HttpClient::new(http.clone())?;
+    Ok(match config {
+        ProviderConfig::Rest(rest) => Box::new(RestProvider::new(rest.clone(), client)),
+    })
+}

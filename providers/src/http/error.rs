@@ -1,0 +1,393 @@
+//! [`FetchError`], the one error type of fetching a page, and the helpers that keep its text
+//! bounded and free of secrets (URL userinfo, the connection token).
+
+use std::time::Duration;
+
+use url::Url;
+
+use crate::RecordStage;
+
+/// The most bytes of a response body kept in an error (e.g. [`FetchError::InvalidJson`]), so
+/// the body can be stored in the error report without storing a whole huge response.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The most characters of a body quoted in an error message (e.g. the API's explanation of a
+/// 401).
+pub const MAX_MESSAGE_EXCERPT_CHARS: usize = 300;
+
+/// What replaces the connection token wherever it would have shown in an error.
+const REDACTED: &str = "[redacted]";
+
+/// Tokens shorter than this are not searched for in error text: replacing a one- or
+/// two-character "token" would mangle the message and hide nothing worth hiding.
+const MIN_REDACTED_SECRET_LEN: usize = 4;
+
+/// Why a page could not be fetched. The text never contains the connection token or the
+/// userinfo (`user:password@`) of a URL.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The HTTP client could not be built (e.g. an invalid `http` setting), or the request
+    /// could not be assembled from the provider's configuration.
+    #[error("could not build the HTTP client: {message}")]
+    Client {
+        /// What was wrong, naming the setting.
+        message: String,
+    },
+    /// A URL to fetch could not be built or parsed.
+    #[error("invalid URL {url}: {message}")]
+    InvalidUrl {
+        /// The URL (or the text that should have been one).
+        url: String,
+        /// Why it is not usable.
+        message: String,
+    },
+    /// The provider needs a token, but the connection has none (or one that cannot be sent).
+    #[error("{message}")]
+    MissingCredentials {
+        /// What is missing, naming the `auth` setting that needs it.
+        message: String,
+    },
+    /// The API answered 401 or 403: the token is wrong, expired or lacks a permission. Never
+    /// retried.
+    #[error("credentials were rejected (HTTP {status}): {message}")]
+    Unauthorized {
+        /// The HTTP status (401 or 403).
+        status: u16,
+        /// The start of the response body, which usually says why.
+        message: String,
+    },
+    /// The API asked to wait (`Retry-After`) longer than `http.max_rate_limit_wait`.
+    #[error(
+        "rate limited: the API asked to wait {}, longer than max_rate_limit_wait ({})",
+        seconds(retry_after),
+        seconds(limit)
+    )]
+    RateLimited {
+        /// How long the API asked to wait.
+        retry_after: Duration,
+        /// The configured `http.max_rate_limit_wait` it exceeded.
+        limit: Duration,
+    },
+    /// The API answered with an unsuccessful status (after the retries, for 5xx and 429).
+    #[error("{url} answered HTTP {status} after {}: {message}", attempts_text(*attempts))]
+    Status {
+        /// The requested URL.
+        url: String,
+        /// The HTTP status of the last answer.
+        status: u16,
+        /// How many requests were made.
+        attempts: u32,
+        /// The start of the last response body, or why the answer was not accepted.
+        message: String,
+    },
+    /// No usable answer: connection refused, timeout, reset, a body cut short.
+    #[error("request to {url} failed after {}: {message}", attempts_text(*attempts))]
+    Transport {
+        /// The requested URL.
+        url: String,
+        /// How many requests were made.
+        attempts: u32,
+        /// The error and its whole chain of causes.
+        message: String,
+    },
+    /// The response body is larger than `http.max_body_bytes`. Never retried.
+    #[error(
+        "response body from {url} is larger than the limit of {limit} bytes (http.max_body_bytes)"
+    )]
+    BodyTooLarge {
+        /// The requested URL.
+        url: String,
+        /// The configured limit in bytes.
+        limit: u64,
+    },
+    /// A successful answer whose body is not valid JSON, even after the retries.
+    #[error("response body from {url} is not valid JSON after {}: {message}", attempts_text(*attempts))]
+    InvalidJson {
+        /// The requested URL.
+        url: String,
+        /// How many requests were made.
+        attempts: u32,
+        /// The JSON parser's explanation (line and column).
+        message: String,
+        /// The last body, lossily decoded and cut to [`MAX_ERROR_BODY_BYTES`].
+        body: String,
+    },
+    /// Valid JSON, but not the shape the provider is configured for (e.g. `records_path` is
+    /// not an array).
+    #[error("response from {url} does not have the expected shape: {message}")]
+    Shape {
+        /// The URL that answered.
+        url: String,
+        /// What was expected and what was found, naming the setting.
+        message: String,
+        /// The body as JSON text, cut to [`MAX_ERROR_BODY_BYTES`].
+        body: String,
+    },
+    /// The pages do not advance (e.g. the same cursor twice). Raised by the pipeline's loop
+    /// guard, not by the providers.
+    #[error("pagination loop: {message}")]
+    PaginationLoop {
+        /// What repeated.
+        message: String,
+    },
+    /// The position to fetch does not fit the provider's pagination (e.g. a checkpoint
+    /// holding a cursor after `pagination.type` was changed to `"offset"`).
+    #[error("{message}")]
+    PositionMismatch {
+        /// Which position was given and what the configuration expects.
+        message: String,
+    },
+}
+
+impl FetchError {
+    /// The raw body to store in the error report, when the error has one.
+    pub fn body(&self) -> Option<&str> {
+        match self {
+            FetchError::InvalidJson { body, .. } | FetchError::Shape { body, .. } => Some(body),
+            _ => None,
+        }
+    }
+
+    /// `run_errors.stage` for this error: "parse" for InvalidJson/Shape, else "fetch".
+    pub fn stage(&self) -> RecordStage {
+        match self {
+            FetchError::InvalidJson { .. } | FetchError::Shape { .. } => RecordStage::Parse,
+            _ => RecordStage::Fetch,
+        }
+    }
+
+    /// Replaces every occurrence of `secret` in the error's text (e.g. an API that echoes the
+    /// token in its error body) with `[redacted]`.
+    pub(crate) fn redact_secret(self, secret: &str) -> Self {
+        if secret.len() < MIN_REDACTED_SECRET_LEN {
+            return self;
+        }
+        let clean = |text: String| {
+            if text.contains(secret) {
+                text.replace(secret, REDACTED)
+            } else {
+                text
+            }
+        };
+        match self {
+            FetchError::Client { message } => FetchError::Client {
+                message: clean(message),
+            },
+            FetchError::InvalidUrl { url, message } => FetchError::InvalidUrl {
+                url: clean(url),
+                message: clean(message),
+            },
+            FetchError::MissingCredentials { message } => FetchError::MissingCredentials {
+                message: clean(message),
+            },
+            FetchError::Unauthorized { status, message } => FetchError::Unauthorized {
+                status,
+                message: clean(message),
+            },
+            FetchError::Status {
+                url,
+                status,
+                attempts,
+                message,
+            } => FetchError::Status {
+                url: clean(url),
+                status,
+                attempts,
+                message: clean(message),
+            },
+            FetchError::Transport {
+                url,
+                attempts,
+                message,
+            } => FetchError::Transport {
+                url: clean(url),
+                attempts,
+                message: clean(message),
+            },
+            FetchError::BodyTooLarge { url, limit } => FetchError::BodyTooLarge {
+                url: clean(url),
+                limit,
+            },
+            FetchError::InvalidJson {
+                url,
+                attempts,
+                message,
+                body,
+            } => FetchError::InvalidJson {
+                url: clean(url),
+                attempts,
+                message: clean(message),
+                body: clean(body),
+            },
+            FetchError::Shape { url, message, body } => FetchError::Shape {
+                url: clean(url),
+                message: clean(message),
+                body: clean(body),
+            },
+            FetchError::PaginationLoop { message } => FetchError::PaginationLoop {
+                message: clean(message),
+            },
+            FetchError::PositionMismatch { message } => FetchError::PositionMismatch {
+                message: clean(message),
+            },
+            rate_limited @ FetchError::RateLimited { .. } => rate_limited,
+        }
+    }
+}
+
+/// "1 attempt", "5 attempts".
+fn attempts_text(attempts: u32) -> String {
+    if attempts == 1 {
+        "1 attempt".to_string()
+    } else {
+        format!("{attempts} attempts")
+    }
+}
+
+/// "600s", or "0.250s" when the duration is not whole seconds.
+fn seconds(duration: &Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{:.3}s", duration.as_secs_f64())
+    }
+}
+
+/// The URL as text for messages and logs, without its userinfo (`user:password@`).
+pub(crate) fn display_url(url: &Url) -> String {
+    if url.username().is_empty() && url.password().is_none() {
+        return url.to_string();
+    }
+    let mut clean = url.clone();
+    // Only URLs that cannot have userinfo refuse these, and they have none to strip.
+    let _ = clean.set_username("");
+    let _ = clean.set_password(None);
+    clean.to_string()
+}
+
+/// Like [`display_url`], for text that may not even parse as a URL.
+pub(crate) fn display_url_text(text: &str) -> String {
+    if let Ok(url) = Url::parse(text) {
+        return display_url(&url);
+    }
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_string();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = text[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(text.len(), |end| authority_start + end);
+    match text[authority_start..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}{}",
+            &text[..authority_start],
+            &text[authority_start + at + 1..]
+        ),
+        None => text.to_string(),
+    }
+}
+
+/// A body kept for the error report: lossily decoded, cut to [`MAX_ERROR_BODY_BYTES`] on a
+/// character boundary.
+pub(crate) fn cap_body(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(MAX_ERROR_BODY_BYTES)];
+    let mut text = String::from_utf8_lossy(head).into_owned();
+    truncate_at_char_boundary(&mut text, MAX_ERROR_BODY_BYTES);
+    text
+}
+
+/// The start of a body for a one-line message: at most [`MAX_MESSAGE_EXCERPT_CHARS`]
+/// characters, whitespace collapsed, "…" when cut.
+pub(crate) fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return "the response body is empty".to_string();
+    }
+    let mut chars = collapsed.chars();
+    let mut shown: String = chars.by_ref().take(MAX_MESSAGE_EXCERPT_CHARS).collect();
+    if chars.next().is_some() {
+        shown.push('…');
+    }
+    shown
+}
+
+/// The error and its chain of causes, "outer: inner: root", skipping causes whose text the
+/// outer error already repeats.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn truncate_at_char_boundary(text: &mut String, max_bytes: usize) {
+    if text.len() <= max_bytes {
+        return;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_userinfo() {
+        let url = Url::parse("https://user:pw@example.com/a?b=1").unwrap();
+        assert_eq!(display_url(&url), "https://example.com/a?b=1");
+        assert_eq!(
+            display_url_text("https://user:pw@exa mple.com/a"),
+            "https://exa mple.com/a"
+        );
+        assert_eq!(display_url_text("not a url"), "not a url");
+    }
+
+    #[test]
+    fn bodies_are_capped_on_a_char_boundary() {
+        let body = "é".repeat(MAX_ERROR_BODY_BYTES);
+        let capped = cap_body(body.as_bytes());
+        assert!(capped.len() <= MAX_ERROR_BODY_BYTES);
+        assert!(capped.chars().all(|c| c == 'é'));
+        assert_eq!(cap_body(b"\xffabc"), "\u{fffd}abc");
+    }
+
+    #[test]
+    fn excerpts_are_bounded() {
+        let text = excerpt("x ".repeat(1000).as_bytes());
+        assert_eq!(text.chars().count(), MAX_MESSAGE_EXCERPT_CHARS + 1);
+        assert!(text.ends_with('…'));
+        assert_eq!(excerpt(b"  "), "the response body is empty");
+    }
+
+    #[test]
+    fn messages_name_both_waits_and_the_stage_is_right() {
+        let error = FetchError::RateLimited {
+            retry_after: Duration::from_secs(600),
+            limit: Duration::from_secs(300),
+        };
+        assert_eq!(
+            error.to_string(),
+            "rate limited: the API asked to wait 600s, longer than max_rate_limit_wait (300s)"
+        );
+        assert_eq!(error.stage(), RecordStage::Fetch);
+        let error = FetchError::Shape {
+            url: "u".into(),
+            message: "m".into(),
+            body: "{}".into(),
+        };
+        assert_eq!(error.stage(), RecordStage::Parse);
+        assert_eq!(error.body(), Some("{}"));
+    }
+}

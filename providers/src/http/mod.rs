@@ -1,0 +1,398 @@
+//! The shared HTTP client every adapter talks to its API through.
+//!
+//! One [`HttpClient`] per provider wraps one pooled `reqwest` client (keep-alive, rustls).
+//! [`HttpClient::get_json`] adds what every adapter needs:
+//! - bounded retries (`1 + max_retries` requests at most) with exponential backoff and
+//!   jitter, for connection errors, timeouts, bodies cut short, 5xx, 429 and 2xx bodies that
+//!   are not JSON;
+//! - `Retry-After` on 429 and 503, waited exactly, or the fetch ends with
+//!   [`FetchError::RateLimited`] when it asks for longer than `max_rate_limit_wait`;
+//! - no retry for 401/403 ([`FetchError::Unauthorized`]) and other 4xx;
+//! - a cap on the body size, checked against `Content-Length` and while streaming;
+//! - redirects followed only within the same origin, so headers that carry credentials never
+//!   reach another host.
+
+mod error;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
+use reqwest::{Response, StatusCode};
+use serde::Deserialize;
+use url::Url;
+
+pub(crate) use error::{cap_body, display_url, display_url_text};
+use error::{error_chain, excerpt};
+pub use error::{FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS};
+
+/// Redirects followed for one request (same origin only).
+const MAX_REDIRECTS: usize = 10;
+
+/// How much of an unsuccessful answer's body is read to quote in the error.
+const ERROR_BODY_READ_LIMIT: usize = 16 * 1024;
+
+/// Per-provider HTTP settings: `[providers.NAME.http]` in config.toml.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSettings {
+    /// Whole-request timeout (humantime string, e.g. "30s"). Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Connect timeout. Default 10s.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt for connection errors, timeouts, 5xx, 429 and
+    /// unparseable bodies. Default 4.
+    pub max_retries: u32,
+    /// First backoff delay; doubles each retry, with jitter. Default 500ms.
+    #[serde(with = "humantime_serde")]
+    pub retry_initial_delay: Duration,
+    /// Backoff cap. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub retry_max_delay: Duration,
+    /// The longest Retry-After the client will wait; a longer one ends the fetch with
+    /// FetchError::RateLimited. Default 5m.
+    #[serde(with = "humantime_serde")]
+    pub max_rate_limit_wait: Duration,
+    /// Largest response body accepted, in bytes. Default 32 MiB.
+    pub max_body_bytes: u64,
+    /// User-Agent header. Default "tributary/<crate version>".
+    pub user_agent: String,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_retries: 4,
+            retry_initial_delay: Duration::from_millis(500),
+            retry_max_delay: Duration::from_secs(30),
+            max_rate_limit_wait: Duration::from_secs(5 * 60),
+            max_body_bytes: 32 * 1024 * 1024,
+            user_agent: concat!("tributary/", env!("CARGO_PKG_VERSION")).to_string(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.timeout.is_zero() {
+            return Err("http.timeout must be longer than 0s".to_string());
+        }
+        if self.connect_timeout.is_zero() {
+            return Err("http.connect_timeout must be longer than 0s".to_string());
+        }
+        if self.retry_initial_delay > self.retry_max_delay {
+            return Err(format!(
+                "http.retry_initial_delay ({:?}) must not be longer than http.retry_max_delay ({:?})",
+                self.retry_initial_delay, self.retry_max_delay
+            ));
+        }
+        if self.max_body_bytes == 0 {
+            return Err("http.max_body_bytes must be at least 1".to_string());
+        }
+        if HeaderValue::from_str(&self.user_agent).is_err() {
+            return Err(format!(
+                "http.user_agent {:?} is not a valid HTTP header value",
+                self.user_agent
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A successful (2xx) answer whose body is JSON.
+#[derive(Clone, Debug)]
+pub struct JsonResponse {
+    /// The URL that answered (after same-origin redirects); relative links resolve against it.
+    pub url: Url,
+    /// The HTTP status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: HeaderMap,
+    /// The parsed body.
+    pub body: serde_json::Value,
+}
+
+/// The HTTP client of one provider. Cloning is cheap and shares the connection pool.
+#[derive(Clone, Debug)]
+pub struct HttpClient {
+    client: reqwest::Client,
+    settings: Arc<HttpSettings>,
+}
+
+impl HttpClient {
+    /// Builds the client once; its connections are pooled and kept alive between requests.
+    pub fn new(settings: HttpSettings) -> Result<HttpClient, FetchError> {
+        settings
+            .validate()
+            .map_err(|message| FetchError::Client { message })?;
+        let client = reqwest::Client::builder()
+            .user_agent(settings.user_agent.clone())
+            .timeout(settings.timeout)
+            .connect_timeout(settings.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_keepalive(Duration::from_secs(60))
+            .redirect(same_origin_redirects())
+            .build()
+            .map_err(|err| FetchError::Client {
+                message: error_chain(&err),
+            })?;
+        Ok(HttpClient {
+            client,
+            settings: Arc::new(settings),
+        })
+    }
+
+    /// The settings the client was built with.
+    pub fn settings(&self) -> &HttpSettings {
+        &self.settings
+    }
+
+    /// GETs `url` with `headers` and parses the body as JSON, retrying as the module
+    /// documentation describes. `headers` are never logged.
+    pub async fn get_json(&self, url: Url, headers: HeaderMap) -> Result<JsonResponse, FetchError> {
+        let shown = display_url(&url);
+        let attempts = AtomicU32::new(0);
+        let max_delay = self.settings.retry_max_delay;
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.settings.retry_initial_delay)
+            .with_max_delay(max_delay)
+            .with_max_times(usize::try_from(self.settings.max_retries).unwrap_or(usize::MAX))
+            .with_jitter();
+        let (url, headers, shown_ref, attempts_ref) = (&url, &headers, shown.as_str(), &attempts);
+        let attempt = move || async move {
+            let attempt = attempts_ref.fetch_add(1, Ordering::Relaxed) + 1;
+            self.attempt(url, headers, shown_ref, attempt).await
+        };
+        attempt
+            .retry(backoff)
+            .when(|failure: &Failure| failure.retryable)
+            // The backoff decides whether there is another attempt; Retry-After, when given,
+            // decides how long to wait for it.
+            .adjust(|failure, delay| {
+                delay.map(|delay| failure.retry_after.unwrap_or(delay.min(max_delay)))
+            })
+            .notify(|failure, delay| {
+                failure.log_retry(attempts_ref.load(Ordering::Relaxed), shown_ref, delay)
+            })
+            .await
+            .map_err(|failure| failure.error)
+    }
+
+    /// One request: the answer, or a failure saying whether it is worth another attempt.
+    async fn attempt(
+        &self,
+        url: &Url,
+        headers: &HeaderMap,
+        shown: &str,
+        attempt: u32,
+    ) -> Result<JsonResponse, Failure> {
+        let transport = |what: &str, err: reqwest::Error| {
+            Failure::retry(FetchError::Transport {
+                url: shown.to_string(),
+                attempts: attempt,
+                message: format!("{what}: {}", error_chain(&err.without_url())),
+            })
+        };
+        let mut response = self
+            .client
+            .get(url.clone())
+            .headers(headers.clone())
+            .send()
+            .await
+            .map_err(|err| transport("sending the request failed", err))?;
+        if !response.status().is_success() {
+            return Err(self.status_failure(response, shown, attempt).await);
+        }
+        let limit = self.settings.max_body_bytes;
+        let too_large = || {
+            Failure::fatal(FetchError::BodyTooLarge {
+                url: shown.to_string(),
+                limit,
+            })
+        };
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit)
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| transport("reading the response body failed", err))?
+        {
+            if (body.len() + chunk.len()) as u64 > limit {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        match serde_json::from_slice(&body) {
+            Ok(json) => Ok(JsonResponse {
+                url: response.url().clone(),
+                status: response.status().as_u16(),
+                headers: response.headers().clone(),
+                body: json,
+            }),
+            Err(err) => Err(Failure::retry(FetchError::InvalidJson {
+                url: shown.to_string(),
+                attempts: attempt,
+                message: err.to_string(),
+                body: cap_body(&body),
+            })),
+        }
+    }
+
+    /// The failure for an unsuccessful status.
+    async fn status_failure(&self, mut response: Response, shown: &str, attempt: u32) -> Failure {
+        let status = response.status();
+        let code = status.as_u16();
+        let retry_after = match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                retry_after(response.headers(), SystemTime::now())
+            }
+            _ => None,
+        };
+        if let Some(wait) = retry_after {
+            if wait > self.settings.max_rate_limit_wait {
+                return Failure::fatal(FetchError::RateLimited {
+                    retry_after: wait,
+                    limit: self.settings.max_rate_limit_wait,
+                });
+            }
+        }
+        let message = if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .map_or_else(|| "nowhere".to_string(), display_url_text);
+            format!(
+                "the redirect to {location} was not followed: only redirects within the same \
+                 origin are, so credentials never reach another host"
+            )
+        } else {
+            excerpt(&read_prefix(&mut response, ERROR_BODY_READ_LIMIT).await)
+        };
+        if code == 401 || code == 403 {
+            return Failure::fatal(FetchError::Unauthorized {
+                status: code,
+                message,
+            });
+        }
+        let error = FetchError::Status {
+            url: shown.to_string(),
+            status: code,
+            attempts: attempt,
+            message,
+        };
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            Failure {
+                error,
+                retryable: true,
+                retry_after,
+            }
+        } else {
+            Failure::fatal(error)
+        }
+    }
+}
+
+/// One failed attempt.
+struct Failure {
+    error: FetchError,
+    retryable: bool,
+    /// The wait the API asked for (`Retry-After`), used instead of the backoff delay.
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn retry(error: FetchError) -> Failure {
+        Failure {
+            error,
+            retryable: true,
+            retry_after: None,
+        }
+    }
+
+    fn fatal(error: FetchError) -> Failure {
+        Failure {
+            error,
+            retryable: false,
+            retry_after: None,
+        }
+    }
+
+    /// One warning per retry: the URL and what went wrong, never headers or the body.
+    fn log_retry(&self, attempt: u32, url: &str, delay: Duration) {
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        match &self.error {
+            FetchError::Status { status, .. } => {
+                tracing::warn!(attempt, url, status, delay_ms, "Request failed, retrying.");
+            }
+            FetchError::Transport { message, .. } => {
+                tracing::warn!(attempt, url, error = %message, delay_ms, "Request failed, retrying.");
+            }
+            FetchError::InvalidJson { message, .. } => {
+                let error = format!("the response body is not valid JSON: {message}");
+                tracing::warn!(attempt, url, error, delay_ms, "Request failed, retrying.");
+            }
+            other => {
+                tracing::warn!(attempt, url, error = %other, delay_ms, "Request failed, retrying.");
+            }
+        }
+    }
+}
+
+/// The wait a `Retry-After` header asks for: integer seconds or an HTTP date (a date in the
+/// past means no wait). `None` when absent or unreadable.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Up to `limit` bytes of the body; a read error ends it early (it is only quoted).
+async fn read_prefix(response: &mut Response, limit: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let take = chunk.len().min(limit - body.len());
+                body.extend_from_slice(&chunk[..take]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
+}
+
+/// Follows up to [`MAX_REDIRECTS`] redirects within the origin of the first URL; a redirect
+/// elsewhere is returned as is (and becomes a [`FetchError::Status`]).
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else if same_origin {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}

@@ -1,0 +1,376 @@
+//! The configuration of a `kind = "rest"` provider: `[providers.NAME]` and its
+//! `pagination`, `query` and `headers` tables.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use url::Url;
+
+use crate::IdSpec;
+
+/// A REST API that lists records as JSON pages, described wholly in TOML.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestConfig {
+    /// Scheme, host and optional path prefix of the API, e.g. `"https://api.example.com/v2"`.
+    /// Must be http or https, without a query string (use `query` for that).
+    pub base_url: Url,
+    /// Path of the list endpoint, appended to `base_url` (its trailing slash trimmed), e.g.
+    /// `"/v1/items"`. Default: empty, `base_url` itself is the endpoint.
+    #[serde(default)]
+    pub path: String,
+    /// Dotted path of the array of records in the JSON body, e.g. `"data"` or
+    /// `"result.items"`. Omitted: the body itself is the array.
+    #[serde(default)]
+    pub records_path: Option<String>,
+    /// Dotted path of each record's stable id (a non-empty string or an integer), e.g.
+    /// `"id"`. Default `"id"` unless `key_fields` is given; setting both is an error.
+    #[serde(default)]
+    pub id_field: Option<String>,
+    /// For records without a stable id: the immutable fields (dotted paths) whose values,
+    /// hashed, become the id, e.g. `["date", "type"]`. Not together with `id_field`.
+    #[serde(default)]
+    pub key_fields: Option<Vec<String>>,
+    /// How the connection's token is sent: `"bearer"` (`Authorization: Bearer TOKEN`),
+    /// `"none"`, or `{ header = "X-Api-Key" }` (the token as that header's value).
+    /// Default `"bearer"`.
+    #[serde(default)]
+    pub auth: Auth,
+    /// How pages are walked: `[providers.NAME.pagination]`. Default: one page, no pagination.
+    #[serde(default)]
+    pub pagination: PaginationConfig,
+    /// Static query parameters sent on every request built from `base_url` and `path`
+    /// (`link` pagination follows the API's next URLs as they are).
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Static headers sent on every request. Not for the token: `auth` sends that.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// How the connection's token is sent (`auth`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// `auth = "bearer"`: `Authorization: Bearer TOKEN`.
+    #[default]
+    Bearer,
+    /// `auth = "none"`: the API needs no token.
+    None,
+    /// `auth = { header = "X-Api-Key" }`: the token, as is, as the value of this header.
+    Header {
+        /// The header's name.
+        name: String,
+    },
+}
+
+/// The pagination styles (`pagination.type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaginationType {
+    /// The body carries the next page's token (`cursor_path`), sent back as `cursor_param`.
+    Cursor,
+    /// `offset_param` counts records from 0, advancing by the records of each page.
+    Offset,
+    /// `page_param` counts pages from `first_page`.
+    Page,
+    /// The `Link` response header's `rel="next"` URL (RFC 8288), followed as is.
+    Link,
+    /// One request, one page.
+    #[default]
+    None,
+}
+
+/// `[providers.NAME.pagination]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PaginationConfig {
+    /// `"cursor"`, `"offset"`, `"page"`, `"link"` or `"none"`. Default `"none"`.
+    #[serde(rename = "type")]
+    pub kind: PaginationType,
+    /// cursor: dotted path of the next page's token in the body (a string or a number;
+    /// null, missing or `""` means this was the last page). Required for `"cursor"`.
+    pub cursor_path: Option<String>,
+    /// cursor: the query parameter that sends the token back. Required for `"cursor"`.
+    pub cursor_param: Option<String>,
+    /// Optional query parameter that sends `page_size` on every request, e.g. `"limit"`.
+    /// For offset and page pagination it also lets a short page end the walk.
+    pub page_size_param: Option<String>,
+    /// Records per page asked for with `page_size_param`. Default 100, at least 1.
+    pub page_size: u64,
+    /// offset: the query parameter of the record offset (0 on the first page). Default
+    /// `"offset"`.
+    pub offset_param: Option<String>,
+    /// page: the query parameter of the page number. Default `"page"`.
+    pub page_param: Option<String>,
+    /// page: the number of the first page. Default 1.
+    pub first_page: Option<u64>,
+}
+
+impl Default for PaginationConfig {
+    fn default() -> Self {
+        PaginationConfig {
+            kind: PaginationType::None,
+            cursor_path: None,
+            cursor_param: None,
+            page_size_param: None,
+            page_size: 100,
+            offset_param: None,
+            page_param: None,
+            first_page: None,
+        }
+    }
+}
+
+impl PaginationType {
+    /// The TOML value, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaginationType::Cursor => "cursor",
+            PaginationType::Offset => "offset",
+            PaginationType::Page => "page",
+            PaginationType::Link => "link",
+            PaginationType::None => "none",
+        }
+    }
+}
+
+impl PaginationConfig {
+    /// `offset_param`, or its default `"offset"`.
+    pub fn offset_param(&self) -> &str {
+        self.offset_param.as_deref().unwrap_or("offset")
+    }
+
+    /// `page_param`, or its default `"page"`.
+    pub fn page_param(&self) -> &str {
+        self.page_param.as_deref().unwrap_or("page")
+    }
+
+    /// `first_page`, or its default 1.
+    pub fn first_page(&self) -> u64 {
+        self.first_page.unwrap_or(1)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let kind = self.kind;
+        if self.page_size == 0 {
+            return Err("pagination.page_size must be at least 1".to_string());
+        }
+        let required = |key: &str, value: &Option<String>| match value.as_deref() {
+            None => Err(format!(
+                "pagination.{key} is required when pagination.type = \"{}\"",
+                kind.as_str()
+            )),
+            Some(v) if v.trim().is_empty() => Err(format!("pagination.{key} must not be empty")),
+            Some(_) => Ok(()),
+        };
+        if kind == PaginationType::Cursor {
+            required("cursor_path", &self.cursor_path)?;
+            required("cursor_param", &self.cursor_param)?;
+        }
+        let used_by: [(&str, bool, PaginationType); 5] = [
+            (
+                "cursor_path",
+                self.cursor_path.is_some(),
+                PaginationType::Cursor,
+            ),
+            (
+                "cursor_param",
+                self.cursor_param.is_some(),
+                PaginationType::Cursor,
+            ),
+            (
+                "offset_param",
+                self.offset_param.is_some(),
+                PaginationType::Offset,
+            ),
+            (
+                "page_param",
+                self.page_param.is_some(),
+                PaginationType::Page,
+            ),
+            (
+                "first_page",
+                self.first_page.is_some(),
+                PaginationType::Page,
+            ),
+        ];
+        for (key, set, owner) in used_by {
+            if set && kind != owner {
+                return Err(format!(
+                    "pagination.{key} is set, but pagination.type = \"{}\" does not use it \
+                     (it belongs to pagination.type = \"{}\")",
+                    kind.as_str(),
+                    owner.as_str()
+                ));
+            }
+        }
+        for (key, value) in [
+            ("page_size_param", &self.page_size_param),
+            ("offset_param", &self.offset_param),
+            ("page_param", &self.page_param),
+        ] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                return Err(format!("pagination.{key} must not be empty"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RestConfig {
+    /// The list endpoint: `base_url` (trailing slash trimmed) + `path`, without the static
+    /// query parameters. A `path` without a leading `/` gets one.
+    pub fn endpoint(&self) -> Result<Url, String> {
+        let base = self.base_url.as_str().trim_end_matches('/');
+        let joined = if self.path.is_empty() || self.path.starts_with('/') {
+            format!("{base}{}", self.path)
+        } else {
+            format!("{base}/{}", self.path)
+        };
+        Url::parse(&joined).map_err(|err| {
+            format!(
+                "base_url + path ({}) is not a valid URL: {err}",
+                crate::http::display_url_text(&joined)
+            )
+        })
+    }
+
+    /// How records are identified: `key_fields` when given, else `id_field` (default `"id"`).
+    pub fn id_spec(&self) -> IdSpec {
+        match &self.key_fields {
+            Some(fields) => IdSpec::KeyFields(fields.clone()),
+            None => IdSpec::Field(self.id_field.clone().unwrap_or_else(|| "id".to_string())),
+        }
+    }
+
+    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        let endpoint = self.endpoint()?;
+        if !matches!(endpoint.scheme(), "http" | "https") {
+            return Err(format!(
+                "base_url must be an http or https URL, not {}:",
+                endpoint.scheme()
+            ));
+        }
+        if self.base_url.query().is_some() || self.base_url.fragment().is_some() {
+            return Err(
+                "base_url must not carry a query string or fragment; put static query \
+                 parameters in [providers.NAME.query]"
+                    .to_string(),
+            );
+        }
+        match (&self.id_field, &self.key_fields) {
+            (Some(_), Some(_)) => {
+                return Err("id_field and key_fields are both set; set only one".to_string())
+            }
+            (Some(field), None) if field.trim().is_empty() => {
+                return Err("id_field must not be empty".to_string())
+            }
+            (None, Some(fields)) if fields.is_empty() => {
+                return Err("key_fields must name at least one field".to_string())
+            }
+            (None, Some(fields)) if fields.iter().any(|f| f.trim().is_empty()) => {
+                return Err("key_fields must not contain an empty field name".to_string())
+            }
+            _ => {}
+        }
+        if let Auth::Header { name } = &self.auth {
+            if HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!(
+                    "auth.header {name:?} is not a valid HTTP header name"
+                ));
+            }
+        }
+        for (name, value) in &self.headers {
+            let parsed = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("headers.{name} is not a valid HTTP header name"))?;
+            HeaderValue::from_str(value)
+                .map_err(|_| format!("headers.{name} is not a valid HTTP header value"))?;
+            if let Some(auth_header) = self.auth_header() {
+                if parsed == auth_header {
+                    return Err(format!(
+                        "headers.{name} would clash with the header auth = {} sends; set \
+                         auth = \"none\" to send it yourself",
+                        self.auth
+                    ));
+                }
+            }
+        }
+        if self.query.keys().any(|key| key.is_empty()) {
+            return Err("query must not contain an empty parameter name".to_string());
+        }
+        self.pagination.validate()
+    }
+
+    /// Whether connections need a token: false only for `auth = "none"`.
+    pub fn needs_token(&self) -> bool {
+        self.auth != Auth::None
+    }
+
+    /// The header `auth` sends the token in, if any.
+    pub(crate) fn auth_header(&self) -> Option<HeaderName> {
+        match &self.auth {
+            Auth::Bearer => Some(AUTHORIZATION),
+            Auth::None => None,
+            Auth::Header { name } => HeaderName::from_bytes(name.as_bytes()).ok(),
+        }
+    }
+}
+
+/// The TOML spelling, for messages: `"bearer"`, `"none"`, `{ header = "X-Api-Key" }`.
+impl fmt::Display for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::Bearer => f.write_str("\"bearer\""),
+            Auth::None => f.write_str("\"none\""),
+            Auth::Header { name } => write!(f, "{{ header = {name:?} }}"),
+        }
+    }
+}
+
+const AUTH_EXPECTED: &str = "expected \"bearer\", \"none\" or { header = \"NAME\" }";
+
+impl<'de> Deserialize<'de> for Auth {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(AuthVisitor)
+    }
+}
+
+struct AuthVisitor;
+
+impl<'de> Visitor<'de> for AuthVisitor {
+    type Value = Auth;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&AUTH_EXPECTED["expected ".len()..])
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Auth, E> {
+        match value {
+            "bearer" => Ok(Auth::Bearer),
+            "none" => Ok(Auth::None),
+            other => Err(E::custom(format!("{AUTH_EXPECTED}, found {other:?}"))),
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Auth, A::Error> {
+        let mut name: Option<String> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "header" || name.is_some() {
+                return Err(de::Error::custom(format!(
+                    "{AUTH_EXPECTED}, found a table with the key {key:?}"
+                )));
+            }
+            name = Some(map.next_value()?);
+        }
+        match name {
+            Some(name) => Ok(Auth::Header { name }),
+            None => Err(de::Error::custom(format!(
+                "{AUTH_EXPECTED}, found an empty table"
+            ))),
+        }
+    }
+}

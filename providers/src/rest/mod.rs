@@ -1,0 +1,193 @@
+//! `kind = "rest"`: a declarative provider for REST APIs that list records as JSON pages,
+//! configured wholly in TOML.
+//!
+//! ```toml
+//! [providers.acme]
+//! kind = "rest"
+//! base_url = "https://api.acme.example"
+//! path = "/v1/items"
+//! records_path = "data"
+//! id_field = "id"
+//! auth = "bearer"
+//! [providers.acme.pagination]
+//! type = "cursor"
+//! cursor_path = "next_cursor"
+//! cursor_param = "cursor"
+//! ```
+//!
+//! - `config`: [`RestConfig`] and its validation.
+//! - `pagination`: page URLs and next positions for cursor, offset, page, link and none.
+//! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
+
+mod config;
+mod link;
+mod pagination;
+#[cfg(test)]
+mod tests;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+
+pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
+
+use crate::http::{cap_body, display_url, HttpClient};
+use crate::record::{json_type_name, lookup_path};
+use crate::{Credentials, FetchError, IdSpec, Page, PageItem, PagePosition, Provider};
+
+/// The adapter for one `kind = "rest"` provider.
+#[derive(Clone, Debug)]
+pub struct RestProvider {
+    config: RestConfig,
+    client: HttpClient,
+    id_spec: IdSpec,
+}
+
+impl RestProvider {
+    /// Builds the adapter. The configuration is expected to have passed
+    /// [`RestConfig::validate`]; what is still wrong surfaces as an error of `fetch_page`.
+    pub fn new(config: RestConfig, client: HttpClient) -> RestProvider {
+        let id_spec = config.id_spec();
+        RestProvider {
+            config,
+            client,
+            id_spec,
+        }
+    }
+
+    /// The provider's configuration.
+    pub fn config(&self) -> &RestConfig {
+        &self.config
+    }
+
+    async fn fetch(
+        &self,
+        token: Option<&str>,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let url = pagination::page_url(&self.config, position)?;
+        let headers = self.request_headers(token)?;
+        let response = self.client.get_json(url, headers).await?;
+        let path = self.config.records_path.as_deref().unwrap_or_default();
+        let count = match lookup_path(&response.body, path) {
+            Some(Value::Array(records)) => records.len(),
+            found => {
+                let message = match (found, path.is_empty()) {
+                    (None, _) => format!("records_path `{path}` is not in the body"),
+                    (Some(other), true) => format!(
+                        "the body is {}, expected an array of records (set records_path to \
+                         the dotted path of the array)",
+                        json_type_name(other)
+                    ),
+                    (Some(other), false) => format!(
+                        "records_path `{path}` is {}, expected an array of records",
+                        json_type_name(other)
+                    ),
+                };
+                return Err(FetchError::Shape {
+                    url: display_url(&response.url),
+                    message,
+                    body: cap_body(response.body.to_string().as_bytes()),
+                });
+            }
+        };
+        let next = pagination::next_position(
+            &self.config.pagination,
+            position,
+            &response,
+            u64::try_from(count).unwrap_or(u64::MAX),
+        )?;
+        let records = match take_path(response.body, path) {
+            Some(Value::Array(records)) => records,
+            _ => Vec::new(),
+        };
+        let items = records
+            .into_iter()
+            .map(|raw| match self.id_spec.identify(raw) {
+                Ok(record) => PageItem::Record(record),
+                Err(rejected) => PageItem::Rejected(rejected),
+            })
+            .collect();
+        Ok(Page { items, next })
+    }
+
+    /// `Accept`, the static headers, then the token as `auth` says. Values are marked
+    /// sensitive so they never show in `Debug` output.
+    fn request_headers(&self, token: Option<&str>) -> Result<HeaderMap, FetchError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        for (name, value) in &self.config.headers {
+            let invalid = |what: &str| FetchError::Client {
+                message: format!("headers.{name} is not a valid HTTP header {what}"),
+            };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid("name"))?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| invalid("value"))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let (name, value) = match &self.config.auth {
+            Auth::None => return Ok(headers),
+            Auth::Bearer => (AUTHORIZATION, format!("Bearer {}", self.token(token)?)),
+            Auth::Header { name } => {
+                let name =
+                    HeaderName::from_bytes(name.as_bytes()).map_err(|_| FetchError::Client {
+                        message: format!("auth.header {name:?} is not a valid HTTP header name"),
+                    })?;
+                (name, self.token(token)?.to_string())
+            }
+        };
+        let mut value =
+            HeaderValue::from_str(&value).map_err(|_| FetchError::MissingCredentials {
+                message: format!(
+                    "the connection's token cannot be sent with auth = {}: it contains characters \
+                 that are not allowed in an HTTP header",
+                    self.config.auth
+                ),
+            })?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+        Ok(headers)
+    }
+
+    fn token<'a>(&self, token: Option<&'a str>) -> Result<&'a str, FetchError> {
+        token.ok_or_else(|| FetchError::MissingCredentials {
+            message: format!(
+                "connection has no token, but auth = {} needs one",
+                self.config.auth
+            ),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for RestProvider {
+    async fn fetch_page(
+        &self,
+        credentials: &Credentials,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        // Tokens pasted from files often end in a newline; no token has outer whitespace.
+        let token = credentials
+            .token
+            .as_ref()
+            .map(|token| token.expose_secret().trim())
+            .filter(|token| !token.is_empty());
+        let result = self.fetch(token, position).await;
+        match token {
+            Some(secret) => result.map_err(|error| error.redact_secret(secret)),
+            None => result,
+        }
+    }
+}
+
+/// Moves the value at a dotted path out of `value` (see [`lookup_path`]).
+fn take_path(value: Value, path: &str) -> Option<Value> {
+    if path.is_empty() {
+        return Some(value);
+    }
+    path.split('.')
+        .try_fold(value, |current, segment| match current {
+            Value::Object(mut map) => map.remove(segment),
+            _ => None,
+        })
+}

@@ -1,0 +1,134 @@
+//! `tributary runs` and `tributary errors`: the run history and a run's error report.
+
+use anyhow::bail;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+use crate::entities::{run_error, sync_run};
+
+/// The longest payload or message shown in a table cell; `--json` shows them whole.
+const CELL_LIMIT: usize = 80;
+
+/// Prints the newest `limit` runs.
+pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyhow::Result<()> {
+    let runs = sync_run::Entity::find()
+        .order_by_desc(sync_run::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+        return Ok(());
+    }
+    if runs.is_empty() {
+        println!("No runs yet.");
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "id",
+        "provider",
+        "user",
+        "trigger",
+        "status",
+        "started (UTC)",
+        "secs",
+        "pages",
+        "fetched",
+        "inserted",
+        "updated",
+        "unchanged",
+        "dup",
+        "failed",
+        "error",
+    ]);
+    for run in runs {
+        let seconds = run
+            .finished_at
+            .map(|finished| {
+                format!(
+                    "{:.1}",
+                    (finished - run.started_at).num_milliseconds() as f64 / 1000.0
+                )
+            })
+            .unwrap_or_default();
+        table.add_row([
+            run.id.to_string(),
+            run.provider,
+            run.user_id,
+            run.trigger,
+            run.status,
+            run.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            seconds,
+            run.pages_fetched.to_string(),
+            run.records_fetched.to_string(),
+            run.records_inserted.to_string(),
+            run.records_updated.to_string(),
+            run.records_unchanged.to_string(),
+            run.records_duplicate.to_string(),
+            run.records_failed.to_string(),
+            shorten(run.error.as_deref().unwrap_or("")),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+/// Prints one run's error report.
+pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> anyhow::Result<()> {
+    let Some(run) = sync_run::Entity::find_by_id(run_id).one(db).await? else {
+        bail!("there is no run with id {run_id}; `tributary runs` lists them");
+    };
+    let errors = run_error::Entity::find()
+        .filter(run_error::Column::RunId.eq(run_id))
+        .order_by_asc(run_error::Column::Id)
+        .all(db)
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&errors)?);
+        return Ok(());
+    }
+    println!(
+        "Run {} ({}@{}, {}): {} error(s).",
+        run.id,
+        run.user_id,
+        run.provider,
+        run.status,
+        errors.len()
+    );
+    if let Some(error) = &run.error {
+        println!("Run-level error: {error}");
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "id",
+        "external_id",
+        "stage",
+        "message",
+        "payload",
+    ]);
+    for error in errors {
+        table.add_row([
+            error.id.to_string(),
+            error.external_id.unwrap_or_default(),
+            error.stage,
+            shorten(&error.message),
+            shorten(&error.payload),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+/// Cuts text to a table cell, marking the cut.
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= CELL_LIMIT {
+        return text.to_string();
+    }
+    let mut short: String = text.chars().take(CELL_LIMIT - 1).collect();
+    short.push('…');
+    short
+}

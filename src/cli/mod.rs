@@ -1,0 +1,267 @@
+//! The `tributary` command line: one file per command group.
+
+mod history;
+pub mod progress;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::Settings;
+use crate::pipeline::{NoProgress, ProgressSink, RunOutcome, RunStatus, Trigger};
+use crate::sync::{sync_matching, SyncFilter};
+
+/// Exit code for a bad config or command line.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code when a run failed or the database could not be used.
+const EXIT_FAILURE: u8 = 1;
+
+/// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
+/// third-party APIs and stores each once per (user_id, provider, external_id).
+#[derive(Debug, Parser)]
+#[command(name = "tributary", version, about)]
+pub struct Cli {
+    /// The config file.
+    #[arg(
+        long,
+        global = true,
+        env = "TRIBUTARY_CONFIG",
+        default_value = "config.toml"
+    )]
+    pub config: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing's EnvFilter syntax, e.g. "info" or "tributary=debug").
+    /// Defaults to "warn" (env RUST_LOG).
+    #[arg(long, global = true, env = "RUST_LOG")]
+    pub log: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Sync the matching connections once now (one run each) and print a line per run.
+    /// Exits 0 when every run succeeded or was partial, 1 when any failed.
+    Sync {
+        /// Only this provider (a `[providers.NAME]` table).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Only this user's connections.
+        #[arg(long)]
+        user: Option<String>,
+        /// No progress display, only the summary lines.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Print the runs as JSON instead of summary lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the run history, newest first.
+    Runs {
+        /// How many runs to show.
+        #[arg(long, default_value_t = 20)]
+        limit: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run's error report: each failed record with its stage, message and payload.
+    Errors {
+        /// The run's id (from `tributary runs`).
+        run_id: i64,
+        /// Print JSON (with whole payloads) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate the config (providers, cron expressions, URLs, referenced environment
+    /// variables) without touching the database.
+    CheckConfig,
+    /// Start a built-in emulated API on loopback, sync it twice into the configured
+    /// database, and show that the second pass inserted nothing.
+    Demo {
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    init_tracing(cli.log_format, cli.log.as_deref());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            let code = if error.downcast_ref::<crate::config::ConfigError>().is_some()
+                || error
+                    .downcast_ref::<crate::sync::SyncError>()
+                    .is_some_and(|e| {
+                        matches!(
+                            e,
+                            crate::sync::SyncError::UnknownProvider { .. }
+                                | crate::sync::SyncError::ProviderDisabled { .. }
+                        )
+                    }) {
+                EXIT_CONFIG
+            } else {
+                EXIT_FAILURE
+            };
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat, filter: Option<&str>) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or("warn"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::CheckConfig => {
+            let settings = Settings::load(&cli.config)?;
+            let connections: usize = settings
+                .providers
+                .values()
+                .map(|p| p.connections.len())
+                .sum();
+            println!(
+                "{} is valid: {} provider(s), {} connection(s), database {}",
+                settings.path.display(),
+                settings.providers.len(),
+                connections,
+                crate::config::redact_url(&settings.database.url)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let settings = Settings::load(&cli.config)?;
+            crate::db::connect_and_migrate(&settings.database).await?;
+            println!(
+                "Migrations applied to {}.",
+                crate::config::redact_url(&settings.database.url)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sync {
+            provider,
+            user,
+            quiet,
+            json,
+        } => {
+            let settings = Settings::load(&cli.config)?;
+            let db = open(&settings).await?;
+            let filter = SyncFilter {
+                provider,
+                user_id: user,
+            };
+            let bars = progress::BarProgress::new();
+            let show_progress = !quiet && !json && std::io::stderr().is_terminal();
+            let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
+            let outcomes = sync_matching(&db, &settings, &filter, Trigger::Manual, sink).await?;
+            bars.clear();
+            if outcomes.is_empty() {
+                eprintln!("No enabled connection matches; nothing was synced.");
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&outcomes)?);
+            } else {
+                for outcome in &outcomes {
+                    println!("{}", summary_line(outcome));
+                }
+            }
+            Ok(exit_for(&outcomes))
+        }
+        Command::Runs { limit, json } => {
+            let settings = Settings::load(&cli.config)?;
+            let db = open(&settings).await?;
+            history::print_runs(&db, limit, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Errors { run_id, json } => {
+            let settings = Settings::load(&cli.config)?;
+            let db = open(&settings).await?;
+            history::print_errors(&db, run_id, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { quiet } => {
+            let show_progress = !quiet && std::io::stderr().is_terminal();
+            crate::demo::run(&cli.config, show_progress).await
+        }
+    }
+}
+
+/// Connects, migrates and loads the configured connections.
+async fn open(settings: &Settings) -> anyhow::Result<sea_orm::DatabaseConnection> {
+    let db = crate::db::connect_and_migrate(&settings.database).await?;
+    crate::db::upsert_configured_connections(&db, settings)
+        .await
+        .context("loading the configured connections into the database")?;
+    Ok(db)
+}
+
+/// 0 when every run succeeded or was partial, 1 when any failed.
+pub fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
+    if outcomes.iter().any(|o| o.status == RunStatus::Failed) {
+        ExitCode::from(EXIT_FAILURE)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One line per run: `run 7 alice@acme partial pages=3 fetched=250 inserted=249 ...`.
+pub fn summary_line(outcome: &RunOutcome) -> String {
+    let c = &outcome.counts;
+    let mut line = format!(
+        "run {} {}@{} {} pages={} fetched={} inserted={} updated={} unchanged={} duplicate={} failed={} in {:.1}s",
+        outcome.run_id,
+        outcome.user_id,
+        outcome.provider,
+        outcome.status.as_str(),
+        c.pages_fetched,
+        c.fetched,
+        c.inserted,
+        c.updated,
+        c.unchanged,
+        c.duplicate,
+        c.failed,
+        outcome.elapsed.as_secs_f64()
+    );
+    if let Some(error) = &outcome.error {
+        line.push_str(&format!(": {error}"));
+    }
+    line
+}

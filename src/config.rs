@@ -1,0 +1,398 @@
+//! `config.toml`: loading, validating and the settings types.
+//!
+//! Every problem is reported with the file, the key and what was expected, and nothing is
+//! written before the whole file has been checked.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use tributary_providers::{HttpSettings, ProviderConfig};
+
+/// The environment variable that overrides `database.url`.
+pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
+
+/// The longest provider name (it is stored in a 64-character column).
+const MAX_PROVIDER_NAME_LEN: usize = 64;
+/// The longest user id (it is stored in a 255-character column).
+const MAX_USER_ID_LEN: usize = 255;
+
+/// A configuration problem, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: key `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug)]
+pub struct Settings {
+    /// The file it was read from.
+    pub path: PathBuf,
+    pub database: DatabaseSettings,
+    /// Providers by name, in name order.
+    pub providers: BTreeMap<String, ProviderSettings>,
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://FILE?mode=rwc`, `postgres://...` or `mysql://...`. The environment variable
+    /// `TRIBUTARY_DATABASE_URL` overrides it.
+    pub url: String,
+    /// Largest number of pooled database connections (SQLite always uses one writer).
+    #[serde(default = "default_max_db_connections")]
+    pub max_connections: u32,
+}
+
+/// One `[providers.NAME]` table.
+#[derive(Clone, Debug)]
+pub struct ProviderSettings {
+    /// The table's name, stored in the `provider` column.
+    pub name: String,
+    /// When the daemon syncs it: cron with seconds (`sec min hour day month weekday`).
+    pub schedule: String,
+    /// Whether the provider is synced at all.
+    pub enabled: bool,
+    /// The most pages one run fetches before it stops as failed (a guard against cursors
+    /// that never end).
+    pub max_pages: u64,
+    /// How many of the provider's connections sync at once.
+    pub max_concurrent_connections: usize,
+    /// The longest one run may take.
+    pub run_timeout: Duration,
+    /// `[providers.NAME.http]`.
+    pub http: HttpSettings,
+    /// `[[providers.NAME.connections]]`.
+    pub connections: Vec<ConnectionSettings>,
+    /// The adapter's own keys, chosen by `kind`.
+    pub adapter: ProviderConfig,
+}
+
+/// One `[[providers.NAME.connections]]` entry: a user's account at the provider.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionSettings {
+    /// The app's user id the records belong to.
+    pub user_id: String,
+    /// The environment variable that holds the token (preferred: keeps it out of the file).
+    pub token_env: Option<String>,
+    /// The token itself.
+    pub token: Option<SecretString>,
+    /// Whether the connection is synced.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+/// The keys tributary itself reads from a provider table; every other key belongs to the
+/// adapter and is checked by its own config type.
+#[derive(Deserialize)]
+struct RawProviderSettings {
+    schedule: Option<String>,
+    #[serde(default = "default_true")]
+    enabled: bool,
+    #[serde(default = "default_max_pages")]
+    max_pages: u64,
+    #[serde(default = "default_max_concurrent_connections")]
+    max_concurrent_connections: usize,
+    #[serde(default = "default_run_timeout", with = "humantime_serde")]
+    run_timeout: Duration,
+    http: Option<toml::Value>,
+    #[serde(default)]
+    connections: Vec<toml::Value>,
+    #[serde(flatten)]
+    adapter: toml::Table,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    database: DatabaseSettings,
+    #[serde(default)]
+    providers: BTreeMap<String, toml::Value>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_db_connections() -> u32 {
+    10
+}
+fn default_max_pages() -> u64 {
+    100_000
+}
+fn default_max_concurrent_connections() -> usize {
+    4
+}
+fn default_run_timeout() -> Duration {
+    Duration::from_secs(60 * 60)
+}
+
+impl Settings {
+    /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let database_url_override = std::env::var(DATABASE_URL_ENV).ok();
+        Settings::parse(path, &text, database_url_override, &|name| {
+            std::env::var_os(name).is_some()
+        })
+    }
+
+    /// Parses and validates `text`. `env_is_set` answers whether an environment variable
+    /// exists, so tests need not touch the process environment.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        database_url_override: Option<String>,
+        env_is_set: &dyn Fn(&str) -> bool,
+    ) -> Result<Settings, ConfigError> {
+        let path_buf = path.to_path_buf();
+        let raw: RawSettings = toml::from_str(text).map_err(|error| ConfigError::Parse {
+            path: path_buf.clone(),
+            message: error.to_string(),
+        })?;
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            path: path_buf.clone(),
+            key,
+            message,
+        };
+
+        let mut database = raw.database;
+        if let Some(url) = database_url_override.filter(|url| !url.trim().is_empty()) {
+            database.url = url;
+        }
+        validate_database_url(&database.url)
+            .map_err(|message| invalid("database.url".into(), message))?;
+
+        let mut providers = BTreeMap::new();
+        for (name, value) in raw.providers {
+            let settings = parse_provider(&name, value, env_is_set)
+                .map_err(|(key, message)| invalid(key, message))?;
+            providers.insert(name, settings);
+        }
+        Ok(Settings {
+            path: path_buf,
+            database,
+            providers,
+        })
+    }
+}
+
+/// Parses one provider table; errors are `(key, message)`.
+fn parse_provider(
+    name: &str,
+    value: toml::Value,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<ProviderSettings, (String, String)> {
+    let prefix = format!("providers.{name}");
+    if name.is_empty()
+        || name.len() > MAX_PROVIDER_NAME_LEN
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err((
+            prefix,
+            format!(
+                "a provider name must be 1 to {MAX_PROVIDER_NAME_LEN} letters, digits, '_' or '-'"
+            ),
+        ));
+    }
+    let raw: RawProviderSettings = deserialize_at(&prefix, value)?;
+
+    let schedule = raw.schedule.ok_or_else(|| {
+        (
+            format!("{prefix}.schedule"),
+            "missing: expected a cron expression with seconds, e.g. \"0 */15 * * * *\"".into(),
+        )
+    })?;
+    validate_cron(&schedule).map_err(|message| (format!("{prefix}.schedule"), message))?;
+    if raw.max_pages == 0 {
+        return Err((format!("{prefix}.max_pages"), "must be at least 1".into()));
+    }
+    if raw.max_concurrent_connections == 0 {
+        return Err((
+            format!("{prefix}.max_concurrent_connections"),
+            "must be at least 1".into(),
+        ));
+    }
+
+    let http: HttpSettings = match raw.http {
+        Some(value) => deserialize_at(&format!("{prefix}.http"), value)?,
+        None => HttpSettings::default(),
+    };
+
+    let mut adapter_table = raw.adapter;
+    let kind = match adapter_table.remove("kind") {
+        Some(toml::Value::String(kind)) => kind,
+        Some(other) => {
+            return Err((
+                format!("{prefix}.kind"),
+                format!(
+                    "expected a string such as \"rest\", got {}",
+                    other.type_str()
+                ),
+            ))
+        }
+        None => {
+            return Err((
+                format!("{prefix}.kind"),
+                format!(
+                    "missing: expected the provider kind, one of: {}",
+                    ProviderConfig::KINDS.join(", ")
+                ),
+            ))
+        }
+    };
+    // Keys the adapter does not know are reported by its own `deny_unknown_fields`.
+    let adapter = deserialize_with_path(&prefix, toml::Value::Table(adapter_table), |de| {
+        ProviderConfig::deserialize_kind(&kind, de)
+    })?;
+    adapter
+        .validate()
+        .map_err(|message| (prefix.clone(), message))?;
+
+    let mut connections: Vec<ConnectionSettings> = Vec::new();
+    for (index, value) in raw.connections.into_iter().enumerate() {
+        let key = format!("{prefix}.connections[{index}]");
+        let connection: ConnectionSettings = deserialize_at(&key, value)?;
+        validate_connection(&connection, adapter.needs_token(), env_is_set)
+            .map_err(|(field, message)| (format!("{key}.{field}"), message))?;
+        if connections.iter().any(|c| c.user_id == connection.user_id) {
+            return Err((
+                format!("{key}.user_id"),
+                format!(
+                    "user {:?} is listed twice for this provider: one connection per user and provider",
+                    connection.user_id
+                ),
+            ));
+        }
+        connections.push(connection);
+    }
+
+    Ok(ProviderSettings {
+        name: name.to_string(),
+        schedule,
+        enabled: raw.enabled,
+        max_pages: raw.max_pages,
+        max_concurrent_connections: raw.max_concurrent_connections,
+        run_timeout: raw.run_timeout,
+        http,
+        connections,
+        adapter,
+    })
+}
+
+/// Deserializes a TOML value, reporting the failing key under `prefix`.
+fn deserialize_at<T: serde::de::DeserializeOwned>(
+    prefix: &str,
+    value: toml::Value,
+) -> Result<T, (String, String)> {
+    deserialize_with_path(prefix, value, |de| T::deserialize(de))
+}
+
+/// Runs `deserialize` on a TOML value while tracking the path, so the error names the key.
+fn deserialize_with_path<T>(
+    prefix: &str,
+    value: toml::Value,
+    deserialize: impl FnOnce(
+        serde_path_to_error::Deserializer<'_, '_, toml::Value>,
+    ) -> Result<T, toml::de::Error>,
+) -> Result<T, (String, String)> {
+    let mut track = serde_path_to_error::Track::new();
+    let result = deserialize(serde_path_to_error::Deserializer::new(value, &mut track));
+    result.map_err(|error| {
+        let inner = track.path().to_string();
+        let key = if inner == "." || inner.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{inner}")
+        };
+        (key, error.to_string())
+    })
+}
+
+fn validate_connection(
+    connection: &ConnectionSettings,
+    needs_token: bool,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<(), (&'static str, String)> {
+    let user_id = connection.user_id.trim();
+    if user_id.is_empty() || connection.user_id.len() > MAX_USER_ID_LEN {
+        return Err((
+            "user_id",
+            format!("expected a non-empty user id of at most {MAX_USER_ID_LEN} bytes"),
+        ));
+    }
+    match (&connection.token_env, &connection.token) {
+        (Some(_), Some(_)) => Err((
+            "token",
+            "give either token_env or token, not both".into(),
+        )),
+        (None, None) if needs_token => Err((
+            "token_env",
+            "missing: this provider's auth needs a token; set token_env = \"VAR\" (or token = \"...\")"
+                .into(),
+        )),
+        (Some(var), None) if !env_is_set(var) => Err((
+            "token_env",
+            format!("environment variable {var} is not set"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a cron expression exactly as the daemon's scheduler parses it (seconds required).
+pub fn validate_cron(expression: &str) -> Result<(), String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .build()
+        .parse(expression)
+        .map(|_| ())
+        .map_err(|error| {
+            format!(
+                "{expression:?} is not a valid cron expression ({error}); expected six fields with seconds, e.g. \"0 */15 * * * *\""
+            )
+        })
+}
+
+fn validate_database_url(url: &str) -> Result<(), String> {
+    let scheme = url.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+    match scheme {
+        "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => Ok(()),
+        _ => Err(format!(
+            "expected a sqlite://, postgres:// or mysql:// URL, got {:?}",
+            redact_url(url)
+        )),
+    }
+}
+
+/// A database URL with any password replaced, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // Setting a password only fails for URLs that cannot have one.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => "(unparseable URL)".to_string(),
+    }
+}

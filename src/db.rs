@@ -1,0 +1,154 @@
+//! Opening the database, running migrations and loading configured connections into it.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
+    DbBackend, DbErr, EntityTrait, QueryFilter, Set,
+};
+use tributary_migrations::{Migrator, MigratorTrait};
+
+use crate::config::{redact_url, ConnectionSettings, DatabaseSettings, Settings};
+use crate::entities::connection;
+
+/// A database problem at start-up, with the URL (password redacted) in the message.
+#[derive(Debug, thiserror::Error)]
+pub enum DbSetupError {
+    #[error("cannot connect to database {url}: {source}")]
+    Connect { url: String, source: DbErr },
+    #[error("migrating database {url} failed: {source}")]
+    Migrate { url: String, source: DbErr },
+    #[error("storing the configured connections failed: {0}")]
+    Connections(#[source] DbErr),
+}
+
+/// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,
+/// and a single pooled connection: SQLite has one writer, and one connection per process
+/// keeps this process's page transactions from waiting on each other's locks.
+pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, DbSetupError> {
+    let mut options = ConnectOptions::new(settings.url.clone());
+    options
+        .sqlx_logging(false)
+        .connect_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(120));
+    if settings.url.starts_with("sqlite:") {
+        options.max_connections(1).map_sqlx_sqlite_opts(|opts| {
+            opts.journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true)
+        });
+    } else {
+        options.max_connections(settings.max_connections);
+    }
+    Database::connect(options)
+        .await
+        .map_err(|source| DbSetupError::Connect {
+            url: redact_url(&settings.url),
+            source,
+        })
+}
+
+/// Connects and applies every pending migration.
+pub async fn connect_and_migrate(
+    settings: &DatabaseSettings,
+) -> Result<DatabaseConnection, DbSetupError> {
+    let db = connect(settings).await?;
+    migrate(&db, settings).await?;
+    Ok(db)
+}
+
+/// Applies every pending migration.
+pub async fn migrate(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+) -> Result<(), DbSetupError> {
+    Migrator::up(db, None)
+        .await
+        .map_err(|source| DbSetupError::Migrate {
+            url: redact_url(&settings.url),
+            source,
+        })
+}
+
+/// The credentials JSON stored for a configured connection: a reference to the environment
+/// variable when there is one, so the secret stays out of the database.
+pub fn credentials_json(connection: &ConnectionSettings) -> String {
+    use secrecy::ExposeSecret;
+    let value = match (&connection.token_env, &connection.token) {
+        (Some(var), _) => serde_json::json!({ "token_env": var }),
+        (None, Some(token)) => serde_json::json!({ "token": token.expose_secret() }),
+        (None, None) => serde_json::json!({}),
+    };
+    value.to_string()
+}
+
+/// Inserts the connections listed in config.toml, or updates their credentials and
+/// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept.
+pub async fn upsert_configured_connections(
+    db: &DatabaseConnection,
+    settings: &Settings,
+) -> Result<(), DbSetupError> {
+    for provider in settings.providers.values() {
+        for configured in &provider.connections {
+            upsert_connection(db, &provider.name, configured)
+                .await
+                .map_err(DbSetupError::Connections)?;
+        }
+    }
+    Ok(())
+}
+
+async fn upsert_connection(
+    db: &impl ConnectionTrait,
+    provider: &str,
+    configured: &ConnectionSettings,
+) -> Result<(), DbErr> {
+    let credentials = credentials_json(configured);
+    let existing = connection::Entity::find()
+        .filter(connection::Column::UserId.eq(&configured.user_id))
+        .filter(connection::Column::Provider.eq(provider))
+        .one(db)
+        .await?;
+    let now = Utc::now();
+    match existing {
+        Some(row) if row.credentials == credentials && row.enabled == configured.enabled => {}
+        Some(row) => {
+            let mut active: connection::ActiveModel = row.into();
+            active.credentials = Set(credentials);
+            active.enabled = Set(configured.enabled);
+            active.updated_at = Set(now);
+            active.update(db).await?;
+        }
+        None => {
+            connection::ActiveModel {
+                user_id: Set(configured.user_id.clone()),
+                provider: Set(provider.to_string()),
+                enabled: Set(configured.enabled),
+                credentials: Set(credentials),
+                cursor: Set(None),
+                checkpoint: Set(None),
+                last_success_run_id: Set(None),
+                last_success_at: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+                ..Default::default()
+            }
+            .insert(db)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The backend's name for messages.
+pub fn backend_name(db: &DatabaseConnection) -> &'static str {
+    match db.get_database_backend() {
+        DbBackend::Sqlite => "sqlite",
+        DbBackend::Postgres => "postgres",
+        DbBackend::MySql => "mysql",
+        _ => "unknown",
+    }
+}

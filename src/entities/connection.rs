@@ -1,0 +1,32 @@
+//! `connections`: one row per (user_id, provider), with its credentials and sync state.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
+#[sea_orm(table_name = "connections")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub user_id: String,
+    pub provider: String,
+    pub enabled: bool,
+    /// JSON: `{"token_env": "NAME"}` (resolved at run time) or `{"token": "..."}`.
+    #[sea_orm(column_type = "Text")]
+    pub credentials: String,
+    /// The incremental-sync watermark, advanced only after the records it covers commit.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub cursor: Option<String>,
+    /// The in-progress page position of an unfinished run (JSON), committed with each page.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub checkpoint: Option<String>,
+    /// The last run that ended `succeeded` or `partial`.
+    pub last_success_run_id: Option<i64>,
+    pub last_success_at: Option<DateTimeUtc>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

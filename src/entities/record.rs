@@ -1,0 +1,34 @@
+//! `records`: the synced records, unique on (user_id, provider, external_id).
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
+#[sea_orm(table_name = "records")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub user_id: String,
+    pub provider: String,
+    pub external_id: String,
+    /// The record as canonical JSON text.
+    #[sea_orm(column_type = "Text")]
+    pub payload: String,
+    /// Hex sha256 of `payload`.
+    pub content_hash: String,
+    /// The run that inserted the record.
+    pub first_seen_run_id: i64,
+    /// The last run that fetched this record with new content (see ARCHITECTURE.md:
+    /// an unchanged re-sync writes nothing).
+    pub last_seen_run_id: i64,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+/// The three-part key, defined once: the pipeline looks records up and resolves insert
+/// conflicts on exactly these columns, and the unique index must cover exactly them.
+pub const KEY_COLUMNS: [Column; 3] = [Column::UserId, Column::Provider, Column::ExternalId];
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

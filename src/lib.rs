@@ -1,0 +1,23 @@
+//! tributary: a scheduled multi-provider sync daemon.
+//!
+//! # Layout
+//! - [`config`]: `config.toml`, its settings types and validation.
+//! - [`db`]: connecting, migrating, and loading configured connections into `connections`.
+//! - [`entities`]: the SeaORM entities of `connections`, `records`, `sync_runs`, `run_errors`.
+//! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
+//!   one connection once, page by page, keyed on (user_id, provider, external_id).
+//! - [`sync`]: choosing the connections a command or a schedule syncs and running them
+//!   with bounded concurrency.
+//! - [`cli`]: the `tributary` commands.
+//! - [`demo`]: `tributary demo`, a built-in emulated API and a two-pass sync of it.
+//!
+//! Adapters live in the `tributary-providers` crate and never touch the database; the
+//! schema lives in the `tributary-migrations` crate. Only [`pipeline`] writes `records`.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod entities;
+pub mod pipeline;
+pub mod sync;

@@ -1,0 +1,188 @@
+//! `sync_runs` bookkeeping: statuses, triggers, counters, and opening and closing a run.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sea_orm::{
+    ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set,
+    TransactionTrait,
+};
+use serde::Serialize;
+
+use crate::entities::{connection, sync_run};
+
+/// What started a run. Stored in `sync_runs.trigger`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    Manual,
+    Schedule,
+    Replay,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Manual => "manual",
+            Trigger::Schedule => "schedule",
+            Trigger::Replay => "replay",
+        }
+    }
+}
+
+/// How a run ended. Stored in `sync_runs.status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Still going (or its process died; see `interrupted`).
+    Running,
+    /// Every page fetched and every record stored.
+    Succeeded,
+    /// Every page fetched; some records failed and sit in `run_errors`.
+    Partial,
+    /// A run-level fault stopped it; the reason is in `sync_runs.error`.
+    Failed,
+    /// Stopped by a shutdown or a crash before it finished.
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Partial => "partial",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// A run's counters, as stored in `sync_runs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RunCounts {
+    pub pages_fetched: u64,
+    /// Records the API returned, good and bad.
+    pub fetched: u64,
+    pub inserted: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    /// Skipped because the key was already written (repeated in a page, or a concurrent
+    /// writer inserted it first).
+    pub duplicate: u64,
+    pub failed: u64,
+}
+
+/// The result of one run of one connection.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOutcome {
+    pub run_id: i64,
+    pub user_id: String,
+    pub provider: String,
+    pub status: RunStatus,
+    pub counts: RunCounts,
+    /// The run-level failure, when the status is `failed`.
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+/// Counters are stored as signed 64-bit integers; saturate rather than wrap.
+pub(crate) fn to_db(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Inserts the `running` row for a new run and returns its id.
+pub async fn start_run(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    trigger: Trigger,
+) -> Result<i64, DbErr> {
+    let now = Utc::now();
+    let row = sync_run::ActiveModel {
+        user_id: Set(connection.user_id.clone()),
+        provider: Set(connection.provider.clone()),
+        trigger: Set(trigger.as_str().to_string()),
+        status: Set(RunStatus::Running.as_str().to_string()),
+        started_at: Set(now),
+        finished_at: Set(None),
+        heartbeat_at: Set(now),
+        pages_fetched: Set(0),
+        records_fetched: Set(0),
+        records_inserted: Set(0),
+        records_updated: Set(0),
+        records_unchanged: Set(0),
+        records_duplicate: Set(0),
+        records_failed: Set(0),
+        error: Set(None),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(row.id)
+}
+
+/// Writes the run's counters and heartbeat (inside a page's transaction).
+pub async fn save_counts(
+    db: &impl ConnectionTrait,
+    run_id: i64,
+    counts: &RunCounts,
+) -> Result<(), DbErr> {
+    let mut row = counts_model(run_id, counts);
+    row.heartbeat_at = Set(Utc::now());
+    row.update(db).await?;
+    Ok(())
+}
+
+fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
+    sync_run::ActiveModel {
+        id: Set(run_id),
+        pages_fetched: Set(to_db(counts.pages_fetched)),
+        records_fetched: Set(to_db(counts.fetched)),
+        records_inserted: Set(to_db(counts.inserted)),
+        records_updated: Set(to_db(counts.updated)),
+        records_unchanged: Set(to_db(counts.unchanged)),
+        records_duplicate: Set(to_db(counts.duplicate)),
+        records_failed: Set(to_db(counts.failed)),
+        ..Default::default()
+    }
+}
+
+/// Closes a run: final status, counters and error; on success the connection's
+/// checkpoint is cleared and its last successful run noted, in the same transaction.
+pub async fn finish_run(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    run_id: i64,
+    status: RunStatus,
+    counts: &RunCounts,
+    error: Option<&str>,
+    clear_checkpoint: bool,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    let mut row = counts_model(run_id, counts);
+    row.status = Set(status.as_str().to_string());
+    row.finished_at = Set(Some(now));
+    row.heartbeat_at = Set(now);
+    row.error = Set(error.map(str::to_string));
+    row.update(&txn).await?;
+
+    let succeeded = matches!(status, RunStatus::Succeeded | RunStatus::Partial);
+    if succeeded || clear_checkpoint {
+        let mut conn = connection::ActiveModel {
+            id: Set(connection.id),
+            updated_at: Set(now),
+            ..Default::default()
+        };
+        if clear_checkpoint {
+            conn.checkpoint = Set(None);
+        }
+        if succeeded {
+            conn.last_success_run_id = Set(Some(run_id));
+            conn.last_success_at = Set(Some(now));
+        }
+        connection::Entity::update(conn).exec(&txn).await?;
+    }
+    txn.commit().await
+}

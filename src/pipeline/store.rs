@@ -1,0 +1,341 @@
+//! Storing one page: the triple lookup, insert / update / skip, the error report, the
+//! run's counters and the connection's checkpoint, all in one transaction.
+//!
+//! Per page there is one lookup (chunked `IN` lists), one multi-row insert with
+//! `ON CONFLICT (user_id, provider, external_id) DO NOTHING`, one update per changed
+//! record and one multi-row insert into `run_errors`. A failing multi-row write is
+//! retried record by record inside savepoints, so one record that cannot be written costs
+//! that record only.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    QueryFilter, QuerySelect, Set, TransactionTrait,
+};
+use tributary_providers::{PageItem, PagePosition, Record, RecordStage, RejectedRecord};
+
+use crate::entities::{connection, record, run_error};
+use crate::pipeline::run::{save_counts, RunCounts};
+
+/// How many keys one lookup query carries (well under every backend's parameter limit).
+const LOOKUP_CHUNK: usize = 500;
+/// How many rows one multi-row insert carries.
+const INSERT_CHUNK: usize = 500;
+
+/// What the store needs to know about the page being stored.
+pub struct PageContext<'a> {
+    pub run_id: i64,
+    pub connection: &'a connection::Model,
+    /// Where the next page starts: committed as the connection's checkpoint with the page.
+    pub next_checkpoint: Option<&'a PagePosition>,
+}
+
+/// What one page did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageStoreCounts {
+    pub inserted: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub duplicate: u64,
+    pub failed: u64,
+}
+
+/// Stores one page in one transaction and adds its counts to `totals` (which are saved to
+/// the run's row in the same transaction).
+pub async fn store_page(
+    db: &DatabaseConnection,
+    context: &PageContext<'_>,
+    items: Vec<PageItem>,
+    totals: &mut RunCounts,
+) -> Result<PageStoreCounts, DbErr> {
+    let mut counts = PageStoreCounts::default();
+    let fetched = items.len() as u64;
+    let mut rejected: Vec<RejectedRecord> = Vec::new();
+    let mut records: Vec<Record> = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            PageItem::Record(record) => records.push(record),
+            PageItem::Rejected(reject) => rejected.push(reject),
+        }
+    }
+    let records = keep_last_of_each_key(records, &mut counts);
+
+    let txn = db.begin().await?;
+    let existing = lookup_existing(&txn, context.connection, &records).await?;
+    let now = Utc::now();
+    let mut new_records = Vec::new();
+    let mut changed_records = Vec::new();
+    for record in records {
+        match existing.get(&record.external_id) {
+            None => new_records.push(record),
+            Some((_, hash)) if *hash == record.content_hash => counts.unchanged += 1,
+            Some((id, _)) => changed_records.push((*id, record)),
+        }
+    }
+
+    let insert = insert_new(&txn, context, new_records, now).await?;
+    counts.inserted += insert.inserted;
+    counts.duplicate += insert.duplicate;
+    rejected.extend(insert.failed);
+
+    for (id, record) in changed_records {
+        match update_changed(&txn, context.run_id, id, &record, now).await {
+            Ok(()) => counts.updated += 1,
+            Err(error) => rejected.push(persist_failure(record, &error)),
+        }
+    }
+
+    counts.failed = rejected.len() as u64;
+    insert_run_errors(&txn, context, &rejected, now).await?;
+
+    totals.fetched += fetched;
+    totals.inserted += counts.inserted;
+    totals.updated += counts.updated;
+    totals.unchanged += counts.unchanged;
+    totals.duplicate += counts.duplicate;
+    totals.failed += counts.failed;
+    save_counts(&txn, context.run_id, totals).await?;
+    save_checkpoint(&txn, context, now).await?;
+    txn.commit().await?;
+    Ok(counts)
+}
+
+/// Records one page-level error (a body that could not be read as records) outside any
+/// page transaction, with the raw body as its payload.
+pub async fn record_page_error(
+    db: &DatabaseConnection,
+    context: &PageContext<'_>,
+    stage: RecordStage,
+    message: &str,
+    body: &str,
+) -> Result<(), DbErr> {
+    let rejected = [RejectedRecord {
+        external_id: None,
+        stage,
+        message: message.to_string(),
+        payload: body.to_string(),
+    }];
+    insert_run_errors(db, context, &rejected, Utc::now()).await
+}
+
+/// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.
+fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> Vec<Record> {
+    let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(records.len());
+    for (index, record) in records.iter().enumerate() {
+        last_index.insert(record.external_id.as_str(), index);
+    }
+    if last_index.len() == records.len() {
+        return records;
+    }
+    let keep: Vec<bool> = records
+        .iter()
+        .enumerate()
+        .map(|(index, record)| last_index.get(record.external_id.as_str()) == Some(&index))
+        .collect();
+    counts.duplicate += keep.iter().filter(|kept| !**kept).count() as u64;
+    records
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(record, kept)| kept.then_some(record))
+        .collect()
+}
+
+/// The stored (id, content_hash) of each of the page's keys that already exists.
+async fn lookup_existing(
+    txn: &DatabaseTransaction,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<HashMap<String, (i64, String)>, DbErr> {
+    let mut existing = HashMap::with_capacity(records.len());
+    for chunk in records.chunks(LOOKUP_CHUNK) {
+        let ids = chunk.iter().map(|record| record.external_id.as_str());
+        let rows: Vec<(i64, String, String)> = record::Entity::find()
+            .select_only()
+            .columns([
+                record::Column::Id,
+                record::Column::ExternalId,
+                record::Column::ContentHash,
+            ])
+            .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+            .filter(record::Column::Provider.eq(connection.provider.as_str()))
+            .filter(record::Column::ExternalId.is_in(ids))
+            .into_tuple()
+            .all(txn)
+            .await?;
+        for (id, external_id, hash) in rows {
+            existing.insert(external_id, (id, hash));
+        }
+    }
+    Ok(existing)
+}
+
+/// What inserting a page's new records did.
+#[derive(Default)]
+pub struct InsertOutcome {
+    pub inserted: u64,
+    /// Rows the unique index turned away because another writer inserted the key first.
+    pub duplicate: u64,
+    pub failed: Vec<RejectedRecord>,
+}
+
+/// Inserts records not found by the lookup. The unique index is the backstop: a key a
+/// concurrent writer inserted in the meantime is skipped by `ON CONFLICT DO NOTHING` and
+/// counted as a duplicate, never an error and never a second row.
+pub async fn insert_new(
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    mut records: Vec<Record>,
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, DbErr> {
+    let mut outcome = InsertOutcome::default();
+    // One order for every writer makes lock waits between concurrent inserts less likely.
+    records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
+    for chunk in records.chunks(INSERT_CHUNK) {
+        let savepoint = txn.begin().await?;
+        match insert_rows(&savepoint, context, chunk, now).await {
+            Ok(inserted) => {
+                savepoint.commit().await?;
+                outcome.inserted += inserted;
+                outcome.duplicate += chunk.len() as u64 - inserted;
+            }
+            Err(batch_error) => {
+                savepoint.rollback().await?;
+                tracing::warn!(error = %batch_error, rows = chunk.len(), "A multi-row insert failed; writing its records one by one.");
+                for record in chunk {
+                    let savepoint = txn.begin().await?;
+                    match insert_rows(&savepoint, context, std::slice::from_ref(record), now).await
+                    {
+                        Ok(inserted) => {
+                            savepoint.commit().await?;
+                            outcome.inserted += inserted;
+                            outcome.duplicate += 1 - inserted;
+                        }
+                        Err(error) => {
+                            savepoint.rollback().await?;
+                            outcome.failed.push(persist_failure(record.clone(), &error));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+async fn insert_rows(
+    db: &impl ConnectionTrait,
+    context: &PageContext<'_>,
+    records: &[Record],
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    let rows = records.iter().map(|record| record::ActiveModel {
+        user_id: Set(context.connection.user_id.clone()),
+        provider: Set(context.connection.provider.clone()),
+        external_id: Set(record.external_id.clone()),
+        payload: Set(record.payload.clone()),
+        content_hash: Set(record.content_hash.clone()),
+        first_seen_run_id: Set(context.run_id),
+        last_seen_run_id: Set(context.run_id),
+        created_at: Set(now),
+        updated_at: Set(now),
+        ..Default::default()
+    });
+    let result = record::Entity::insert_many(rows)
+        .on_conflict_do_nothing_on(record::KEY_COLUMNS)
+        .exec_without_returning(db)
+        .await?;
+    Ok(match result {
+        sea_orm::TryInsertResult::Inserted(rows) => rows,
+        sea_orm::TryInsertResult::Empty | sea_orm::TryInsertResult::Conflicted => 0,
+    })
+}
+
+/// Rewrites a record whose content changed, in its own savepoint.
+async fn update_changed(
+    txn: &DatabaseTransaction,
+    run_id: i64,
+    id: i64,
+    record: &Record,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let savepoint = txn.begin().await?;
+    let result = record::Entity::update_many()
+        .col_expr(record::Column::Payload, Expr::value(record.payload.clone()))
+        .col_expr(
+            record::Column::ContentHash,
+            Expr::value(record.content_hash.clone()),
+        )
+        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
+        .col_expr(record::Column::UpdatedAt, Expr::value(now))
+        .filter(record::Column::Id.eq(id))
+        .exec(&savepoint)
+        .await;
+    match result {
+        Ok(_) => savepoint.commit().await,
+        Err(error) => {
+            savepoint.rollback().await?;
+            Err(error)
+        }
+    }
+}
+
+fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
+    RejectedRecord {
+        external_id: Some(record.external_id),
+        stage: RecordStage::Persist,
+        message: format!("writing the record failed: {error}"),
+        payload: record.payload,
+    }
+}
+
+async fn insert_run_errors(
+    db: &impl ConnectionTrait,
+    context: &PageContext<'_>,
+    rejected: &[RejectedRecord],
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let rows = rejected.iter().map(|reject| run_error::ActiveModel {
+        run_id: Set(context.run_id),
+        user_id: Set(context.connection.user_id.clone()),
+        provider: Set(context.connection.provider.clone()),
+        external_id: Set(reject.external_id.clone()),
+        stage: Set(reject.stage.as_str().to_string()),
+        message: Set(reject.message.clone()),
+        payload: Set(reject.payload.clone()),
+        created_at: Set(now),
+        ..Default::default()
+    });
+    run_error::Entity::insert_many(rows)
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+async fn save_checkpoint(
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let checkpoint = match context.next_checkpoint {
+        Some(position) => Some(
+            serde_json::to_string(position)
+                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))?,
+        ),
+        None => None,
+    };
+    connection::Entity::update(connection::ActiveModel {
+        id: Set(context.connection.id),
+        checkpoint: Set(checkpoint),
+        updated_at: Set(now),
+        ..Default::default()
+    })
+    .exec(txn)
+    .await?;
+    Ok(())
+}

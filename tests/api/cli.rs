@@ -1,0 +1,302 @@
+//! The `tributary` binary: exit codes, messages, JSON output, bad configs and the demo.
+
+use assert_cmd::Command;
+use serde_json::json;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, ResponseTemplate};
+
+use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
+
+/// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
+fn tributary(config: &std::path::Path) -> Command {
+    let mut command = Command::cargo_bin("tributary").expect("binary built");
+    command
+        .arg("--config")
+        .arg(config)
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("TRIBUTARY_CONFIG")
+        .env_remove("RUST_LOG");
+    command
+}
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(command: &mut Command) -> Output {
+    let output = command.output().expect("binary runs");
+    Output {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+async fn mount_listing(app: &TestApp) {
+    let mut data = items("c", "alice", 0..4);
+    data.push(json!({"no_id": "poison"}));
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": null})),
+        )
+        .mount(&app.api)
+        .await;
+}
+
+#[tokio::test]
+async fn sync_prints_a_line_per_run_and_runs_and_errors_show_the_history() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+
+    let sync = run(tributary(&config).args(["sync", "--quiet"]));
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    assert!(
+        sync.stdout.contains("alice@acme partial"),
+        "{}",
+        sync.stdout
+    );
+    assert!(sync.stdout.contains("inserted=4") && sync.stdout.contains("failed=1"));
+
+    let again = run(tributary(&config).args(["sync", "--json"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let outcomes: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(outcomes[0]["counts"]["inserted"], 0);
+    assert_eq!(outcomes[0]["counts"]["unchanged"], 4);
+
+    let runs = run(tributary(&config).args(["runs", "--json"]));
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["records_inserted"], 0, "newest first");
+    assert_eq!(runs[1]["records_inserted"], 4);
+    assert_eq!(runs[1]["status"], "partial");
+    let first_run = runs[1]["id"].as_i64().unwrap();
+
+    let table = run(tributary(&config).args(["runs"]));
+    assert_eq!(table.code, 0);
+    assert!(table.stdout.contains("partial") && table.stdout.contains("acme"));
+
+    let errors = run(tributary(&config).args(["errors", &first_run.to_string(), "--json"]));
+    assert_eq!(errors.code, 0, "{}", errors.stderr);
+    let errors: serde_json::Value = serde_json::from_str(&errors.stdout).unwrap();
+    assert_eq!(errors.as_array().unwrap().len(), 1);
+    assert_eq!(errors[0]["stage"], "validate");
+    assert_eq!(errors[0]["payload"], r#"{"no_id":"poison"}"#);
+
+    let missing = run(tributary(&config).args(["errors", "999"]));
+    assert_ne!(missing.code, 0);
+    assert!(
+        missing.stderr.contains("no run with id 999"),
+        "{}",
+        missing.stderr
+    );
+
+    for output in [&sync, &again] {
+        assert!(!output.stdout.contains("token-alice") && !output.stderr.contains("token-alice"));
+    }
+}
+
+#[tokio::test]
+async fn sync_exits_non_zero_when_a_run_fails() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(401))
+        .mount(&app.api)
+        .await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let sync = run(tributary(&config).args(["sync", "--quiet"]));
+    assert_eq!(sync.code, 1);
+    assert!(sync.stdout.contains("alice@acme failed"), "{}", sync.stdout);
+    assert!(sync.stdout.contains("credentials"), "{}", sync.stdout);
+}
+
+#[tokio::test]
+async fn sync_of_an_unknown_provider_names_the_configured_ones() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let sync = run(tributary(&config).args(["sync", "--provider", "nope"]));
+    assert_eq!(sync.code, 2);
+    assert!(sync.stderr.contains("no provider named \"nope\"") && sync.stderr.contains("acme"));
+}
+
+/// Each bad config: what to change in a valid one, and what the message must name.
+#[test]
+fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("never.db");
+    let valid = format!(
+        "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{}",
+        db_path.display(),
+        cursor_provider("acme", "http://127.0.0.1:9", &["alice"])
+    );
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            valid.replace("records_path", "recrods_path"),
+            "providers.acme",
+            "unknown field `recrods_path`",
+        ),
+        (
+            valid.replace("page_size = 100", "page_size = \"big\""),
+            "providers.acme.pagination.page_size",
+            "invalid type",
+        ),
+        (
+            valid.replace("0 */15 * * * *", "every five minutes"),
+            "providers.acme.schedule",
+            "not a valid cron expression",
+        ),
+        (
+            valid.replace("0 */15 * * * *", "*/15 * * * *"),
+            "providers.acme.schedule",
+            "six fields",
+        ),
+        (
+            valid.replace("http://127.0.0.1:9", "not a url"),
+            "providers.acme.base_url",
+            "",
+        ),
+        (
+            valid.replace("kind = \"rest\"", "kind = \"soap\""),
+            "providers.acme",
+            "unknown provider kind \"soap\", expected one of: rest",
+        ),
+        (
+            valid.replace(
+                "token = \"token-alice\"",
+                "token_env = \"TRIBUTARY_TEST_NOT_SET\"",
+            ),
+            "providers.acme.connections[0].token_env",
+            "TRIBUTARY_TEST_NOT_SET is not set",
+        ),
+        (
+            valid.replace("max_retries = 2", "max_retries = -1"),
+            "providers.acme.http.max_retries",
+            "",
+        ),
+        (
+            valid.replace("[database]", "[databse]"),
+            "",
+            "unknown field `databse`",
+        ),
+        (
+            valid.replace("sqlite://", "oracle://"),
+            "database.url",
+            "expected a sqlite://, postgres:// or mysql:// URL",
+        ),
+        (
+            format!(
+                "{valid}\n[[providers.acme.connections]]\nuser_id = \"alice\"\ntoken = \"x\"\n"
+            ),
+            "providers.acme.connections[1].user_id",
+            "listed twice",
+        ),
+    ];
+    for (index, (text, key, expected)) in cases.iter().enumerate() {
+        let config = dir.path().join(format!("bad-{index}.toml"));
+        std::fs::write(&config, text).unwrap();
+        for args in [&["check-config"][..], &["sync", "--quiet"][..]] {
+            let output = run(tributary(&config).args(args));
+            assert_eq!(output.code, 2, "case {index} {args:?}: {}", output.stderr);
+            assert!(
+                output.stderr.contains(&config.display().to_string()),
+                "case {index}: the message names the file: {}",
+                output.stderr
+            );
+            assert!(
+                output.stderr.contains(key),
+                "case {index}: names `{key}`: {}",
+                output.stderr
+            );
+            assert!(
+                output.stderr.contains(expected),
+                "case {index}: says `{expected}`: {}",
+                output.stderr
+            );
+        }
+    }
+    assert!(
+        !db_path.exists(),
+        "a bad config must not create the database"
+    );
+
+    let config = dir.path().join("good.toml");
+    std::fs::write(&config, &valid).unwrap();
+    let output = run(tributary(&config).arg("check-config"));
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    assert!(output
+        .stdout
+        .contains("is valid: 1 provider(s), 1 connection(s)"));
+    assert!(
+        !db_path.exists(),
+        "check-config does not touch the database"
+    );
+
+    let missing = dir.path().join("missing.toml");
+    let output = run(tributary(&missing).arg("check-config"));
+    assert_eq!(output.code, 2);
+    assert!(
+        output.stderr.contains("cannot read config file") && output.stderr.contains("missing.toml")
+    );
+}
+
+#[test]
+fn the_shipped_config_is_valid_once_its_token_variable_is_set() {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let output = run(tributary(&config)
+        .arg("check-config")
+        .env("ACME_ALICE_TOKEN", "x"));
+    assert_eq!(output.code, 0, "{}", output.stderr);
+}
+
+#[test]
+fn demo_shows_that_the_second_pass_inserts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let db_path = dir.path().join("demo.db");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"sqlite://{}?mode=rwc\"\n",
+            db_path.display()
+        ),
+    )
+    .unwrap();
+    let output = run(tributary(&config).args(["demo", "--quiet"]));
+    assert_eq!(
+        output.code, 0,
+        "stdout: {}\nstderr: {}",
+        output.stdout, output.stderr
+    );
+    assert!(
+        output.stdout.contains("Pass 2 inserted 0 records"),
+        "{}",
+        output.stdout
+    );
+    assert!(output
+        .stdout
+        .contains("The malformed record sits in run_errors"));
+    assert!(
+        output.stdout.contains("ada@demo partial"),
+        "{}",
+        output.stdout
+    );
+    assert!(output.stdout.contains("grace@demo succeeded"));
+
+    let runs = run(tributary(&config).args(["runs", "--json"]));
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 6, "two passes over three users");
+    let inserted: i64 = runs
+        .iter()
+        .map(|r| r["records_inserted"].as_i64().unwrap())
+        .sum();
+    assert_eq!(
+        inserted, 35,
+        "3 users x 12 records, less the one without an id"
+    );
+}

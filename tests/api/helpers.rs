@@ -1,0 +1,211 @@
+//! `spawn_app()`: a fresh migrated database and a wiremock server per test.
+
+use std::path::PathBuf;
+use std::sync::Once;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, QueryOrder, Statement};
+use tempfile::TempDir;
+use tributary::config::{DatabaseSettings, Settings};
+use tributary::entities::{record, run_error, sync_run};
+use tributary::pipeline::{NoProgress, RunOutcome, Trigger};
+use tributary::sync::{sync_matching, SyncFilter};
+use wiremock::MockServer;
+
+static TRACING: Once = Once::new();
+
+/// One test's world: a database, a mock API and a folder for files.
+pub struct TestApp {
+    pub db: DatabaseConnection,
+    pub database_url: String,
+    pub api: MockServer,
+    pub dir: TempDir,
+}
+
+/// Starts a wiremock server and opens a fresh, migrated SQLite database in a temp folder.
+pub async fn spawn_app() -> TestApp {
+    TRACING.call_once(|| {
+        if std::env::var_os("TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter("debug,sqlx=warn,hyper=warn")
+                .with_test_writer()
+                .try_init();
+        }
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = format!("sqlite://{}?mode=rwc", dir.path().join("test.db").display());
+    let db = tributary::db::connect_and_migrate(&DatabaseSettings {
+        url: database_url.clone(),
+        max_connections: 4,
+    })
+    .await
+    .expect("migrated test database");
+    TestApp {
+        db,
+        database_url,
+        api: MockServer::start().await,
+        dir,
+    }
+}
+
+/// A `[providers.NAME]` table for a `rest` provider on `base_url` with cursor pagination,
+/// fast retries, and one bearer-token connection per user (`token = "token-<user>"`).
+pub fn cursor_provider(name: &str, base_url: &str, users: &[&str]) -> String {
+    let mut text = format!(
+        r#"
+[providers.{name}]
+kind = "rest"
+base_url = "{base_url}"
+path = "/v1/items"
+schedule = "0 */15 * * * *"
+records_path = "data"
+id_field = "id"
+auth = "bearer"
+
+[providers.{name}.http]
+max_retries = 2
+retry_initial_delay = "1ms"
+retry_max_delay = "5ms"
+
+[providers.{name}.pagination]
+type = "cursor"
+cursor_path = "next_cursor"
+cursor_param = "cursor"
+page_size_param = "limit"
+page_size = 100
+"#
+    );
+    text.push_str(&connections(name, users));
+    text
+}
+
+/// `[[providers.NAME.connections]]` entries with `token = "token-<user>"`.
+pub fn connections(name: &str, users: &[&str]) -> String {
+    users
+        .iter()
+        .map(|user| {
+            format!(
+                "\n[[providers.{name}.connections]]\nuser_id = \"{user}\"\ntoken = \"token-{user}\"\n"
+            )
+        })
+        .collect()
+}
+
+impl TestApp {
+    /// A whole config file: this app's database plus the given provider tables.
+    pub fn config_text(&self, providers: &str) -> String {
+        format!("[database]\nurl = \"{}\"\n{providers}", self.database_url)
+    }
+
+    /// Writes the config file into the temp folder and returns its path.
+    pub fn write_config(&self, providers: &str) -> PathBuf {
+        let path = self.dir.path().join("config.toml");
+        std::fs::write(&path, self.config_text(providers)).expect("write config");
+        path
+    }
+
+    /// Parses the config and loads its connections into the database.
+    pub async fn settings(&self, providers: &str) -> Settings {
+        let settings = Settings::parse(
+            &self.dir.path().join("config.toml"),
+            &self.config_text(providers),
+            None,
+            &|_| true,
+        )
+        .expect("valid config");
+        tributary::db::upsert_configured_connections(&self.db, &settings)
+            .await
+            .expect("connections stored");
+        settings
+    }
+
+    /// Syncs every connection of `settings` once and returns the runs sorted by user.
+    pub async fn sync(&self, settings: &Settings) -> Vec<RunOutcome> {
+        let mut outcomes = sync_matching(
+            &self.db,
+            settings,
+            &SyncFilter::default(),
+            Trigger::Manual,
+            &NoProgress,
+        )
+        .await
+        .expect("runs recorded");
+        outcomes.sort_by(|a, b| (&a.provider, &a.user_id).cmp(&(&b.provider, &b.user_id)));
+        outcomes
+    }
+
+    /// Syncs and returns the only run.
+    pub async fn sync_one(&self, settings: &Settings) -> RunOutcome {
+        let mut outcomes = self.sync(settings).await;
+        assert_eq!(outcomes.len(), 1, "expected exactly one run: {outcomes:?}");
+        outcomes.remove(0)
+    }
+
+    /// The whole records table, ordered by key.
+    pub async fn records(&self) -> Vec<record::Model> {
+        record::Entity::find()
+            .order_by_asc(record::Column::UserId)
+            .order_by_asc(record::Column::Provider)
+            .order_by_asc(record::Column::ExternalId)
+            .all(&self.db)
+            .await
+            .expect("records")
+    }
+
+    /// Every column of every record as text lines, for diffing two states of the table.
+    pub async fn dump_records(&self) -> Vec<String> {
+        self.records()
+            .await
+            .into_iter()
+            .map(|r| {
+                format!(
+                    "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+                    r.id,
+                    r.user_id,
+                    r.provider,
+                    r.external_id,
+                    r.payload,
+                    r.content_hash,
+                    r.first_seen_run_id,
+                    r.last_seen_run_id,
+                    r.created_at.to_rfc3339(),
+                    r.updated_at.to_rfc3339()
+                )
+            })
+            .collect()
+    }
+
+    /// The error report of one run, oldest first.
+    pub async fn run_errors(&self, run_id: i64) -> Vec<run_error::Model> {
+        use sea_orm::{ColumnTrait, QueryFilter};
+        run_error::Entity::find()
+            .filter(run_error::Column::RunId.eq(run_id))
+            .order_by_asc(run_error::Column::Id)
+            .all(&self.db)
+            .await
+            .expect("run errors")
+    }
+
+    /// The stored `sync_runs` row.
+    pub async fn run_row(&self, run_id: i64) -> sync_run::Model {
+        sync_run::Entity::find_by_id(run_id)
+            .one(&self.db)
+            .await
+            .expect("query")
+            .expect("run row exists")
+    }
+
+    /// Runs a raw SQL statement (for test fixtures such as triggers).
+    pub async fn execute(&self, sql: &str) {
+        self.db
+            .execute_raw(Statement::from_string(self.db.get_database_backend(), sql))
+            .await
+            .expect("statement");
+    }
+}
+
+/// `n` records `{"id": "<prefix><i>", "owner": owner, "n": i}` for i in `range`.
+pub fn items(prefix: &str, owner: &str, range: std::ops::Range<usize>) -> Vec<serde_json::Value> {
+    range
+        .map(|i| serde_json::json!({ "id": format!("{prefix}{i}"), "owner": owner, "n": i }))
+        .collect()
+}

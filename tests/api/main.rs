@@ -1,0 +1,9 @@
+//! The integration suite: one binary, real SQLite databases, wiremock standing in for the
+//! third-party APIs. Logs are silent unless `TEST_LOG` is set.
+
+mod cli;
+mod faults;
+mod helpers;
+mod keying;
+mod pagination;
+mod poison;

@@ -18,19 +18,33 @@ pub struct Credentials {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum PagePosition {
     /// An opaque cursor token returned by the previous page.
-    Cursor { cursor: String },
+    Cursor {
+        /// The token, sent back as the configured query parameter.
+        cursor: String,
+    },
     /// A record offset (`offset` pagination).
-    Offset { offset: u64 },
+    Offset {
+        /// The number of records before this page.
+        offset: u64,
+    },
     /// A page number (`page` pagination).
-    Page { page: u64 },
+    Page {
+        /// The page number.
+        page: u64,
+    },
     /// A full URL to fetch next (`link` pagination, RFC 8288 `rel="next"`).
-    Url { url: String },
+    Url {
+        /// The absolute URL.
+        url: String,
+    },
 }
 
 /// One item of a page: a record ready to store, or one that was set aside with its payload.
 #[derive(Clone, Debug)]
 pub enum PageItem {
+    /// A record ready to store.
     Record(Record),
+    /// A record set aside, with the reason and its raw payload.
     Rejected(RejectedRecord),
 }
 

@@ -50,7 +50,9 @@ impl RecordStage {
 pub struct RejectedRecord {
     /// The external id when one could be read, else `None`.
     pub external_id: Option<String>,
+    /// Where the record failed.
     pub stage: RecordStage,
+    /// Why the record was set aside.
     pub message: String,
     /// The raw record (JSON text) as received, so it can be replayed.
     pub payload: String,

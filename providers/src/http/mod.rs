@@ -61,7 +61,7 @@ pub struct HttpSettings {
     pub max_rate_limit_wait: Duration,
     /// Largest response body accepted, in bytes. Default 32 MiB.
     pub max_body_bytes: u64,
-    /// User-Agent header. Default "tributary/<crate version>".
+    /// User-Agent header. Default `"tributary/<crate version>"`.
     pub user_agent: String,
 }
 
@@ -196,11 +196,18 @@ impl HttpClient {
         attempt: u32,
     ) -> Result<JsonResponse, Failure> {
         let transport = |what: &str, err: reqwest::Error| {
-            Failure::retry(FetchError::Transport {
+            // A redirect loop or a request that cannot be built fails the same way again.
+            let retryable = !(err.is_redirect() || err.is_builder());
+            let error = FetchError::Transport {
                 url: shown.to_string(),
                 attempts: attempt,
                 message: format!("{what}: {}", error_chain(&err.without_url())),
-            })
+            };
+            Failure {
+                error,
+                retryable,
+                retry_after: None,
+            }
         };
         let mut response = self
             .client

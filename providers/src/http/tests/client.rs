@@ -35,6 +35,16 @@ async fn redirects_are_followed_only_within_the_origin() {
         "{error:?}"
     );
     assert!(error.to_string().contains("was not followed"), "{error}");
+
+    Mock::given(path("/loop"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", "/loop"))
+        .mount(&server)
+        .await;
+    let error = get(&client, url(&server, "/loop")).await.unwrap_err();
+    assert!(
+        matches!(&error, FetchError::Transport { attempts: 1, message, .. } if message.contains("redirects")),
+        "{error:?}"
+    );
 }
 
 #[test]

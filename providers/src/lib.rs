@@ -23,8 +23,70 @@ mod page;
 
 pub use config::{build_provider, ProviderConfig};
 pub use http::{FetchError, HttpClient, HttpSettings};
-pub use page::{Credentials, Page, PageItem, PagePosition};
+pub use page::{Credentials, Page, PageItem, PagePosition, Watermark};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};
+
+/// What one page fetch may use: the connection's credentials, its incremental watermark,
+/// and the store that persists refreshed credentials.
+pub struct FetchContext<'a> {
+    /// The connection's credentials as stored when the run started.
+    pub credentials: &'a Credentials,
+    /// Fetch only what changed since this watermark; `None` for a full pass.
+    pub since: Option<&'a Watermark>,
+    /// Persists refreshed OAuth credentials (see [`CredentialStore`]).
+    pub credential_store: &'a dyn CredentialStore,
+}
+
+/// Refreshes expired OAuth credentials. Implemented by the providers that need it.
+#[async_trait::async_trait]
+pub trait TokenRefresher: Send + Sync {
+    /// Spends `current.refresh_token` on new credentials at the API.
+    async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError>;
+}
+
+/// The pipeline's side of a token refresh. Providers never touch the database; they ask
+/// this store, which the pipeline implements over the `connections` row.
+#[async_trait::async_trait]
+pub trait CredentialStore: Send + Sync {
+    /// Refreshes the connection's credentials, serialised per connection: the store locks
+    /// the connection's row, and if the stored credentials no longer match `stale`
+    /// (another run refreshed them first) returns the stored ones without a refresh.
+    /// Otherwise it calls `refresher`, commits the new credentials, and only then returns
+    /// them, so a refresh token an API rotates is never lost by a crash before use.
+    async fn refresh(
+        &self,
+        stale: &Credentials,
+        refresher: &dyn TokenRefresher,
+    ) -> Result<Credentials, FetchError>;
+}
+
+/// A [`CredentialStore`] for connections whose credentials are never refreshed: asking it
+/// to refresh is an error naming why.
+pub struct NoCredentialStore;
+
+#[async_trait::async_trait]
+impl CredentialStore for NoCredentialStore {
+    async fn refresh(
+        &self,
+        _stale: &Credentials,
+        _refresher: &dyn TokenRefresher,
+    ) -> Result<Credentials, FetchError> {
+        Err(FetchError::MissingCredentials {
+            message: "the credentials expired and cannot be refreshed here".to_string(),
+        })
+    }
+}
+
+impl<'a> FetchContext<'a> {
+    /// A full pass with credentials that are never refreshed (tests, one-off fetches).
+    pub fn full(credentials: &'a Credentials) -> FetchContext<'a> {
+        FetchContext {
+            credentials,
+            since: None,
+            credential_store: &NoCredentialStore,
+        }
+    }
+}
 
 /// One adapter for one configured provider (e.g. `[providers.acme]`).
 ///
@@ -37,7 +99,7 @@ pub trait Provider: Send + Sync {
     /// [`PageItem::Rejected`]; an `Err` means the page itself could not be had.
     async fn fetch_page(
         &self,
-        credentials: &Credentials,
+        context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError>;
 }

@@ -5,11 +5,41 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{Record, RejectedRecord};
 
-/// The credentials of one connection, resolved for one run. `Debug` never shows the secret.
+/// The credentials of one connection, resolved for one run. `Debug` never shows a secret.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {
-    /// The API token (bearer token or API key), if the provider needs one.
+    /// The API token (bearer token, API key or OAuth access token), if the provider needs one.
     pub token: Option<SecretString>,
+    /// OAuth2: the refresh token that buys a new access token (rotated on every refresh by
+    /// some APIs, e.g. Strava).
+    pub refresh_token: Option<SecretString>,
+    /// OAuth2: when `token` expires, in seconds since the Unix epoch.
+    pub expires_at: Option<i64>,
+}
+
+impl Credentials {
+    /// Whether the two hold the same secrets (used to tell whether another run already
+    /// refreshed them).
+    pub fn same_as(&self, other: &Credentials) -> bool {
+        use secrecy::ExposeSecret;
+        let secret = |s: &Option<SecretString>| s.as_ref().map(|s| s.expose_secret().to_string());
+        secret(&self.token) == secret(&other.token)
+            && secret(&self.refresh_token) == secret(&other.refresh_token)
+            && self.expires_at == other.expires_at
+    }
+}
+
+/// The incremental-sync watermark: the newest change a run has seen. The connection keeps
+/// the largest watermark of its last complete run, and the next run asks only for what
+/// changed since (inclusively where the API allows, so boundary ties are re-fetched and
+/// absorbed by the key).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Watermark {
+    /// A timestamp (e.g. GitHub's `updated_at`, Strava's `start_date`).
+    Time(chrono::DateTime<chrono::Utc>),
+    /// Seconds since the Unix epoch (e.g. Stripe's `created`).
+    Epoch(i64),
 }
 
 /// Where a page starts. It is serialised into the connection's checkpoint, so it must be
@@ -55,4 +85,7 @@ pub struct Page {
     pub items: Vec<PageItem>,
     /// Where the next page starts; `None` when this was the last page.
     pub next: Option<PagePosition>,
+    /// The newest watermark among this page's records, for providers that sync
+    /// incrementally; `None` otherwise.
+    pub watermark: Option<Watermark>,
 }

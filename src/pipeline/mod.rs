@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{DatabaseConnection, DbErr};
 use secrecy::SecretString;
 use tracing::Instrument;
-use tributary_providers::{Credentials, FetchError, PagePosition, Provider};
+use tributary_providers::{Credentials, FetchContext, FetchError, PagePosition, Provider};
 
 use crate::config::ProviderSettings;
 use crate::entities::connection;
@@ -177,7 +177,8 @@ async fn fetch_and_store(
             }
         }
         let page_number = counts.pages_fetched + 1;
-        let page = match provider.fetch_page(&credentials, position.as_ref()).await {
+        let fetch_context = FetchContext::full(&credentials);
+        let page = match provider.fetch_page(&fetch_context, position.as_ref()).await {
             Ok(page) => page,
             Err(source) => {
                 if let Some(body) = source.body() {
@@ -239,6 +240,7 @@ fn resolve_credentials(stored: &str) -> Result<Credentials, String> {
         return match std::env::var(var) {
             Ok(token) if !token.is_empty() => Ok(Credentials {
                 token: Some(SecretString::from(token)),
+                ..Credentials::default()
             }),
             _ => Err(format!(
                 "credentials: environment variable {var} is not set or empty"
@@ -249,7 +251,10 @@ fn resolve_credentials(stored: &str) -> Result<Credentials, String> {
         .get("token")
         .and_then(|v| v.as_str())
         .map(|token| SecretString::from(token.to_string()));
-    Ok(Credentials { token })
+    Ok(Credentials {
+        token,
+        ..Credentials::default()
+    })
 }
 
 /// The position an unfinished earlier run committed last, if any.

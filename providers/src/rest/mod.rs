@@ -33,7 +33,7 @@ pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 
 use crate::http::{cap_body, display_url, HttpClient};
 use crate::record::{json_type_name, lookup_path};
-use crate::{Credentials, FetchError, IdSpec, Page, PageItem, PagePosition, Provider};
+use crate::{FetchContext, FetchError, IdSpec, Page, PageItem, PagePosition, Provider};
 
 /// The adapter for one `kind = "rest"` provider.
 #[derive(Clone, Debug)]
@@ -108,7 +108,11 @@ impl RestProvider {
                 Err(rejected) => PageItem::Rejected(rejected),
             })
             .collect();
-        Ok(Page { items, next })
+        Ok(Page {
+            items,
+            next,
+            watermark: None,
+        })
     }
 
     /// `Accept`, the static headers, then the token as `auth` says. Values are marked
@@ -163,9 +167,10 @@ impl RestProvider {
 impl Provider for RestProvider {
     async fn fetch_page(
         &self,
-        credentials: &Credentials,
+        context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
+        let credentials = context.credentials;
         // Tokens pasted from files often end in a newline; no token has outer whitespace.
         let token = credentials
             .token

@@ -5,7 +5,7 @@ use wiremock::matchers::{header, method, path, query_param, query_param_is_missi
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{credentials, ids, provider, walk, TOKEN};
-use crate::{Credentials, FetchError, PageItem, PagePosition, Provider, RecordStage};
+use crate::{Credentials, FetchContext, FetchError, PageItem, PagePosition, Provider, RecordStage};
 
 fn records(ids: &[u64]) -> serde_json::Value {
     ids.iter().map(|id| json!({"id": id})).collect()
@@ -181,7 +181,10 @@ async fn a_malformed_link_header_is_a_shape_error() {
         .mount(&server)
         .await;
     let provider = provider(&server, json!({"pagination": {"type": "link"}}));
-    let error = provider.fetch_page(&credentials(), None).await.unwrap_err();
+    let error = provider
+        .fetch_page(&FetchContext::full(&credentials()), None)
+        .await
+        .unwrap_err();
     assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
     assert!(
         error.to_string().contains("malformed Link header"),
@@ -197,13 +200,13 @@ async fn next_urls_on_another_origin_and_mismatched_positions_are_refused() {
         url: "https://evil.example.com/v1/items?page=2".into(),
     };
     let error = provider
-        .fetch_page(&credentials(), Some(&elsewhere))
+        .fetch_page(&FetchContext::full(&credentials()), Some(&elsewhere))
         .await
         .unwrap_err();
     assert!(matches!(error, FetchError::InvalidUrl { .. }), "{error:?}");
     let cursor = PagePosition::Cursor { cursor: "c".into() };
     let error = provider
-        .fetch_page(&credentials(), Some(&cursor))
+        .fetch_page(&FetchContext::full(&credentials()), Some(&cursor))
         .await
         .unwrap_err();
     assert!(
@@ -223,7 +226,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .mount(&server)
         .await;
     let page = provider(&server, json!({}))
-        .fetch_page(&credentials(), None)
+        .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["1"]);
@@ -237,7 +240,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .await;
     let provider_with_header = provider(&server, json!({"auth": {"header": "X-Api-Key"}}));
     let page = provider_with_header
-        .fetch_page(&credentials(), None)
+        .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["2"]);
@@ -251,7 +254,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .await;
     let open = provider(&server, json!({"auth": "none"}));
     let page = open
-        .fetch_page(&Credentials::default(), None)
+        .fetch_page(&FetchContext::full(&Credentials::default()), None)
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["3"]);
@@ -264,7 +267,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
 async fn a_missing_token_fails_before_any_request() {
     let server = MockServer::start().await;
     let error = provider(&server, json!({}))
-        .fetch_page(&Credentials::default(), None)
+        .fetch_page(&FetchContext::full(&Credentials::default()), None)
         .await
         .unwrap_err();
     assert!(
@@ -286,7 +289,7 @@ async fn records_path_that_is_not_an_array_is_a_shape_error_with_the_body() {
         .mount(&server)
         .await;
     let error = provider(&server, json!({}))
-        .fetch_page(&credentials(), None)
+        .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap_err();
     assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
@@ -297,7 +300,7 @@ async fn records_path_that_is_not_an_array_is_a_shape_error_with_the_body() {
     assert_eq!(error.stage(), RecordStage::Parse);
 
     let error = provider(&server, json!({"records_path": "items"}))
-        .fetch_page(&credentials(), None)
+        .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap_err();
     assert!(
@@ -319,7 +322,7 @@ async fn rejected_records_come_back_in_place_next_to_the_good_ones() {
         .mount(&server)
         .await;
     let page = provider(&server, json!({}))
-        .fetch_page(&credentials(), None)
+        .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap();
     assert_eq!(page.items.len(), 4);
@@ -371,7 +374,10 @@ async fn the_token_never_appears_in_errors_or_debug_output() {
     for route in ["/unauthorized", "/broken", "/gone", "/html", "/shape"] {
         for auth in [json!("bearer"), json!({"header": "X-Api-Key"})] {
             let provider = provider(&server, json!({"path": route, "auth": auth}));
-            let error = provider.fetch_page(&credentials(), None).await.unwrap_err();
+            let error = provider
+                .fetch_page(&FetchContext::full(&credentials()), None)
+                .await
+                .unwrap_err();
             let shown = format!("{error} {error:?} {:?}", error.body());
             assert!(!shown.contains(TOKEN), "{route}: {shown}");
             assert!(shown.contains("[redacted]"), "{route}: {shown}");

@@ -9,13 +9,16 @@ use wiremock::MockServer;
 
 use super::{RestConfig, RestProvider};
 use crate::http::{HttpClient, HttpSettings};
-use crate::{Credentials, FetchError, PageItem, PagePosition, Provider, ProviderConfig};
+use crate::{
+    Credentials, FetchContext, FetchError, PageItem, PagePosition, Provider, ProviderConfig,
+};
 
 const TOKEN: &str = "sekret-token-123";
 
 fn credentials() -> Credentials {
     Credentials {
         token: Some(SecretString::from(TOKEN)),
+        ..Credentials::default()
     }
 }
 
@@ -75,7 +78,9 @@ async fn walk(
     let mut positions = vec![None];
     let mut position: Option<PagePosition> = None;
     for _ in 0..10 {
-        let page = provider.fetch_page(credentials, position.as_ref()).await?;
+        let page = provider
+            .fetch_page(&FetchContext::full(credentials), position.as_ref())
+            .await?;
         all.extend(ids(&page.items));
         match page.next {
             Some(next) => {

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    QueryFilter, QuerySelect, Set, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set, TransactionTrait,
 };
 use tributary_providers::{PageItem, PagePosition, Record, RecordStage, RejectedRecord};
 
@@ -247,10 +247,25 @@ async fn insert_rows(
         .on_conflict_do_nothing_on(record::KEY_COLUMNS)
         .exec_without_returning(db)
         .await?;
-    Ok(match result {
+    let affected = match result {
         sea_orm::TryInsertResult::Inserted(rows) => rows,
         sea_orm::TryInsertResult::Empty | sea_orm::TryInsertResult::Conflicted => 0,
-    })
+    };
+    if db.get_database_backend() != DbBackend::MySql {
+        return Ok(affected);
+    }
+    // MySQL has no DO NOTHING: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
+    // and with the found-rows flag sqlx sets, a skipped row counts as affected too. The
+    // keys were all missing at the lookup, so the rows of this run among them are ours.
+    let ids = records.iter().map(|record| record.external_id.as_str());
+    let ours = record::Entity::find()
+        .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
+        .filter(record::Column::Provider.eq(context.connection.provider.as_str()))
+        .filter(record::Column::ExternalId.is_in(ids))
+        .filter(record::Column::FirstSeenRunId.eq(context.run_id))
+        .count(db)
+        .await?;
+    Ok(ours)
 }
 
 /// Rewrites a record whose content changed, in its own savepoint.

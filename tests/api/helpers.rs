@@ -21,7 +21,59 @@ pub struct TestApp {
     pub dir: TempDir,
 }
 
-/// Starts a wiremock server and opens a fresh, migrated SQLite database in a temp folder.
+/// Which database server the suite runs against: `TRIBUTARY_TEST_DB` = `sqlite` (the
+/// default), `postgres` or `mysql`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("TRIBUTARY_TEST_DB").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        Ok("mysql") => Backend::Mysql,
+        Ok("sqlite") | Err(_) => Backend::Sqlite,
+        Ok(other) => panic!("TRIBUTARY_TEST_DB={other}: expected sqlite, postgres or mysql"),
+    }
+}
+
+/// A fresh, empty database for one test: a file in `dir` for SQLite, a scratch database
+/// (`tributary_test_*`, dropped by scripts/test before each run) on the servers.
+pub async fn scratch_database_url(dir: &std::path::Path) -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let server = match backend() {
+        Backend::Sqlite => {
+            return format!("sqlite://{}?mode=rwc", dir.join("test.db").display());
+        }
+        Backend::Postgres => std::env::var("TRIBUTARY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string()),
+        Backend::Mysql => std::env::var("TRIBUTARY_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_string()),
+    };
+    let name = format!(
+        "tributary_test_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        chrono::Utc::now().timestamp_subsec_nanos()
+    );
+    let admin_url = match backend() {
+        Backend::Postgres => format!("{server}/postgres"),
+        _ => server.clone(),
+    };
+    let admin = sea_orm::Database::connect(&admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the test database server {admin_url}: {e}"));
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create scratch database");
+    admin.close().await.expect("close admin connection");
+    format!("{server}/{name}")
+}
+
+/// Starts a wiremock server and opens a fresh, migrated database (see [`backend`]).
 pub async fn spawn_app() -> TestApp {
     TRACING.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {
@@ -32,7 +84,7 @@ pub async fn spawn_app() -> TestApp {
         }
     });
     let dir = tempfile::tempdir().expect("temp dir");
-    let database_url = format!("sqlite://{}?mode=rwc", dir.path().join("test.db").display());
+    let database_url = scratch_database_url(dir.path()).await;
     let db = tributary::db::connect_and_migrate(&DatabaseSettings {
         url: database_url.clone(),
         max_connections: 4,
@@ -192,6 +244,82 @@ impl TestApp {
             .await
             .expect("query")
             .expect("run row exists")
+    }
+
+    /// The columns of the unique index on `records` other than the primary key, in index
+    /// order, read back from the database's own catalogue. One entry per unique index.
+    pub async fn unique_indexes_on_records(&self) -> Vec<Vec<String>> {
+        let sql = match backend() {
+            Backend::Sqlite => {
+                "SELECT il.name AS index_name, ii.name AS column_name \
+                 FROM pragma_index_list('records') il, pragma_index_info(il.name) ii \
+                 WHERE il.\"unique\" = 1 AND il.origin = 'c' ORDER BY il.name, ii.seqno"
+            }
+            Backend::Postgres => {
+                "SELECT ic.relname AS index_name, a.attname AS column_name \
+                 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                 WHERE i.indrelid = 'records'::regclass AND i.indisunique AND NOT i.indisprimary \
+                 ORDER BY ic.relname, array_position(i.indkey::int2[], a.attnum)"
+            }
+            Backend::Mysql => {
+                "SELECT INDEX_NAME AS index_name, COLUMN_NAME AS column_name \
+                 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() \
+                 AND TABLE_NAME = 'records' AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' \
+                 ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+            }
+        };
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_string(self.db.get_database_backend(), sql))
+            .await
+            .expect("index catalogue");
+        let mut indexes: Vec<(String, Vec<String>)> = Vec::new();
+        for row in rows {
+            let index: String = row.try_get("", "index_name").expect("index_name");
+            let column: String = row.try_get("", "column_name").expect("column_name");
+            match indexes.last_mut() {
+                Some((name, columns)) if *name == index => columns.push(column),
+                _ => indexes.push((index, vec![column])),
+            }
+        }
+        indexes.into_iter().map(|(_, columns)| columns).collect()
+    }
+
+    /// Makes the database itself refuse to insert a record with this external id, the
+    /// way a real constraint or trigger would.
+    pub async fn refuse_inserts_of(&self, external_id: &str, message: &str) {
+        match backend() {
+            Backend::Sqlite => {
+                self.execute(&format!(
+                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records \
+                     WHEN NEW.external_id = '{external_id}' \
+                     BEGIN SELECT RAISE(ABORT, '{message}'); END"
+                ))
+                .await
+            }
+            Backend::Postgres => {
+                self.execute(&format!(
+                    "CREATE FUNCTION refuse_record() RETURNS trigger AS $$ BEGIN \
+                     IF NEW.external_id = '{external_id}' THEN RAISE EXCEPTION '{message}'; END IF; \
+                     RETURN NEW; END $$ LANGUAGE plpgsql"
+                ))
+                .await;
+                self.execute(
+                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records \
+                     FOR EACH ROW EXECUTE FUNCTION refuse_record()",
+                )
+                .await
+            }
+            Backend::Mysql => {
+                self.execute(&format!(
+                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records FOR EACH ROW \
+                     BEGIN IF NEW.external_id = '{external_id}' THEN \
+                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{message}'; END IF; END"
+                ))
+                .await
+            }
+        }
     }
 
     /// Runs a raw SQL statement (for test fixtures such as triggers).

@@ -1,10 +1,11 @@
 //! The three-part key: the index matches it, a re-run inserts nothing, tenants never merge.
 
-use sea_orm::{ConnectionTrait, EntityTrait, Iden, Statement};
+use sea_orm::{EntityTrait, Iden};
 use serde_json::json;
 use tributary::entities::{connection, record};
+use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{insert_new, PageContext};
-use tributary::pipeline::RunStatus;
+use tributary::pipeline::{RunStatus, Trigger};
 use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
@@ -26,35 +27,14 @@ async fn serve_one_page(server: &wiremock::MockServer, token: &str, data: Vec<se
 #[tokio::test]
 async fn the_unique_index_covers_exactly_the_pipeline_key() {
     let app = spawn_app().await;
-    let backend = app.db.get_database_backend();
-    let indexes = app
-        .db
-        .query_all_raw(Statement::from_string(
-            backend,
-            "SELECT name FROM pragma_index_list('records') WHERE \"unique\" = 1 AND origin = 'c'",
-        ))
-        .await
-        .unwrap();
+    let indexes = app.unique_indexes_on_records().await;
+    let key: Vec<String> = record::KEY_COLUMNS.iter().map(|c| c.to_string()).collect();
     assert_eq!(
-        indexes.len(),
-        1,
+        indexes,
+        vec![key.clone()],
         "exactly one unique index besides the primary key"
     );
-    let name: String = indexes[0].try_get("", "name").unwrap();
-    let columns = app
-        .db
-        .query_all_raw(Statement::from_string(
-            backend,
-            format!("SELECT name FROM pragma_index_info('{name}') ORDER BY seqno"),
-        ))
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.try_get::<String>("", "name").unwrap())
-        .collect::<Vec<_>>();
-    let key: Vec<String> = record::KEY_COLUMNS.iter().map(|c| c.to_string()).collect();
-    assert_eq!(columns, key);
-    assert_eq!(columns, ["user_id", "provider", "external_id"]);
+    assert_eq!(key, ["user_id", "provider", "external_id"]);
 }
 
 #[tokio::test]
@@ -178,17 +158,20 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
     let settings = app
         .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
-    let run = app.sync_one(&settings).await;
+    app.sync_one(&settings).await;
     let before = app.dump_records().await;
 
-    // A writer whose lookup missed the row (a concurrent run) inserts the same keys.
+    // A second run whose lookup missed the rows (it raced the first) inserts the same keys.
     let connection = connection::Entity::find()
         .one(&app.db)
         .await
         .unwrap()
         .unwrap();
+    let racing_run = start_run(&app.db, &connection, Trigger::Manual)
+        .await
+        .unwrap();
     let context = PageContext {
-        run_id: run.run_id,
+        run_id: racing_run,
         connection: &connection,
         next_checkpoint: None,
     };

@@ -84,11 +84,8 @@ async fn a_record_the_database_refuses_is_reported_and_its_page_mates_commit() {
     let app = spawn_app().await;
     // A real database-side failure for one key: the multi-row insert fails, the pipeline
     // retries row by row, and only the refused record is set aside.
-    app.execute(
-        "CREATE TRIGGER refuse_poison BEFORE INSERT ON records WHEN NEW.external_id = 'poison' \
-         BEGIN SELECT RAISE(ABORT, 'poison refused by the database'); END",
-    )
-    .await;
+    app.refuse_inserts_of("poison", "poison refused by the database")
+        .await;
     let data = json!([{"id": "a"}, {"id": "poison", "x": 1}, {"id": "b"}]);
     Mock::given(method("GET"))
         .and(path("/v1/items"))

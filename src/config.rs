@@ -93,6 +93,13 @@ pub struct ConnectionSettings {
     pub token_env: Option<String>,
     /// The token itself.
     pub token: Option<SecretString>,
+    /// OAuth2 providers: the environment variable that holds the refresh token.
+    pub refresh_token_env: Option<String>,
+    /// OAuth2 providers: the refresh token itself.
+    pub refresh_token: Option<SecretString>,
+    /// OAuth2 providers: when the access token expires (seconds since the Unix epoch);
+    /// omitted means "refresh before the first request" when a refresh token is given.
+    pub expires_at: Option<i64>,
     /// Whether the connection is synced.
     #[serde(default = "default_true")]
     pub enabled: bool,
@@ -351,8 +358,19 @@ fn validate_connection(
             "missing: this provider's auth needs a token; set token_env = \"VAR\" (or token = \"...\")"
                 .into(),
         )),
-        (Some(var), None) if !env_is_set(var) => Err((
+        (Some(var), None) if connection.enabled && !env_is_set(var) => Err((
             "token_env",
+            format!("environment variable {var} is not set"),
+        )),
+        _ => Ok(()),
+    }?;
+    match (&connection.refresh_token_env, &connection.refresh_token) {
+        (Some(_), Some(_)) => Err((
+            "refresh_token",
+            "give either refresh_token_env or refresh_token, not both".into(),
+        )),
+        (Some(var), None) if connection.enabled && !env_is_set(var) => Err((
+            "refresh_token_env",
             format!("environment variable {var} is not set"),
         )),
         _ => Ok(()),

@@ -11,6 +11,7 @@ use sea_orm::{
 use tributary_migrations::{Migrator, MigratorTrait};
 
 use crate::config::{redact_url, ConnectionSettings, DatabaseSettings, Settings};
+use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
@@ -73,20 +74,9 @@ pub async fn migrate(
         })
 }
 
-/// The credentials JSON stored for a configured connection: a reference to the environment
-/// variable when there is one, so the secret stays out of the database.
-pub fn credentials_json(connection: &ConnectionSettings) -> String {
-    use secrecy::ExposeSecret;
-    let value = match (&connection.token_env, &connection.token) {
-        (Some(var), _) => serde_json::json!({ "token_env": var }),
-        (None, Some(token)) => serde_json::json!({ "token": token.expose_secret() }),
-        (None, None) => serde_json::json!({}),
-    };
-    value.to_string()
-}
-
 /// Inserts the connections listed in config.toml, or updates their credentials and
-/// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept.
+/// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept, and so
+/// are refreshed OAuth credentials unless the configured credentials changed.
 pub async fn upsert_configured_connections(
     db: &DatabaseConnection,
     settings: &Settings,
@@ -106,7 +96,7 @@ async fn upsert_connection(
     provider: &str,
     configured: &ConnectionSettings,
 ) -> Result<(), DbErr> {
-    let credentials = credentials_json(configured);
+    let source = StoredCredentials::from_config(configured);
     let existing = connection::Entity::find()
         .filter(connection::Column::UserId.eq(&configured.user_id))
         .filter(connection::Column::Provider.eq(provider))
@@ -114,10 +104,17 @@ async fn upsert_connection(
         .await?;
     let now = Utc::now();
     match existing {
-        Some(row) if row.credentials == credentials && row.enabled == configured.enabled => {}
         Some(row) => {
+            let unchanged_source = StoredCredentials::parse(&row.credentials)
+                .map(|stored| stored.same_source(&source))
+                .unwrap_or(false);
+            if unchanged_source && row.enabled == configured.enabled {
+                return Ok(());
+            }
             let mut active: connection::ActiveModel = row.into();
-            active.credentials = Set(credentials);
+            if !unchanged_source {
+                active.credentials = Set(source.to_column());
+            }
             active.enabled = Set(configured.enabled);
             active.updated_at = Set(now);
             active.update(db).await?;
@@ -127,7 +124,7 @@ async fn upsert_connection(
                 user_id: Set(configured.user_id.clone()),
                 provider: Set(provider.to_string()),
                 enabled: Set(configured.enabled),
-                credentials: Set(credentials),
+                credentials: Set(source.to_column()),
                 cursor: Set(None),
                 checkpoint: Set(None),
                 last_success_run_id: Set(None),

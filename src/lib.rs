@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`config`]: `config.toml`, its settings types and validation.
+//! - [`credentials`]: what `connections.credentials` holds and how a run resolves it.
 //! - [`db`]: connecting, migrating, and loading configured connections into `connections`.
 //! - [`entities`]: the SeaORM entities of `connections`, `records`, `sync_runs`, `run_errors`.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
@@ -16,6 +17,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod db;
 pub mod demo;
 pub mod entities;

@@ -6,7 +6,7 @@ use tributary_providers::{build_provider, FetchError};
 
 use crate::config::{ProviderSettings, Settings};
 use crate::entities::connection;
-use crate::pipeline::{sync_connection, ProgressSink, RunOutcome, Trigger};
+use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
 
 /// Which connections a `sync` covers. `None` matches all.
 #[derive(Clone, Debug, Default)]
@@ -42,7 +42,7 @@ pub async fn sync_matching(
     db: &DatabaseConnection,
     settings: &Settings,
     filter: &SyncFilter,
-    trigger: Trigger,
+    options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<Vec<RunOutcome>, SyncError> {
     if let Some(name) = &filter.provider {
@@ -81,7 +81,7 @@ pub async fn sync_matching(
         }
         let connections = enabled_connections(db, &provider_settings.name, filter).await?;
         outcomes
-            .extend(sync_provider(db, provider_settings, connections, trigger, progress).await?);
+            .extend(sync_provider(db, provider_settings, connections, options, progress).await?);
     }
     Ok(outcomes)
 }
@@ -91,7 +91,7 @@ pub async fn sync_provider(
     db: &DatabaseConnection,
     settings: &ProviderSettings,
     connections: Vec<connection::Model>,
-    trigger: Trigger,
+    options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<Vec<RunOutcome>, SyncError> {
     let provider = build_provider(&settings.adapter, &settings.http).map_err(|source| {
@@ -102,7 +102,7 @@ pub async fn sync_provider(
     })?;
     let provider = provider.as_ref();
     let results: Vec<Result<RunOutcome, DbErr>> = stream::iter(connections.iter())
-        .map(|connection| sync_connection(db, provider, settings, connection, trigger, progress))
+        .map(|connection| sync_connection(db, provider, settings, connection, options, progress))
         .buffer_unordered(settings.max_concurrent_connections)
         .collect()
         .await;

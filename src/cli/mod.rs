@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Settings;
-use crate::pipeline::{NoProgress, ProgressSink, RunOutcome, RunStatus, Trigger};
+use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus, Trigger};
 use crate::sync::{sync_matching, SyncFilter};
 
 /// Exit code for a bad config or command line.
@@ -71,6 +71,9 @@ pub enum Command {
         /// Print the runs as JSON instead of summary lines.
         #[arg(long)]
         json: bool,
+        /// Ignore the incremental cursor and fetch the whole listing.
+        #[arg(long)]
+        full: bool,
     },
     /// Show the run history, newest first.
     Runs {
@@ -181,6 +184,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             user,
             quiet,
             json,
+            full,
         } => {
             let settings = Settings::load(&cli.config)?;
             let db = open(&settings).await?;
@@ -191,7 +195,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let bars = progress::BarProgress::new();
             let show_progress = !quiet && !json && std::io::stderr().is_terminal();
             let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
-            let outcomes = sync_matching(&db, &settings, &filter, Trigger::Manual, sink).await?;
+            let options = RunOptions {
+                trigger: Trigger::Manual,
+                full,
+            };
+            let outcomes = sync_matching(&db, &settings, &filter, options, sink).await?;
             bars.clear();
             if outcomes.is_empty() {
                 eprintln!("No enabled connection matches; nothing was synced.");

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::config::{redact_url, DatabaseSettings, Settings, DATABASE_URL_ENV};
 use crate::entities::run_error;
-use crate::pipeline::{NoProgress, ProgressSink, RunOutcome, Trigger};
+use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
 use crate::sync::{sync_matching, SyncFilter};
 
 /// The database used when there is no config file to name one.
@@ -56,7 +56,8 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
     };
     let mut passes: Vec<Vec<RunOutcome>> = Vec::new();
     for pass in 1..=2 {
-        let mut outcomes = sync_matching(&db, &settings, &filter, Trigger::Manual, sink).await?;
+        let mut outcomes =
+            sync_matching(&db, &settings, &filter, RunOptions::manual(), sink).await?;
         bars.clear();
         outcomes.sort_by(|a, b| a.user_id.cmp(&b.user_id));
         println!("\nPass {pass}:");

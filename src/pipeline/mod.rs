@@ -5,6 +5,8 @@
 //! ([`store::store_page`]), and closes the run with its status. Tests drive it directly;
 //! the CLI and the daemon call it for each connection.
 
+pub mod checkpoint;
+pub mod credential_store;
 pub mod run;
 pub mod store;
 
@@ -12,15 +14,37 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseConnection, DbErr};
-use secrecy::SecretString;
 use tracing::Instrument;
-use tributary_providers::{Credentials, FetchContext, FetchError, PagePosition, Provider};
+use tributary_providers::{FetchContext, FetchError, PagePosition, Provider, Watermark};
 
 use crate::config::ProviderSettings;
+use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 
-pub use run::{RunCounts, RunOutcome, RunStatus, Trigger};
+pub use checkpoint::Checkpoint;
+pub use run::{RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
 pub use store::{PageContext, PageStoreCounts};
+
+use checkpoint::{newest, resumable_checkpoint, stored_cursor};
+use credential_store::ConnectionCredentials;
+
+/// How a run is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    pub trigger: Trigger,
+    /// Ignore the incremental cursor and walk the whole listing.
+    pub full: bool,
+}
+
+impl RunOptions {
+    /// A manual, incremental run.
+    pub fn manual() -> RunOptions {
+        RunOptions {
+            trigger: Trigger::Manual,
+            full: false,
+        }
+    }
+}
 
 /// Receives progress after each committed page (the CLI draws a progress bar from it).
 pub trait ProgressSink: Send + Sync {
@@ -42,6 +66,8 @@ enum RunFault {
     Credentials(String),
     #[error("fetching page {page} failed: {source}")]
     Fetch { page: u64, source: FetchError },
+    #[error("stopped early at page {page}: {source}; the next run resumes from the checkpoint")]
+    RateLimited { page: u64, source: FetchError },
     #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
     PaginationLoop { position: String },
     #[error(
@@ -63,10 +89,11 @@ pub async fn sync_connection(
     provider: &dyn Provider,
     settings: &ProviderSettings,
     connection: &connection::Model,
-    trigger: Trigger,
+    options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
+    let trigger = options.trigger;
     let run_id = run::start_run(db, connection, trigger).await?;
     let span = tracing::info_span!(
         "run",
@@ -75,15 +102,30 @@ pub async fn sync_connection(
         provider = %connection.provider
     );
     async move {
-        tracing::info!(trigger = trigger.as_str(), "Run started.");
+        tracing::info!(
+            trigger = trigger.as_str(),
+            full = options.full,
+            "Run started."
+        );
         let mut counts = RunCounts::default();
+        let mut watermark = None;
+        let since = if options.full {
+            None
+        } else {
+            stored_cursor(connection)
+        };
+        let walk = Walk {
+            run_id,
+            since: since.as_ref(),
+        };
         let listing = fetch_and_store(
             db,
             provider,
             settings,
             connection,
-            run_id,
+            walk,
             &mut counts,
+            &mut watermark,
             progress,
         );
         let result = match tokio::time::timeout(settings.run_timeout, listing).await {
@@ -95,19 +137,26 @@ pub async fn sync_connection(
         let (status, error) = match &result {
             Ok(()) if counts.failed > 0 => (RunStatus::Partial, None),
             Ok(()) => (RunStatus::Succeeded, None),
+            // A rate limit never fails a run: it stops early and resumes next time.
+            Err(fault @ RunFault::RateLimited { .. }) => {
+                (RunStatus::Partial, Some(fault.to_string()))
+            }
             Err(fault) => (RunStatus::Failed, Some(fault.to_string())),
         };
-        let clear_checkpoint = matches!(result, Ok(()) | Err(RunFault::PaginationLoop { .. }));
-        run::finish_run(
-            db,
-            connection,
-            run_id,
+        let listing_complete = result.is_ok();
+        let end = RunEnd {
             status,
-            &counts,
-            error.as_deref(),
-            clear_checkpoint,
-        )
-        .await?;
+            error: error.as_deref(),
+            listing_complete,
+            clear_checkpoint: listing_complete
+                || matches!(result, Err(RunFault::PaginationLoop { .. })),
+            watermark: if listing_complete {
+                newest(watermark, stored_cursor(connection))
+            } else {
+                None
+            },
+        };
+        run::finish_run(db, connection, run_id, &counts, &end).await?;
         let outcome = RunOutcome {
             run_id,
             user_id: connection.user_id.clone(),
@@ -117,50 +166,73 @@ pub async fn sync_connection(
             error,
             elapsed: started.elapsed(),
         };
-        match outcome.status {
-            RunStatus::Failed => tracing::warn!(
-                status = outcome.status.as_str(),
-                error = outcome.error.as_deref().unwrap_or(""),
-                pages = counts.pages_fetched,
-                inserted = counts.inserted,
-                "Run failed."
-            ),
-            _ => tracing::info!(
-                status = outcome.status.as_str(),
-                pages = counts.pages_fetched,
-                fetched = counts.fetched,
-                inserted = counts.inserted,
-                updated = counts.updated,
-                unchanged = counts.unchanged,
-                duplicate = counts.duplicate,
-                failed = counts.failed,
-                "Run finished."
-            ),
-        }
+        log_outcome(&outcome);
         Ok(outcome)
     }
     .instrument(span)
     .await
 }
 
-/// Walks the listing from the connection's checkpoint (or the first page) to its end.
+fn log_outcome(outcome: &RunOutcome) {
+    let counts = &outcome.counts;
+    match (outcome.status, &outcome.error) {
+        (RunStatus::Failed, error) => tracing::warn!(
+            error = error.as_deref().unwrap_or(""),
+            pages = counts.pages_fetched,
+            inserted = counts.inserted,
+            "Run failed."
+        ),
+        (status, Some(reason)) => tracing::warn!(
+            status = status.as_str(),
+            reason = reason.as_str(),
+            pages = counts.pages_fetched,
+            inserted = counts.inserted,
+            "Run stopped early."
+        ),
+        (status, None) => tracing::info!(
+            status = status.as_str(),
+            pages = counts.pages_fetched,
+            fetched = counts.fetched,
+            inserted = counts.inserted,
+            updated = counts.updated,
+            unchanged = counts.unchanged,
+            duplicate = counts.duplicate,
+            failed = counts.failed,
+            "Run finished."
+        ),
+    }
+}
+
+/// What one walk of a listing is for.
+struct Walk<'a> {
+    run_id: i64,
+    /// The incremental watermark asked from (`None`: a full pass).
+    since: Option<&'a Watermark>,
+}
+
+/// Walks the listing from the connection's checkpoint (or the first page) to its end,
+/// committing each page with the next checkpoint. `watermark` collects the newest
+/// watermark of the pages committed.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_and_store(
     db: &DatabaseConnection,
     provider: &dyn Provider,
     settings: &ProviderSettings,
     connection: &connection::Model,
-    run_id: i64,
+    walk: Walk<'_>,
     counts: &mut RunCounts,
+    watermark: &mut Option<Watermark>,
     progress: &dyn ProgressSink,
 ) -> Result<(), RunFault> {
-    let credentials =
-        resolve_credentials(&connection.credentials).map_err(RunFault::Credentials)?;
-    let mut position = resume_position(connection);
-    if let Some(position) = &position {
-        tracing::info!(
-            ?position,
-            "Resuming from the checkpoint of an unfinished run."
-        );
+    let credentials = StoredCredentials::parse(&connection.credentials)
+        .and_then(|stored| stored.resolve())
+        .map_err(RunFault::Credentials)?;
+    let credential_store = ConnectionCredentials::new(db, connection.id, credentials);
+    let mut position: Option<PagePosition> = None;
+    if let Some(checkpoint) = resumable_checkpoint(connection, walk.since) {
+        tracing::info!(position = ?checkpoint.position, "Resuming from the checkpoint of an unfinished run.");
+        *watermark = checkpoint.watermark;
+        position = Some(checkpoint.position);
     }
     let mut seen_positions: HashSet<PagePosition> = HashSet::new();
     loop {
@@ -177,16 +249,27 @@ async fn fetch_and_store(
             }
         }
         let page_number = counts.pages_fetched + 1;
-        let fetch_context = FetchContext::full(&credentials);
+        let credentials = credential_store.current();
+        let fetch_context = FetchContext {
+            credentials: &credentials,
+            since: walk.since,
+            credential_store: &credential_store,
+        };
         let page = match provider.fetch_page(&fetch_context, position.as_ref()).await {
             Ok(page) => page,
+            Err(source @ FetchError::RateLimited { .. }) => {
+                return Err(RunFault::RateLimited {
+                    page: page_number,
+                    source,
+                })
+            }
             Err(source) => {
                 if let Some(body) = source.body() {
                     // The page's body is the only copy of its records: keep it in the report.
                     let context = PageContext {
-                        run_id,
+                        run_id: walk.run_id,
                         connection,
-                        next_checkpoint: position.as_ref(),
+                        next_checkpoint: None,
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
@@ -201,11 +284,16 @@ async fn fetch_and_store(
                 });
             }
         };
-        let next = page.next.clone();
+        *watermark = newest(watermark.take(), page.watermark.clone());
+        let next_checkpoint = page.next.clone().map(|next| Checkpoint {
+            position: next,
+            since: walk.since.cloned(),
+            watermark: watermark.clone(),
+        });
         let context = PageContext {
-            run_id,
+            run_id: walk.run_id,
             connection,
-            next_checkpoint: next.as_ref(),
+            next_checkpoint: next_checkpoint.as_ref(),
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;
@@ -225,46 +313,9 @@ async fn fetch_and_store(
             "Page committed."
         );
         progress.page_committed(connection, counts);
-        match next {
-            Some(next) => position = Some(next),
+        match next_checkpoint {
+            Some(next) => position = Some(next.position),
             None => return Ok(()),
-        }
-    }
-}
-
-/// Reads the stored credentials JSON into [`Credentials`], resolving `token_env`.
-fn resolve_credentials(stored: &str) -> Result<Credentials, String> {
-    let value: serde_json::Value = serde_json::from_str(stored)
-        .map_err(|_| "the connection's stored credentials are not valid JSON".to_string())?;
-    if let Some(var) = value.get("token_env").and_then(|v| v.as_str()) {
-        return match std::env::var(var) {
-            Ok(token) if !token.is_empty() => Ok(Credentials {
-                token: Some(SecretString::from(token)),
-                ..Credentials::default()
-            }),
-            _ => Err(format!(
-                "credentials: environment variable {var} is not set or empty"
-            )),
-        };
-    }
-    let token = value
-        .get("token")
-        .and_then(|v| v.as_str())
-        .map(|token| SecretString::from(token.to_string()));
-    Ok(Credentials {
-        token,
-        ..Credentials::default()
-    })
-}
-
-/// The position an unfinished earlier run committed last, if any.
-fn resume_position(connection: &connection::Model) -> Option<PagePosition> {
-    let text = connection.checkpoint.as_deref()?;
-    match serde_json::from_str(text) {
-        Ok(position) => Some(position),
-        Err(error) => {
-            tracing::warn!(%error, "The stored checkpoint is unreadable; starting from the first page.");
-            None
         }
     }
 }

@@ -9,6 +9,8 @@ use sea_orm::{
 };
 use serde::Serialize;
 
+use tributary_providers::Watermark;
+
 use crate::entities::{connection, sync_run};
 
 /// What started a run. Stored in `sync_runs.trigger`.
@@ -148,39 +150,56 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
     }
 }
 
-/// Closes a run: final status, counters and error; on success the connection's
-/// checkpoint is cleared and its last successful run noted, in the same transaction.
+/// How a run ended, for [`finish_run`].
+pub struct RunEnd<'a> {
+    pub status: RunStatus,
+    /// The run-level reason, for `failed` runs and runs stopped early.
+    pub error: Option<&'a str>,
+    /// Every page of the listing was fetched: the connection counts as synced as of this
+    /// run and its cursor advances.
+    pub listing_complete: bool,
+    /// Forget the checkpoint (the next run starts from the first page).
+    pub clear_checkpoint: bool,
+    /// The connection's new incremental watermark (only with `listing_complete`).
+    pub watermark: Option<Watermark>,
+}
+
+/// Closes a run: final status, counters and error. When the listing was walked to its end
+/// the connection's checkpoint is cleared, its cursor advanced and its last successful
+/// run noted, all in the same transaction, so the cursor never runs ahead of the records.
 pub async fn finish_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
     run_id: i64,
-    status: RunStatus,
     counts: &RunCounts,
-    error: Option<&str>,
-    clear_checkpoint: bool,
+    end: &RunEnd<'_>,
 ) -> Result<(), DbErr> {
     let txn = db.begin().await?;
     let now = Utc::now();
     let mut row = counts_model(run_id, counts);
-    row.status = Set(status.as_str().to_string());
+    row.status = Set(end.status.as_str().to_string());
     row.finished_at = Set(Some(now));
     row.heartbeat_at = Set(now);
-    row.error = Set(error.map(str::to_string));
+    row.error = Set(end.error.map(str::to_string));
     row.update(&txn).await?;
 
-    let succeeded = matches!(status, RunStatus::Succeeded | RunStatus::Partial);
-    if succeeded || clear_checkpoint {
+    if end.listing_complete || end.clear_checkpoint {
         let mut conn = connection::ActiveModel {
             id: Set(connection.id),
             updated_at: Set(now),
             ..Default::default()
         };
-        if clear_checkpoint {
+        if end.clear_checkpoint {
             conn.checkpoint = Set(None);
         }
-        if succeeded {
+        if end.listing_complete {
             conn.last_success_run_id = Set(Some(run_id));
             conn.last_success_at = Set(Some(now));
+            if let Some(watermark) = &end.watermark {
+                let cursor = serde_json::to_string(watermark)
+                    .map_err(|error| DbErr::Custom(format!("serialising the cursor: {error}")))?;
+                conn.cursor = Set(Some(cursor));
+            }
         }
         connection::Entity::update(conn).exec(&txn).await?;
     }

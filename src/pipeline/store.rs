@@ -15,9 +15,10 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set, TransactionTrait,
 };
-use tributary_providers::{PageItem, PagePosition, Record, RecordStage, RejectedRecord};
+use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::entities::{connection, record, run_error};
+use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{save_counts, RunCounts};
 
 /// How many keys one lookup query carries (well under every backend's parameter limit).
@@ -29,8 +30,9 @@ const INSERT_CHUNK: usize = 500;
 pub struct PageContext<'a> {
     pub run_id: i64,
     pub connection: &'a connection::Model,
-    /// Where the next page starts: committed as the connection's checkpoint with the page.
-    pub next_checkpoint: Option<&'a PagePosition>,
+    /// Where the next page starts: committed as the connection's checkpoint with the page
+    /// (`None` on the last page).
+    pub next_checkpoint: Option<&'a Checkpoint>,
 }
 
 /// What one page did.
@@ -338,8 +340,9 @@ async fn save_checkpoint(
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     let checkpoint = match context.next_checkpoint {
-        Some(position) => Some(
-            serde_json::to_string(position)
+        Some(checkpoint) => Some(
+            checkpoint
+                .to_column()
                 .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))?,
         ),
         None => None,

@@ -113,7 +113,7 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
         .unwrap();
     assert_eq!(
         connection.checkpoint.as_deref(),
-        Some(r#"{"type":"cursor","cursor":"p2"}"#)
+        Some(r#"{"position":{"type":"cursor","cursor":"p2"},"since":null,"watermark":null}"#)
     );
     app.api.reset().await;
     get()

@@ -7,7 +7,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, QueryOrder, Stat
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
 use tributary::entities::{record, run_error, sync_run};
-use tributary::pipeline::{NoProgress, RunOutcome, Trigger};
+use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
 use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::MockServer;
 
@@ -176,7 +176,7 @@ impl TestApp {
             &self.db,
             settings,
             &SyncFilter::default(),
-            Trigger::Manual,
+            RunOptions::manual(),
             &NoProgress,
         )
         .await

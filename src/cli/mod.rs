@@ -1,5 +1,6 @@
 //! The `tributary` command line: one file per command group.
 
+mod connections;
 mod history;
 pub mod progress;
 
@@ -92,6 +93,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Manage connections besides config.toml.
+    #[command(subcommand)]
+    Connections(connections::ConnectionsCommand),
     /// Validate the config (providers, cron expressions, URLs, referenced environment
     /// variables) without touching the database.
     CheckConfig,
@@ -223,6 +227,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let settings = Settings::load(&cli.config)?;
             let db = open(&settings).await?;
             history::print_errors(&db, run_id, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Connections(command) => {
+            let settings = Settings::load(&cli.config)?;
+            let db = open(&settings).await?;
+            connections::run(&db, &settings, command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { quiet } => {

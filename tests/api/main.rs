@@ -2,6 +2,8 @@
 //! third-party APIs. Logs are silent unless `TEST_LOG` is set.
 
 mod cli;
+mod connections;
+mod crash;
 mod faults;
 mod helpers;
 mod keying;

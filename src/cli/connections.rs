@@ -1,0 +1,361 @@
+//! `tributary connections list | add | enable | disable | remove`: managing connections
+//! besides config.toml. Connections listed in config.toml belong to the file (they are
+//! upserted on every start), so these commands only change the ones added here.
+
+use std::io::BufRead;
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use clap::{Args, Subcommand};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, ModelTrait, QueryFilter,
+    QueryOrder, Set, TransactionTrait,
+};
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::credentials::StoredCredentials;
+use crate::entities::{connection, record};
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectionsCommand {
+    /// List every connection with how its credentials are held (never the secrets).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a connection. Secrets come from an environment variable or from standard input
+    /// (one per line: the token, then the refresh token), never from the command line.
+    Add {
+        #[command(flatten)]
+        target: Target,
+        /// The environment variable that holds the token.
+        #[arg(long, conflicts_with = "token_stdin")]
+        token_env: Option<String>,
+        /// Read the token from the first line of standard input.
+        #[arg(long)]
+        token_stdin: bool,
+        /// OAuth2: the environment variable that holds the refresh token.
+        #[arg(long, conflicts_with = "refresh_token_stdin")]
+        refresh_token_env: Option<String>,
+        /// OAuth2: read the refresh token from the next line of standard input.
+        #[arg(long)]
+        refresh_token_stdin: bool,
+        /// OAuth2: when the access token expires, in seconds since the Unix epoch.
+        #[arg(long)]
+        expires_at: Option<i64>,
+        /// Add it disabled.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Enable a connection added with `connections add`.
+    Enable {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Disable a connection added with `connections add`: it is no longer synced.
+    Disable {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a connection added with `connections add`. Its records stay unless
+    /// `--delete-records` is given; its run history stays.
+    Remove {
+        #[command(flatten)]
+        target: Target,
+        /// Also delete the connection's records.
+        #[arg(long)]
+        delete_records: bool,
+    },
+}
+
+/// Which connection.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// The provider (a `[providers.NAME]` table of the config).
+    #[arg(long)]
+    provider: String,
+    /// The user id.
+    #[arg(long)]
+    user: String,
+}
+
+/// One line of `connections list`.
+#[derive(Debug, Serialize)]
+struct ConnectionView {
+    id: i64,
+    provider: String,
+    user_id: String,
+    enabled: bool,
+    /// `config` when config.toml lists it, else `cli`.
+    defined_in: &'static str,
+    credentials: String,
+    cursor: Option<String>,
+    unfinished_run: bool,
+    last_success_run_id: Option<i64>,
+    last_success_at: Option<chrono::DateTime<Utc>>,
+}
+
+pub async fn run(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    command: ConnectionsCommand,
+) -> anyhow::Result<()> {
+    match command {
+        ConnectionsCommand::List { json } => list(db, settings, json).await,
+        ConnectionsCommand::Add {
+            target,
+            token_env,
+            token_stdin,
+            refresh_token_env,
+            refresh_token_stdin,
+            expires_at,
+            disabled,
+        } => {
+            let provider = check_target(settings, &target)?;
+            if find(db, &target).await?.is_some() {
+                bail!(
+                    "{}@{} already exists; remove it first or use enable/disable",
+                    target.user,
+                    target.provider
+                );
+            }
+            for var in token_env.iter().chain(refresh_token_env.iter()) {
+                if std::env::var_os(var).is_none() {
+                    bail!("environment variable {var} is not set");
+                }
+            }
+            let mut lines = std::io::stdin().lock().lines();
+            let mut read_secret = |what: &str| -> anyhow::Result<String> {
+                let line = lines
+                    .next()
+                    .with_context(|| format!("expected the {what} on standard input"))?
+                    .with_context(|| format!("reading the {what} from standard input"))?;
+                let secret = line.trim().to_string();
+                if secret.is_empty() {
+                    bail!("the {what} read from standard input is empty");
+                }
+                Ok(secret)
+            };
+            let token = token_stdin.then(|| read_secret("token")).transpose()?;
+            let refresh_token = refresh_token_stdin
+                .then(|| read_secret("refresh token"))
+                .transpose()?;
+            if provider.adapter.needs_token() && token_env.is_none() && token.is_none() {
+                bail!(
+                    "provider {} needs a token: give --token-env VAR or --token-stdin",
+                    target.provider
+                );
+            }
+            let stored = StoredCredentials {
+                token_env,
+                token,
+                refresh_token_env,
+                refresh_token,
+                expires_at,
+                oauth: None,
+            };
+            let now = Utc::now();
+            let row = connection::ActiveModel {
+                user_id: Set(target.user.clone()),
+                provider: Set(target.provider.clone()),
+                enabled: Set(!disabled),
+                credentials: Set(stored.to_column()),
+                cursor: Set(None),
+                checkpoint: Set(None),
+                last_success_run_id: Set(None),
+                last_success_at: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+                ..Default::default()
+            }
+            .insert(db)
+            .await?;
+            println!(
+                "Added connection {} ({}@{}, {}).",
+                row.id,
+                row.user_id,
+                row.provider,
+                if row.enabled { "enabled" } else { "disabled" }
+            );
+            Ok(())
+        }
+        ConnectionsCommand::Enable { target } => set_enabled(db, settings, &target, true).await,
+        ConnectionsCommand::Disable { target } => set_enabled(db, settings, &target, false).await,
+        ConnectionsCommand::Remove {
+            target,
+            delete_records,
+        } => {
+            refuse_config_defined(settings, &target)?;
+            let row = find(db, &target).await?.with_context(|| {
+                format!("there is no connection {}@{}", target.user, target.provider)
+            })?;
+            let txn = db.begin().await?;
+            let deleted = if delete_records {
+                record::Entity::delete_many()
+                    .filter(record::Column::UserId.eq(row.user_id.as_str()))
+                    .filter(record::Column::Provider.eq(row.provider.as_str()))
+                    .exec(&txn)
+                    .await?
+                    .rows_affected
+            } else {
+                0
+            };
+            row.delete(&txn).await?;
+            txn.commit().await?;
+            if delete_records {
+                println!(
+                    "Removed {}@{} and its {deleted} record(s).",
+                    target.user, target.provider
+                );
+            } else {
+                println!(
+                    "Removed {}@{}; its records are kept (use --delete-records to delete them).",
+                    target.user, target.provider
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let rows = connection::Entity::find()
+        .order_by_asc(connection::Column::Provider)
+        .order_by_asc(connection::Column::UserId)
+        .all(db)
+        .await?;
+    let views: Vec<ConnectionView> = rows
+        .into_iter()
+        .map(|row| ConnectionView {
+            defined_in: if in_config(settings, &row.provider, &row.user_id) {
+                "config"
+            } else {
+                "cli"
+            },
+            credentials: StoredCredentials::parse(&row.credentials)
+                .map(|stored| stored.describe())
+                .unwrap_or_else(|message| message),
+            id: row.id,
+            provider: row.provider,
+            user_id: row.user_id,
+            enabled: row.enabled,
+            cursor: row.cursor,
+            unfinished_run: row.checkpoint.is_some(),
+            last_success_run_id: row.last_success_run_id,
+            last_success_at: row.last_success_at,
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&views)?);
+        return Ok(());
+    }
+    if views.is_empty() {
+        println!("No connections.");
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "id",
+        "provider",
+        "user",
+        "enabled",
+        "defined in",
+        "credentials",
+        "cursor",
+        "unfinished",
+        "last success (UTC)",
+    ]);
+    for view in views {
+        table.add_row([
+            view.id.to_string(),
+            view.provider,
+            view.user_id,
+            view.enabled.to_string(),
+            view.defined_in.to_string(),
+            view.credentials,
+            view.cursor.unwrap_or_default(),
+            if view.unfinished_run { "yes" } else { "" }.to_string(),
+            view.last_success_at
+                .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_default(),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+async fn set_enabled(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    target: &Target,
+    enabled: bool,
+) -> anyhow::Result<()> {
+    refuse_config_defined(settings, target)?;
+    let row = find(db, target)
+        .await?
+        .with_context(|| format!("there is no connection {}@{}", target.user, target.provider))?;
+    let mut active: connection::ActiveModel = row.into();
+    active.enabled = Set(enabled);
+    active.updated_at = Set(Utc::now());
+    active.update(db).await?;
+    println!(
+        "{}@{} is {}.",
+        target.user,
+        target.provider,
+        if enabled { "enabled" } else { "disabled" }
+    );
+    Ok(())
+}
+
+async fn find(
+    db: &DatabaseConnection,
+    target: &Target,
+) -> anyhow::Result<Option<connection::Model>> {
+    Ok(connection::Entity::find()
+        .filter(connection::Column::Provider.eq(target.provider.as_str()))
+        .filter(connection::Column::UserId.eq(target.user.as_str()))
+        .one(db)
+        .await?)
+}
+
+/// The provider's settings, when the target names a configured provider and a valid user.
+fn check_target<'a>(
+    settings: &'a Settings,
+    target: &Target,
+) -> anyhow::Result<&'a crate::config::ProviderSettings> {
+    let provider = settings.providers.get(&target.provider).with_context(|| {
+        format!(
+            "no provider named {:?} in {}",
+            target.provider,
+            settings.path.display()
+        )
+    })?;
+    if target.user.trim().is_empty() || target.user.len() > 255 {
+        bail!("--user must be a non-empty user id of at most 255 bytes");
+    }
+    refuse_config_defined(settings, target)?;
+    Ok(provider)
+}
+
+fn in_config(settings: &Settings, provider: &str, user_id: &str) -> bool {
+    settings
+        .providers
+        .get(provider)
+        .is_some_and(|p| p.connections.iter().any(|c| c.user_id == user_id))
+}
+
+fn refuse_config_defined(settings: &Settings, target: &Target) -> anyhow::Result<()> {
+    if in_config(settings, &target.provider, &target.user) {
+        bail!(
+            "{}@{} is defined in {} (providers.{}.connections); change it there",
+            target.user,
+            target.provider,
+            settings.path.display(),
+            target.provider
+        );
+    }
+    Ok(())
+}

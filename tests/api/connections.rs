@@ -1,0 +1,192 @@
+//! `tributary connections`: add, list, disable and remove connections besides config.toml.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, ResponseTemplate};
+
+use crate::helpers::{cursor_provider, items, spawn_app};
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn tributary(config: &std::path::Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env("BOB_TOKEN_FOR_TEST", "token-bob")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tributary starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("tributary runs");
+    Output {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_removed() {
+    let app = spawn_app().await;
+    for user in ["alice", "bob", "carol"] {
+        Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(header(
+                "authorization",
+                format!("Bearer token-{user}").as_str(),
+            ))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"data": items("c", user, 0..3), "next_cursor": null})),
+            )
+            .mount(&app.api)
+            .await;
+    }
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let add = |args: &[&str], stdin: &str| {
+        let mut all = vec!["connections", "add", "--provider", "acme"];
+        all.extend_from_slice(args);
+        tributary(&config, &all, stdin)
+    };
+
+    let bob = add(&["--user", "bob", "--token-env", "BOB_TOKEN_FOR_TEST"], "");
+    assert_eq!(bob.code, 0, "{}", bob.stderr);
+    let carol = add(&["--user", "carol", "--token-stdin"], "token-carol\n");
+    assert_eq!(carol.code, 0, "{}", carol.stderr);
+    let again = add(&["--user", "carol", "--token-stdin"], "token-carol\n");
+    assert_ne!(again.code, 0);
+    assert!(
+        again.stderr.contains("carol@acme already exists"),
+        "{}",
+        again.stderr
+    );
+    let config_defined = add(&["--user", "alice", "--token-stdin"], "x\n");
+    assert_ne!(config_defined.code, 0);
+    assert!(
+        config_defined.stderr.contains("is defined in"),
+        "{}",
+        config_defined.stderr
+    );
+    let no_token = add(&["--user", "dave"], "");
+    assert!(
+        no_token.stderr.contains("needs a token"),
+        "{}",
+        no_token.stderr
+    );
+    let unknown = tributary(
+        &config,
+        &["connections", "add", "--provider", "nope", "--user", "x"],
+        "",
+    );
+    assert!(
+        unknown.stderr.contains("no provider named \"nope\""),
+        "{}",
+        unknown.stderr
+    );
+
+    let list = tributary(&config, &["connections", "list", "--json"], "");
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(!list.stdout.contains("token-carol"), "secrets never listed");
+    let listed: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let summary: Vec<(String, String, bool)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["user_id"].as_str().unwrap().to_string(),
+                c["defined_in"].as_str().unwrap().to_string(),
+                c["enabled"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("alice".to_string(), "config".to_string(), true),
+            ("bob".to_string(), "cli".to_string(), true),
+            ("carol".to_string(), "cli".to_string(), true),
+        ]
+    );
+    assert_eq!(listed[1]["credentials"], "token from $BOB_TOKEN_FOR_TEST");
+    assert_eq!(listed[2]["credentials"], "token stored");
+
+    let sync = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    assert_eq!(sync.stdout.lines().count(), 3, "{}", sync.stdout);
+    assert_eq!(app.records().await.len(), 9);
+
+    let disable = tributary(
+        &config,
+        &[
+            "connections",
+            "disable",
+            "--provider",
+            "acme",
+            "--user",
+            "bob",
+        ],
+        "",
+    );
+    assert_eq!(disable.code, 0, "{}", disable.stderr);
+    let sync = tributary(&config, &["sync", "--quiet"], "");
+    assert!(!sync.stdout.contains("bob@acme"), "{}", sync.stdout);
+    assert_eq!(sync.stdout.lines().count(), 2);
+
+    let remove = tributary(
+        &config,
+        &[
+            "connections",
+            "remove",
+            "--provider",
+            "acme",
+            "--user",
+            "carol",
+            "--delete-records",
+        ],
+        "",
+    );
+    assert_eq!(remove.code, 0, "{}", remove.stderr);
+    assert!(
+        remove.stdout.contains("and its 3 record(s)"),
+        "{}",
+        remove.stdout
+    );
+    let records = app.records().await;
+    assert_eq!(records.len(), 6);
+    assert!(records.iter().all(|r| r.user_id != "carol"));
+    let refused = tributary(
+        &config,
+        &[
+            "connections",
+            "disable",
+            "--provider",
+            "acme",
+            "--user",
+            "alice",
+        ],
+        "",
+    );
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("change it there"),
+        "{}",
+        refused.stderr
+    );
+}

@@ -43,6 +43,8 @@ pub struct Settings {
     /// The file it was read from.
     pub path: PathBuf,
     pub database: DatabaseSettings,
+    /// `[daemon]`.
+    pub daemon: DaemonSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -57,6 +59,32 @@ pub struct DatabaseSettings {
     /// Largest number of pooled database connections (SQLite always uses one writer).
     #[serde(default = "default_max_db_connections")]
     pub max_connections: u32,
+}
+
+/// `[daemon]`: how `tributary daemon` runs, and the leases every sync takes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSettings {
+    /// Address of the `/healthz` and `/metrics` endpoints, e.g. "127.0.0.1:9464".
+    /// Off when omitted.
+    pub listen: Option<std::net::SocketAddr>,
+    /// How long a run's claim on its connection lasts without renewal (renewed every
+    /// third of it). A crashed holder's connection is taken over once it expires.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight pages get to commit before the process exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings {
+            listen: None,
+            lease_ttl: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
 }
 
 /// One `[providers.NAME]` table.
@@ -130,6 +158,8 @@ struct RawProviderSettings {
 struct RawSettings {
     database: DatabaseSettings,
     #[serde(default)]
+    daemon: DaemonSettings,
+    #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
 
@@ -194,9 +224,16 @@ impl Settings {
                 .map_err(|(key, message)| invalid(key, message))?;
             providers.insert(name, settings);
         }
+        if raw.daemon.lease_ttl < Duration::from_secs(1) {
+            return Err(invalid(
+                "daemon.lease_ttl".into(),
+                "must be at least 1s".into(),
+            ));
+        }
         Ok(Settings {
             path: path_buf,
             database,
+            daemon: raw.daemon,
             providers,
         })
     }

@@ -5,6 +5,7 @@
 //! - [`credentials`]: what `connections.credentials` holds and how a run resolves it.
 //! - [`db`]: connecting, migrating, and loading configured connections into `connections`.
 //! - [`entities`]: the SeaORM entities of `connections`, `records`, `sync_runs`, `run_errors`.
+//! - [`lease`]: at most one run of a connection at a time, across processes.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
@@ -21,5 +22,6 @@ pub mod credentials;
 pub mod db;
 pub mod demo;
 pub mod entities;
+pub mod lease;
 pub mod pipeline;
 pub mod sync;

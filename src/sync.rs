@@ -1,11 +1,15 @@
-//! Choosing which connections to sync and running them, a bounded number at a time.
+//! Choosing which connections to sync and running them, a bounded number at a time, each
+//! under its lease so no connection ever has two runs at once.
+
+use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
-use tributary_providers::{build_provider, FetchError};
+use tributary_providers::{build_provider, FetchError, Provider};
 
 use crate::config::{ProviderSettings, Settings};
 use crate::entities::connection;
+use crate::lease::{claim, release, renew, Holder};
 use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
 
 /// Which connections a `sync` covers. `None` matches all.
@@ -35,16 +39,41 @@ pub enum SyncError {
     Database(#[from] DbErr),
 }
 
-/// Syncs every enabled connection that matches `filter`, one run each, and returns the
-/// runs in the order they finished. Providers are synced one after the other; each
-/// provider's connections run up to `max_concurrent_connections` at a time.
+/// What a sync pass did: the runs it made, and the connections it skipped because a run
+/// of theirs was already going (here or in another process).
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    pub outcomes: Vec<RunOutcome>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// A connection not synced because another run holds its lease.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub user_id: String,
+    pub provider: String,
+    /// The lease holder (`host:pid:nonce`).
+    pub holder: String,
+}
+
+/// How a pass claims connections.
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub holder: Holder,
+    /// How long a claim lasts without renewal; renewed every third of it.
+    pub ttl: Duration,
+}
+
+/// Syncs every enabled connection that matches `filter`, one run each. Providers are
+/// synced one after the other; each provider's connections run up to
+/// `max_concurrent_connections` at a time.
 pub async fn sync_matching(
     db: &DatabaseConnection,
     settings: &Settings,
     filter: &SyncFilter,
-    options: RunOptions,
+    options: &RunOptions,
     progress: &dyn ProgressSink,
-) -> Result<Vec<RunOutcome>, SyncError> {
+) -> Result<SyncReport, SyncError> {
     if let Some(name) = &filter.provider {
         match settings.providers.get(name) {
             None => {
@@ -68,8 +97,12 @@ pub async fn sync_matching(
         }
     }
     warn_about_unconfigured_connections(db, settings).await?;
+    let lease = LeaseSettings {
+        holder: Holder::current(),
+        ttl: settings.daemon.lease_ttl,
+    };
 
-    let mut outcomes = Vec::new();
+    let mut report = SyncReport::default();
     for provider_settings in settings.providers.values() {
         if !provider_settings.enabled
             || filter
@@ -80,36 +113,122 @@ pub async fn sync_matching(
             continue;
         }
         let connections = enabled_connections(db, &provider_settings.name, filter).await?;
-        outcomes
-            .extend(sync_provider(db, provider_settings, connections, options, progress).await?);
+        let provider = build(provider_settings)?;
+        let part = sync_provider(
+            db,
+            provider_settings,
+            provider.as_ref(),
+            connections,
+            options,
+            &lease,
+            progress,
+        )
+        .await?;
+        report.outcomes.extend(part.outcomes);
+        report.skipped.extend(part.skipped);
     }
-    Ok(outcomes)
+    Ok(report)
 }
 
-/// Syncs the given connections of one provider, bounded by its `max_concurrent_connections`.
+/// Builds a provider's adapter.
+pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError> {
+    build_provider(&settings.adapter, &settings.http).map_err(|source| SyncError::Provider {
+        provider: settings.name.clone(),
+        source,
+    })
+}
+
+/// Syncs the given connections of one provider, bounded by its `max_concurrent_connections`,
+/// each under its lease.
 pub async fn sync_provider(
     db: &DatabaseConnection,
     settings: &ProviderSettings,
+    provider: &dyn Provider,
     connections: Vec<connection::Model>,
-    options: RunOptions,
+    options: &RunOptions,
+    lease: &LeaseSettings,
     progress: &dyn ProgressSink,
-) -> Result<Vec<RunOutcome>, SyncError> {
-    let provider = build_provider(&settings.adapter, &settings.http).map_err(|source| {
-        SyncError::Provider {
-            provider: settings.name.clone(),
-            source,
-        }
-    })?;
-    let provider = provider.as_ref();
-    let results: Vec<Result<RunOutcome, DbErr>> = stream::iter(connections.iter())
-        .map(|connection| sync_connection(db, provider, settings, connection, options, progress))
+) -> Result<SyncReport, SyncError> {
+    let results: Vec<Result<Leased, DbErr>> = stream::iter(connections.iter())
+        .map(|connection| sync_leased(db, provider, settings, connection, options, lease, progress))
         .buffer_unordered(settings.max_concurrent_connections)
         .collect()
         .await;
-    results
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(SyncError::from)
+    let mut report = SyncReport::default();
+    for result in results {
+        match result? {
+            Leased::Ran(outcome) => report.outcomes.push(outcome),
+            Leased::Skipped(skipped) => report.skipped.push(skipped),
+        }
+    }
+    Ok(report)
+}
+
+enum Leased {
+    Ran(RunOutcome),
+    Skipped(Skipped),
+}
+
+/// Claims the connection's lease, runs it while renewing the lease, and releases it. A
+/// lost lease (taken over after it expired) interrupts the run between pages.
+async fn sync_leased(
+    db: &DatabaseConnection,
+    provider: &dyn Provider,
+    settings: &ProviderSettings,
+    connection: &connection::Model,
+    options: &RunOptions,
+    lease: &LeaseSettings,
+    progress: &dyn ProgressSink,
+) -> Result<Leased, DbErr> {
+    if let Err(busy) = claim(db, connection, &lease.holder, lease.ttl).await? {
+        tracing::info!(
+            user_id = %connection.user_id,
+            provider = %connection.provider,
+            holder = %busy.holder,
+            until = ?busy.until,
+            "Connection skipped: a run of it is already going."
+        );
+        return Ok(Leased::Skipped(Skipped {
+            user_id: connection.user_id.clone(),
+            provider: connection.provider.clone(),
+            holder: busy.holder,
+        }));
+    }
+    let run_options = RunOptions {
+        cancel: options.cancel.child_token(),
+        ..options.clone()
+    };
+    let lost_lease = run_options.cancel.clone();
+    let renewal = async {
+        let mut ticks = tokio::time::interval(lease.ttl / 3);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            match renew(db, connection, &lease.holder, lease.ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        user_id = %connection.user_id,
+                        provider = %connection.provider,
+                        "The connection's lease was lost; stopping the run."
+                    );
+                    lost_lease.cancel();
+                    // The run sees the cancellation between pages and ends first.
+                    return std::future::pending::<std::convert::Infallible>().await;
+                }
+                Err(error) => tracing::warn!(%error, "Renewing the lease failed; retrying."),
+            }
+        }
+    };
+    let run = sync_connection(db, provider, settings, connection, run_options, progress);
+    let outcome = tokio::select! {
+        outcome = run => outcome,
+        never = renewal => match never {},
+    };
+    let released = release(db, connection, &lease.holder).await;
+    let outcome = outcome?;
+    released?;
+    Ok(Leased::Ran(outcome))
 }
 
 /// The enabled connections of one provider that match the filter's user.

@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Settings;
-use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus, Trigger};
+use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
 use crate::sync::{sync_matching, SyncFilter};
 
 /// Exit code for a bad config or command line.
@@ -200,22 +200,39 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let show_progress = !quiet && !json && std::io::stderr().is_terminal();
             let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
             let options = RunOptions {
-                trigger: Trigger::Manual,
                 full,
+                ..RunOptions::manual()
             };
-            let outcomes = sync_matching(&db, &settings, &filter, options, sink).await?;
+            let interrupt = options.cancel.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("Interrupted: finishing the pages in flight.");
+                    interrupt.cancel();
+                }
+            });
+            let report = sync_matching(&db, &settings, &filter, &options, sink).await?;
             bars.clear();
-            if outcomes.is_empty() {
+            if report.outcomes.is_empty() && report.skipped.is_empty() {
                 eprintln!("No enabled connection matches; nothing was synced.");
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&outcomes)?);
+                let json = serde_json::json!({
+                    "runs": report.outcomes,
+                    "skipped": report.skipped,
+                });
+                println!("{}", serde_json::to_string_pretty(&json)?);
             } else {
-                for outcome in &outcomes {
+                for outcome in &report.outcomes {
                     println!("{}", summary_line(outcome));
                 }
+                for skipped in &report.skipped {
+                    println!(
+                        "skipped {}@{}: a run of it is already going (held by {})",
+                        skipped.user_id, skipped.provider, skipped.holder
+                    );
+                }
             }
-            Ok(exit_for(&outcomes))
+            Ok(exit_for(&report.outcomes))
         }
         Command::Runs { limit, json } => {
             let settings = Settings::load(&cli.config)?;
@@ -251,9 +268,12 @@ async fn open(settings: &Settings) -> anyhow::Result<sea_orm::DatabaseConnection
     Ok(db)
 }
 
-/// 0 when every run succeeded or was partial, 1 when any failed.
+/// 0 when every run succeeded or was partial, 1 when any failed or was interrupted.
 pub fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
-    if outcomes.iter().any(|o| o.status == RunStatus::Failed) {
+    if outcomes
+        .iter()
+        .any(|o| matches!(o.status, RunStatus::Failed | RunStatus::Interrupted))
+    {
         ExitCode::from(EXIT_FAILURE)
     } else {
         ExitCode::SUCCESS

@@ -56,8 +56,9 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
     };
     let mut passes: Vec<Vec<RunOutcome>> = Vec::new();
     for pass in 1..=2 {
-        let mut outcomes =
-            sync_matching(&db, &settings, &filter, RunOptions::manual(), sink).await?;
+        let mut outcomes = sync_matching(&db, &settings, &filter, &RunOptions::manual(), sink)
+            .await?
+            .outcomes;
         bars.clear();
         outcomes.sort_by(|a, b| a.user_id.cmp(&b.user_id));
         println!("\nPass {pass}:");

@@ -22,6 +22,10 @@ pub struct Model {
     /// The last run that ended `succeeded` or `partial`.
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTimeUtc>,
+    /// The process that runs this connection now (`host:pid:nonce`), if any.
+    pub lease_holder: Option<String>,
+    /// Until when the lease holds unless renewed.
+    pub lease_expires_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

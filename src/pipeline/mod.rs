@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseConnection, DbErr};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tributary_providers::{FetchContext, FetchError, PagePosition, Provider, Watermark};
 
@@ -29,11 +30,14 @@ use checkpoint::{newest, resumable_checkpoint, stored_cursor};
 use credential_store::ConnectionCredentials;
 
 /// How a run is asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     pub trigger: Trigger,
     /// Ignore the incremental cursor and walk the whole listing.
     pub full: bool,
+    /// Stops the run between pages (shutdown, or a lost lease); the page being stored
+    /// still commits, and the run ends `interrupted` with its checkpoint kept.
+    pub cancel: CancellationToken,
 }
 
 impl RunOptions {
@@ -42,6 +46,7 @@ impl RunOptions {
         RunOptions {
             trigger: Trigger::Manual,
             full: false,
+            cancel: CancellationToken::new(),
         }
     }
 }
@@ -78,6 +83,8 @@ enum RunFault {
     Database { page: u64, source: DbErr },
     #[error("the run exceeded run_timeout ({timeout:?}); committed pages are kept")]
     Timeout { timeout: Duration },
+    #[error("interrupted after {pages} page(s) (shutdown or lost lease); the next run resumes from the checkpoint")]
+    Interrupted { pages: u64 },
 }
 
 /// Syncs one connection once: one `sync_runs` row, pages stored as they arrive.
@@ -117,6 +124,7 @@ pub async fn sync_connection(
         let walk = Walk {
             run_id,
             since: since.as_ref(),
+            cancel: &options.cancel,
         };
         let listing = fetch_and_store(
             db,
@@ -140,6 +148,9 @@ pub async fn sync_connection(
             // A rate limit never fails a run: it stops early and resumes next time.
             Err(fault @ RunFault::RateLimited { .. }) => {
                 (RunStatus::Partial, Some(fault.to_string()))
+            }
+            Err(fault @ RunFault::Interrupted { .. }) => {
+                (RunStatus::Interrupted, Some(fault.to_string()))
             }
             Err(fault) => (RunStatus::Failed, Some(fault.to_string())),
         };
@@ -206,6 +217,7 @@ fn log_outcome(outcome: &RunOutcome) {
 /// What one walk of a listing is for.
 struct Walk<'a> {
     run_id: i64,
+    cancel: &'a CancellationToken,
     /// The incremental watermark asked from (`None`: a full pass).
     since: Option<&'a Watermark>,
 }
@@ -249,13 +261,24 @@ async fn fetch_and_store(
             }
         }
         let page_number = counts.pages_fetched + 1;
+        if walk.cancel.is_cancelled() {
+            return Err(RunFault::Interrupted {
+                pages: counts.pages_fetched,
+            });
+        }
         let credentials = credential_store.current();
         let fetch_context = FetchContext {
             credentials: &credentials,
             since: walk.since,
             credential_store: &credential_store,
         };
-        let page = match provider.fetch_page(&fetch_context, position.as_ref()).await {
+        let fetched = tokio::select! {
+            fetched = provider.fetch_page(&fetch_context, position.as_ref()) => fetched,
+            () = walk.cancel.cancelled() => {
+                return Err(RunFault::Interrupted { pages: counts.pages_fetched });
+            }
+        };
+        let page = match fetched {
             Ok(page) => page,
             Err(source @ FetchError::RateLimited { .. }) => {
                 return Err(RunFault::RateLimited {

@@ -64,8 +64,9 @@ async fn sync_prints_a_line_per_run_and_runs_and_errors_show_the_history() {
     let again = run(tributary(&config).args(["sync", "--json"]));
     assert_eq!(again.code, 0, "{}", again.stderr);
     let outcomes: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
-    assert_eq!(outcomes[0]["counts"]["inserted"], 0);
-    assert_eq!(outcomes[0]["counts"]["unchanged"], 4);
+    assert_eq!(outcomes["runs"][0]["counts"]["inserted"], 0);
+    assert_eq!(outcomes["runs"][0]["counts"]["unchanged"], 4);
+    assert_eq!(outcomes["skipped"], json!([]));
 
     let runs = run(tributary(&config).args(["runs", "--json"]));
     assert_eq!(runs.code, 0, "{}", runs.stderr);

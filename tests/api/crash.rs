@@ -124,6 +124,12 @@ async fn a_sync_killed_mid_run_resumes_from_its_checkpoint_and_ends_identical() 
         .all(&app.db)
         .await
         .unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[0].status, "interrupted",
+        "the killed run is not left running"
+    );
+    assert!(runs[0].error.as_deref().unwrap_or("").contains("stopped"));
     let last = runs.last().unwrap();
     assert_eq!(last.status, "succeeded");
     assert_eq!(last.pages_fetched as usize, PAGES - committed / PER_PAGE);

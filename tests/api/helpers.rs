@@ -176,11 +176,12 @@ impl TestApp {
             &self.db,
             settings,
             &SyncFilter::default(),
-            RunOptions::manual(),
+            &RunOptions::manual(),
             &NoProgress,
         )
         .await
-        .expect("runs recorded");
+        .expect("runs recorded")
+        .outcomes;
         outcomes.sort_by(|a, b| (&a.provider, &a.user_id).cmp(&(&b.provider, &b.user_id)));
         outcomes
     }

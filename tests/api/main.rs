@@ -7,5 +7,6 @@ mod crash;
 mod faults;
 mod helpers;
 mod keying;
+mod leases;
 mod pagination;
 mod poison;

@@ -1,0 +1,218 @@
+//! Leases: at most one run of a connection at a time, across processes and machines.
+//!
+//! A lease is two columns on the connection's row, `lease_holder` and `lease_expires_at`.
+//! It is claimed with one conditional `UPDATE` (atomic on every backend), renewed while
+//! the run works, and released when it ends. A lease whose holder stopped renewing (a
+//! crash, a SIGKILL) is taken over once it expires, or at once when the holder was a
+//! process on this host that no longer exists.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, Value};
+use sea_orm::{
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
+};
+
+use crate::entities::{connection, sync_run};
+
+/// The reason written on runs found `running` whose holder is gone.
+const ABANDONED: &str = "the process running it stopped (crash or kill) before it finished; committed pages are kept and the next run resumes from the checkpoint";
+
+/// Who this process is, as written in `lease_holder`: `host:pid:nonce`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder(String);
+
+impl Holder {
+    /// This process's identity (the nonce tells apart two processes that reuse a pid).
+    pub fn current() -> Holder {
+        let host = hostname();
+        let nonce: u32 = rand::random();
+        Holder(format!("{host}:{}:{nonce:08x}", std::process::id()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Someone else holds the connection's lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Busy {
+    pub holder: String,
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Claims the connection's lease for `ttl`. Returns `Err(Busy)` when a live holder has it.
+/// On success, runs of this connection still marked `running` belong to a holder that is
+/// gone, and are marked `interrupted`.
+pub async fn claim(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    holder: &Holder,
+    ttl: Duration,
+) -> Result<Result<(), Busy>, DbErr> {
+    let now = Utc::now();
+    let mut free = Condition::any()
+        .add(connection::Column::LeaseHolder.is_null())
+        .add(connection::Column::LeaseExpiresAt.lt(now))
+        .add(connection::Column::LeaseHolder.eq(holder.as_str()));
+    if let Some(dead) = dead_local_holder(connection.lease_holder.as_deref()) {
+        // Only if the row still names that same dead holder.
+        free = free.add(connection::Column::LeaseHolder.eq(dead));
+    }
+    let claimed = connection::Entity::update_many()
+        .col_expr(
+            connection::Column::LeaseHolder,
+            Expr::value(holder.as_str()),
+        )
+        .col_expr(
+            connection::Column::LeaseExpiresAt,
+            Expr::value(expiry(now, ttl)),
+        )
+        .filter(connection::Column::Id.eq(connection.id))
+        .filter(free)
+        .exec(db)
+        .await?
+        .rows_affected;
+    if claimed == 0 {
+        let row = connection::Entity::find_by_id(connection.id)
+            .one(db)
+            .await?;
+        return Ok(Err(Busy {
+            holder: row
+                .as_ref()
+                .and_then(|r| r.lease_holder.clone())
+                .unwrap_or_default(),
+            until: row.and_then(|r| r.lease_expires_at),
+        }));
+    }
+    mark_abandoned_runs(db, connection).await?;
+    Ok(Ok(()))
+}
+
+/// Extends the lease and the running run's heartbeat. `Ok(false)` means the lease was
+/// lost (taken over after it expired): the run must stop.
+pub async fn renew(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    holder: &Holder,
+    ttl: Duration,
+) -> Result<bool, DbErr> {
+    let now = Utc::now();
+    let renewed = connection::Entity::update_many()
+        .col_expr(
+            connection::Column::LeaseExpiresAt,
+            Expr::value(expiry(now, ttl)),
+        )
+        .filter(connection::Column::Id.eq(connection.id))
+        .filter(connection::Column::LeaseHolder.eq(holder.as_str()))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if renewed == 0 {
+        return Ok(false);
+    }
+    sync_run::Entity::update_many()
+        .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
+        .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
+        .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
+        .filter(sync_run::Column::Status.eq("running"))
+        .exec(db)
+        .await?;
+    Ok(true)
+}
+
+/// Gives the lease up (only if this holder still has it).
+pub async fn release(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    holder: &Holder,
+) -> Result<(), DbErr> {
+    connection::Entity::update_many()
+        .col_expr(
+            connection::Column::LeaseHolder,
+            Expr::value(Value::String(None)),
+        )
+        .col_expr(
+            connection::Column::LeaseExpiresAt,
+            Expr::value(Value::ChronoDateTimeUtc(None)),
+        )
+        .filter(connection::Column::Id.eq(connection.id))
+        .filter(connection::Column::LeaseHolder.eq(holder.as_str()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks `interrupted` every run still `running` whose connection's lease is free or
+/// expired: their processes are gone. Returns how many were marked.
+pub async fn sweep_abandoned_runs(db: &DatabaseConnection) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    let connections = connection::Entity::find().all(db).await?;
+    let mut marked = 0;
+    for connection in connections {
+        let holder_gone = match (&connection.lease_holder, connection.lease_expires_at) {
+            (None, _) => true,
+            (Some(_), Some(until)) if until < now => true,
+            (Some(holder), _) => dead_local_holder(Some(holder)).is_some(),
+        };
+        if holder_gone {
+            marked += mark_abandoned_runs(db, &connection).await?;
+        }
+    }
+    Ok(marked)
+}
+
+async fn mark_abandoned_runs(
+    db: &impl ConnectionTrait,
+    connection: &connection::Model,
+) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    let result = sync_run::Entity::update_many()
+        .col_expr(sync_run::Column::Status, Expr::value("interrupted"))
+        .col_expr(sync_run::Column::FinishedAt, Expr::value(now))
+        .col_expr(sync_run::Column::Error, Expr::value(ABANDONED))
+        .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
+        .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
+        .filter(sync_run::Column::Status.eq("running"))
+        .exec(db)
+        .await?;
+    if result.rows_affected > 0 {
+        tracing::warn!(
+            user_id = %connection.user_id,
+            provider = %connection.provider,
+            runs = result.rows_affected,
+            "Runs left running by a stopped process were marked interrupted."
+        );
+    }
+    Ok(result.rows_affected)
+}
+
+fn expiry(now: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60))
+}
+
+/// The holder string when it names a process on this host that no longer exists.
+fn dead_local_holder(holder: Option<&str>) -> Option<&str> {
+    let holder = holder?;
+    let mut parts = holder.split(':');
+    let (host, pid) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
+    if host != hostname() || pid == std::process::id() {
+        return None;
+    }
+    let proc_root = std::path::Path::new("/proc");
+    if !proc_root.join("self").exists() {
+        return None; // No procfs: wait for the lease to expire instead.
+    }
+    (!proc_root.join(pid.to_string()).exists()).then_some(holder)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().replace(':', "_"))
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}

@@ -43,7 +43,8 @@ pub struct Busy {
     pub until: Option<DateTime<Utc>>,
 }
 
-/// Claims the connection's lease for `ttl`. Returns `Err(Busy)` when a live holder has it.
+/// Claims the connection's lease for `ttl`. Returns `Err(Busy)` when a live holder has it,
+/// this process included: a second run of a connection never starts while one is going.
 /// On success, runs of this connection still marked `running` belong to a holder that is
 /// gone, and are marked `interrupted`.
 pub async fn claim(
@@ -55,8 +56,7 @@ pub async fn claim(
     let now = Utc::now();
     let mut free = Condition::any()
         .add(connection::Column::LeaseHolder.is_null())
-        .add(connection::Column::LeaseExpiresAt.lt(now))
-        .add(connection::Column::LeaseHolder.eq(holder.as_str()));
+        .add(connection::Column::LeaseExpiresAt.lt(now));
     if let Some(dead) = dead_local_holder(connection.lease_holder.as_deref()) {
         // Only if the row still names that same dead holder.
         free = free.add(connection::Column::LeaseHolder.eq(dead));
@@ -143,6 +143,21 @@ pub async fn release(
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// Marks `interrupted` the runs of every connection this holder still leases, and frees
+/// those leases (used when a shutdown's grace runs out).
+pub async fn interrupt_runs_of(db: &DatabaseConnection, holder: &Holder) -> Result<u64, DbErr> {
+    let held = connection::Entity::find()
+        .filter(connection::Column::LeaseHolder.eq(holder.as_str()))
+        .all(db)
+        .await?;
+    let mut marked = 0;
+    for connection in held {
+        marked += mark_abandoned_runs(db, &connection).await?;
+        release(db, &connection, holder).await?;
+    }
+    Ok(marked)
 }
 
 /// Marks `interrupted` every run still `running` whose connection's lease is free or

@@ -10,6 +10,9 @@
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
+//! - [`telemetry`]: the metrics and where each is recorded.
+//! - [`daemon`]: `tributary daemon`: cron schedules, leases, graceful shutdown, systemd
+//!   notifications, `/healthz` and `/metrics`.
 //! - [`cli`]: the `tributary` commands.
 //! - [`demo`]: `tributary demo`, a built-in emulated API and a two-pass sync of it.
 //!
@@ -19,9 +22,11 @@
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod daemon;
 pub mod db;
 pub mod demo;
 pub mod entities;
 pub mod lease;
 pub mod pipeline;
 pub mod sync;
+pub mod telemetry;

@@ -149,8 +149,19 @@ pub async fn sync_provider(
     lease: &LeaseSettings,
     progress: &dyn ProgressSink,
 ) -> Result<SyncReport, SyncError> {
-    let results: Vec<Result<Leased, DbErr>> = stream::iter(connections.iter())
-        .map(|connection| sync_leased(db, provider, settings, connection, options, lease, progress))
+    let results: Vec<Result<Leased, DbErr>> = stream::iter(connections)
+        .map(|connection| async move {
+            sync_leased(
+                db,
+                provider,
+                settings,
+                &connection,
+                options,
+                lease,
+                progress,
+            )
+            .await
+        })
         .buffer_unordered(settings.max_concurrent_connections)
         .collect()
         .await;
@@ -188,6 +199,7 @@ async fn sync_leased(
             until = ?busy.until,
             "Connection skipped: a run of it is already going."
         );
+        crate::telemetry::record_skip(&connection.provider);
         return Ok(Leased::Skipped(Skipped {
             user_id: connection.user_id.clone(),
             provider: connection.provider.clone(),

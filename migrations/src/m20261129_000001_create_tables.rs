@@ -97,11 +97,19 @@ fn string(column: impl IntoIden, len: u32) -> ColumnDef {
     ColumnDef::new(column).string_len(len).not_null().take()
 }
 
-fn timestamp(column: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(column)
-        .timestamp_with_time_zone()
-        .not_null()
-        .take()
+/// A UTC instant. MySQL gets DATETIME(6): its TIMESTAMP stops in 2038 and keeps whole
+/// seconds only.
+pub(crate) fn instant(backend: DbBackend, column: impl IntoIden) -> ColumnDef {
+    let mut def = ColumnDef::new(column);
+    match backend {
+        DbBackend::MySql => def.custom(Alias::new("DATETIME(6)")),
+        _ => def.timestamp_with_time_zone(),
+    };
+    def
+}
+
+fn timestamp(backend: DbBackend, column: impl IntoIden) -> ColumnDef {
+    instant(backend, column).not_null().take()
 }
 
 fn counter(column: impl IntoIden) -> ColumnDef {
@@ -143,13 +151,9 @@ impl MigrationTrait for Migration {
                             .big_integer()
                             .null(),
                     )
-                    .col(
-                        ColumnDef::new(Connections::LastSuccessAt)
-                            .timestamp_with_time_zone()
-                            .null(),
-                    )
-                    .col(timestamp(Connections::CreatedAt))
-                    .col(timestamp(Connections::UpdatedAt))
+                    .col(instant(backend, Connections::LastSuccessAt).null())
+                    .col(timestamp(backend, Connections::CreatedAt))
+                    .col(timestamp(backend, Connections::UpdatedAt))
                     .to_owned(),
             )
             .await?;
@@ -174,13 +178,9 @@ impl MigrationTrait for Migration {
                     .col(string(SyncRuns::Provider, PROVIDER_LEN))
                     .col(string(SyncRuns::Trigger, 16))
                     .col(string(SyncRuns::Status, 16))
-                    .col(timestamp(SyncRuns::StartedAt))
-                    .col(
-                        ColumnDef::new(SyncRuns::FinishedAt)
-                            .timestamp_with_time_zone()
-                            .null(),
-                    )
-                    .col(timestamp(SyncRuns::HeartbeatAt))
+                    .col(timestamp(backend, SyncRuns::StartedAt))
+                    .col(instant(backend, SyncRuns::FinishedAt).null())
+                    .col(timestamp(backend, SyncRuns::HeartbeatAt))
                     .col(counter(SyncRuns::PagesFetched))
                     .col(counter(SyncRuns::RecordsFetched))
                     .col(counter(SyncRuns::RecordsInserted))
@@ -233,8 +233,8 @@ impl MigrationTrait for Migration {
                             .big_integer()
                             .not_null(),
                     )
-                    .col(timestamp(Records::CreatedAt))
-                    .col(timestamp(Records::UpdatedAt))
+                    .col(timestamp(backend, Records::CreatedAt))
+                    .col(timestamp(backend, Records::UpdatedAt))
                     .to_owned(),
             )
             .await?;
@@ -268,7 +268,7 @@ impl MigrationTrait for Migration {
                     .col(string(RunErrors::Stage, 16))
                     .col(long_text(backend, RunErrors::Message).not_null())
                     .col(long_text(backend, RunErrors::Payload).not_null())
-                    .col(timestamp(RunErrors::CreatedAt))
+                    .col(timestamp(backend, RunErrors::CreatedAt))
                     .foreign_key(
                         ForeignKey::create()
                             .name("run_errors_run_id_fkey")

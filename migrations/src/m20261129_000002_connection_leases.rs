@@ -2,6 +2,8 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::m20261129_000001_create_tables::instant;
+
 pub struct Migration;
 
 impl MigrationName for Migration {
@@ -38,9 +40,7 @@ impl MigrationTrait for Migration {
                 Table::alter()
                     .table(Connections::Table)
                     .add_column(
-                        ColumnDef::new(Connections::LeaseExpiresAt)
-                            .timestamp_with_time_zone()
-                            .null(),
+                        instant(manager.get_database_backend(), Connections::LeaseExpiresAt).null(),
                     )
                     .to_owned(),
             )

@@ -55,6 +55,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the scheduler: sync each provider's connections on its cron schedule until
+    /// SIGTERM or SIGINT. Meant to run under systemd (see deploy/tributary.service).
+    Daemon,
     /// Apply pending database migrations and exit.
     Migrate,
     /// Sync the matching connections once now (one run each) and print a line per run.
@@ -110,7 +113,12 @@ pub enum Command {
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    init_tracing(cli.log_format, cli.log.as_deref());
+    // The daemon's log is its record of work; one-shot commands print their own results.
+    let default_filter = match cli.command {
+        Command::Daemon => "info",
+        _ => "warn",
+    };
+    init_tracing(cli.log_format, cli.log.as_deref().unwrap_or(default_filter));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -144,8 +152,8 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat, filter: Option<&str>) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or("warn"))
+fn init_tracing(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -172,6 +180,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 connections,
                 crate::config::redact_url(&settings.database.url)
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Daemon => {
+            let settings = Settings::load(&cli.config)?;
+            // Refuse a second SQLite daemon before touching the database.
+            let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
+            let db = open(&settings).await?;
+            drop(lock);
+            crate::daemon::run(settings, db, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
@@ -256,6 +273,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let show_progress = !quiet && std::io::stderr().is_terminal();
             crate::demo::run(&cli.config, show_progress).await
         }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::error!(%error, "Cannot listen for SIGTERM; only SIGINT stops the daemon.");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received."),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
     }
 }
 

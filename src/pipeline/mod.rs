@@ -178,6 +178,7 @@ pub async fn sync_connection(
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
+        crate::telemetry::record_run(&outcome, listing_complete);
         Ok(outcome)
     }
     .instrument(span)

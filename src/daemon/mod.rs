@@ -1,0 +1,197 @@
+//! `tributary daemon`: one cron job per provider, each firing syncing the provider's
+//! enabled connections under their leases, until a shutdown signal.
+//!
+//! Shutdown: the scheduler stops firing, running syncs are cancelled between pages (the
+//! page being stored still commits), runs end `interrupted` with their checkpoints, and
+//! the process exits 0 within `[daemon] shutdown_grace`.
+
+mod endpoints;
+mod single_instance;
+mod systemd;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use sea_orm::DatabaseConnection;
+use tokio_cron_scheduler::{Job, JobScheduler};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tributary_providers::Provider;
+
+use crate::config::{ProviderSettings, Settings};
+use crate::lease::{sweep_abandoned_runs, Holder};
+use crate::pipeline::{NoProgress, RunOptions, Trigger};
+use crate::sync::{build, enabled_connections, sync_provider, LeaseSettings, SyncFilter};
+
+pub use single_instance::{lock_sqlite, SingleInstanceError};
+
+/// Everything one firing needs, shared by all firings of one provider.
+struct ProviderJob {
+    db: DatabaseConnection,
+    settings: ProviderSettings,
+    provider: Box<dyn Provider>,
+    lease: LeaseSettings,
+    cancel: CancellationToken,
+}
+
+/// Runs the daemon until `shutdown` resolves. The database must be migrated and the
+/// configured connections loaded.
+pub async fn run(
+    settings: Settings,
+    db: DatabaseConnection,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let _sqlite_lock = lock_sqlite(&settings.database.url)?;
+    let holder = Holder::current();
+    tracing::info!(instance = holder.as_str(), "Daemon starting.");
+    let abandoned = sweep_abandoned_runs(&db)
+        .await
+        .context("marking runs left running by a stopped process")?;
+    if abandoned > 0 {
+        tracing::warn!(
+            runs = abandoned,
+            "Marked runs of stopped processes interrupted."
+        );
+    }
+
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let scheduling = Arc::new(AtomicBool::new(false));
+    let scheduler = JobScheduler::new()
+        .await
+        .context("creating the scheduler")?;
+    let mut scheduled = 0;
+    for provider_settings in settings.providers.values() {
+        if !provider_settings.enabled {
+            tracing::info!(provider = %provider_settings.name, "Provider disabled; not scheduled.");
+            continue;
+        }
+        let job = Arc::new(ProviderJob {
+            db: db.clone(),
+            provider: build(provider_settings)?,
+            settings: provider_settings.clone(),
+            lease: LeaseSettings {
+                holder: holder.clone(),
+                ttl: settings.daemon.lease_ttl,
+            },
+            cancel: cancel.clone(),
+        });
+        let tracker = tracker.clone();
+        let cron = Job::new_async(provider_settings.schedule.as_str(), move |_, _| {
+            let job = job.clone();
+            let tracker = tracker.clone();
+            Box::pin(async move {
+                if job.cancel.is_cancelled() {
+                    return;
+                }
+                // Tracked, so shutdown waits for it; the scheduler does not.
+                tracker.spawn(async move { fire(&job).await });
+            })
+        })
+        .with_context(|| {
+            format!(
+                "scheduling provider {} with {:?}",
+                provider_settings.name, provider_settings.schedule
+            )
+        })?;
+        scheduler
+            .add(cron)
+            .await
+            .with_context(|| format!("scheduling provider {}", provider_settings.name))?;
+        scheduled += 1;
+    }
+    scheduler.start().await.context("starting the scheduler")?;
+    scheduling.store(true, Ordering::SeqCst);
+
+    let endpoints = match settings.daemon.listen {
+        Some(listen) => {
+            let metrics = crate::telemetry::install_prometheus()
+                .map_err(|error| anyhow::anyhow!("installing the metrics recorder: {error}"))?;
+            let state = endpoints::EndpointState {
+                db: db.clone(),
+                metrics,
+                scheduling: scheduling.clone(),
+            };
+            Some(
+                endpoints::serve(listen, state, cancel.clone())
+                    .await
+                    .with_context(|| format!("listening on {listen} ([daemon] listen)"))?,
+            )
+        }
+        None => None,
+    };
+    let watchdog = systemd::spawn_watchdog();
+    systemd::ready();
+    tracing::info!(providers = scheduled, "Daemon ready.");
+
+    shutdown.await;
+
+    tracing::info!("Shutting down: no new runs; letting pages in flight commit.");
+    systemd::stopping();
+    scheduling.store(false, Ordering::SeqCst);
+    let mut scheduler = scheduler;
+    if let Err(error) = scheduler.shutdown().await {
+        tracing::warn!(%error, "Stopping the scheduler failed.");
+    }
+    cancel.cancel();
+    tracker.close();
+    let grace = settings.daemon.shutdown_grace;
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "Runs still going after the shutdown grace; they are marked interrupted."
+        );
+        // Our leases are ours no more once we exit: mark what is left.
+        if let Err(error) = crate::lease::interrupt_runs_of(&db, &holder).await {
+            tracing::error!(%error, "Marking unfinished runs interrupted failed.");
+        }
+    }
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
+    if let Some(endpoints) = endpoints {
+        let _ = endpoints.await;
+    }
+    tracing::info!("Daemon stopped.");
+    Ok(())
+}
+
+/// One firing of a provider's schedule: every enabled connection, a bounded number at a
+/// time, each skipped if a run of it is still going.
+async fn fire(job: &ProviderJob) {
+    let provider = &job.settings.name;
+    let connections = match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
+        Ok(connections) => connections,
+        Err(error) => {
+            tracing::error!(%provider, %error, "Listing connections failed; firing skipped.");
+            return;
+        }
+    };
+    tracing::debug!(%provider, connections = connections.len(), "Schedule fired.");
+    let options = RunOptions {
+        trigger: Trigger::Schedule,
+        full: false,
+        cancel: job.cancel.child_token(),
+    };
+    match sync_provider(
+        &job.db,
+        &job.settings,
+        job.provider.as_ref(),
+        connections,
+        &options,
+        &job.lease,
+        &NoProgress,
+    )
+    .await
+    {
+        Ok(report) => tracing::info!(
+            %provider,
+            runs = report.outcomes.len(),
+            skipped = report.skipped.len(),
+            "Firing done."
+        ),
+        Err(error) => tracing::error!(%provider, %error, "Firing failed."),
+    }
+}

@@ -1,0 +1,60 @@
+//! Metrics: their names, labels and the one place each is recorded. They go through the
+//! `metrics` facade, so they cost nothing unless a recorder is installed (the daemon
+//! installs a Prometheus one when `[daemon] listen` is set).
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::pipeline::RunOutcome;
+
+/// Runs by provider and final status.
+pub const RUNS_TOTAL: &str = "tributary_runs_total";
+/// Records by provider and outcome (inserted, updated, unchanged, duplicate, failed).
+pub const RECORDS_TOTAL: &str = "tributary_records_total";
+/// Run duration in seconds, by provider.
+pub const RUN_DURATION_SECONDS: &str = "tributary_run_duration_seconds";
+/// Unix time of the last run per provider that walked its whole listing.
+pub const LAST_SUCCESS_TIMESTAMP: &str = "tributary_last_success_timestamp_seconds";
+/// Connections skipped by a firing because a run of theirs was still going.
+pub const SKIPPED_TOTAL: &str = "tributary_connections_skipped_total";
+
+/// Installs the Prometheus recorder for this process and returns the handle that renders
+/// `/metrics`.
+pub fn install_prometheus() -> Result<PrometheusHandle, String> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(RUN_DURATION_SECONDS.to_string()),
+            &[0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0],
+        )
+        .map_err(|error| error.to_string())?
+        .install_recorder()
+        .map_err(|error| error.to_string())
+}
+
+/// Records one finished run.
+pub fn record_run(outcome: &RunOutcome, listing_complete: bool) {
+    let provider = outcome.provider.clone();
+    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => outcome.status.as_str())
+        .increment(1);
+    let counts = &outcome.counts;
+    for (name, value) in [
+        ("inserted", counts.inserted),
+        ("updated", counts.updated),
+        ("unchanged", counts.unchanged),
+        ("duplicate", counts.duplicate),
+        ("failed", counts.failed),
+    ] {
+        metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "outcome" => name)
+            .increment(value);
+    }
+    metrics::histogram!(RUN_DURATION_SECONDS, "provider" => provider.clone())
+        .record(outcome.elapsed.as_secs_f64());
+    if listing_complete {
+        metrics::gauge!(LAST_SUCCESS_TIMESTAMP, "provider" => provider)
+            .set(chrono::Utc::now().timestamp() as f64);
+    }
+}
+
+/// Records a connection skipped because its lease was held.
+pub fn record_skip(provider: &str) {
+    metrics::counter!(SKIPPED_TOTAL, "provider" => provider.to_string()).increment(1);
+}

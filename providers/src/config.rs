@@ -5,21 +5,27 @@
 
 use serde::Deserialize;
 
+use crate::github::{GithubConfig, GithubProvider};
 use crate::http::{HttpClient, HttpSettings};
 use crate::rest::{RestConfig, RestProvider};
 use crate::Provider;
 
 /// The adapter-specific part of a `[providers.NAME]` table, chosen by its `kind` key.
+// One value per configured provider, built once at start: boxing the large `rest`
+// variant would save nothing worth an indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ProviderConfig {
     /// `kind = "rest"`: a REST API described wholly in TOML.
     Rest(RestConfig),
+    /// `kind = "github"`: the issues visible to the connected GitHub user.
+    Github(GithubConfig),
 }
 
 impl ProviderConfig {
     /// Every `kind` value there is, for messages.
-    pub const KINDS: &'static [&'static str] = &["rest"];
+    pub const KINDS: &'static [&'static str] = &["rest", "github"];
 
     /// Deserializes a provider table's adapter keys (without `kind`) as the named kind.
     /// Unlike deserializing the tagged enum, this keeps the deserializer's view of the
@@ -30,6 +36,7 @@ impl ProviderConfig {
     ) -> Result<ProviderConfig, D::Error> {
         match kind {
             "rest" => RestConfig::deserialize(deserializer).map(ProviderConfig::Rest),
+            "github" => GithubConfig::deserialize(deserializer).map(ProviderConfig::Github),
             other => Err(serde::de::Error::custom(format!(
                 "unknown provider kind {other:?}, expected one of: {}",
                 Self::KINDS.join(", ")
@@ -41,6 +48,7 @@ impl ProviderConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             ProviderConfig::Rest(_) => "rest",
+            ProviderConfig::Github(_) => "github",
         }
     }
 
@@ -49,6 +57,7 @@ impl ProviderConfig {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             ProviderConfig::Rest(config) => config.validate(),
+            ProviderConfig::Github(config) => config.validate(),
         }
     }
 
@@ -56,6 +65,17 @@ impl ProviderConfig {
     pub fn needs_token(&self) -> bool {
         match self {
             ProviderConfig::Rest(config) => config.needs_token(),
+            ProviderConfig::Github(_) => true,
+        }
+    }
+
+    /// The environment variables the provider reads when it is built, as (config key,
+    /// variable name) pairs, e.g. `("client_secret_env", "STRAVA_CLIENT_SECRET")`. The root
+    /// crate checks at start that each is set, so a missing one fails config validation
+    /// naming the key.
+    pub fn required_env_vars(&self) -> Vec<(String, String)> {
+        match self {
+            ProviderConfig::Rest(_) | ProviderConfig::Github(_) => Vec::new(),
         }
     }
 }
@@ -68,5 +88,6 @@ pub fn build_provider(
     let client = HttpClient::new(http.clone())?;
     Ok(match config {
         ProviderConfig::Rest(rest) => Box::new(RestProvider::new(rest.clone(), client)),
+        ProviderConfig::Github(github) => Box::new(GithubProvider::new(github.clone(), client)),
     })
 }

@@ -9,17 +9,22 @@
 //! - [`record`]: turning a raw JSON record into a [`Record`] keyed by its external id, or into
 //!   a [`RejectedRecord`] that keeps the raw payload for the error report.
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
+//! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!
 //! Providers never touch the database: they return pages, and only the pipeline writes.
 
 pub mod config;
+pub mod github;
 pub mod http;
 pub mod record;
 pub mod rest;
 
+mod adapter;
 mod page;
+#[cfg(test)]
+mod test_support;
 
 pub use config::{build_provider, ProviderConfig};
 pub use http::{FetchError, HttpClient, HttpSettings};

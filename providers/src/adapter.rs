@@ -106,6 +106,14 @@ pub(crate) fn watermark_time(watermark: &Watermark) -> Option<DateTime<Utc>> {
     }
 }
 
+/// A watermark as seconds since the Unix epoch (a time watermark rounds down).
+pub(crate) fn watermark_epoch(watermark: &Watermark) -> i64 {
+    match watermark {
+        Watermark::Time(time) => time.timestamp(),
+        Watermark::Epoch(seconds) => *seconds,
+    }
+}
+
 /// The latest RFC 3339 timestamp in the records' `field`, as a [`Watermark::Time`].
 /// Records without a readable timestamp do not count.
 pub(crate) fn max_time_watermark(records: &[Value], field: &str) -> Option<Watermark> {
@@ -116,6 +124,15 @@ pub(crate) fn max_time_watermark(records: &[Value], field: &str) -> Option<Water
         .map(|time| time.with_timezone(&Utc))
         .max()
         .map(Watermark::Time)
+}
+
+/// The largest integer in the records' `field`, as a [`Watermark::Epoch`].
+pub(crate) fn max_epoch_watermark(records: &[Value], field: &str) -> Option<Watermark> {
+    records
+        .iter()
+        .filter_map(|record| record.get(field)?.as_i64())
+        .max()
+        .map(Watermark::Epoch)
 }
 
 /// Each record keyed by its `id` field, or set aside with its payload.
@@ -170,7 +187,15 @@ mod tests {
             max_time_watermark(&records, "t"),
             Some(Watermark::Time(expected.with_timezone(&Utc)))
         );
+        assert_eq!(
+            max_epoch_watermark(&records, "n"),
+            Some(Watermark::Epoch(9))
+        );
         assert_eq!(max_time_watermark(&[], "t"), None);
+        assert_eq!(
+            watermark_epoch(&Watermark::Time(expected.into())),
+            1704268800
+        );
         assert_eq!(
             watermark_time(&Watermark::Epoch(1704268800)),
             Some(expected.with_timezone(&Utc))

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::github::{GithubConfig, GithubProvider};
 use crate::http::{HttpClient, HttpSettings};
 use crate::rest::{RestConfig, RestProvider};
+use crate::stripe::{StripeConfig, StripeProvider};
 use crate::Provider;
 
 /// The adapter-specific part of a `[providers.NAME]` table, chosen by its `kind` key.
@@ -21,11 +22,13 @@ pub enum ProviderConfig {
     Rest(RestConfig),
     /// `kind = "github"`: the issues visible to the connected GitHub user.
     Github(GithubConfig),
+    /// `kind = "stripe"`: the charges of a Stripe account.
+    Stripe(StripeConfig),
 }
 
 impl ProviderConfig {
     /// Every `kind` value there is, for messages.
-    pub const KINDS: &'static [&'static str] = &["rest", "github"];
+    pub const KINDS: &'static [&'static str] = &["rest", "github", "stripe"];
 
     /// Deserializes a provider table's adapter keys (without `kind`) as the named kind.
     /// Unlike deserializing the tagged enum, this keeps the deserializer's view of the
@@ -37,6 +40,7 @@ impl ProviderConfig {
         match kind {
             "rest" => RestConfig::deserialize(deserializer).map(ProviderConfig::Rest),
             "github" => GithubConfig::deserialize(deserializer).map(ProviderConfig::Github),
+            "stripe" => StripeConfig::deserialize(deserializer).map(ProviderConfig::Stripe),
             other => Err(serde::de::Error::custom(format!(
                 "unknown provider kind {other:?}, expected one of: {}",
                 Self::KINDS.join(", ")
@@ -49,6 +53,7 @@ impl ProviderConfig {
         match self {
             ProviderConfig::Rest(_) => "rest",
             ProviderConfig::Github(_) => "github",
+            ProviderConfig::Stripe(_) => "stripe",
         }
     }
 
@@ -58,6 +63,7 @@ impl ProviderConfig {
         match self {
             ProviderConfig::Rest(config) => config.validate(),
             ProviderConfig::Github(config) => config.validate(),
+            ProviderConfig::Stripe(config) => config.validate(),
         }
     }
 
@@ -65,7 +71,7 @@ impl ProviderConfig {
     pub fn needs_token(&self) -> bool {
         match self {
             ProviderConfig::Rest(config) => config.needs_token(),
-            ProviderConfig::Github(_) => true,
+            ProviderConfig::Github(_) | ProviderConfig::Stripe(_) => true,
         }
     }
 
@@ -75,7 +81,9 @@ impl ProviderConfig {
     /// naming the key.
     pub fn required_env_vars(&self) -> Vec<(String, String)> {
         match self {
-            ProviderConfig::Rest(_) | ProviderConfig::Github(_) => Vec::new(),
+            ProviderConfig::Rest(_) | ProviderConfig::Github(_) | ProviderConfig::Stripe(_) => {
+                Vec::new()
+            }
         }
     }
 }
@@ -89,5 +97,6 @@ pub fn build_provider(
     Ok(match config {
         ProviderConfig::Rest(rest) => Box::new(RestProvider::new(rest.clone(), client)),
         ProviderConfig::Github(github) => Box::new(GithubProvider::new(github.clone(), client)),
+        ProviderConfig::Stripe(stripe) => Box::new(StripeProvider::new(stripe.clone(), client)),
     })
 }

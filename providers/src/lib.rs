@@ -10,6 +10,7 @@
 //!   a [`RejectedRecord`] that keeps the raw payload for the error report.
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
 //! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user.
+//! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!
@@ -20,6 +21,7 @@ pub mod github;
 pub mod http;
 pub mod record;
 pub mod rest;
+pub mod stripe;
 
 mod adapter;
 mod page;

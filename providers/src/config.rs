@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::github::{GithubConfig, GithubProvider};
 use crate::http::{HttpClient, HttpSettings};
 use crate::rest::{RestConfig, RestProvider};
+use crate::strava::{StravaConfig, StravaProvider};
 use crate::stripe::{StripeConfig, StripeProvider};
 use crate::Provider;
 
@@ -24,11 +25,13 @@ pub enum ProviderConfig {
     Github(GithubConfig),
     /// `kind = "stripe"`: the charges of a Stripe account.
     Stripe(StripeConfig),
+    /// `kind = "strava"`: the connected athlete's Strava activities (OAuth2).
+    Strava(StravaConfig),
 }
 
 impl ProviderConfig {
     /// Every `kind` value there is, for messages.
-    pub const KINDS: &'static [&'static str] = &["rest", "github", "stripe"];
+    pub const KINDS: &'static [&'static str] = &["rest", "github", "stripe", "strava"];
 
     /// Deserializes a provider table's adapter keys (without `kind`) as the named kind.
     /// Unlike deserializing the tagged enum, this keeps the deserializer's view of the
@@ -41,6 +44,7 @@ impl ProviderConfig {
             "rest" => RestConfig::deserialize(deserializer).map(ProviderConfig::Rest),
             "github" => GithubConfig::deserialize(deserializer).map(ProviderConfig::Github),
             "stripe" => StripeConfig::deserialize(deserializer).map(ProviderConfig::Stripe),
+            "strava" => StravaConfig::deserialize(deserializer).map(ProviderConfig::Strava),
             other => Err(serde::de::Error::custom(format!(
                 "unknown provider kind {other:?}, expected one of: {}",
                 Self::KINDS.join(", ")
@@ -54,6 +58,7 @@ impl ProviderConfig {
             ProviderConfig::Rest(_) => "rest",
             ProviderConfig::Github(_) => "github",
             ProviderConfig::Stripe(_) => "stripe",
+            ProviderConfig::Strava(_) => "strava",
         }
     }
 
@@ -64,6 +69,7 @@ impl ProviderConfig {
             ProviderConfig::Rest(config) => config.validate(),
             ProviderConfig::Github(config) => config.validate(),
             ProviderConfig::Stripe(config) => config.validate(),
+            ProviderConfig::Strava(config) => config.validate(),
         }
     }
 
@@ -71,7 +77,9 @@ impl ProviderConfig {
     pub fn needs_token(&self) -> bool {
         match self {
             ProviderConfig::Rest(config) => config.needs_token(),
-            ProviderConfig::Github(_) | ProviderConfig::Stripe(_) => true,
+            ProviderConfig::Github(_) | ProviderConfig::Stripe(_) | ProviderConfig::Strava(_) => {
+                true
+            }
         }
     }
 
@@ -84,11 +92,17 @@ impl ProviderConfig {
             ProviderConfig::Rest(_) | ProviderConfig::Github(_) | ProviderConfig::Stripe(_) => {
                 Vec::new()
             }
+            ProviderConfig::Strava(config) => vec![(
+                "client_secret_env".to_string(),
+                config.client_secret_env.clone(),
+            )],
         }
     }
 }
 
-/// Builds the adapter for one configured provider.
+/// Builds the adapter for one configured provider. Reads the environment variables that
+/// [`ProviderConfig::required_env_vars`] names; an unset one is a
+/// [`FetchError::Client`](crate::FetchError::Client) naming it.
 pub fn build_provider(
     config: &ProviderConfig,
     http: &HttpSettings,
@@ -98,5 +112,8 @@ pub fn build_provider(
         ProviderConfig::Rest(rest) => Box::new(RestProvider::new(rest.clone(), client)),
         ProviderConfig::Github(github) => Box::new(GithubProvider::new(github.clone(), client)),
         ProviderConfig::Stripe(stripe) => Box::new(StripeProvider::new(stripe.clone(), client)),
+        ProviderConfig::Strava(strava) => {
+            Box::new(StravaProvider::from_env(strava.clone(), client)?)
+        }
     })
 }

@@ -11,6 +11,8 @@
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
 //! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user.
 //! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
+//! - [`strava`]: `kind = "strava"`, the connected athlete's activities, with OAuth2 refresh
+//!   and the application's shared rate-limit budget.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!
@@ -21,6 +23,7 @@ pub mod github;
 pub mod http;
 pub mod record;
 pub mod rest;
+pub mod strava;
 pub mod stripe;
 
 mod adapter;

@@ -1,7 +1,7 @@
 //! The per-kind provider configuration and the registry that builds adapters from it.
 //!
-//! Adding a provider touches its own module and one line in [`ProviderConfig`] and
-//! [`build_provider`].
+//! Adding a provider touches its own module, one variant of [`ProviderConfig`] (with its
+//! `KINDS` entry and one arm in each method) and one arm of [`build_provider`].
 
 use serde::Deserialize;
 

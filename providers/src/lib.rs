@@ -5,7 +5,9 @@
 //!   page: it asks for a page at a [`PagePosition`], stores what comes back, and asks for the
 //!   next one.
 //! - [`http`]: the shared HTTP client (timeouts, retries with backoff and jitter, 429 with
-//!   `Retry-After`, a cap on the body size). Every adapter talks to its API through it.
+//!   `Retry-After`, a cap on the body size). Every adapter talks to its API through it; an
+//!   adapter whose API signals more than the status says plugs in a
+//!   [`http::ResponsePolicy`].
 //! - [`record`]: turning a raw JSON record into a [`Record`] keyed by its external id, or into
 //!   a [`RejectedRecord`] that keeps the raw payload for the error report.
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.

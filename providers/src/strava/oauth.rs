@@ -16,10 +16,15 @@ use crate::{Credentials, FetchError, TokenRefresher};
 
 /// Spends a connection's refresh token at Strava's token endpoint.
 pub(crate) struct OAuthClient {
+    /// The provider's HTTP client.
     pub client: HttpClient,
+    /// `{oauth_url}/oauth/token`.
     pub token_url: Url,
+    /// The application's client id.
     pub client_id: String,
+    /// The application's client secret, read from `client_secret_env`.
     pub client_secret: SecretString,
+    /// Where "now" comes from, for `expires_in`.
     pub clock: Clock,
 }
 

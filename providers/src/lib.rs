@@ -5,21 +5,33 @@
 //!   page: it asks for a page at a [`PagePosition`], stores what comes back, and asks for the
 //!   next one.
 //! - [`http`]: the shared HTTP client (timeouts, retries with backoff and jitter, 429 with
-//!   `Retry-After`, a cap on the body size). Every adapter talks to its API through it.
+//!   `Retry-After`, a cap on the body size). Every adapter talks to its API through it; an
+//!   adapter whose API signals more than the status says plugs in a
+//!   [`http::ResponsePolicy`].
 //! - [`record`]: turning a raw JSON record into a [`Record`] keyed by its external id, or into
 //!   a [`RejectedRecord`] that keeps the raw payload for the error report.
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
+//! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user.
+//! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
+//! - [`strava`]: `kind = "strava"`, the connected athlete's activities, with OAuth2 refresh
+//!   and the application's shared rate-limit budget.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!
 //! Providers never touch the database: they return pages, and only the pipeline writes.
 
 pub mod config;
+pub mod github;
 pub mod http;
 pub mod record;
 pub mod rest;
+pub mod strava;
+pub mod stripe;
 
+mod adapter;
 mod page;
+#[cfg(test)]
+mod test_support;
 
 pub use config::{build_provider, ProviderConfig};
 pub use http::{FetchError, HttpClient, HttpSettings};

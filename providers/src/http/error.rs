@@ -156,6 +156,14 @@ impl FetchError {
         }
     }
 
+    /// [`FetchError::redact_secret`] for each of `secrets` (e.g. an access token, a refresh
+    /// token and a client secret).
+    pub(crate) fn redact_secrets<'a>(self, secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        secrets
+            .into_iter()
+            .fold(self, |error, secret| error.redact_secret(secret))
+    }
+
     /// Replaces every occurrence of `secret` in the error's text (e.g. an API that echoes the
     /// token in its error body) with `[redacted]`.
     pub(crate) fn redact_secret(self, secret: &str) -> Self {
@@ -389,5 +397,19 @@ mod tests {
         };
         assert_eq!(error.stage(), RecordStage::Parse);
         assert_eq!(error.body(), Some("{}"));
+    }
+
+    #[test]
+    fn every_secret_is_redacted() {
+        let error = FetchError::Unauthorized {
+            status: 400,
+            message: "refresh token rt-1234 for client cs-5678 rejected".into(),
+        }
+        .redact_secrets(["rt-1234", "cs-5678", "ab"]);
+        assert_eq!(
+            error.to_string(),
+            "credentials were rejected (HTTP 400): refresh token [redacted] for client \
+             [redacted] rejected"
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The shared HTTP client every adapter talks to its API through.
 //!
 //! One [`HttpClient`] per provider wraps one pooled `reqwest` client (keep-alive, rustls).
-//! [`HttpClient::get_json`] adds what every adapter needs:
+//! [`HttpClient::get_json`] (and [`HttpClient::get_json_with`] /
+//! [`HttpClient::post_form_with`], which take a provider's [`ResponsePolicy`]) add what
+//! every adapter needs:
 //! - bounded retries (`1 + max_retries` requests at most) with exponential backoff and
 //!   jitter, for connection errors, timeouts, bodies cut short, 5xx, 429 and 2xx bodies that
 //!   are not JSON;
@@ -11,102 +13,41 @@
 //! - a cap on the body size, checked against `Content-Length` and while streaming;
 //! - redirects followed only within the same origin, so headers that carry credentials never
 //!   reach another host.
+//!
+//! A provider whose API says more than the status (a 403 that is a rate limit, a header that
+//! forbids a retry, a JSON error body) changes these rules for its own requests with a
+//! [`ResponsePolicy`] rather than a retry loop of its own.
 
 mod error;
+mod policy;
+mod settings;
 #[cfg(test)]
 mod tests;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use reqwest::header::{HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
-use reqwest::{Response, StatusCode};
-use serde::Deserialize;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION};
+use reqwest::{Method, Response};
+use secrecy::{ExposeSecret, SecretString};
 use url::Url;
 
 pub(crate) use error::{cap_body, display_url, display_url_text};
 use error::{error_chain, excerpt};
 pub use error::{FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS};
+use policy::default_verdict;
+#[cfg(test)]
+use policy::retry_after;
+pub use policy::{Answer, DefaultPolicy, ResponsePolicy, Verdict};
+pub use settings::HttpSettings;
 
 /// Redirects followed for one request (same origin only).
 const MAX_REDIRECTS: usize = 10;
 
 /// How much of an unsuccessful answer's body is read to quote in the error.
 const ERROR_BODY_READ_LIMIT: usize = 16 * 1024;
-
-/// Per-provider HTTP settings: `[providers.NAME.http]` in config.toml.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpSettings {
-    /// Whole-request timeout (humantime string, e.g. "30s"). Default 30s.
-    #[serde(with = "humantime_serde")]
-    pub timeout: Duration,
-    /// Connect timeout. Default 10s.
-    #[serde(with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// Retries after the first attempt for connection errors, timeouts, 5xx, 429 and
-    /// unparseable bodies. Default 4.
-    pub max_retries: u32,
-    /// First backoff delay; doubles each retry, with jitter. Default 500ms.
-    #[serde(with = "humantime_serde")]
-    pub retry_initial_delay: Duration,
-    /// Backoff cap. Default 30s.
-    #[serde(with = "humantime_serde")]
-    pub retry_max_delay: Duration,
-    /// The longest Retry-After the client will wait; a longer one ends the fetch with
-    /// FetchError::RateLimited. Default 5m.
-    #[serde(with = "humantime_serde")]
-    pub max_rate_limit_wait: Duration,
-    /// Largest response body accepted, in bytes. Default 32 MiB.
-    pub max_body_bytes: u64,
-    /// User-Agent header. Default `"tributary/<crate version>"`.
-    pub user_agent: String,
-}
-
-impl Default for HttpSettings {
-    fn default() -> Self {
-        HttpSettings {
-            timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(10),
-            max_retries: 4,
-            retry_initial_delay: Duration::from_millis(500),
-            retry_max_delay: Duration::from_secs(30),
-            max_rate_limit_wait: Duration::from_secs(5 * 60),
-            max_body_bytes: 32 * 1024 * 1024,
-            user_agent: concat!("tributary/", env!("CARGO_PKG_VERSION")).to_string(),
-        }
-    }
-}
-
-impl HttpSettings {
-    /// Checks what serde cannot and returns a message naming the key that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.timeout.is_zero() {
-            return Err("http.timeout must be longer than 0s".to_string());
-        }
-        if self.connect_timeout.is_zero() {
-            return Err("http.connect_timeout must be longer than 0s".to_string());
-        }
-        if self.retry_initial_delay > self.retry_max_delay {
-            return Err(format!(
-                "http.retry_initial_delay ({:?}) must not be longer than http.retry_max_delay ({:?})",
-                self.retry_initial_delay, self.retry_max_delay
-            ));
-        }
-        if self.max_body_bytes == 0 {
-            return Err("http.max_body_bytes must be at least 1".to_string());
-        }
-        if HeaderValue::from_str(&self.user_agent).is_err() {
-            return Err(format!(
-                "http.user_agent {:?} is not a valid HTTP header value",
-                self.user_agent
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// A successful (2xx) answer whose body is JSON.
 #[derive(Clone, Debug)]
@@ -159,7 +100,58 @@ impl HttpClient {
     /// GETs `url` with `headers` and parses the body as JSON, retrying as the module
     /// documentation describes. `headers` are never logged.
     pub async fn get_json(&self, url: Url, headers: HeaderMap) -> Result<JsonResponse, FetchError> {
-        let shown = display_url(&url);
+        self.get_json_with(url, headers, &DefaultPolicy).await
+    }
+
+    /// Like [`HttpClient::get_json`], with `policy` seeing every answer and deciding what an
+    /// unsuccessful one means (see [`ResponsePolicy`]).
+    pub async fn get_json_with(
+        &self,
+        url: Url,
+        headers: HeaderMap,
+        policy: &dyn ResponsePolicy,
+    ) -> Result<JsonResponse, FetchError> {
+        let request = Request {
+            method: Method::GET,
+            url: &url,
+            headers: &headers,
+            form: None,
+        };
+        self.send_json(request, policy).await
+    }
+
+    /// POSTs `form` as `application/x-www-form-urlencoded` (e.g. to an OAuth token endpoint)
+    /// and parses the answer as JSON. Retried like a GET for connection errors, 5xx and 429;
+    /// with the [`DefaultPolicy`] any other 4xx fails at once. The form and `headers` are
+    /// never logged: the form may hold secrets.
+    pub async fn post_form_with(
+        &self,
+        url: Url,
+        headers: HeaderMap,
+        form: &[(&str, &str)],
+        policy: &dyn ResponsePolicy,
+    ) -> Result<JsonResponse, FetchError> {
+        let body = SecretString::from(
+            url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(form)
+                .finish(),
+        );
+        let request = Request {
+            method: Method::POST,
+            url: &url,
+            headers: &headers,
+            form: Some(&body),
+        };
+        self.send_json(request, policy).await
+    }
+
+    /// Sends `request` until it succeeds, fails for good or runs out of attempts.
+    async fn send_json(
+        &self,
+        request: Request<'_>,
+        policy: &dyn ResponsePolicy,
+    ) -> Result<JsonResponse, FetchError> {
+        let shown = display_url(request.url);
         let attempts = AtomicU32::new(0);
         let max_delay = self.settings.retry_max_delay;
         let backoff = ExponentialBuilder::default()
@@ -167,16 +159,16 @@ impl HttpClient {
             .with_max_delay(max_delay)
             .with_max_times(usize::try_from(self.settings.max_retries).unwrap_or(usize::MAX))
             .with_jitter();
-        let (url, headers, shown_ref, attempts_ref) = (&url, &headers, shown.as_str(), &attempts);
+        let (request, shown_ref, attempts_ref) = (&request, shown.as_str(), &attempts);
         let attempt = move || async move {
             let attempt = attempts_ref.fetch_add(1, Ordering::Relaxed) + 1;
-            self.attempt(url, headers, shown_ref, attempt).await
+            self.attempt(request, policy, shown_ref, attempt).await
         };
         attempt
             .retry(backoff)
             .when(|failure: &Failure| failure.retryable)
-            // The backoff decides whether there is another attempt; Retry-After, when given,
-            // decides how long to wait for it.
+            // The backoff decides whether there is another attempt; the wait the API asked
+            // for, when given, decides how long to wait for it.
             .adjust(|failure, delay| {
                 delay.map(|delay| failure.retry_after.unwrap_or(delay.min(max_delay)))
             })
@@ -190,8 +182,8 @@ impl HttpClient {
     /// One request: the answer, or a failure saying whether it is worth another attempt.
     async fn attempt(
         &self,
-        url: &Url,
-        headers: &HeaderMap,
+        request: &Request<'_>,
+        policy: &dyn ResponsePolicy,
         shown: &str,
         attempt: u32,
     ) -> Result<JsonResponse, Failure> {
@@ -209,15 +201,25 @@ impl HttpClient {
                 retry_after: None,
             }
         };
-        let mut response = self
+        let mut builder = self
             .client
-            .get(url.clone())
-            .headers(headers.clone())
+            .request(request.method.clone(), request.url.clone())
+            .headers(request.headers.clone());
+        if let Some(form) = request.form {
+            builder = builder
+                .header(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/x-www-form-urlencoded"),
+                )
+                .body(form.expose_secret().to_string());
+        }
+        let mut response = builder
             .send()
             .await
             .map_err(|err| transport("sending the request failed", err))?;
+        policy.observe(response.status(), response.headers());
         if !response.status().is_success() {
-            return Err(self.status_failure(response, shown, attempt).await);
+            return Err(self.status_failure(response, policy, shown, attempt).await);
         }
         let limit = self.settings.max_body_bytes;
         let too_large = || {
@@ -259,59 +261,66 @@ impl HttpClient {
         }
     }
 
-    /// The failure for an unsuccessful status.
-    async fn status_failure(&self, mut response: Response, shown: &str, attempt: u32) -> Failure {
+    /// The failure for an unsuccessful status: the client's verdict, as `policy` amends it,
+    /// with waits beyond `max_rate_limit_wait` turned into [`FetchError::RateLimited`].
+    async fn status_failure(
+        &self,
+        mut response: Response,
+        policy: &dyn ResponsePolicy,
+        shown: &str,
+        attempt: u32,
+    ) -> Failure {
         let status = response.status();
-        let code = status.as_u16();
-        let retry_after = match status {
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-                retry_after(response.headers(), SystemTime::now())
-            }
-            _ => None,
-        };
-        if let Some(wait) = retry_after {
-            if wait > self.settings.max_rate_limit_wait {
-                return Failure::fatal(FetchError::RateLimited {
-                    retry_after: wait,
-                    limit: self.settings.max_rate_limit_wait,
-                });
-            }
-        }
-        let message = if status.is_redirection() {
+        let (body, message) = if status.is_redirection() {
             let location = response
                 .headers()
                 .get(LOCATION)
                 .and_then(|value| value.to_str().ok())
                 .map_or_else(|| "nowhere".to_string(), display_url_text);
-            format!(
+            let message = format!(
                 "the redirect to {location} was not followed: only redirects within the same \
                  origin are, so credentials never reach another host"
-            )
+            );
+            (Vec::new(), message)
         } else {
-            excerpt(&read_prefix(&mut response, ERROR_BODY_READ_LIMIT).await)
+            let body = read_prefix(&mut response, ERROR_BODY_READ_LIMIT).await;
+            let message = excerpt(&body);
+            (body, message)
         };
-        if code == 401 || code == 403 {
-            return Failure::fatal(FetchError::Unauthorized {
-                status: code,
-                message,
-            });
-        }
-        let error = FetchError::Status {
-            url: shown.to_string(),
-            status: code,
-            attempts: attempt,
-            message,
+        let answer = Answer {
+            url: shown,
+            status,
+            headers: response.headers(),
+            body: &body,
+            attempt,
         };
-        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-            Failure {
+        let verdict = policy.classify(&answer, default_verdict(&answer, message));
+        match verdict {
+            Verdict::Retry {
+                wait: Some(wait), ..
+            } if wait > self.settings.max_rate_limit_wait => {
+                Failure::fatal(FetchError::RateLimited {
+                    retry_after: wait,
+                    limit: self.settings.max_rate_limit_wait,
+                })
+            }
+            Verdict::Retry { error, wait } => Failure {
                 error,
                 retryable: true,
-                retry_after,
-            }
-        } else {
-            Failure::fatal(error)
+                retry_after: wait,
+            },
+            Verdict::Fail(error) => Failure::fatal(error),
         }
     }
+}
+
+/// One request to send, perhaps several times.
+struct Request<'a> {
+    method: Method,
+    url: &'a Url,
+    headers: &'a HeaderMap,
+    /// The url-encoded form body of a POST; it may hold secrets.
+    form: Option<&'a SecretString>,
 }
 
 /// One failed attempt.
@@ -358,17 +367,6 @@ impl Failure {
             }
         }
     }
-}
-
-/// The wait a `Retry-After` header asks for: integer seconds or an HTTP date (a date in the
-/// past means no wait). `None` when absent or unreadable.
-fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Up to `limit` bytes of the body; a read error ends it early (it is only quoted).

@@ -20,7 +20,7 @@
 //! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
 
 mod config;
-mod link;
+pub(crate) mod link;
 mod pagination;
 #[cfg(test)]
 mod tests;

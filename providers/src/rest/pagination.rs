@@ -82,21 +82,7 @@ pub(super) fn page_url(
 /// A next-page URL given by the API, fetched as is but only on the configured origin, so the
 /// token is never sent to another host.
 fn followed_url(config: &RestConfig, text: &str) -> Result<Url, FetchError> {
-    let url = Url::parse(text).map_err(|err| FetchError::InvalidUrl {
-        url: display_url_text(text),
-        message: err.to_string(),
-    })?;
-    if url.origin() != config.base_url.origin() {
-        return Err(FetchError::InvalidUrl {
-            url: display_url(&url),
-            message: format!(
-                "the next-page URL is not on the origin of base_url ({}), so it is not \
-                 followed with the connection's credentials",
-                config.base_url.origin().ascii_serialization()
-            ),
-        });
-    }
-    Ok(url)
+    crate::adapter::same_origin_url(&config.base_url, text)
 }
 
 /// Where the page after this one starts; `None` when this was the last page. `records` is

@@ -2,6 +2,7 @@
 
 mod bodies;
 mod client;
+mod policy;
 mod retries;
 
 use std::io::{Read, Write};
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::json;
 use url::Url;
 use wiremock::matchers::{method, path};

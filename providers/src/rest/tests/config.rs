@@ -8,7 +8,10 @@ use crate::rest::{Auth, PaginationType, RestConfig};
 use crate::{IdSpec, ProviderConfig};
 
 fn rest(value: serde_json::Value) -> RestConfig {
-    let ProviderConfig::Rest(config) = provider_config(value).unwrap();
+    let config = provider_config(value).unwrap();
+    let ProviderConfig::Rest(config) = config else {
+        panic!("expected a rest config, got {config:?}");
+    };
     config
 }
 
@@ -48,7 +51,9 @@ fn the_documented_toml_works_as_written() {
     config.validate().unwrap();
     assert_eq!(config.kind(), "rest");
     assert!(config.needs_token());
-    let ProviderConfig::Rest(rest) = config;
+    let ProviderConfig::Rest(rest) = config else {
+        panic!("expected a rest config, got {config:?}");
+    };
     assert_eq!(
         rest.endpoint().unwrap().as_str(),
         "http://127.0.0.1:8080/v1/items"
@@ -123,8 +128,12 @@ fn unknown_keys_are_rejected_by_name() {
 #[test]
 fn auth_accepts_its_three_forms_and_explains_otherwise() {
     let auth = |value: serde_json::Value| {
-        provider_config(json!({"kind": "rest", "base_url": "http://h", "auth": value}))
-            .map(|ProviderConfig::Rest(config)| config.auth)
+        provider_config(json!({"kind": "rest", "base_url": "http://h", "auth": value})).map(
+            |config| match config {
+                ProviderConfig::Rest(config) => config.auth,
+                other => panic!("expected a rest config, got {other:?}"),
+            },
+        )
     };
     assert_eq!(auth(json!("bearer")).unwrap(), Auth::Bearer);
     assert_eq!(auth(json!("none")).unwrap(), Auth::None);

@@ -41,7 +41,9 @@ fn rest_config(server: &MockServer, extra: Value) -> RestConfig {
     }
     let config = provider_config(value).unwrap();
     config.validate().unwrap();
-    let ProviderConfig::Rest(config) = config;
+    let ProviderConfig::Rest(config) = config else {
+        panic!("expected a rest config, got {config:?}");
+    };
     config
 }
 

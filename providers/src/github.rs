@@ -1,0 +1,293 @@
+//! `kind = "github"`: the issues (and pull requests) visible to the connected user, from
+//! GitHub's REST API (`GET /issues`).
+//!
+//! ```toml
+//! [providers.github]
+//! kind = "github"
+//! # base_url = "https://api.github.com"   # GitHub Enterprise: "https://HOST/api/v3"
+//! # per_page = 100
+//! ```
+//!
+//! - Pages are walked by the `Link` header's `rel="next"` URL, followed as given but only on
+//!   the origin of `base_url`.
+//! - Incremental: `since` (inclusive at GitHub, so boundary ties are fetched again) is the
+//!   connection's watermark, the latest `updated_at` seen; issues are asked for in
+//!   ascending `updated` order.
+//! - Rate limits as GitHub documents them: a 403 or 429 with `x-ratelimit-remaining: 0`
+//!   waits until `x-ratelimit-reset`; one with `retry-after` waits that long; a secondary
+//!   rate limit without either waits a minute. A wait beyond `http.max_rate_limit_wait`
+//!   ends the fetch with [`FetchError::RateLimited`] at once. Any other 403 is forbidden
+//!   ([`FetchError::Unauthorized`]), as is a 401.
+
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::SecondsFormat;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, LINK};
+use serde::Deserialize;
+use serde_json::Value;
+use url::Url;
+
+use crate::adapter;
+use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
+use crate::record::json_type_name;
+use crate::rest::link;
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+
+/// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
+pub const API_VERSION: &str = "2022-11-28";
+
+/// How long to wait after a secondary rate limit that names no wait: "at least one minute"
+/// in GitHub's documentation.
+const SECONDARY_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// The configuration of a `kind = "github"` provider.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubConfig {
+    /// The API root. Default `"https://api.github.com"`; GitHub Enterprise Server uses
+    /// `"https://HOST/api/v3"`.
+    #[serde(default = "default_base_url")]
+    pub base_url: Url,
+    /// Issues per page (`per_page`), 1 to 100. Default 100.
+    #[serde(default = "default_per_page")]
+    pub per_page: u32,
+}
+
+fn default_base_url() -> Url {
+    Url::parse("https://api.github.com").expect("the default base_url is a valid URL")
+}
+
+fn default_per_page() -> u32 {
+    100
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            base_url: default_base_url(),
+            per_page: default_per_page(),
+        }
+    }
+}
+
+impl GithubConfig {
+    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        adapter::validate_base_url("base_url", &self.base_url)?;
+        if !(1..=100).contains(&self.per_page) {
+            return Err(format!(
+                "per_page must be between 1 and 100 (GitHub's largest page), not {}",
+                self.per_page
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The adapter for one `kind = "github"` provider.
+#[derive(Clone, Debug)]
+pub struct GithubProvider {
+    config: GithubConfig,
+    client: HttpClient,
+}
+
+impl GithubProvider {
+    /// Builds the adapter. The configuration is expected to have passed
+    /// [`GithubConfig::validate`].
+    pub fn new(config: GithubConfig, client: HttpClient) -> GithubProvider {
+        GithubProvider { config, client }
+    }
+
+    /// The first page's URL: every issue visible to the user, oldest update first, since
+    /// the watermark when there is one.
+    fn first_url(&self, context: &FetchContext<'_>) -> Result<Url, FetchError> {
+        let mut url = adapter::endpoint(&self.config.base_url, "/issues")?;
+        {
+            let mut query = url.query_pairs_mut();
+            query
+                .append_pair("filter", "all")
+                .append_pair("state", "all")
+                .append_pair("sort", "updated")
+                .append_pair("direction", "asc")
+                .append_pair("per_page", &self.config.per_page.to_string());
+            if let Some(since) = context.since.and_then(adapter::watermark_time) {
+                query.append_pair("since", &since.to_rfc3339_opts(SecondsFormat::Secs, true));
+            }
+        }
+        Ok(url)
+    }
+
+    fn headers(&self, token: &str) -> Result<HeaderMap, FetchError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/vnd.github+json"),
+        );
+        headers.insert(
+            HeaderName::from_static("x-github-api-version"),
+            HeaderValue::from_static(API_VERSION),
+        );
+        headers.insert(AUTHORIZATION, adapter::bearer("github", token)?);
+        Ok(headers)
+    }
+
+    async fn fetch(
+        &self,
+        context: &FetchContext<'_>,
+        token: &str,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let url = match position {
+            None => self.first_url(context)?,
+            Some(PagePosition::Url { url }) => {
+                adapter::same_origin_url(&self.config.base_url, url)?
+            }
+            Some(other) => {
+                return Err(adapter::position_mismatch(
+                    "github",
+                    other,
+                    "the Link header's next URL",
+                ))
+            }
+        };
+        let response = self
+            .client
+            .get_json_with(url, self.headers(token)?, &GithubPolicy)
+            .await?;
+        let shape = |message: String, body: &Value| FetchError::Shape {
+            url: display_url(&response.url),
+            message,
+            body: cap_body(body.to_string().as_bytes()),
+        };
+        let links = response
+            .headers
+            .get_all(LINK)
+            .iter()
+            .map(|value| value.to_str())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                shape(
+                    "the Link header is not visible ASCII text".to_string(),
+                    &response.body,
+                )
+            })?;
+        let next = match link::next_target(links)
+            .map_err(|message| shape(format!("malformed Link header: {message}"), &response.body))?
+        {
+            Some(target) => {
+                let next = response.url.join(&target).map_err(|err| {
+                    shape(
+                        format!("the Link header's rel=\"next\" target is not a valid URL: {err}"),
+                        &response.body,
+                    )
+                })?;
+                Some(PagePosition::Url {
+                    url: next.to_string(),
+                })
+            }
+            None => None,
+        };
+        let records = match response.body {
+            Value::Array(records) => records,
+            other => {
+                let message = format!(
+                    "the body is {}, expected an array of issues",
+                    json_type_name(&other)
+                );
+                return Err(shape(message, &other));
+            }
+        };
+        let watermark = adapter::max_time_watermark(&records, "updated_at");
+        Ok(Page {
+            items: adapter::items_by_id(records),
+            next,
+            watermark,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for GithubProvider {
+    async fn fetch_page(
+        &self,
+        context: &FetchContext<'_>,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let token = adapter::token(context.credentials)
+            .ok_or_else(|| adapter::missing_token("github", "a GitHub token"))?;
+        self.fetch(context, token, position)
+            .await
+            .map_err(|error| error.redact_secret(token))
+    }
+}
+
+/// How GitHub's answers are read: its rate-limit headers and its JSON error bodies.
+struct GithubPolicy;
+
+impl ResponsePolicy for GithubPolicy {
+    fn classify(&self, answer: &Answer<'_>, default: Verdict) -> Verdict {
+        let message = error_message(answer);
+        let status = answer.status.as_u16();
+        if status == 403 || status == 429 {
+            if let Some(wait) = rate_limit_wait(answer, SystemTime::now()) {
+                let error = FetchError::Status {
+                    url: answer.url.to_string(),
+                    status,
+                    attempts: answer.attempt,
+                    message: format!("rate limited: {message}"),
+                };
+                return Verdict::Retry {
+                    error,
+                    wait: Some(wait),
+                };
+            }
+        }
+        default.with_message(message)
+    }
+}
+
+/// The wait a 403 or 429 asks for, when it is a rate limit: `retry-after`, else the time
+/// until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (at least a second, against
+/// clock skew), else a minute for a secondary rate limit that names no wait. `None` when
+/// the answer is not a rate limit.
+fn rate_limit_wait(answer: &Answer<'_>, now: SystemTime) -> Option<Duration> {
+    let reset = (answer.header("x-ratelimit-remaining") == Some("0"))
+        .then(|| answer.header("x-ratelimit-reset")?.parse::<u64>().ok())
+        .flatten()
+        .map(|reset| {
+            let at = UNIX_EPOCH + Duration::from_secs(reset);
+            at.duration_since(now)
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_secs(1))
+        });
+    match (answer.retry_after(), reset) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (Some(wait), None) | (None, Some(wait)) => Some(wait),
+        (None, None) => {
+            let secondary = answer
+                .json()
+                .and_then(|body| body.get("message")?.as_str().map(str::to_lowercase))
+                .is_some_and(|message| message.contains("secondary rate limit"));
+            secondary.then_some(SECONDARY_RATE_LIMIT_WAIT)
+        }
+    }
+}
+
+/// GitHub's error body `{"message": ..., "documentation_url": ...}` as one line, or the
+/// start of the body when it is not that.
+fn error_message(answer: &Answer<'_>) -> String {
+    let Some(body) = answer.json() else {
+        return answer.excerpt();
+    };
+    match (
+        body.get("message").and_then(Value::as_str),
+        body.get("documentation_url").and_then(Value::as_str),
+    ) {
+        (Some(message), Some(url)) => format!("{message} (see {url})"),
+        (Some(message), None) => message.to_string(),
+        _ => answer.excerpt(),
+    }
+}

@@ -1,0 +1,97 @@
+//! The configuration of a `kind = "strava"` provider.
+
+use serde::Deserialize;
+use url::Url;
+
+use crate::adapter;
+
+/// The configuration of a `kind = "strava"` provider: the Strava API application whose
+/// OAuth tokens the connections hold.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StravaConfig {
+    /// The API host; activities are listed at `{base_url}/api/v3/athlete/activities`.
+    /// Default `"https://www.strava.com"`.
+    #[serde(default = "default_url")]
+    pub base_url: Url,
+    /// The OAuth host; tokens are refreshed at `{oauth_url}/oauth/token`. Default
+    /// `"https://www.strava.com"`.
+    #[serde(default = "default_url")]
+    pub oauth_url: Url,
+    /// The application's Client ID, as Strava's API settings page shows it (e.g.
+    /// `"12345"`). Required.
+    pub client_id: String,
+    /// The name of the environment variable that holds the application's Client Secret
+    /// (e.g. `"STRAVA_CLIENT_SECRET"`); the secret itself never goes in the config. Required.
+    pub client_secret_env: String,
+    /// Activities per page (`per_page`), 1 to 200. Default 200.
+    #[serde(default = "default_per_page")]
+    pub per_page: u32,
+    /// Requests of each 15-minute budget kept in reserve: once a window's usage reaches
+    /// its limit minus this, requests wait for the next window. Default 5.
+    #[serde(default = "default_rate_limit_reserve")]
+    pub rate_limit_reserve: u32,
+}
+
+fn default_url() -> Url {
+    Url::parse("https://www.strava.com").expect("the default URL is a valid URL")
+}
+
+fn default_per_page() -> u32 {
+    200
+}
+
+fn default_rate_limit_reserve() -> u32 {
+    5
+}
+
+impl StravaConfig {
+    /// A configuration with the defaults and the two required keys.
+    pub fn new(client_id: &str, client_secret_env: &str) -> StravaConfig {
+        StravaConfig {
+            base_url: default_url(),
+            oauth_url: default_url(),
+            client_id: client_id.to_string(),
+            client_secret_env: client_secret_env.to_string(),
+            per_page: default_per_page(),
+            rate_limit_reserve: default_rate_limit_reserve(),
+        }
+    }
+
+    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        adapter::validate_base_url("base_url", &self.base_url)?;
+        adapter::validate_base_url("oauth_url", &self.oauth_url)?;
+        if self.client_id.trim().is_empty() {
+            return Err("client_id must not be empty".to_string());
+        }
+        if self.client_id.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "client_id {:?} must not contain whitespace",
+                self.client_id
+            ));
+        }
+        let name = &self.client_secret_env;
+        if name.is_empty() || name.contains(['=', '\0']) || name.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "client_secret_env must be the name of an environment variable (e.g. \
+                 \"STRAVA_CLIENT_SECRET\"), not {name:?}"
+            ));
+        }
+        // Strava's client secrets are 40 hexadecimal digits; variable names hardly ever are.
+        if name.len() == 40 && name.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(
+                "client_secret_env looks like a client secret itself: it must name the \
+                 environment variable that holds the secret, never the secret"
+                    .to_string(),
+            );
+        }
+        if !(1..=200).contains(&self.per_page) {
+            return Err(format!(
+                "per_page must be between 1 and 200 (Strava's largest page), not {}",
+                self.per_page
+            ));
+        }
+        Ok(())
+    }
+}

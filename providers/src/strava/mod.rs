@@ -1,0 +1,320 @@
+//! `kind = "strava"`: the connected athlete's activities, from Strava's API
+//! (`GET /api/v3/athlete/activities`), with OAuth2 tokens that are refreshed as they expire.
+//!
+//! ```toml
+//! [providers.strava]
+//! kind = "strava"
+//! client_id = "12345"
+//! client_secret_env = "STRAVA_CLIENT_SECRET"
+//! # base_url = "https://www.strava.com"
+//! # oauth_url = "https://www.strava.com"
+//! # per_page = 200
+//! # rate_limit_reserve = 5
+//! ```
+//!
+//! - Pages are numbered from 1 (`page`, `per_page`); an empty page ends the listing.
+//! - Incremental: `after` is exclusive at Strava, so it is sent as the watermark (the latest
+//!   `start_date` seen) minus one second, and boundary ties are fetched again.
+//! - OAuth2: a connection holds an access token, a refresh token and `expires_at`. Before a
+//!   request whose token expires within a minute (or has no known expiry while a refresh
+//!   token exists), and once after a 401, the token is refreshed through the pipeline's
+//!   [`CredentialStore`](crate::CredentialStore), which commits the rotated pair first
+//!   (`oauth`).
+//! - Rate limits: the application's 15-minute and daily budgets, read from the usage
+//!   headers of every answer and shared by all connections (`limits`).
+
+mod config;
+mod limits;
+mod oauth;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use reqwest::header::{HeaderMap, AUTHORIZATION};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+
+pub use config::StravaConfig;
+
+use crate::adapter;
+use crate::http::{cap_body, display_url, Answer, HttpClient};
+use crate::record::json_type_name;
+use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
+use limits::{Clock, RateLimits, Wait};
+use oauth::OAuthClient;
+
+/// Refresh an access token that expires within this many seconds.
+const REFRESH_MARGIN_SECONDS: i64 = 60;
+
+/// The adapter for one `kind = "strava"` provider (one Strava API application). One
+/// instance serves all the provider's connections, so its rate-limit state is the
+/// application's.
+#[derive(Debug)]
+pub struct StravaProvider {
+    config: StravaConfig,
+    client: HttpClient,
+    oauth: OAuthClient,
+    limits: RateLimits,
+}
+
+impl StravaProvider {
+    /// Builds the adapter with the application's client secret. The configuration is
+    /// expected to have passed [`StravaConfig::validate`].
+    pub fn new(
+        config: StravaConfig,
+        client: HttpClient,
+        client_secret: SecretString,
+    ) -> Result<StravaProvider, FetchError> {
+        let clock: Clock = Arc::new(Utc::now);
+        let oauth = OAuthClient {
+            client: client.clone(),
+            token_url: adapter::endpoint(&config.oauth_url, "/oauth/token")?,
+            client_id: config.client_id.clone(),
+            client_secret,
+            clock: clock.clone(),
+        };
+        let limits = RateLimits::new(config.rate_limit_reserve, clock);
+        Ok(StravaProvider {
+            config,
+            client,
+            oauth,
+            limits,
+        })
+    }
+
+    /// Builds the adapter, reading the client secret from the environment variable that
+    /// `client_secret_env` names; an unset or empty variable is a [`FetchError::Client`]
+    /// naming it.
+    pub fn from_env(
+        config: StravaConfig,
+        client: HttpClient,
+    ) -> Result<StravaProvider, FetchError> {
+        let name = &config.client_secret_env;
+        let secret = std::env::var(name)
+            .ok()
+            .map(|value| value.trim().to_string())
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| FetchError::Client {
+                message: format!(
+                    "client_secret_env: the environment variable {name} is not set or empty; \
+                     it must hold the Strava application's client secret"
+                ),
+            })?;
+        StravaProvider::new(config, client, SecretString::from(secret))
+    }
+
+    /// The same adapter reading the time from `clock` (tests move it near a window edge).
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, clock: Clock) -> StravaProvider {
+        self.oauth.clock = clock.clone();
+        self.limits = RateLimits::new(self.config.rate_limit_reserve, clock);
+        self
+    }
+
+    /// Whether to refresh before using `credentials`: the token expires within a minute,
+    /// or is missing or of unknown expiry, while a refresh token exists to renew it.
+    fn needs_refresh(&self, credentials: &Credentials) -> bool {
+        if !has_refresh_token(credentials) {
+            return false;
+        }
+        match (adapter::token(credentials), credentials.expires_at) {
+            (Some(_), Some(expires_at)) => {
+                expires_at <= self.limits.now().timestamp() + REFRESH_MARGIN_SECONDS
+            }
+            _ => true,
+        }
+    }
+
+    /// Fetches the page, refreshing the credentials first when they are about to expire
+    /// and once after a 401 (unless they were just refreshed). Every credential seen is
+    /// added to `seen`, so errors can be cleaned of them.
+    async fn fetch_refreshing(
+        &self,
+        context: &FetchContext<'_>,
+        page: u64,
+        seen: &mut Vec<SecretString>,
+    ) -> Result<Page, FetchError> {
+        let mut credentials = context.credentials.clone();
+        let mut refreshed = false;
+        if self.needs_refresh(&credentials) {
+            tracing::info!(
+                expires_at = credentials.expires_at,
+                "The Strava access token expires within a minute or has no known expiry; refreshing it first."
+            );
+            credentials = context
+                .credential_store
+                .refresh(&credentials, &self.oauth)
+                .await?;
+            remember(seen, &credentials);
+            refreshed = true;
+        }
+        let result = self.fetch(context, access_token(&credentials)?, page).await;
+        match result {
+            Err(FetchError::Unauthorized { status: 401, .. })
+                if !refreshed && has_refresh_token(&credentials) =>
+            {
+                tracing::info!(
+                    page,
+                    "Strava rejected the access token; refreshing it once and retrying."
+                );
+                let fresh = context
+                    .credential_store
+                    .refresh(&credentials, &self.oauth)
+                    .await?;
+                remember(seen, &fresh);
+                self.fetch(context, access_token(&fresh)?, page).await
+            }
+            other => other,
+        }
+    }
+
+    /// One request for the activities on `page`, after waiting out the rate limit if need be.
+    async fn fetch(
+        &self,
+        context: &FetchContext<'_>,
+        token: &str,
+        page: u64,
+    ) -> Result<Page, FetchError> {
+        if let Some(wait) = self.limits.reserve_request() {
+            self.wait(wait).await?;
+        }
+        let mut url = adapter::endpoint(&self.config.base_url, "/api/v3/athlete/activities")?;
+        {
+            let mut query = url.query_pairs_mut();
+            query
+                .append_pair("page", &page.to_string())
+                .append_pair("per_page", &self.config.per_page.to_string());
+            if let Some(since) = context.since {
+                let after = adapter::watermark_epoch(since).saturating_sub(1);
+                query.append_pair("after", &after.to_string());
+            }
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, adapter::bearer("strava", token)?);
+        let response = self
+            .client
+            .get_json_with(url, headers, &self.limits)
+            .await?;
+        let records = match response.body {
+            Value::Array(records) => records,
+            other => {
+                return Err(FetchError::Shape {
+                    url: display_url(&response.url),
+                    message: format!(
+                        "the body is {}, expected an array of activities",
+                        json_type_name(&other)
+                    ),
+                    body: cap_body(other.to_string().as_bytes()),
+                })
+            }
+        };
+        let next = (!records.is_empty()).then(|| PagePosition::Page {
+            page: page.saturating_add(1),
+        });
+        let watermark = adapter::max_time_watermark(&records, "start_date");
+        Ok(Page {
+            items: adapter::items_by_id(records),
+            next,
+            watermark,
+        })
+    }
+
+    /// Sleeps for `wait`, or returns [`FetchError::RateLimited`] at once when it is longer
+    /// than `http.max_rate_limit_wait`.
+    async fn wait(&self, wait: Wait) -> Result<(), FetchError> {
+        let limit = self.client.settings().max_rate_limit_wait;
+        let duration = wait.duration();
+        if duration > limit {
+            return Err(FetchError::RateLimited {
+                retry_after: duration,
+                limit,
+            });
+        }
+        let wait_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        match wait {
+            Wait::Window(_) => tracing::info!(
+                wait_ms,
+                "Strava's 15-minute rate-limit budget is nearly spent; waiting for the next window."
+            ),
+            Wait::Day(_) => tracing::info!(
+                wait_ms,
+                "Strava's daily rate-limit budget is spent; waiting until midnight UTC."
+            ),
+        }
+        tokio::time::sleep(duration).await;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for StravaProvider {
+    async fn fetch_page(
+        &self,
+        context: &FetchContext<'_>,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let page = match position {
+            None => 1,
+            Some(PagePosition::Page { page }) => *page,
+            Some(other) => return Err(adapter::position_mismatch("strava", other, "page number")),
+        };
+        let mut seen = Vec::new();
+        remember(&mut seen, context.credentials);
+        let result = self.fetch_refreshing(context, page, &mut seen).await;
+        result.map_err(|error| {
+            let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
+            error.redact_secrets(secrets)
+        })
+    }
+}
+
+/// The access token to send, or why there is none.
+fn access_token(credentials: &Credentials) -> Result<&str, FetchError> {
+    adapter::token(credentials)
+        .ok_or_else(|| adapter::missing_token("strava", "an OAuth access token or a refresh token"))
+}
+
+fn has_refresh_token(credentials: &Credentials) -> bool {
+    credentials
+        .refresh_token
+        .as_ref()
+        .is_some_and(|token| !token.expose_secret().trim().is_empty())
+}
+
+/// Adds the credentials' secrets to `seen`.
+fn remember(seen: &mut Vec<SecretString>, credentials: &Credentials) {
+    seen.extend(credentials.token.iter().cloned());
+    seen.extend(credentials.refresh_token.iter().cloned());
+}
+
+/// Strava's error body `{"message": ..., "errors": [{"resource", "field", "code"}]}` as one
+/// line, or the start of the body when it is not that.
+fn error_message(answer: &Answer<'_>) -> String {
+    let Some(body) = answer.json() else {
+        return answer.excerpt();
+    };
+    let Some(message) = body.get("message").and_then(Value::as_str) else {
+        return answer.excerpt();
+    };
+    let details: Vec<String> = body
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|error| {
+            let parts: Vec<&str> = ["resource", "field", "code"]
+                .iter()
+                .filter_map(|name| error.get(*name)?.as_str())
+                .filter(|part| !part.is_empty())
+                .collect();
+            (!parts.is_empty()).then(|| parts.join(" "))
+        })
+        .collect();
+    if details.is_empty() {
+        message.to_string()
+    } else {
+        format!("{message} ({})", details.join("; "))
+    }
+}

@@ -1,0 +1,154 @@
+//! Refreshing a connection's Strava access token: `POST {oauth_url}/oauth/token` with
+//! `grant_type=refresh_token`, as Strava's authentication documentation describes.
+//!
+//! Strava rotates refresh tokens: the answer's `refresh_token` replaces the one spent. The
+//! pipeline's [`crate::CredentialStore`] commits the new pair before it is used.
+
+use chrono::{DateTime, Utc};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use url::Url;
+
+use super::limits::Clock;
+use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
+use crate::{Credentials, FetchError, TokenRefresher};
+
+/// Spends a connection's refresh token at Strava's token endpoint.
+pub(crate) struct OAuthClient {
+    /// The provider's HTTP client.
+    pub client: HttpClient,
+    /// `{oauth_url}/oauth/token`.
+    pub token_url: Url,
+    /// The application's client id.
+    pub client_id: String,
+    /// The application's client secret, read from `client_secret_env`.
+    pub client_secret: SecretString,
+    /// Where "now" comes from, for `expires_in`.
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("token_url", &display_url(&self.token_url))
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenRefresher for OAuthClient {
+    async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError> {
+        let refresh_token = current
+            .refresh_token
+            .as_ref()
+            .map(|token| token.expose_secret().trim())
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| FetchError::MissingCredentials {
+                message: "the Strava access token has expired or was rejected, and the \
+                          connection has no refresh token to renew it: connect the account \
+                          again"
+                    .to_string(),
+            })?;
+        let client_secret = self.client_secret.expose_secret();
+        let form = [
+            ("client_id", self.client_id.as_str()),
+            ("client_secret", client_secret),
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+        ];
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let result = self
+            .client
+            .post_form_with(self.token_url.clone(), headers, &form, &TokenPolicy)
+            .await
+            .and_then(|response| {
+                fresh_credentials(&response.url, response.body, current, (self.clock)())
+            });
+        let result = result.map_err(|error| error.redact_secrets([client_secret, refresh_token]));
+        match &result {
+            Ok(_) => {
+                tracing::info!(client_id = %self.client_id, "Refreshed a Strava access token.")
+            }
+            Err(error) => tracing::warn!(
+                client_id = %self.client_id,
+                %error,
+                "Refreshing a Strava access token failed."
+            ),
+        }
+        result
+    }
+}
+
+/// The credentials in the token endpoint's answer `{"access_token", "refresh_token",
+/// "expires_at", "expires_in", "token_type"}`. A missing `refresh_token` keeps the current
+/// one; a missing `expires_at` is computed from `expires_in`.
+fn fresh_credentials(
+    url: &Url,
+    body: Value,
+    current: &Credentials,
+    now: DateTime<Utc>,
+) -> Result<Credentials, FetchError> {
+    let text = |name: &str| {
+        body.get(name)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|text| !text.is_empty())
+    };
+    let shape = |message: &str| FetchError::Shape {
+        url: display_url(url),
+        message: format!("the token endpoint's answer {message}"),
+        body: cap_body(without_secrets(&body).to_string().as_bytes()),
+    };
+    let access_token = text("access_token").ok_or_else(|| shape("has no access_token"))?;
+    let refresh_token = match text("refresh_token") {
+        Some(token) => Some(SecretString::from(token)),
+        None => current.refresh_token.clone(),
+    };
+    let expires_at = match (
+        body.get("expires_at").and_then(Value::as_i64),
+        body.get("expires_in").and_then(Value::as_i64),
+    ) {
+        (Some(at), _) => at,
+        (None, Some(seconds)) => now.timestamp().saturating_add(seconds),
+        (None, None) => return Err(shape("has neither expires_at nor expires_in")),
+    };
+    Ok(Credentials {
+        token: Some(SecretString::from(access_token)),
+        refresh_token,
+        expires_at: Some(expires_at),
+    })
+}
+
+/// The answer with its token values replaced, safe to keep in an error report.
+fn without_secrets(body: &Value) -> Value {
+    let mut clean = body.clone();
+    if let Value::Object(map) = &mut clean {
+        for name in ["access_token", "refresh_token"] {
+            if let Some(value) = map.get_mut(name) {
+                *value = Value::String("[redacted]".to_string());
+            }
+        }
+    }
+    clean
+}
+
+/// How the token endpoint's answers are read: a 400 or 401 means the refresh token (or the
+/// client id or secret) was refused, which is a credentials fault, never retried.
+struct TokenPolicy;
+
+impl ResponsePolicy for TokenPolicy {
+    fn classify(&self, answer: &Answer<'_>, default: Verdict) -> Verdict {
+        let message = super::error_message(answer);
+        match answer.status.as_u16() {
+            status @ (400 | 401) => Verdict::Fail(FetchError::Unauthorized {
+                status,
+                message: format!("the Strava token endpoint refused the refresh: {message}"),
+            }),
+            _ => default.with_message(message),
+        }
+    }
+}

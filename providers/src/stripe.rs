@@ -1,0 +1,234 @@
+//! `kind = "stripe"`: the account's charges, from Stripe's API (`GET /v1/charges`).
+//!
+//! ```toml
+//! [providers.stripe]
+//! kind = "stripe"
+//! # base_url = "https://api.stripe.com"
+//! # limit = 100
+//! ```
+//!
+//! - The connection's token is the secret (or restricted) API key, sent as
+//!   `Authorization: Bearer sk_...`.
+//! - Pages are Stripe's list objects (`{"object": "list", "data": [...], "has_more": ...}`),
+//!   continued with `starting_after` = the last charge's id while `has_more` is true.
+//! - Incremental: `created[gte]` is the connection's watermark, the largest `created` seen
+//!   (see [`StripeProvider`] for why `gte`).
+//! - Errors: 429 and 5xx are retried with backoff; a `Stripe-Should-Retry` header overrides
+//!   that either way; Stripe's error body `{"error": {"type", "code", "message"}}` is
+//!   surfaced; 401 is [`FetchError::Unauthorized`].
+
+#[cfg(test)]
+mod tests;
+
+use reqwest::header::{HeaderMap, AUTHORIZATION};
+use serde::Deserialize;
+use serde_json::Value;
+use url::Url;
+
+use crate::adapter;
+use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
+use crate::record::json_type_name;
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+
+/// The configuration of a `kind = "stripe"` provider.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StripeConfig {
+    /// The API root. Default `"https://api.stripe.com"`.
+    #[serde(default = "default_base_url")]
+    pub base_url: Url,
+    /// Charges per page (`limit`), 1 to 100. Default 100.
+    #[serde(default = "default_limit")]
+    pub limit: u32,
+}
+
+fn default_base_url() -> Url {
+    Url::parse("https://api.stripe.com").expect("the default base_url is a valid URL")
+}
+
+fn default_limit() -> u32 {
+    100
+}
+
+impl Default for StripeConfig {
+    fn default() -> Self {
+        StripeConfig {
+            base_url: default_base_url(),
+            limit: default_limit(),
+        }
+    }
+}
+
+impl StripeConfig {
+    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        adapter::validate_base_url("base_url", &self.base_url)?;
+        if !(1..=100).contains(&self.limit) {
+            return Err(format!(
+                "limit must be between 1 and 100 (Stripe's largest page), not {}",
+                self.limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The adapter for one `kind = "stripe"` provider.
+///
+/// Incremental runs ask for `created[gte]=WATERMARK`, not `created[gt]`: the watermark is
+/// the largest `created` (whole seconds) a run has seen, and other charges may share that
+/// second without having been fetched yet. Stripe supports the inclusive `gte`, so boundary
+/// ties are fetched again and absorbed by the key instead of being skipped.
+#[derive(Clone, Debug)]
+pub struct StripeProvider {
+    config: StripeConfig,
+    client: HttpClient,
+}
+
+impl StripeProvider {
+    /// Builds the adapter. The configuration is expected to have passed
+    /// [`StripeConfig::validate`].
+    pub fn new(config: StripeConfig, client: HttpClient) -> StripeProvider {
+        StripeProvider { config, client }
+    }
+
+    /// The URL of the page after the charge `starting_after` (`None`: the first page).
+    fn page_url(
+        &self,
+        context: &FetchContext<'_>,
+        starting_after: Option<&str>,
+    ) -> Result<Url, FetchError> {
+        let mut url = adapter::endpoint(&self.config.base_url, "/v1/charges")?;
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("limit", &self.config.limit.to_string());
+            if let Some(id) = starting_after {
+                query.append_pair("starting_after", id);
+            }
+            if let Some(since) = context.since {
+                query.append_pair("created[gte]", &adapter::watermark_epoch(since).to_string());
+            }
+        }
+        Ok(url)
+    }
+
+    async fn fetch(
+        &self,
+        context: &FetchContext<'_>,
+        token: &str,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let starting_after = match position {
+            None => None,
+            Some(PagePosition::Cursor { cursor }) => Some(cursor.as_str()),
+            Some(other) => {
+                return Err(adapter::position_mismatch(
+                    "stripe",
+                    other,
+                    "cursor (starting_after)",
+                ))
+            }
+        };
+        let url = self.page_url(context, starting_after)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, adapter::bearer("stripe", token)?);
+        let response = self
+            .client
+            .get_json_with(url, headers, &StripePolicy)
+            .await?;
+        let url = display_url(&response.url);
+        let mut body = response.body;
+        let shape = |message: String, body: &Value| FetchError::Shape {
+            url: url.clone(),
+            message,
+            body: cap_body(body.to_string().as_bytes()),
+        };
+        let last_id = match body.get("data") {
+            Some(Value::Array(records)) => records.last().and_then(|last| last.get("id")),
+            found => {
+                let found = found.map_or("missing", json_type_name);
+                let message = format!("`data` is {found}, expected an array of charges");
+                return Err(shape(message, &body));
+            }
+        };
+        let next = match (body.get("has_more"), last_id) {
+            (Some(Value::Bool(false)), _) => None,
+            (Some(Value::Bool(true)), Some(Value::String(id))) if !id.is_empty() => {
+                Some(PagePosition::Cursor { cursor: id.clone() })
+            }
+            (Some(Value::Bool(true)), _) => {
+                let message = "`has_more` is true, but the page has no last charge with a \
+                               string `id` to continue after"
+                    .to_string();
+                return Err(shape(message, &body));
+            }
+            (found, _) => {
+                let found = found.map_or("missing", json_type_name);
+                let message =
+                    format!("`has_more` is {found}, expected a boolean (is this a Stripe list?)");
+                return Err(shape(message, &body));
+            }
+        };
+        let records = match body.get_mut("data").map(Value::take) {
+            Some(Value::Array(records)) => records,
+            _ => Vec::new(),
+        };
+        let watermark = adapter::max_epoch_watermark(&records, "created");
+        Ok(Page {
+            items: adapter::items_by_id(records),
+            next,
+            watermark,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for StripeProvider {
+    async fn fetch_page(
+        &self,
+        context: &FetchContext<'_>,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        let token = adapter::token(context.credentials)
+            .ok_or_else(|| adapter::missing_token("stripe", "a Stripe secret API key"))?;
+        self.fetch(context, token, position)
+            .await
+            .map_err(|error| error.redact_secret(token))
+    }
+}
+
+/// How Stripe's answers are read: `Stripe-Should-Retry` and its JSON error bodies.
+struct StripePolicy;
+
+impl ResponsePolicy for StripePolicy {
+    fn classify(&self, answer: &Answer<'_>, default: Verdict) -> Verdict {
+        let verdict = default.with_message(error_message(answer));
+        match answer.header("stripe-should-retry") {
+            Some("false") => verdict.fail(),
+            Some("true") if !matches!(verdict.error(), FetchError::Unauthorized { .. }) => {
+                verdict.retry(answer.retry_after())
+            }
+            _ => verdict,
+        }
+    }
+}
+
+/// Stripe's error body `{"error": {"type", "code", "message"}}` as one line, or the start
+/// of the body when it is not that.
+fn error_message(answer: &Answer<'_>) -> String {
+    let Some(body) = answer.json() else {
+        return answer.excerpt();
+    };
+    let Some(error) = body.get("error") else {
+        return answer.excerpt();
+    };
+    let field = |name: &str| error.get(name).and_then(Value::as_str);
+    let message = field("message").unwrap_or("no message");
+    match (field("type"), field("code")) {
+        (Some(kind), Some(code)) => format!("{message} (type {kind}, code {code})"),
+        (Some(kind), None) => format!("{message} (type {kind})"),
+        (None, Some(code)) => format!("{message} (code {code})"),
+        (None, None) if field("message").is_some() => message.to_string(),
+        (None, None) => answer.excerpt(),
+    }
+}

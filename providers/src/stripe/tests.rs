@@ -1,0 +1,341 @@
+//! The stripe adapter against a wiremock emulation of `GET /v1/charges` as Stripe documents
+//! it.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use super::{StripeConfig, StripeProvider};
+use crate::test_support::{fast_client, ids, token_credentials};
+use crate::{
+    FetchContext, FetchError, NoCredentialStore, PagePosition, Provider, ProviderConfig, Watermark,
+};
+
+const KEY: &str = "sk_test_51Sekret0123456789";
+
+fn provider(server: &MockServer) -> StripeProvider {
+    let config = StripeConfig {
+        base_url: server.uri().parse().unwrap(),
+        ..StripeConfig::default()
+    };
+    config.validate().unwrap();
+    StripeProvider::new(config, fast_client())
+}
+
+fn charge(id: &str, created: i64) -> Value {
+    json!({"id": id, "object": "charge", "amount": 500, "currency": "eur", "created": created})
+}
+
+fn list(charges: Vec<Value>, has_more: bool) -> Value {
+    json!({"object": "list", "data": charges, "has_more": has_more, "url": "/v1/charges"})
+}
+
+fn stripe_error(kind: &str, code: Option<&str>, message: &str) -> Value {
+    let mut error = json!({"type": kind, "message": message});
+    if let Some(code) = code {
+        error["code"] = json!(code);
+    }
+    json!({"error": error})
+}
+
+/// A `GET /v1/charges` mock with the documented parameters and the key asserted.
+fn charges() -> wiremock::MockBuilder {
+    Mock::given(method("GET"))
+        .and(path("/v1/charges"))
+        .and(query_param("limit", "100"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+}
+
+async fn fetch(
+    provider: &StripeProvider,
+    position: Option<&PagePosition>,
+) -> Result<crate::Page, FetchError> {
+    provider
+        .fetch_page(&FetchContext::full(&token_credentials(KEY)), position)
+        .await
+}
+
+#[tokio::test]
+async fn lists_charges_page_by_page_with_starting_after_the_last_id() {
+    let server = MockServer::start().await;
+    charges()
+        .and(query_param_is_missing("starting_after"))
+        .and(query_param_is_missing("created[gte]"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(list(
+            vec![charge("ch_3", 1_700_000_300), charge("ch_2", 1_700_000_200)],
+            true,
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .and(query_param("starting_after", "ch_2"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(list(vec![charge("ch_1", 1_700_000_100)], true)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .and(query_param("starting_after", "ch_1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(list(vec![], false)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(&server);
+    let first = fetch(&provider, None).await.unwrap();
+    assert_eq!(ids(&first.items), ["ch_3", "ch_2"]);
+    assert_eq!(first.watermark, Some(Watermark::Epoch(1_700_000_300)));
+    assert_eq!(
+        first.next,
+        Some(PagePosition::Cursor {
+            cursor: "ch_2".into()
+        })
+    );
+    let second = fetch(&provider, first.next.as_ref()).await.unwrap();
+    assert_eq!(ids(&second.items), ["ch_1"]);
+    assert_eq!(second.watermark, Some(Watermark::Epoch(1_700_000_100)));
+    let third = fetch(&provider, second.next.as_ref()).await.unwrap();
+    assert!(third.items.is_empty());
+    assert_eq!((third.next, third.watermark), (None, None));
+}
+
+#[tokio::test]
+async fn created_gte_is_sent_from_the_watermark_on_every_page() {
+    let server = MockServer::start().await;
+    charges()
+        .and(query_param("created[gte]", "1700000200"))
+        .and(query_param_is_missing("starting_after"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(list(vec![charge("ch_9", 1_700_000_900)], true)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .and(query_param("created[gte]", "1700000200"))
+        .and(query_param("starting_after", "ch_9"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(list(vec![charge("ch_8", 1_700_000_200)], false)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(&server);
+    let credentials = token_credentials(KEY);
+    let since = Watermark::Epoch(1_700_000_200);
+    let context = FetchContext {
+        credentials: &credentials,
+        since: Some(&since),
+        credential_store: &NoCredentialStore,
+    };
+    let first = provider.fetch_page(&context, None).await.unwrap();
+    let second = provider
+        .fetch_page(&context, first.next.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(ids(&second.items), ["ch_8"]);
+    assert_eq!(second.next, None);
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retried_with_backoff() {
+    let server = MockServer::start().await;
+    charges()
+        .respond_with(ResponseTemplate::new(429).set_body_json(stripe_error(
+            "invalid_request_error",
+            Some("rate_limit"),
+            "Too many requests hit the API too quickly.",
+        )))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .respond_with(ResponseTemplate::new(500).set_body_json(stripe_error(
+            "api_error",
+            None,
+            "Something went wrong.",
+        )))
+        .up_to_n_times(1)
+        .with_priority(2)
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .respond_with(ResponseTemplate::new(200).set_body_json(list(vec![], false)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    fetch(&provider(&server), None).await.unwrap();
+}
+
+#[tokio::test]
+async fn stripe_should_retry_false_stops_retrying_at_once() {
+    let server = MockServer::start().await;
+    charges()
+        .respond_with(
+            ResponseTemplate::new(500)
+                .insert_header("stripe-should-retry", "false")
+                .set_body_json(stripe_error("api_error", None, "Do not retry this.")),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let error = fetch(&provider(&server), None).await.unwrap_err();
+    assert!(
+        matches!(&error, FetchError::Status { status: 500, attempts: 1, message, .. }
+            if message == "Do not retry this. (type api_error)"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn stripe_should_retry_true_retries_even_a_conflict() {
+    let server = MockServer::start().await;
+    charges()
+        .respond_with(
+            ResponseTemplate::new(409)
+                .insert_header("stripe-should-retry", "true")
+                .set_body_json(stripe_error(
+                    "invalid_request_error",
+                    Some("lock_timeout"),
+                    "This object cannot be accessed right now.",
+                )),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(list(vec![charge("ch_1", 1_700_000_000)], false)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let page = fetch(&provider(&server), None).await.unwrap();
+    assert_eq!(ids(&page.items), ["ch_1"]);
+}
+
+#[tokio::test]
+async fn unauthorized_and_other_errors_surface_stripes_message_and_type() {
+    let server = MockServer::start().await;
+    Mock::given(path("/v1/charges"))
+        .and(query_param("starting_after", "ch_gone"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(stripe_error(
+            "invalid_request_error",
+            Some("resource_missing"),
+            "No such charge: 'ch_gone'",
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(path("/v1/charges"))
+        .and(query_param_is_missing("starting_after"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(stripe_error(
+            "invalid_request_error",
+            None,
+            &format!("Invalid API Key provided: {KEY}"),
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(&server);
+    let gone = PagePosition::Cursor {
+        cursor: "ch_gone".into(),
+    };
+    let error = fetch(&provider, Some(&gone)).await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            FetchError::Status {
+                status: 400,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().ends_with(
+            "answered HTTP 400 after 1 attempt: No such charge: 'ch_gone' \
+             (type invalid_request_error, code resource_missing)"
+        ),
+        "{error}"
+    );
+    let error = fetch(&provider, None).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "credentials were rejected (HTTP 401): Invalid API Key provided: [redacted] \
+         (type invalid_request_error)"
+    );
+    let shown = format!("{error:?} {provider:?}");
+    assert!(!shown.contains(KEY), "{shown}");
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_stripe_lists_are_shape_errors() {
+    let server = MockServer::start().await;
+    let cases = [
+        (
+            json!({"data": {}, "has_more": false}),
+            "`data` is an object",
+        ),
+        (json!({"data": []}), "`has_more` is missing"),
+        (
+            list(vec![json!({"amount": 1})], true),
+            "no last charge with a string `id`",
+        ),
+    ];
+    let provider = provider(&server);
+    for (body, expected) in cases {
+        server.reset().await;
+        charges()
+            .respond_with(ResponseTemplate::new(200).set_body_json(body))
+            .mount(&server)
+            .await;
+        let error = fetch(&provider, None).await.unwrap_err();
+        assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
+        assert!(error.to_string().contains(expected), "{error}");
+    }
+    let error = fetch(&provider, Some(&PagePosition::Page { page: 2 }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, FetchError::PositionMismatch { .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn config_defaults_ranges_and_unknown_keys() {
+    let table: toml::Table = toml::from_str("kind = \"stripe\"").unwrap();
+    let config = ProviderConfig::deserialize(table).unwrap();
+    config.validate().unwrap();
+    assert_eq!(config.kind(), "stripe");
+    assert!(config.needs_token());
+    let ProviderConfig::Stripe(stripe) = config else {
+        panic!("expected a stripe config, got {config:?}");
+    };
+    assert_eq!(stripe, StripeConfig::default());
+    assert_eq!(stripe.base_url.as_str(), "https://api.stripe.com/");
+    assert_eq!(stripe.limit, 100);
+    let parse = |text: &str| {
+        let table: toml::Table = toml::from_str(text).unwrap();
+        ProviderConfig::deserialize_kind("stripe", table)
+    };
+    for text in ["limit = 0", "limit = 101"] {
+        let error = parse(text).unwrap().validate().unwrap_err();
+        assert!(error.contains("limit must be between 1 and 100"), "{error}");
+    }
+    let error = parse("limt = 10").unwrap_err().to_string();
+    assert!(error.contains("unknown field `limt`"), "{error}");
+}

@@ -312,6 +312,14 @@ fn parse_provider(
     adapter
         .validate()
         .map_err(|message| (prefix.clone(), message))?;
+    for (key, var) in adapter.required_env_vars() {
+        if !env_is_set(&var) {
+            return Err((
+                format!("{prefix}.{key}"),
+                format!("environment variable {var} is not set"),
+            ));
+        }
+    }
 
     let mut connections: Vec<ConnectionSettings> = Vec::new();
     for (index, value) in raw.connections.into_iter().enumerate() {

@@ -1,6 +1,7 @@
 //! The integration suite: one binary, real SQLite databases, wiremock standing in for the
 //! third-party APIs. Logs are silent unless `TEST_LOG` is set.
 
+mod adapters;
 mod cli;
 mod connections;
 mod crash;

@@ -6,7 +6,7 @@ use chrono::Utc;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
-    DbBackend, DbErr, EntityTrait, QueryFilter, Set,
+    DbBackend, DbErr, EntityTrait, QueryFilter, Set, TransactionTrait,
 };
 use tributary_migrations::{Migrator, MigratorTrait};
 
@@ -61,18 +61,89 @@ pub async fn connect_and_migrate(
     Ok(db)
 }
 
-/// Applies every pending migration.
+/// Applies every pending migration. On PostgreSQL and MySQL an advisory lock serialises
+/// instances that start at once, so only one of them creates the tables.
 pub async fn migrate(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,
 ) -> Result<(), DbSetupError> {
-    Migrator::up(db, None)
-        .await
-        .map_err(|source| DbSetupError::Migrate {
-            url: redact_url(&settings.url),
-            source,
-        })
+    let failed = |source| DbSetupError::Migrate {
+        url: redact_url(&settings.url),
+        source,
+    };
+    let backend = db.get_database_backend();
+    let (lock, unlock) = match backend {
+        DbBackend::Postgres => (
+            format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"),
+            format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"),
+        ),
+        DbBackend::MySql => (
+            "SELECT GET_LOCK('tributary_migrations', 300)".to_string(),
+            "SELECT RELEASE_LOCK('tributary_migrations')".to_string(),
+        ),
+        _ => {
+            // SQLite: a lock file next to the database serialises processes.
+            let _guard = match sqlite_file(&settings.url) {
+                Some(file) => Some(lock_file_blocking(&file, "migrate").await.map_err(
+                    |error| failed(DbErr::Custom(format!("locking for migrations: {error}"))),
+                )?),
+                None => None,
+            };
+            return Migrator::up(db, None).await.map_err(failed);
+        }
+    };
+    // A transaction pins one pooled connection: the session that holds the lock.
+    let session = db.begin().await.map_err(failed)?;
+    session.execute_unprepared(&lock).await.map_err(failed)?;
+    let migrated = Migrator::up(db, None).await;
+    let released = session.execute_unprepared(&unlock).await;
+    let _ = session.commit().await;
+    migrated.map_err(failed)?;
+    released.map_err(failed)?;
+    Ok(())
 }
+
+/// The file of a `sqlite://FILE?...` URL; `None` for other backends and in-memory SQLite.
+pub fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
+    let rest = database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))?;
+    let file = rest.split('?').next().unwrap_or(rest);
+    if file.is_empty() || file == ":memory:" {
+        return None;
+    }
+    Some(std::path::PathBuf::from(file))
+}
+
+/// The path of the lock file `<database file>.<purpose>.lock`.
+pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::PathBuf {
+    let mut path = database_file.as_os_str().to_owned();
+    path.push(format!(".{purpose}.lock"));
+    std::path::PathBuf::from(path)
+}
+
+/// Waits for an exclusive advisory lock on `<database file>.<purpose>.lock`; it is held
+/// until the returned file is dropped (or the process exits).
+async fn lock_file_blocking(
+    database_file: &std::path::Path,
+    purpose: &str,
+) -> std::io::Result<std::fs::File> {
+    let path = lock_path(database_file, purpose);
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+/// The PostgreSQL advisory-lock key that serialises migrations ("trib" in ASCII).
+const MIGRATION_LOCK_KEY: i64 = 0x7472_6962;
 
 /// Inserts the connections listed in config.toml, or updates their credentials and
 /// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept, and so
@@ -97,46 +168,46 @@ async fn upsert_connection(
     configured: &ConnectionSettings,
 ) -> Result<(), DbErr> {
     let source = StoredCredentials::from_config(configured);
-    let existing = connection::Entity::find()
+    let now = Utc::now();
+    // Insert-if-missing first: several instances starting at once must not race a
+    // lookup against each other's inserts.
+    connection::Entity::insert(connection::ActiveModel {
+        user_id: Set(configured.user_id.clone()),
+        provider: Set(provider.to_string()),
+        enabled: Set(configured.enabled),
+        credentials: Set(source.to_column()),
+        cursor: Set(None),
+        checkpoint: Set(None),
+        last_success_run_id: Set(None),
+        last_success_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+        ..Default::default()
+    })
+    .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
+    .exec_without_returning(db)
+    .await?;
+    let row = connection::Entity::find()
         .filter(connection::Column::UserId.eq(&configured.user_id))
         .filter(connection::Column::Provider.eq(provider))
         .one(db)
-        .await?;
-    let now = Utc::now();
-    match existing {
-        Some(row) => {
-            let unchanged_source = StoredCredentials::parse(&row.credentials)
-                .map(|stored| stored.same_source(&source))
-                .unwrap_or(false);
-            if unchanged_source && row.enabled == configured.enabled {
-                return Ok(());
-            }
-            let mut active: connection::ActiveModel = row.into();
-            if !unchanged_source {
-                active.credentials = Set(source.to_column());
-            }
-            active.enabled = Set(configured.enabled);
-            active.updated_at = Set(now);
-            active.update(db).await?;
-        }
-        None => {
-            connection::ActiveModel {
-                user_id: Set(configured.user_id.clone()),
-                provider: Set(provider.to_string()),
-                enabled: Set(configured.enabled),
-                credentials: Set(source.to_column()),
-                cursor: Set(None),
-                checkpoint: Set(None),
-                last_success_run_id: Set(None),
-                last_success_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-                ..Default::default()
-            }
-            .insert(db)
-            .await?;
-        }
+        .await?
+        .ok_or_else(|| {
+            DbErr::RecordNotFound(format!("connection {}@{provider}", configured.user_id))
+        })?;
+    let unchanged_source = StoredCredentials::parse(&row.credentials)
+        .map(|stored| stored.same_source(&source))
+        .unwrap_or(false);
+    if unchanged_source && row.enabled == configured.enabled {
+        return Ok(());
     }
+    let mut active: connection::ActiveModel = row.into();
+    if !unchanged_source {
+        active.credentials = Set(source.to_column());
+    }
+    active.enabled = Set(configured.enabled);
+    active.updated_at = Set(now);
+    active.update(db).await?;
     Ok(())
 }
 

@@ -2,8 +2,8 @@
 //! an advisory lock on `<database file>.daemon.lock`, released by the kernel when the
 //! process exits, however it exits.
 
+use crate::db::{lock_path, sqlite_file};
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::PathBuf;
 
 /// Holds the lock for as long as it lives.
 pub struct SqliteDaemonLock {
@@ -28,9 +28,7 @@ pub fn lock_sqlite(database_url: &str) -> Result<Option<SqliteDaemonLock>, Singl
     let Some(path) = sqlite_file(database_url) else {
         return Ok(None);
     };
-    let mut lock_path = path.clone().into_os_string();
-    lock_path.push(".daemon.lock");
-    let lock_path = PathBuf::from(lock_path);
+    let lock_path = lock_path(&path, "daemon");
     let lock_display = lock_path.display().to_string();
     let file = OpenOptions::new()
         .create(true)
@@ -52,18 +50,6 @@ pub fn lock_sqlite(database_url: &str) -> Result<Option<SqliteDaemonLock>, Singl
             source,
         }),
     }
-}
-
-/// The file of a `sqlite://FILE?...` URL.
-fn sqlite_file(database_url: &str) -> Option<PathBuf> {
-    let rest = database_url
-        .strip_prefix("sqlite://")
-        .or_else(|| database_url.strip_prefix("sqlite:"))?;
-    let file = rest.split('?').next().unwrap_or(rest);
-    if file.is_empty() || file == ":memory:" {
-        return None;
-    }
-    Some(PathBuf::from(file))
 }
 
 #[cfg(test)]

@@ -112,7 +112,11 @@ async fn sync_exits_non_zero_when_a_run_fails() {
     let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
     let sync = run(tributary(&config).args(["--log", "trace", "sync", "--quiet"]));
     assert_eq!(sync.code, 1);
-    assert!(sync.stderr.len() > 1000, "trace logging is on: {}", sync.stderr);
+    assert!(
+        sync.stderr.len() > 1000,
+        "trace logging is on: {}",
+        sync.stderr
+    );
     assert!(
         !sync.stderr.contains("token-alice") && !sync.stdout.contains("token-alice"),
         "the token leaked into the output"

@@ -5,6 +5,7 @@ mod adapters;
 mod cli;
 mod connections;
 mod crash;
+mod daemon;
 mod faults;
 mod helpers;
 mod keying;

@@ -1,0 +1,419 @@
+//! `tributary daemon` as a real process: schedules, skips, SIGTERM, metrics, one SQLite
+//! daemon per file, and several instances sharing a server database.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
+use serde_json::json;
+use tributary::entities::{connection, sync_run};
+use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::helpers::{backend, cursor_provider, items, Backend, TestApp};
+
+/// A running `tributary daemon`, killed if the test ends without stopping it.
+struct Daemon {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &std::path::Path, log: std::path::PathBuf) -> Daemon {
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+            .arg("--config")
+            .arg(config)
+            .args(["--log", "info", "daemon"])
+            .env_remove("TRIBUTARY_DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("daemon starts");
+        Daemon { child, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid() as i32), signal).expect("signal sent");
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    fn wait(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit in {limit:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns true, or fails with `what` after `limit`.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn runs_of(app: &TestApp, user: &str) -> Vec<sync_run::Model> {
+    sync_run::Entity::find()
+        .filter(sync_run::Column::UserId.eq(user))
+        .order_by_asc(sync_run::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap()
+}
+
+/// `pages` pages of `per_page` records for `user`, each answered after `delay`.
+async fn mount_listing(
+    server: &MockServer,
+    user: &str,
+    pages: usize,
+    per_page: usize,
+    delay: Duration,
+) {
+    for page in 0..pages {
+        let start = page * per_page;
+        let next = (page + 1 < pages).then(|| format!("p{}", page + 1));
+        let mock = Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(header(
+                "authorization",
+                format!("Bearer token-{user}").as_str(),
+            ));
+        let mock = if page == 0 {
+            mock.and(query_param_is_missing("cursor"))
+        } else {
+            mock.and(query_param("cursor", format!("p{page}").as_str()))
+        };
+        let body = json!({"data": items(&format!("{user}_"), user, start..start + per_page), "next_cursor": next});
+        mock.respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(body)
+                .set_delay(delay),
+        )
+        .mount(server)
+        .await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+fn daemon_table(listen: Option<u16>) -> String {
+    let listen = listen
+        .map(|port| format!("listen = \"127.0.0.1:{port}\"\n"))
+        .unwrap_or_default();
+    format!("[daemon]\n{listen}lease_ttl = \"5s\"\nshutdown_grace = \"8s\"\n")
+}
+
+fn every_second(providers: String) -> String {
+    providers.replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"* * * * * *\"",
+    )
+}
+
+#[tokio::test]
+async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
+    let app = crate::helpers::spawn_app().await;
+    mount_listing(&app.api, "alice", 2, 2, Duration::ZERO).await;
+    let port = free_port();
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(Some(port)),
+        every_second(cursor_provider("acme", &app.api.uri(), &["alice"]))
+    ));
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+
+    eventually(Duration::from_secs(30), "two scheduled runs", || async {
+        runs_of(&app, "alice")
+            .await
+            .iter()
+            .filter(|r| r.trigger == "schedule" && r.status == "succeeded")
+            .count()
+            >= 2
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let health = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .expect("healthz answers");
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), "ok\n");
+    let metrics = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tributary_runs_total{provider=\"acme\",status=\"succeeded\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tributary_records_total{provider=\"acme\",outcome=\"inserted\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tributary_run_duration_seconds_bucket{provider=\"acme\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tributary_last_success_timestamp_seconds{provider=\"acme\"}"),
+        "{metrics}"
+    );
+
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = runs_of(&app, "alice").await;
+    assert!(runs.iter().all(|r| r.status != "running"), "{runs:?}");
+    assert_eq!(
+        app.records().await.len(),
+        4,
+        "every run after the first inserted nothing"
+    );
+    assert!(daemon.log().contains("Daemon stopped."), "{}", daemon.log());
+}
+
+#[tokio::test]
+async fn sigterm_mid_run_commits_the_page_in_flight_and_marks_the_run_interrupted() {
+    let app = crate::helpers::spawn_app().await;
+    mount_listing(&app.api, "alice", 8, 5, Duration::from_millis(700)).await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(None),
+        every_second(cursor_provider("acme", &app.api.uri(), &["alice"]))
+    ));
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "a committed page", || async {
+        runs_of(&app, "alice")
+            .await
+            .iter()
+            .any(|r| r.pages_fetched >= 2)
+    })
+    .await;
+
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = runs_of(&app, "alice").await;
+    assert_eq!(
+        runs.len(),
+        1,
+        "later firings skipped the connection while its run went on"
+    );
+    assert!(
+        daemon.log().contains("a run of it is already going"),
+        "{}",
+        daemon.log()
+    );
+    let run = &runs[0];
+    assert_eq!(run.status, "interrupted");
+    let committed = app.records().await.len();
+    assert_eq!(
+        committed,
+        run.pages_fetched as usize * 5,
+        "whole pages only"
+    );
+    assert!(committed < 40);
+    let row = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        row.checkpoint.is_some(),
+        "the checkpoint is kept for the next run"
+    );
+    assert_eq!(row.lease_holder, None, "the lease is released");
+}
+
+#[tokio::test]
+async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
+    let app = crate::helpers::spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice", "bob", "sloth"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"*/2 * * * * *\"",
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+
+    if backend() == Backend::Sqlite {
+        // SQLite has one writer: a second daemon on the same file refuses to start.
+        mount_listing(&app.api, "alice", 1, 1, Duration::ZERO).await;
+        let _first = Daemon::start(&config, app.dir.path().join("first.log"));
+        eventually(
+            Duration::from_secs(20),
+            "the first daemon's lock",
+            || async { app.dir.path().join("test.db.daemon.lock").exists() },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut second = Daemon::start(&config, app.dir.path().join("second.log"));
+        let code = second.wait(Duration::from_secs(20));
+        assert_ne!(code, 0);
+        assert!(
+            second
+                .log()
+                .contains("another tributary daemon is already running"),
+            "{}",
+            second.log()
+        );
+        return;
+    }
+
+    mount_listing(&app.api, "alice", 2, 3, Duration::ZERO).await;
+    mount_listing(&app.api, "bob", 2, 3, Duration::ZERO).await;
+    mount_listing(&app.api, "sloth", 6, 4, Duration::from_millis(900)).await;
+    let mut daemons: Vec<Daemon> = (0..3)
+        .map(|i| Daemon::start(&config, app.dir.path().join(format!("daemon{i}.log"))))
+        .collect();
+
+    // Kill whichever daemon runs sloth once two of its pages have committed.
+    eventually(
+        Duration::from_secs(40),
+        "two committed pages of sloth",
+        || async {
+            runs_of(&app, "sloth")
+                .await
+                .iter()
+                .any(|r| r.pages_fetched >= 2)
+        },
+    )
+    .await;
+    let row = connection::Entity::find()
+        .filter(connection::Column::UserId.eq("sloth"))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = row.lease_holder.expect("sloth's run holds its lease");
+    let victim = daemons
+        .iter()
+        .position(|d| holder.split(':').nth(1) == Some(d.pid().to_string().as_str()))
+        .expect("the holder is one of ours");
+    daemons[victim].signal(Signal::SIGKILL);
+    daemons[victim].wait(Duration::from_secs(10));
+
+    eventually(
+        Duration::from_secs(60),
+        "sloth synced to the end by another daemon",
+        || async {
+            runs_of(&app, "sloth")
+                .await
+                .iter()
+                .any(|r| r.status == "succeeded")
+        },
+    )
+    .await;
+    for (i, daemon) in daemons.iter_mut().enumerate() {
+        if i != victim {
+            daemon.signal(Signal::SIGTERM);
+            assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+        }
+    }
+
+    // Every record stored exactly once.
+    let records = app.records().await;
+    assert_eq!(records.len(), 2 * 6 + 24);
+    let sloth = runs_of(&app, "sloth").await;
+    let killed = sloth
+        .iter()
+        .find(|r| r.status == "interrupted")
+        .expect("the killed run is marked");
+    let resumed = sloth.iter().find(|r| r.status == "succeeded").unwrap();
+    assert!(resumed.id > killed.id);
+    assert!(
+        resumed.pages_fetched < 6,
+        "the taker resumed from the checkpoint: {resumed:?}"
+    );
+    assert_eq!(killed.pages_fetched + resumed.pages_fetched, 6);
+    assert!(sloth.iter().all(|r| r.status != "running"));
+
+    // No two runs of one connection ever overlapped, though three daemons fired each tick.
+    for user in ["alice", "bob", "sloth"] {
+        let runs = runs_of(&app, user).await;
+        assert!(runs.len() >= 2 || user == "sloth", "{user}: {runs:?}");
+        for pair in runs.windows(2) {
+            let ended = pair[0].finished_at.expect("finished");
+            assert!(
+                ended <= pair[1].started_at,
+                "{user}: overlapping runs {pair:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn instances_starting_at_once_migrate_a_fresh_database_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = crate::helpers::scratch_database_url(dir.path()).await;
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("[database]\nurl = \"{url}\"\n")).unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+                .arg("--config")
+                .arg(&config)
+                .arg("migrate")
+                .env_remove("TRIBUTARY_DATABASE_URL")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("tributary starts")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let db = sea_orm::Database::connect(&url).await.unwrap();
+    let applied = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            "SELECT version FROM seaql_migrations",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 2, "each migration recorded once");
+}

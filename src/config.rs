@@ -146,6 +146,7 @@ struct RawProviderSettings {
     max_concurrent_connections: usize,
     #[serde(default = "default_run_timeout", with = "humantime_serde")]
     run_timeout: Duration,
+    requests_per_second: Option<f64>,
     http: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
@@ -278,10 +279,14 @@ fn parse_provider(
         ));
     }
 
-    let http: HttpSettings = match raw.http {
+    let mut http: HttpSettings = match raw.http {
         Some(value) => deserialize_at(&format!("{prefix}.http"), value)?,
         None => HttpSettings::default(),
     };
+    http.requests_per_second = raw.requests_per_second;
+    http.metrics_label = name.to_string();
+    http.validate()
+        .map_err(|message| (prefix.clone(), message))?;
 
     let mut adapter_table = raw.adapter;
     let kind = match adapter_table.remove("kind") {

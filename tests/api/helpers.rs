@@ -323,6 +323,15 @@ impl TestApp {
         }
     }
 
+    /// How many requests the mock API has received.
+    pub async fn received_requests(&self) -> usize {
+        self.api
+            .received_requests()
+            .await
+            .map(|requests| requests.len())
+            .unwrap_or(0)
+    }
+
     /// Runs a raw SQL statement (for test fixtures such as triggers).
     pub async fn execute(&self, sql: &str) {
         self.db

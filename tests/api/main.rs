@@ -3,6 +3,7 @@
 
 mod adapters;
 mod cli;
+mod concurrency;
 mod connections;
 mod crash;
 mod daemon;

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION};
 use reqwest::{Method, Response};
 use secrecy::{ExposeSecret, SecretString};
@@ -63,11 +64,28 @@ pub struct JsonResponse {
 }
 
 /// The HTTP client of one provider. Cloning is cheap and shares the connection pool.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HttpClient {
     client: reqwest::Client,
     settings: Arc<HttpSettings>,
+    /// The provider-wide request budget, shared by every clone.
+    budget: Option<Arc<DefaultDirectRateLimiter>>,
 }
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// HTTP requests by provider and status code (`error` when no answer came).
+pub const HTTP_REQUESTS_TOTAL: &str = "tributary_http_requests_total";
+/// Retries by provider.
+pub const HTTP_RETRIES_TOTAL: &str = "tributary_http_retries_total";
+/// Waits an API's rate limit asked for, by provider.
+pub const RATE_LIMIT_WAITS_TOTAL: &str = "tributary_rate_limit_waits_total";
 
 impl HttpClient {
     /// Builds the client once; its connections are pooled and kept alive between requests.
@@ -86,10 +104,27 @@ impl HttpClient {
             .map_err(|err| FetchError::Client {
                 message: error_chain(&err),
             })?;
+        let budget = match settings.requests_per_second {
+            Some(rate) => {
+                let period = Duration::from_secs_f64(1.0 / rate);
+                let quota = Quota::with_period(period).ok_or_else(|| FetchError::Client {
+                    message: format!("requests_per_second = {rate} is out of range"),
+                })?;
+                Some(Arc::new(RateLimiter::direct(quota)))
+            }
+            None => None,
+        };
         Ok(HttpClient {
             client,
             settings: Arc::new(settings),
+            budget,
         })
+    }
+
+    /// Counts one wait that an API's rate limit asked for.
+    pub fn record_rate_limit_wait(&self) {
+        let provider = self.settings.metrics_label.clone();
+        metrics::counter!(RATE_LIMIT_WAITS_TOTAL, "provider" => provider).increment(1);
     }
 
     /// The settings the client was built with.
@@ -173,7 +208,12 @@ impl HttpClient {
                 delay.map(|delay| failure.retry_after.unwrap_or(delay.min(max_delay)))
             })
             .notify(|failure, delay| {
-                failure.log_retry(attempts_ref.load(Ordering::Relaxed), shown_ref, delay)
+                failure.log_retry(attempts_ref.load(Ordering::Relaxed), shown_ref, delay);
+                let provider = self.settings.metrics_label.clone();
+                metrics::counter!(HTTP_RETRIES_TOTAL, "provider" => provider).increment(1);
+                if failure.retry_after.is_some() {
+                    self.record_rate_limit_wait();
+                }
             })
             .await
             .map_err(|failure| failure.error)
@@ -213,10 +253,18 @@ impl HttpClient {
                 )
                 .body(form.expose_secret().to_string());
         }
-        let mut response = builder
-            .send()
-            .await
-            .map_err(|err| transport("sending the request failed", err))?;
+        if let Some(budget) = &self.budget {
+            budget.until_ready().await;
+        }
+        let sent = builder.send().await;
+        let status_label = match &sent {
+            Ok(response) => response.status().as_u16().to_string(),
+            Err(_) => "error".to_string(),
+        };
+        let provider = self.settings.metrics_label.clone();
+        metrics::counter!(HTTP_REQUESTS_TOTAL, "provider" => provider, "status" => status_label)
+            .increment(1);
+        let mut response = sent.map_err(|err| transport("sending the request failed", err))?;
         policy.observe(response.status(), response.headers());
         if !response.status().is_success() {
             return Err(self.status_failure(response, policy, shown, attempt).await);

@@ -6,7 +6,7 @@ use reqwest::header::HeaderValue;
 use serde::Deserialize;
 
 /// Per-provider HTTP settings: `[providers.NAME.http]` in config.toml.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
     /// Whole-request timeout (humantime string, e.g. "30s"). Default 30s.
@@ -32,6 +32,13 @@ pub struct HttpSettings {
     pub max_body_bytes: u64,
     /// User-Agent header. Default `"tributary/<crate version>"`.
     pub user_agent: String,
+    /// The provider-wide request budget shared by all its connections, in requests per
+    /// second; `None` is unlimited. Set from the provider table's `requests_per_second`.
+    #[serde(skip)]
+    pub requests_per_second: Option<f64>,
+    /// The provider's name, used as the `provider` label of the HTTP metrics.
+    #[serde(skip)]
+    pub metrics_label: String,
 }
 
 impl Default for HttpSettings {
@@ -45,6 +52,8 @@ impl Default for HttpSettings {
             max_rate_limit_wait: Duration::from_secs(5 * 60),
             max_body_bytes: 32 * 1024 * 1024,
             user_agent: concat!("tributary/", env!("CARGO_PKG_VERSION")).to_string(),
+            requests_per_second: None,
+            metrics_label: String::new(),
         }
     }
 }
@@ -63,6 +72,11 @@ impl HttpSettings {
                 "http.retry_initial_delay ({:?}) must not be longer than http.retry_max_delay ({:?})",
                 self.retry_initial_delay, self.retry_max_delay
             ));
+        }
+        if let Some(rate) = self.requests_per_second {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(format!("requests_per_second must be above 0, got {rate}"));
+            }
         }
         if self.max_body_bytes == 0 {
             return Err("http.max_body_bytes must be at least 1".to_string());

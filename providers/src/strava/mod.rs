@@ -243,6 +243,7 @@ impl StravaProvider {
                 "Strava's daily rate-limit budget is spent; waiting until midnight UTC."
             ),
         }
+        self.client.record_rate_limit_wait();
         tokio::time::sleep(duration).await;
         Ok(())
     }

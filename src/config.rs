@@ -11,6 +11,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
+use crate::pipeline::WriteMode;
+
 /// The environment variable that overrides `database.url`.
 pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
 
@@ -103,6 +105,8 @@ pub struct ProviderSettings {
     pub max_concurrent_connections: usize,
     /// The longest one run may take.
     pub run_timeout: Duration,
+    /// `mode` and `retention`: how records are written.
+    pub write_mode: WriteMode,
     /// `[providers.NAME.http]`.
     pub http: HttpSettings,
     /// `[[providers.NAME.connections]]`.
@@ -147,6 +151,9 @@ struct RawProviderSettings {
     #[serde(default = "default_run_timeout", with = "humantime_serde")]
     run_timeout: Duration,
     requests_per_second: Option<f64>,
+    mode: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    retention: Option<Duration>,
     http: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
@@ -279,6 +286,31 @@ fn parse_provider(
         ));
     }
 
+    let write_mode = match (raw.mode.as_deref(), raw.retention) {
+        (None | Some("upsert"), None) => WriteMode::Upsert,
+        (None | Some("upsert"), Some(_)) => {
+            return Err((
+                format!("{prefix}.retention"),
+                "only applies with mode = \"append\"".into(),
+            ))
+        }
+        (Some("append"), Some(retention)) if !retention.is_zero() => {
+            WriteMode::Append { retention }
+        }
+        (Some("append"), _) => {
+            return Err((
+                format!("{prefix}.retention"),
+                "mode = \"append\" needs a retention longer than 0, e.g. retention = \"30d\""
+                    .into(),
+            ))
+        }
+        (Some(other), _) => {
+            return Err((
+                format!("{prefix}.mode"),
+                format!("expected \"upsert\" or \"append\", got {other:?}"),
+            ))
+        }
+    };
     let mut http: HttpSettings = match raw.http {
         Some(value) => deserialize_at(&format!("{prefix}.http"), value)?,
         None => HttpSettings::default(),
@@ -351,6 +383,7 @@ fn parse_provider(
         max_pages: raw.max_pages,
         max_concurrent_connections: raw.max_concurrent_connections,
         run_timeout: raw.run_timeout,
+        write_mode,
         http,
         connections,
         adapter,

@@ -23,6 +23,8 @@ pub enum DbSetupError {
     Migrate { url: String, source: DbErr },
     #[error("storing the configured connections failed: {0}")]
     Connections(#[source] DbErr),
+    #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
+    MissingKeyIndex,
 }
 
 /// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,
@@ -209,6 +211,59 @@ async fn upsert_connection(
     active.updated_at = Set(now);
     active.update(db).await?;
     Ok(())
+}
+
+/// Whether `records` has a unique index on exactly the key columns, read from the
+/// database's own catalogue.
+pub async fn key_index_present(db: &DatabaseConnection) -> Result<bool, DbErr> {
+    let sql = match db.get_database_backend() {
+        DbBackend::Sqlite => {
+            "SELECT il.name AS index_name, ii.name AS column_name \
+             FROM pragma_index_list('records') il, pragma_index_info(il.name) ii \
+             WHERE il.\"unique\" = 1 ORDER BY il.name, ii.seqno"
+        }
+        DbBackend::Postgres => {
+            "SELECT ic.relname AS index_name, a.attname AS column_name \
+             FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+             WHERE i.indrelid = 'records'::regclass AND i.indisunique \
+             ORDER BY ic.relname, array_position(i.indkey::int2[], a.attnum)"
+        }
+        _ => {
+            "SELECT INDEX_NAME AS index_name, COLUMN_NAME AS column_name \
+             FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'records' AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+        }
+    };
+    let rows = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            sql,
+        ))
+        .await?;
+    let mut indexes: Vec<(String, Vec<String>)> = Vec::new();
+    for row in rows {
+        let index: String = row.try_get("", "index_name")?;
+        let column: String = row.try_get("", "column_name")?;
+        match indexes.last_mut() {
+            Some((name, columns)) if *name == index => columns.push(column),
+            _ => indexes.push((index, vec![column])),
+        }
+    }
+    let key: Vec<String> = crate::entities::record::KEY_COLUMNS
+        .iter()
+        .map(sea_orm::Iden::to_string)
+        .collect();
+    Ok(indexes.iter().any(|(_, columns)| *columns == key))
+}
+
+/// Refuses to write records without the unique index the pipeline relies on.
+pub async fn require_key_index(db: &DatabaseConnection) -> Result<(), DbSetupError> {
+    match key_index_present(db).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(DbSetupError::MissingKeyIndex),
+        Err(source) => Err(DbSetupError::Connections(source)),
+    }
 }
 
 /// The backend's name for messages.

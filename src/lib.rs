@@ -8,6 +8,8 @@
 //! - [`lease`]: at most one run of a connection at a time, across processes.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
+//! - [`reconcile`]: removing duplicates from before the unique index, with an audit log.
+//! - [`replay`]: re-ingesting a run's failed records from their stored payloads.
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
 //! - [`telemetry`]: the metrics and where each is recorded.
@@ -28,5 +30,7 @@ pub mod demo;
 pub mod entities;
 pub mod lease;
 pub mod pipeline;
+pub mod reconcile;
+pub mod replay;
 pub mod sync;
 pub mod telemetry;

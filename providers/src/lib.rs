@@ -114,4 +114,11 @@ pub trait Provider: Send + Sync {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError>;
+
+    /// How this provider keys its records; replays re-key stored payloads with it. The
+    /// built-in APIs key on `id`; the `rest` provider on its configured `id_field` or
+    /// `key_fields`.
+    fn id_spec(&self) -> IdSpec {
+        IdSpec::Field("id".to_string())
+    }
 }

@@ -123,6 +123,99 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
     Ok(())
 }
 
+/// Prints the errors no replay has resolved, across runs or of one run.
+pub async fn print_open_errors(
+    db: &DatabaseConnection,
+    run_id: Option<i64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut query = run_error::Entity::find().filter(run_error::Column::ResolvedByRunId.is_null());
+    if let Some(run_id) = run_id {
+        query = query.filter(run_error::Column::RunId.eq(run_id));
+    }
+    let errors = query.order_by_asc(run_error::Column::Id).all(db).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&errors)?);
+        return Ok(());
+    }
+    if errors.is_empty() {
+        println!("No open errors.");
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "id",
+        "run",
+        "provider",
+        "user",
+        "external_id",
+        "stage",
+        "scope",
+        "message",
+        "payload",
+    ]);
+    for error in errors {
+        table.add_row([
+            error.id.to_string(),
+            error.run_id.to_string(),
+            error.provider,
+            error.user_id,
+            error.external_id.unwrap_or_default(),
+            error.stage,
+            error.scope,
+            shorten(&error.message),
+            shorten(&error.payload),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+/// The outcome of `tributary replay`.
+pub fn print_replay(run_id: i64, report: &crate::replay::ReplayReport) {
+    match report.replay_run_id {
+        None => println!("Run {run_id} has no open record errors: nothing to replay."),
+        Some(replay) => println!(
+            "Replay run {replay} of run {run_id}: {} resolved, {} still failing.",
+            report.resolved.len(),
+            report.still_failing.len()
+        ),
+    }
+    for (id, reason) in &report.still_failing {
+        println!("  error {id} stays open: {reason}");
+    }
+    if !report.not_replayable.is_empty() {
+        println!(
+            "  {} page-level error(s) are not replayable (the next sync fetches those pages again): {:?}",
+            report.not_replayable.len(),
+            report.not_replayable
+        );
+    }
+}
+
+/// The outcome of `tributary reconcile`.
+pub fn print_reconcile(report: &crate::reconcile::ReconcileReport) {
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    println!(
+        "{} duplicate key(s); {verb} {} row(s).",
+        report.duplicate_keys, report.rows_removed
+    );
+    match (report.index_existed, report.index_created, report.dry_run) {
+        (true, _, _) => {
+            println!("The unique index on (user_id, provider, external_id) was already there.")
+        }
+        (false, true, _) => {
+            println!("Created the unique index on (user_id, provider, external_id).")
+        }
+        (false, false, true) => println!("The unique index is missing; a real run creates it."),
+        (false, false, false) => println!("The unique index is still missing."),
+    }
+}
+
 /// Cuts text to a table cell, marking the cut.
 fn shorten(text: &str) -> String {
     if text.chars().count() <= CELL_LIMIT {

@@ -88,11 +88,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a run's error report: each failed record with its stage, message and payload.
+    /// Show a run's error report (each failed record with its stage, message and payload),
+    /// or with `--open` the unresolved errors of every run.
     Errors {
         /// The run's id (from `tributary runs`).
-        run_id: i64,
+        #[arg(required_unless_present = "open")]
+        run_id: Option<i64>,
+        /// Only errors not yet resolved by a replay (across all runs unless RUN_ID is given).
+        #[arg(long)]
+        open: bool,
         /// Print JSON (with whole payloads) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-ingest a run's failed records from their stored payloads, as a new run with
+    /// trigger `replay`. Errors whose record now goes through are marked resolved.
+    Replay {
+        /// The run whose errors to replay.
+        run_id: i64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove duplicate records (by the key user_id, provider, external_id) left from before
+    /// the unique index existed, log every removal, then create the index. Run it against a
+    /// copy first.
+    Reconcile {
+        /// Report what would be removed and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Append one JSON line per removed row to this file (written before the deletion
+        /// commits).
+        #[arg(long)]
+        audit_log: Option<PathBuf>,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -186,7 +215,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let settings = Settings::load(&cli.config)?;
             // Refuse a second SQLite daemon before touching the database.
             let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
-            let db = open(&settings).await?;
+            let db = open_for_writing(&settings).await?;
             drop(lock);
             crate::daemon::run(settings, db, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
@@ -208,7 +237,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             full,
         } => {
             let settings = Settings::load(&cli.config)?;
-            let db = open(&settings).await?;
+            let db = open_for_writing(&settings).await?;
             let filter = SyncFilter {
                 provider,
                 user_id: user,
@@ -257,10 +286,49 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             history::print_runs(&db, limit, json).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Errors { run_id, json } => {
+        Command::Errors {
+            run_id,
+            open: only_open,
+            json,
+        } => {
             let settings = Settings::load(&cli.config)?;
             let db = open(&settings).await?;
-            history::print_errors(&db, run_id, json).await?;
+            match (run_id, only_open) {
+                (run_id, true) => history::print_open_errors(&db, run_id, json).await?,
+                (Some(run_id), false) => history::print_errors(&db, run_id, json).await?,
+                (None, false) => anyhow::bail!("give a RUN_ID, or --open"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Replay { run_id, json } => {
+            let settings = Settings::load(&cli.config)?;
+            let db = open_for_writing(&settings).await?;
+            let report = crate::replay::replay_run(&db, &settings, run_id).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                history::print_replay(run_id, &report);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reconcile {
+            dry_run,
+            audit_log,
+            json,
+        } => {
+            let settings = Settings::load(&cli.config)?;
+            let db = crate::db::connect_and_migrate(&settings.database).await?;
+            let report = crate::reconcile::reconcile(&db, dry_run, audit_log.as_deref(), |line| {
+                if dry_run && !json {
+                    println!("would remove: {line}");
+                }
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                history::print_reconcile(&report);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Connections(command) => {
@@ -291,6 +359,13 @@ async fn shutdown_signal() {
         _ = terminate.recv() => tracing::info!("SIGTERM received."),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
     }
+}
+
+/// [`open`], for commands that write records: refuses a table without the unique index.
+async fn open_for_writing(settings: &Settings) -> anyhow::Result<sea_orm::DatabaseConnection> {
+    let db = open(settings).await?;
+    crate::db::require_key_index(&db).await?;
+    Ok(db)
 }
 
 /// Connects, migrates and loads the configured connections.

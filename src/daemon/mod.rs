@@ -27,6 +27,9 @@ use crate::sync::{build, enabled_connections, sync_provider, LeaseSettings, Sync
 
 pub use single_instance::{lock_sqlite, SingleInstanceError};
 
+/// When expired `processed_keys` of append-only providers are deleted: every 10 minutes.
+const KEY_SWEEP_SCHEDULE: &str = "0 */10 * * * *";
+
 /// Everything one firing needs, shared by all firings of one provider.
 struct ProviderJob {
     db: DatabaseConnection,
@@ -101,6 +104,26 @@ pub async fn run(
             .await
             .with_context(|| format!("scheduling provider {}", provider_settings.name))?;
         scheduled += 1;
+    }
+    if settings
+        .providers
+        .values()
+        .any(|p| matches!(p.write_mode, crate::pipeline::WriteMode::Append { .. }))
+    {
+        let db = db.clone();
+        let sweep = Job::new_async(KEY_SWEEP_SCHEDULE, move |_, _| {
+            let db = db.clone();
+            Box::pin(async move {
+                if let Err(error) = crate::pipeline::append::sweep_expired_keys(&db).await {
+                    tracing::warn!(%error, "Sweeping expired processed keys failed.");
+                }
+            })
+        })
+        .context("scheduling the processed-keys sweep")?;
+        scheduler
+            .add(sweep)
+            .await
+            .context("scheduling the processed-keys sweep")?;
     }
     scheduler.start().await.context("starting the scheduler")?;
     scheduling.store(true, Ordering::SeqCst);

@@ -46,6 +46,7 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
         &|_| true,
     )?;
     let db = crate::db::connect_and_migrate(&settings.database).await?;
+    crate::db::require_key_index(&db).await?;
     crate::db::upsert_configured_connections(&db, &settings).await?;
 
     let bars = crate::cli::progress::BarProgress::new();

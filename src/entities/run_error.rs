@@ -20,6 +20,11 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub payload: String,
     pub created_at: DateTimeUtc,
+    /// The replay run in which this record went through; null while the error is open.
+    pub resolved_by_run_id: Option<i64>,
+    /// `record` (one record, replayable) or `page` (a page body that could not be read:
+    /// re-run the sync instead).
+    pub scope: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

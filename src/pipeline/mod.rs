@@ -5,6 +5,7 @@
 //! ([`store::store_page`]), and closes the run with its status. Tests drive it directly;
 //! the CLI and the daemon call it for each connection.
 
+pub mod append;
 pub mod checkpoint;
 pub mod credential_store;
 pub mod run;
@@ -24,7 +25,7 @@ use crate::entities::connection;
 
 pub use checkpoint::Checkpoint;
 pub use run::{RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
-pub use store::{PageContext, PageStoreCounts};
+pub use store::{PageContext, PageStoreCounts, WriteMode};
 
 use checkpoint::{newest, resumable_checkpoint, stored_cursor};
 use credential_store::ConnectionCredentials;
@@ -294,6 +295,8 @@ async fn fetch_and_store(
                         run_id: walk.run_id,
                         connection,
                         next_checkpoint: None,
+                        mode: settings.write_mode,
+                        leave_checkpoint: false,
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
@@ -318,6 +321,8 @@ async fn fetch_and_store(
             run_id: walk.run_id,
             connection,
             next_checkpoint: next_checkpoint.as_ref(),
+            mode: settings.write_mode,
+            leave_checkpoint: false,
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;

@@ -33,6 +33,22 @@ pub struct PageContext<'a> {
     /// Where the next page starts: committed as the connection's checkpoint with the page
     /// (`None` on the last page).
     pub next_checkpoint: Option<&'a Checkpoint>,
+    /// How the provider's records are written.
+    pub mode: WriteMode,
+    /// Leave the connection's checkpoint as it is (replays store loose records, not a
+    /// page of the listing).
+    pub leave_checkpoint: bool,
+}
+
+/// How a provider's records are written (`mode` in its config).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Insert new keys, update changed content, skip unchanged records.
+    #[default]
+    Upsert,
+    /// An event log: records are never updated in place. A key written within
+    /// `retention` (tracked in `processed_keys`) is a duplicate, whatever its content.
+    Append { retention: std::time::Duration },
 }
 
 /// What one page did.
@@ -66,8 +82,15 @@ pub async fn store_page(
     let records = keep_last_of_each_key(records, &mut counts);
 
     let txn = db.begin().await?;
-    let existing = lookup_existing(&txn, context.connection, &records).await?;
     let now = Utc::now();
+    if let WriteMode::Append { retention } = context.mode {
+        let written = super::append::write_new_keys(&txn, context, records, retention, now).await?;
+        counts.inserted += written.inserted;
+        counts.duplicate += written.duplicate;
+        rejected.extend(written.failed);
+        return finish_page(txn, context, fetched, counts, rejected, totals, now).await;
+    }
+    let existing = lookup_existing(&txn, context.connection, &records).await?;
     let mut new_records = Vec::new();
     let mut changed_records = Vec::new();
     for record in records {
@@ -89,9 +112,22 @@ pub async fn store_page(
             Err(error) => rejected.push(persist_failure(record, &error)),
         }
     }
+    finish_page(txn, context, fetched, counts, rejected, totals, now).await
+}
 
+/// The end of every page: its error rows, the run's counters and the checkpoint, then the
+/// commit.
+async fn finish_page(
+    txn: DatabaseTransaction,
+    context: &PageContext<'_>,
+    fetched: u64,
+    mut counts: PageStoreCounts,
+    rejected: Vec<RejectedRecord>,
+    totals: &mut RunCounts,
+    now: DateTime<Utc>,
+) -> Result<PageStoreCounts, DbErr> {
     counts.failed = rejected.len() as u64;
-    insert_run_errors(&txn, context, &rejected, now).await?;
+    insert_run_errors(&txn, context, &rejected, ErrorScope::Record, now).await?;
 
     totals.fetched += fetched;
     totals.inserted += counts.inserted;
@@ -120,7 +156,7 @@ pub async fn record_page_error(
         message: message.to_string(),
         payload: body.to_string(),
     }];
-    insert_run_errors(db, context, &rejected, Utc::now()).await
+    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now()).await
 }
 
 /// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.
@@ -308,10 +344,29 @@ fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
     }
 }
 
-async fn insert_run_errors(
+/// What a `run_errors` row holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorScope {
+    /// One record: replayable from its payload.
+    Record,
+    /// A page body that could not be read as records: fetch the page again instead.
+    Page,
+}
+
+impl ErrorScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorScope::Record => "record",
+            ErrorScope::Page => "page",
+        }
+    }
+}
+
+pub(crate) async fn insert_run_errors(
     db: &impl ConnectionTrait,
     context: &PageContext<'_>,
     rejected: &[RejectedRecord],
+    scope: ErrorScope,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     if rejected.is_empty() {
@@ -326,6 +381,8 @@ async fn insert_run_errors(
         message: Set(reject.message.clone()),
         payload: Set(reject.payload.clone()),
         created_at: Set(now),
+        resolved_by_run_id: Set(None),
+        scope: Set(scope.as_str().to_string()),
         ..Default::default()
     });
     run_error::Entity::insert_many(rows)
@@ -339,6 +396,9 @@ async fn save_checkpoint(
     context: &PageContext<'_>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
+    if context.leave_checkpoint {
+        return Ok(());
+    }
     let checkpoint = match context.next_checkpoint {
         Some(checkpoint) => Some(
             checkpoint

@@ -174,6 +174,8 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         run_id: racing_run,
         connection: &connection,
         next_checkpoint: None,
+        mode: Default::default(),
+        leave_checkpoint: false,
     };
     let stale = ["it_0", "it_1", "it_new"].map(|id| Record {
         external_id: id.to_string(),

@@ -13,3 +13,4 @@ mod keying;
 mod leases;
 mod pagination;
 mod poison;
+mod tools;

@@ -165,6 +165,10 @@ impl RestProvider {
 
 #[async_trait::async_trait]
 impl Provider for RestProvider {
+    fn id_spec(&self) -> IdSpec {
+        self.id_spec.clone()
+    }
+
     async fn fetch_page(
         &self,
         context: &FetchContext<'_>,

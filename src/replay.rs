@@ -1,0 +1,211 @@
+//! `tributary replay RUN_ID`: re-ingest a run's failed records from their stored payloads
+//! through the same pipeline, as a new run with trigger `replay`.
+//!
+//! Each open record-level error of the run is re-keyed with the provider's current
+//! configuration and stored like any record, so a replay is idempotent: what went through
+//! once is unchanged the second time. Errors whose record now goes through are marked
+//! resolved by the replay run; the rest stay open. Page-level errors (a body that could
+//! not be read) are not replayable: the next sync fetches those pages again.
+
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use serde::Serialize;
+use tributary_providers::PageItem;
+
+use crate::config::Settings;
+use crate::entities::{connection, run_error, sync_run};
+use crate::lease::{claim, release, Holder};
+use crate::pipeline::run::{finish_run, start_run, RunEnd};
+use crate::pipeline::store::{store_page, ErrorScope};
+use crate::pipeline::{PageContext, RunCounts, RunStatus, Trigger};
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("there is no run with id {0}; `tributary runs` lists them")]
+    NoSuchRun(i64),
+    #[error("run {run_id} belongs to provider {provider:?}, which is not in the config")]
+    UnknownProvider { run_id: i64, provider: String },
+    #[error("the connection {user_id}@{provider} of run {run_id} no longer exists")]
+    NoConnection {
+        run_id: i64,
+        user_id: String,
+        provider: String,
+    },
+    #[error(
+        "a run of {user_id}@{provider} is going (held by {holder}); replay when it has finished"
+    )]
+    Busy {
+        user_id: String,
+        provider: String,
+        holder: String,
+    },
+    #[error(transparent)]
+    Provider(#[from] crate::sync::SyncError),
+    #[error("database error: {0}")]
+    Database(#[from] DbErr),
+}
+
+/// What a replay did.
+#[derive(Debug, Default, Serialize)]
+pub struct ReplayReport {
+    /// The replay run, when there was anything to replay.
+    pub replay_run_id: Option<i64>,
+    /// Errors whose record went through, now resolved.
+    pub resolved: Vec<i64>,
+    /// Errors whose record still fails, with today's reason; they stay open.
+    pub still_failing: Vec<(i64, String)>,
+    /// Page-level errors, which a replay cannot redo.
+    pub not_replayable: Vec<i64>,
+}
+
+/// Replays the open record-level errors of `run_id`.
+pub async fn replay_run(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    run_id: i64,
+) -> Result<ReplayReport, ReplayError> {
+    let run = sync_run::Entity::find_by_id(run_id)
+        .one(db)
+        .await?
+        .ok_or(ReplayError::NoSuchRun(run_id))?;
+    let open = run_error::Entity::find()
+        .filter(run_error::Column::RunId.eq(run_id))
+        .filter(run_error::Column::ResolvedByRunId.is_null())
+        .order_by_asc(run_error::Column::Id)
+        .all(db)
+        .await?;
+    let mut report = ReplayReport::default();
+    let (records, pages): (Vec<_>, Vec<_>) = open
+        .into_iter()
+        .partition(|error| error.scope == ErrorScope::Record.as_str());
+    report.not_replayable = pages.iter().map(|error| error.id).collect();
+    if records.is_empty() {
+        return Ok(report);
+    }
+
+    let provider_settings =
+        settings
+            .providers
+            .get(&run.provider)
+            .ok_or_else(|| ReplayError::UnknownProvider {
+                run_id,
+                provider: run.provider.clone(),
+            })?;
+    let id_spec = crate::sync::build(provider_settings)?.id_spec();
+    let connection = connection::Entity::find()
+        .filter(connection::Column::UserId.eq(run.user_id.as_str()))
+        .filter(connection::Column::Provider.eq(run.provider.as_str()))
+        .one(db)
+        .await?
+        .ok_or_else(|| ReplayError::NoConnection {
+            run_id,
+            user_id: run.user_id.clone(),
+            provider: run.provider.clone(),
+        })?;
+    let holder = Holder::current();
+    if let Err(busy) = claim(db, &connection, &holder, settings.daemon.lease_ttl).await? {
+        return Err(ReplayError::Busy {
+            user_id: connection.user_id,
+            provider: connection.provider,
+            holder: busy.holder,
+        });
+    }
+    let result = replay_records(
+        db,
+        &connection,
+        provider_settings,
+        &id_spec,
+        records,
+        &mut report,
+    )
+    .await;
+    let released = release(db, &connection, &holder).await;
+    result?;
+    released?;
+    Ok(report)
+}
+
+async fn replay_records(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    provider_settings: &crate::config::ProviderSettings,
+    id_spec: &tributary_providers::IdSpec,
+    errors: Vec<run_error::Model>,
+    report: &mut ReplayReport,
+) -> Result<(), DbErr> {
+    let replay_run_id = start_run(db, connection, Trigger::Replay).await?;
+    report.replay_run_id = Some(replay_run_id);
+    let started = std::time::Instant::now();
+    let mut totals = RunCounts::default();
+    let context = PageContext {
+        run_id: replay_run_id,
+        connection,
+        next_checkpoint: None,
+        mode: provider_settings.write_mode,
+        leave_checkpoint: true,
+    };
+    for error in errors {
+        let record = match serde_json::from_str(&error.payload) {
+            Ok(raw) => id_spec.identify(raw),
+            Err(parse) => {
+                report
+                    .still_failing
+                    .push((error.id, format!("the stored payload is not JSON: {parse}")));
+                totals.fetched += 1;
+                totals.failed += 1;
+                continue;
+            }
+        };
+        let record = match record {
+            Ok(record) => record,
+            Err(rejected) => {
+                report.still_failing.push((error.id, rejected.message));
+                totals.fetched += 1;
+                totals.failed += 1;
+                continue;
+            }
+        };
+        let stored = store_page(db, &context, vec![PageItem::Record(record)], &mut totals).await?;
+        if stored.failed == 0 {
+            run_error::Entity::update_many()
+                .col_expr(
+                    run_error::Column::ResolvedByRunId,
+                    Expr::value(replay_run_id),
+                )
+                .filter(run_error::Column::Id.eq(error.id))
+                .exec(db)
+                .await?;
+            report.resolved.push(error.id);
+        } else {
+            report.still_failing.push((
+                error.id,
+                "writing the record failed again; see the replay run's errors".to_string(),
+            ));
+        }
+    }
+    totals.pages_fetched = 0;
+    let status = if report.still_failing.is_empty() {
+        RunStatus::Succeeded
+    } else {
+        RunStatus::Partial
+    };
+    let end = RunEnd {
+        status,
+        error: None,
+        // A replay is not a pass over the listing: the cursor, the checkpoint and the
+        // connection's last success stay as they are.
+        listing_complete: false,
+        clear_checkpoint: false,
+        watermark: None,
+    };
+    finish_run(db, connection, replay_run_id, &totals, &end).await?;
+    tracing::info!(
+        run_id = replay_run_id,
+        resolved = report.resolved.len(),
+        still_failing = report.still_failing.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "Replay finished."
+    );
+    Ok(())
+}

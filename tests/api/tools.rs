@@ -1,0 +1,348 @@
+//! Operator tools: replay, open errors, reconcile with its audit log, append-only mode.
+
+use chrono::{Duration, Utc};
+use sea_orm::{ActiveModelTrait, EntityTrait, Set};
+use serde_json::json;
+use tributary::entities::{processed_key, record};
+use tributary::pipeline::RunStatus;
+use wiremock::matchers::method;
+use wiremock::{Mock, ResponseTemplate};
+
+use crate::helpers::{backend, cursor_provider, items, spawn_app, Backend, TestApp};
+
+fn tributary(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let output = assert_cmd::Command::cargo_bin("tributary")
+        .expect("binary")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .output()
+        .expect("tributary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+async fn serve(app: &TestApp, data: serde_json::Value) {
+    app.api.reset().await;
+    Mock::given(method("GET"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": null})),
+        )
+        .mount(&app.api)
+        .await;
+}
+
+async fn drop_refusal(app: &TestApp) {
+    match backend() {
+        Backend::Postgres => app.execute("DROP TRIGGER refuse_record ON records").await,
+        _ => app.execute("DROP TRIGGER refuse_record").await,
+    }
+}
+
+#[tokio::test]
+async fn replay_resolves_what_now_goes_through_and_is_idempotent() {
+    let app = spawn_app().await;
+    app.refuse_inserts_of("poison", "poison refused").await;
+    serve(
+        &app,
+        json!([{"id": "a"}, {"id": "poison", "v": 1}, {"v": "no id"}]),
+    )
+    .await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!((run.status, run.counts.failed), (RunStatus::Partial, 2));
+
+    let (code, stdout, _) = tributary(&config, &["errors", "--open", "--json"]);
+    assert_eq!(code, 0);
+    let open: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(open.as_array().unwrap().len(), 2);
+
+    // The database stops refusing; the record without an id still has none.
+    drop_refusal(&app).await;
+    let (code, stdout, stderr) = tributary(&config, &["replay", &run.run_id.to_string()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("1 resolved, 1 still failing"), "{stdout}");
+    assert!(stdout.contains("has no id field"), "{stdout}");
+    let ids: Vec<String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.external_id)
+        .collect();
+    assert_eq!(ids, ["a", "poison"]);
+    let errors = app.run_errors(run.run_id).await;
+    let replay_run = errors
+        .iter()
+        .find(|e| e.external_id.as_deref() == Some("poison"))
+        .and_then(|e| e.resolved_by_run_id)
+        .expect("the poison error is resolved");
+    let replay = app.run_row(replay_run).await;
+    assert_eq!(
+        (replay.trigger.as_str(), replay.status.as_str()),
+        ("replay", "partial")
+    );
+    assert_eq!((replay.records_inserted, replay.records_failed), (1, 1));
+    assert!(errors
+        .iter()
+        .any(|e| e.resolved_by_run_id.is_none() && e.stage == "validate"));
+
+    // A second replay changes nothing: the table is the same, the open error stays open.
+    let before = app.dump_records().await;
+    let (code, stdout, _) = tributary(&config, &["replay", &run.run_id.to_string(), "--json"]);
+    assert_eq!(code, 0);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["resolved"], json!([]));
+    assert_eq!(report["still_failing"].as_array().unwrap().len(), 1);
+    assert_eq!(app.dump_records().await, before);
+    let (_, stdout, _) = tributary(&config, &["errors", "--open", "--json"]);
+    let open: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(open.as_array().unwrap().len(), 1);
+    assert_eq!(open[0]["payload"], r#"{"v":"no id"}"#);
+
+    let (code, _, stderr) = tributary(&config, &["replay", "999"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no run with id 999"), "{stderr}");
+}
+
+/// Inserts a record row by hand, as an older system or an import would have.
+async fn raw_record(
+    app: &TestApp,
+    user: &str,
+    id: &str,
+    payload: &str,
+    updated_minutes_ago: i64,
+) -> i64 {
+    let at = Utc::now() - Duration::minutes(updated_minutes_ago);
+    record::ActiveModel {
+        user_id: Set(user.to_string()),
+        provider: Set("acme".to_string()),
+        external_id: Set(id.to_string()),
+        payload: Set(payload.to_string()),
+        content_hash: Set(tributary_providers::record::sha256_hex(payload.as_bytes())),
+        first_seen_run_id: Set(0),
+        last_seen_run_id: Set(0),
+        created_at: Set(at),
+        updated_at: Set(at),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .unwrap()
+    .id
+}
+
+#[tokio::test]
+async fn reconcile_removes_duplicates_by_the_key_with_an_audit_log_then_creates_the_index() {
+    let app = spawn_app().await;
+    let drop_index = match backend() {
+        Backend::Mysql => "DROP INDEX records_user_provider_external_id_key ON records",
+        _ => "DROP INDEX records_user_provider_external_id_key",
+    };
+    app.execute(drop_index).await;
+    let old = raw_record(&app, "alice", "x", r#"{"v":"old"}"#, 60).await;
+    let newest = raw_record(&app, "alice", "x", r#"{"v":"new"}"#, 5).await;
+    let _middle = raw_record(&app, "alice", "x", r#"{"v":"mid"}"#, 30).await;
+    let tie_low = raw_record(&app, "alice", "y", r#"{"v":1}"#, 10).await;
+    // The same instant as tie_low: the lowest id wins the tie.
+    let tie_high = tie_low + 1;
+    let at = record::Entity::find_by_id(tie_low)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap()
+        .updated_at;
+    record::ActiveModel {
+        user_id: Set("alice".into()),
+        provider: Set("acme".into()),
+        external_id: Set("y".into()),
+        payload: Set(r#"{"v":2}"#.into()),
+        content_hash: Set("h".into()),
+        first_seen_run_id: Set(0),
+        last_seen_run_id: Set(0),
+        created_at: Set(at),
+        updated_at: Set(at),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .unwrap();
+    // Same external id under another user or provider is not a duplicate.
+    raw_record(&app, "bob", "x", r#"{"v":"bob"}"#, 1).await;
+    raw_record(&app, "alice", "z", r#"{"v":"single"}"#, 1).await;
+    assert_eq!(app.records().await.len(), 7);
+
+    serve(&app, json!(items("s", "alice", 0..1))).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let (code, _, stderr) = tributary(&config, &["sync", "--quiet"]);
+    assert_eq!(code, 1, "sync refuses a table without the key index");
+    assert!(stderr.contains("tributary reconcile --dry-run"), "{stderr}");
+
+    let (code, stdout, stderr) = tributary(&config, &["reconcile", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("2 duplicate key(s); would remove 3 row(s)."),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("would remove: {").count(), 3);
+    assert_eq!(app.records().await.len(), 7, "a dry run changes nothing");
+    assert!(!tributary::db::key_index_present(&app.db).await.unwrap());
+
+    let audit = app.dir.path().join("audit.jsonl");
+    let (code, stdout, stderr) = tributary(
+        &config,
+        &["reconcile", "--audit-log", audit.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("removed 3 row(s)") && stdout.contains("Created the unique index"),
+        "{stdout}"
+    );
+    let kept: Vec<i64> = app.records().await.iter().map(|r| r.id).collect();
+    assert_eq!(kept.len(), 4);
+    assert!(kept.contains(&newest) && kept.contains(&tie_low));
+    assert!(!kept.contains(&old) && !kept.contains(&tie_high));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for line in &lines {
+        let removed = line["removed"]["id"].as_i64().unwrap();
+        assert!(!kept.contains(&removed));
+        assert!(kept.contains(&line["kept_id"].as_i64().unwrap()));
+        assert_eq!(line["key"]["user_id"], "alice");
+        assert!(
+            line["removed"]["payload"].is_string(),
+            "the removed row is logged whole"
+        );
+        assert!(line["reason"]
+            .as_str()
+            .unwrap()
+            .contains("most recently updated"));
+        assert!(line["at"].is_string());
+    }
+    assert_eq!(
+        app.unique_indexes_on_records().await,
+        vec![vec!["user_id", "provider", "external_id"]]
+    );
+
+    // Now the pipeline runs again, and a second reconcile finds nothing.
+    let (code, _, stderr) = tributary(&config, &["sync", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, _) = tributary(&config, &["reconcile"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("0 duplicate key(s); removed 0 row(s).")
+            && stdout.contains("already there"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn append_mode_rejects_a_late_retry_inside_the_retention_and_sweeps_expired_keys() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("events", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 */15 * * * *\"\nmode = \"append\"\nretention = \"30d\"",
+    );
+    let settings = app.settings(&providers).await;
+    serve(
+        &app,
+        json!([{"id": "evt_1", "type": "charge.created"}, {"id": "evt_2", "type": "charge.paid"}]),
+    )
+    .await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.counts.inserted, 2);
+    let before = app.dump_records().await;
+
+    // A late retry of evt_1, with content that differs: an event is never updated in place.
+    serve(
+        &app,
+        json!([{"id": "evt_1", "type": "charge.created", "retry": true}, {"id": "evt_3"}]),
+    )
+    .await;
+    let retry = app.sync_one(&settings).await;
+    assert_eq!(
+        (
+            retry.counts.inserted,
+            retry.counts.duplicate,
+            retry.counts.updated
+        ),
+        (1, 1, 0)
+    );
+    let after = app.dump_records().await;
+    assert_eq!(after.len(), 3);
+    assert!(
+        after.contains(&before[0]) && after.contains(&before[1]),
+        "evt_1 and evt_2 untouched"
+    );
+
+    let keys = processed_key::Entity::find().all(&app.db).await.unwrap();
+    assert_eq!(keys.len(), 3);
+    assert!(keys
+        .iter()
+        .all(|k| k.expires_at > Utc::now() + Duration::days(29)));
+
+    // Keys past their retention are swept; live ones stay.
+    let mut expired: processed_key::ActiveModel = keys[0].clone().into();
+    expired.expires_at = Set(Utc::now() - Duration::seconds(1));
+    expired.update(&app.db).await.unwrap();
+    let swept = tributary::pipeline::append::sweep_expired_keys(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(swept, 1);
+    assert_eq!(
+        processed_key::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        app.run_errors(retry.run_id).await.is_empty(),
+        "a duplicate is not an error"
+    );
+}
+
+#[test]
+fn append_mode_needs_a_retention_and_the_mode_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{}",
+        dir.path().join("t.db").display(),
+        cursor_provider("events", "http://127.0.0.1:9", &["alice"])
+    );
+    let parse = |text: String| {
+        tributary::config::Settings::parse(std::path::Path::new("c.toml"), &text, None, &|_| true)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let with = |extra: &str| {
+        base.replace(
+            "schedule = \"0 */15 * * * *\"",
+            &format!("schedule = \"0 */15 * * * *\"\n{extra}"),
+        )
+    };
+    let error = parse(with("mode = \"append\"")).unwrap_err();
+    assert!(
+        error.contains("providers.events.retention") && error.contains("needs a retention"),
+        "{error}"
+    );
+    let error = parse(with("mode = \"merge\"")).unwrap_err();
+    assert!(error.contains("providers.events.mode"), "{error}");
+    let error = parse(with("retention = \"30d\"")).unwrap_err();
+    assert!(
+        error.contains("only applies with mode = \"append\""),
+        "{error}"
+    );
+    assert!(parse(with("mode = \"append\"\nretention = \"7d\"")).is_ok());
+}

@@ -417,3 +417,106 @@ async fn instances_starting_at_once_migrate_a_fresh_database_exactly_once() {
         .unwrap();
     assert_eq!(applied.len(), 2, "each migration recorded once");
 }
+
+#[tokio::test]
+async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_fields() {
+    use std::os::unix::net::UnixDatagram;
+    let app = crate::helpers::spawn_app().await;
+    mount_listing(&app.api, "alice", 1, 2, Duration::ZERO).await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(None),
+        every_second(cursor_provider("acme", &app.api.uri(), &["alice"]))
+    ));
+    let socket_path = app.dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let log = app.dir.path().join("daemon.json.log");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--log-format", "json", "--log", "info", "daemon"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "1000000")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut daemon = Daemon { child, log };
+
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 512];
+    while !(seen.contains("READY=1") && seen.contains("WATCHDOG=1")) {
+        assert!(Instant::now() < deadline, "notifications so far: {seen:?}");
+        if let Ok(n) = socket.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen.push('\n');
+        }
+    }
+    eventually(Duration::from_secs(30), "a scheduled run", || async {
+        runs_of(&app, "alice")
+            .await
+            .iter()
+            .any(|r| r.status == "succeeded")
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    while !seen.contains("STOPPING=1") {
+        assert!(Instant::now() < deadline, "notifications so far: {seen:?}");
+        if let Ok(n) = socket.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0);
+
+    let lines: Vec<serde_json::Value> = daemon
+        .log()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let finished = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "Run finished.")
+        .expect("a run finished line");
+    assert_eq!(finished["span"]["name"], "run");
+    assert_eq!(finished["span"]["user_id"], "alice");
+    assert_eq!(finished["span"]["provider"], "acme");
+    assert!(finished["span"]["run_id"].is_number(), "{finished}");
+}
+
+#[tokio::test]
+async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
+    let app = crate::helpers::spawn_app().await;
+    mount_listing(&app.api, "alice", 10, 3, Duration::from_millis(400)).await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 */15 * * * *\"\nrun_timeout = \"1500ms\"",
+    );
+    let settings = app.settings(&providers).await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, tributary::pipeline::RunStatus::Failed);
+    assert!(
+        run.error.as_deref().unwrap_or("").contains("run_timeout"),
+        "{:?}",
+        run.error
+    );
+    let committed = app.records().await.len();
+    assert!(committed >= 3 && committed < 30, "{committed}");
+    assert_eq!(committed, run.counts.pages_fetched as usize * 3);
+    let row = app.run_row(run.run_id).await;
+    assert_eq!(row.status, "failed");
+    assert!(
+        row.heartbeat_at > row.started_at,
+        "the heartbeat moved with the pages"
+    );
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(connection.checkpoint.is_some(), "the next run resumes");
+}

@@ -173,19 +173,12 @@ async fn upsert_connection(
     let now = Utc::now();
     // Insert-if-missing first: several instances starting at once must not race a
     // lookup against each other's inserts.
-    connection::Entity::insert(connection::ActiveModel {
-        user_id: Set(configured.user_id.clone()),
-        provider: Set(provider.to_string()),
-        enabled: Set(configured.enabled),
-        credentials: Set(source.to_column()),
-        cursor: Set(None),
-        checkpoint: Set(None),
-        last_success_run_id: Set(None),
-        last_success_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-        ..Default::default()
-    })
+    connection::Entity::insert(connection::ActiveModel::new_connection(
+        &configured.user_id,
+        provider,
+        configured.enabled,
+        source.to_column(),
+    ))
     .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
     .exec_without_returning(db)
     .await?;

@@ -157,20 +157,12 @@ pub async fn run(
                 expires_at,
                 oauth: None,
             };
-            let now = Utc::now();
-            let row = connection::ActiveModel {
-                user_id: Set(target.user.clone()),
-                provider: Set(target.provider.clone()),
-                enabled: Set(!disabled),
-                credentials: Set(stored.to_column()),
-                cursor: Set(None),
-                checkpoint: Set(None),
-                last_success_run_id: Set(None),
-                last_success_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-                ..Default::default()
-            }
+            let row = connection::ActiveModel::new_connection(
+                &target.user,
+                &target.provider,
+                !disabled,
+                stored.to_column(),
+            )
             .insert(db)
             .await?;
             println!(

@@ -1,6 +1,7 @@
 //! `connections`: one row per (user_id, provider), with its credentials and sync state.
 
 use sea_orm::entity::prelude::*;
+use sea_orm::Set;
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
 #[sea_orm(table_name = "connections")]
@@ -34,3 +35,30 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+impl ActiveModel {
+    /// A new connection with no sync state yet.
+    pub fn new_connection(
+        user_id: &str,
+        provider: &str,
+        enabled: bool,
+        credentials: String,
+    ) -> ActiveModel {
+        let now = chrono::Utc::now();
+        ActiveModel {
+            user_id: Set(user_id.to_string()),
+            provider: Set(provider.to_string()),
+            enabled: Set(enabled),
+            credentials: Set(credentials),
+            cursor: Set(None),
+            checkpoint: Set(None),
+            last_success_run_id: Set(None),
+            last_success_at: Set(None),
+            lease_holder: Set(None),
+            lease_expires_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+            ..Default::default()
+        }
+    }
+}

@@ -14,4 +14,5 @@ mod keying;
 mod leases;
 mod pagination;
 mod poison;
+mod race;
 mod scripted;

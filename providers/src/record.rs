@@ -132,6 +132,11 @@ fn id_from_field(raw: &Value, path: &str) -> Result<String, String> {
         Some(Value::String(s)) if s.trim().is_empty() => {
             Err(format!("id field `{path}` is an empty string"))
         }
+        // PostgreSQL cannot store a NUL character in text at all; the key must mean the
+        // same on every backend, so such an id is refused everywhere.
+        Some(Value::String(s)) if s.contains('\0') => Err(format!(
+            "id field `{path}` contains a NUL character, which cannot be stored in a key"
+        )),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
         Some(Value::Number(n)) => Err(format!(
@@ -208,6 +213,7 @@ mod tests {
             (json!({"id": 1.5}), "not an integer"),
             (json!({"id": 1e300}), "not an integer"),
             (json!({"id": "x".repeat(300)}), "more than the 255 allowed"),
+            (json!({"id": "a\u{0}b"}), "contains a NUL character"),
         ];
         for (raw, expected) in cases {
             let payload = raw.to_string();
@@ -253,5 +259,153 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":3,"id":1,"b":2}"#).unwrap();
         let b = field("id").identify(b).unwrap();
         assert_eq!(a.content_hash, b.content_hash);
+    }
+}
+
+/// Property tests: arbitrary JSON never panics `identify`, a record is either keyed or set
+/// aside with its payload, and a usable id is never lost.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A fixed seed unless `PROPTEST_RNG_SEED` is set, so the suite is repeatable.
+    fn config(cases: u32) -> ProptestConfig {
+        let mut config = ProptestConfig::with_cases(cases);
+        if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+            config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x7269_6465);
+        }
+        config.failure_persistence = None;
+        config
+    }
+
+    /// Strings that probe ids: empty, blank, NUL, long, non-ASCII, digits.
+    fn probe_string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            "[ \t\n\u{a0}\u{3000}]{1,4}",
+            ".{0,12}",
+            "[a-zA-Z0-9_]{1,12}",
+            "[0-9]{1,30}",
+            "\\PC{250,260}",
+            ".{0,3}\u{0}.{0,3}",
+        ]
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>()
+                .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            probe_string().prop_map(Value::String),
+        ]
+    }
+
+    /// Arbitrary JSON up to a few levels deep, whose object keys are often the ones the
+    /// specs below look for.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let key = prop_oneof!["id", "meta", "date", "type", ".{0,6}"];
+        leaf().prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..6)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn id_path() -> impl Strategy<Value = String> {
+        prop_oneof!["id", "meta.id", "meta", "date", "", ".{0,8}"]
+    }
+
+    fn assert_keyed_or_set_aside(
+        spec: &IdSpec,
+        raw: Value,
+    ) -> Result<Option<Record>, TestCaseError> {
+        let payload = raw.to_string();
+        match spec.identify(raw.clone()) {
+            Ok(record) => {
+                prop_assert!(raw.is_object());
+                prop_assert!(!record.external_id.trim().is_empty());
+                prop_assert!(record.external_id.len() <= MAX_EXTERNAL_ID_LEN);
+                prop_assert!(!record.external_id.contains('\0'));
+                prop_assert_eq!(&record.payload, &payload);
+                prop_assert_eq!(&record.content_hash, &sha256_hex(payload.as_bytes()));
+                Ok(Some(record))
+            }
+            Err(rejected) => {
+                prop_assert_eq!(
+                    &rejected.payload,
+                    &payload,
+                    "the payload is kept as received"
+                );
+                prop_assert_eq!(rejected.external_id, None);
+                prop_assert!(!rejected.message.is_empty());
+                let expected = if raw.is_object() {
+                    RecordStage::Validate
+                } else {
+                    RecordStage::Parse
+                };
+                prop_assert_eq!(rejected.stage, expected);
+                Ok(None)
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn an_id_field_keys_a_record_or_sets_it_aside(raw in json_value(), path in id_path()) {
+            let spec = IdSpec::Field(path.clone());
+            if let Some(record) = assert_keyed_or_set_aside(&spec, raw.clone())? {
+                // The id is exactly the field's string, or its integer written out.
+                let expected = match lookup_path(&raw, &path) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Number(n)) => n.to_string(),
+                    other => return Err(TestCaseError::fail(format!("accepted {other:?}"))),
+                };
+                prop_assert_eq!(record.external_id, expected);
+            }
+        }
+
+        #[test]
+        fn key_fields_key_a_record_or_set_it_aside(
+            raw in json_value(),
+            fields in prop::collection::vec(id_path(), 1..3),
+        ) {
+            let spec = IdSpec::KeyFields(fields);
+            if let Some(record) = assert_keyed_or_set_aside(&spec, raw)? {
+                prop_assert_eq!(record.external_id.len(), 64);
+                prop_assert!(record.external_id.chars().all(|c| c.is_ascii_hexdigit()));
+            }
+        }
+
+        /// No lost good record: a usable id is always accepted, whatever else the record
+        /// holds.
+        #[test]
+        fn a_usable_id_is_always_accepted(
+            id in "[^\u{0}]{0,200}".prop_filter("not blank", |s| !s.trim().is_empty()),
+            number in any::<i64>(),
+            use_number in any::<bool>(),
+            rest in json_value(),
+        ) {
+            let value = if use_number { json!(number) } else { json!(id) };
+            let raw = json!({"id": value.clone(), "rest": rest});
+            let record = IdSpec::Field("id".into()).identify(raw);
+            let expected = match &value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            prop_assert!(expected.len() <= MAX_EXTERNAL_ID_LEN || record.is_err());
+            if expected.len() <= MAX_EXTERNAL_ID_LEN {
+                prop_assert_eq!(record.map(|r| r.external_id), Ok(expected));
+            }
+        }
     }
 }

@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set, TransactionTrait,
+    EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
 };
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
@@ -81,7 +82,7 @@ pub async fn store_page(
     }
     let records = keep_last_of_each_key(records, &mut counts);
 
-    let txn = db.begin().await?;
+    let txn = begin_page_transaction(db).await?;
     let now = Utc::now();
     if let WriteMode::Append { retention } = context.mode {
         let written = super::append::write_new_keys(&txn, context, records, retention, now).await?;
@@ -139,6 +140,21 @@ async fn finish_page(
     save_checkpoint(&txn, context, now).await?;
     txn.commit().await?;
     Ok(counts)
+}
+
+/// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
+/// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read
+/// the lookup's snapshot first and ask for the write lock only at the insert; if another
+/// process (a `sync` beside the daemon, or two `sync`s for different users) committed in
+/// between, SQLite refuses the upgrade at once with `SQLITE_BUSY` ("database is locked"),
+/// and the whole page would fail. Taking the lock first also means no other writer can
+/// insert a key between our lookup and our insert. Other backends ignore the mode.
+async fn begin_page_transaction(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    db.begin_with_options(TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    })
+    .await
 }
 
 /// Records one page-level error (a body that could not be read as records) outside any

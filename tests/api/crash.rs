@@ -1,22 +1,55 @@
-//! A `tributary sync` killed with SIGKILL mid-run resumes from its last committed page, and
-//! the records table then equals that of a run that was never interrupted.
+//! A `tributary sync` killed with SIGKILL, again and again at pseudo-random points of its
+//! run, resumes each time from its last committed page. After every kill only whole pages
+//! are committed and the checkpoint points at the first page that is not. In the end the
+//! records table equals that of a run that was never interrupted, each record was
+//! inserted by exactly one run, and no run is left `running`.
+//!
+//! The kill points come from a small xorshift generator with a fixed seed. The seed and
+//! every kill point are printed, and `TRIBUTARY_CRASH_SEED=N` replays another seed.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sea_orm::{EntityTrait, PaginatorTrait};
+use sea_orm::{EntityTrait, PaginatorTrait, QueryOrder};
 use serde_json::json;
-use tributary::entities::{connection, record};
+use tributary::entities::{connection, record, sync_run};
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
 
-const PAGES: usize = 6;
-const PER_PAGE: usize = 20;
+const PAGES: usize = 120;
+const PER_PAGE: usize = 4;
+const TOTAL: usize = PAGES * PER_PAGE;
+const PAGE_DELAY: Duration = Duration::from_millis(10);
+/// How many runs are killed before one is left to finish.
+const KILLS: usize = 24;
+/// Each kill lands up to this long after the run opened (a few pages, at most).
+const MAX_KILL_DELAY_MS: u64 = 120;
+const DEFAULT_SEED: u64 = 0x5eed_c4a5_4b1e_2026;
 
-/// A six-page cursor listing whose pages each take `delay` to answer.
-async fn mount_slow_listing(server: &MockServer, delay: Duration) {
+/// xorshift64*: a tiny, fixed pseudo-random sequence.
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> XorShift {
+        XorShift(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A cursor listing of `PAGES` pages, each answered after `delay`.
+async fn mount_listing(server: &MockServer, delay: Duration) {
     for page in 0..PAGES {
         let start = page * PER_PAGE;
         let next = (page + 1 < PAGES).then(|| format!("p{}", page + 1));
@@ -38,100 +71,213 @@ async fn mount_slow_listing(server: &MockServer, delay: Duration) {
     }
 }
 
-fn sync_command(config: &std::path::Path) -> Command {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin("tributary"));
-    command
+/// A config whose requests carry `x-process: N`, so each request names the process
+/// that sent it.
+fn write_config(app: &TestApp, process: usize) -> std::path::PathBuf {
+    let providers = format!(
+        "{}\n[providers.acme.headers]\nx-process = \"{process}\"\n",
+        cursor_provider("acme", &app.api.uri(), &["alice"])
+    );
+    let file = app.dir.path().join(format!("config-{process}.toml"));
+    std::fs::write(&file, app.config_text(&providers)).expect("write config");
+    file
+}
+
+fn sync(config: &std::path::Path) -> Child {
+    Command::new(assert_cmd::cargo::cargo_bin("tributary"))
         .arg("--config")
         .arg(config)
         .args(["sync", "--quiet"])
         .env_remove("TRIBUTARY_DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    command
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tributary starts")
 }
 
-/// (external_id, payload, content_hash) of every record, in key order.
-async fn content(app: &TestApp) -> Vec<(String, String, String)> {
+/// (user_id, provider, external_id, payload, content_hash) of every record, in key order.
+async fn content(app: &TestApp) -> Vec<(String, String, String, String, String)> {
     app.records()
         .await
         .into_iter()
-        .map(|r| (r.external_id, r.payload, r.content_hash))
+        .map(|r| {
+            (
+                r.user_id,
+                r.provider,
+                r.external_id,
+                r.payload,
+                r.content_hash,
+            )
+        })
         .collect()
 }
 
+async fn runs(app: &TestApp) -> Vec<sync_run::Model> {
+    sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap()
+}
+
+/// The cursor of the connection's checkpoint: the first page not committed (`None`
+/// before the first process has stored the connection).
+async fn checkpoint_cursor(app: &TestApp) -> Option<String> {
+    let row = connection::Entity::find().one(&app.db).await.unwrap()?;
+    row.checkpoint.map(|text| {
+        let checkpoint: serde_json::Value = serde_json::from_str(&text).unwrap();
+        checkpoint["position"]["cursor"]
+            .as_str()
+            .expect("a cursor checkpoint")
+            .to_string()
+    })
+}
+
+/// The `cursor` of the first request process `process` sent, if it sent any
+/// (`Some(None)`: the first page).
+async fn first_request_of(app: &TestApp, process: usize) -> Option<Option<String>> {
+    let requests = app.api.received_requests().await.unwrap_or_default();
+    let first = requests.iter().find(|request| {
+        request
+            .headers
+            .get("x-process")
+            .is_some_and(|value| value.to_str().ok() == Some(process.to_string().as_str()))
+    })?;
+    Some(
+        first
+            .url
+            .query_pairs()
+            .find(|(key, _)| key == "cursor")
+            .map(|(_, value)| value.into_owned()),
+    )
+}
+
 #[tokio::test]
-async fn a_sync_killed_mid_run_resumes_from_its_checkpoint_and_ends_identical() {
+async fn a_sync_killed_at_two_dozen_points_resumes_each_time_and_ends_identical() {
+    let seed = std::env::var("TRIBUTARY_CRASH_SEED")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(DEFAULT_SEED);
+    eprintln!("crash test seed: {seed} (replay with TRIBUTARY_CRASH_SEED={seed})");
+    let mut rng = XorShift::new(seed);
+
     // The reference: the same listing synced without interruption.
     let reference = spawn_app().await;
-    mount_slow_listing(&reference.api, Duration::ZERO).await;
+    mount_listing(&reference.api, Duration::ZERO).await;
     let settings = reference
         .settings(&cursor_provider("acme", &reference.api.uri(), &["alice"]))
         .await;
     reference.sync_one(&settings).await;
     let expected = content(&reference).await;
-    assert_eq!(expected.len(), PAGES * PER_PAGE);
+    assert_eq!(expected.len(), TOTAL);
 
     let app = spawn_app().await;
-    mount_slow_listing(&app.api, Duration::from_millis(400)).await;
-    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
-    let mut child = sync_command(&config).spawn().expect("tributary starts");
+    mount_listing(&app.api, PAGE_DELAY).await;
+    let mut killed = 0;
+    for process in 0..KILLS {
+        let config = write_config(&app, process);
+        let resume_at = checkpoint_cursor(&app).await;
+        let runs_before = runs(&app).await.len();
+        let mut child = sync(&config);
 
-    // Kill it once at least two pages have committed, in the middle of a later page.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let stored = record::Entity::find().count(&app.db).await.unwrap_or(0);
-        if stored >= (2 * PER_PAGE) as u64 {
-            break;
+        // Kill it a pseudo-random while after its run opened.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while runs(&app).await.len() == runs_before {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "process {process} ended before its run opened"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "process {process} never opened its run"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the sync never committed two pages"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the sync ended before it was killed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+        let delay = rng.below(MAX_KILL_DELAY_MS);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        child.kill().expect("SIGKILL");
+        let status = child.wait().expect("reaped");
+        let was_killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(9);
+        killed += usize::from(was_killed);
 
-    let committed = record::Entity::find().count(&app.db).await.unwrap() as usize;
+        let committed = record::Entity::find().count(&app.db).await.unwrap() as usize;
+        let checkpoint = checkpoint_cursor(&app).await;
+        eprintln!(
+            "crash: process {process} {} {delay} ms into its run (resumed at {resume_at:?}): \
+             {committed} records committed, checkpoint {checkpoint:?}",
+            if was_killed {
+                "killed"
+            } else {
+                "finished before its kill,"
+            }
+        );
+        assert_eq!(
+            first_request_of(&app, process)
+                .await
+                .unwrap_or(resume_at.clone()),
+            resume_at,
+            "process {process} resumed from the checkpoint"
+        );
+        assert_eq!(committed % PER_PAGE, 0, "only whole pages are committed");
+        if committed < TOTAL {
+            // The first walk is not over: the checkpoint points at the first page not
+            // committed, never past it and never behind it.
+            let first_missing = committed / PER_PAGE;
+            let expected = (first_missing > 0).then(|| format!("p{first_missing}"));
+            assert_eq!(checkpoint, expected, "after process {process}");
+        }
+    }
+    assert!(killed >= 20, "only {killed} kills landed mid-run");
+
+    // The last run is left alone: it resumes, finishes, and exits 0.
+    let last = sync(&write_config(&app, KILLS))
+        .wait_with_output()
+        .expect("tributary runs");
+    let stdout = String::from_utf8_lossy(&last.stdout);
     assert!(
-        committed < PAGES * PER_PAGE,
-        "the kill came too late to test anything"
+        last.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&last.stderr)
     );
-    assert_eq!(committed % PER_PAGE, 0, "only whole pages are committed");
-    let connection = connection::Entity::find()
+    assert!(stdout.contains("alice@acme succeeded"), "{stdout}");
+
+    assert_eq!(
+        content(&app).await,
+        expected,
+        "the table of an uninterrupted run"
+    );
+    let runs = runs(&app).await;
+    assert!(runs.iter().all(|r| r.status != "running"), "{runs:?}");
+    let interrupted: Vec<&sync_run::Model> =
+        runs.iter().filter(|r| r.status == "interrupted").collect();
+    assert_eq!(interrupted.len(), killed, "every killed run is marked");
+    assert!(interrupted
+        .iter()
+        .all(|r| r.error.as_deref().unwrap_or("").contains("stopped")));
+    assert_eq!(runs.last().unwrap().status, "succeeded");
+    for run in &runs {
+        // A run's counters commit with its pages, so even a killed run's add up.
+        assert_eq!(
+            (run.records_inserted + run.records_unchanged) as usize,
+            run.pages_fetched as usize * PER_PAGE,
+            "{run:?}"
+        );
+        assert_eq!(
+            (run.records_duplicate, run.records_failed),
+            (0, 0),
+            "{run:?}"
+        );
+    }
+    let inserted: i64 = runs.iter().map(|r| r.records_inserted).sum();
+    assert_eq!(
+        inserted as usize, TOTAL,
+        "each record inserted by exactly one run"
+    );
+    let row = connection::Entity::find()
         .one(&app.db)
         .await
         .unwrap()
         .unwrap();
-    let checkpoint: serde_json::Value =
-        serde_json::from_str(connection.checkpoint.as_deref().expect("a checkpoint")).unwrap();
-    assert_eq!(
-        checkpoint["position"]["cursor"],
-        json!(format!("p{}", committed / PER_PAGE)),
-        "the checkpoint points at the first page not committed"
-    );
-
-    // The rerun fetches only the remaining pages and ends with the reference table.
-    let rerun = sync_command(&config).status().expect("tributary runs");
-    assert!(rerun.success());
-    assert_eq!(content(&app).await, expected);
-    let runs = tributary::entities::sync_run::Entity::find()
-        .all(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(runs.len(), 2);
-    assert_eq!(
-        runs[0].status, "interrupted",
-        "the killed run is not left running"
-    );
-    assert!(runs[0].error.as_deref().unwrap_or("").contains("stopped"));
-    let last = runs.last().unwrap();
-    assert_eq!(last.status, "succeeded");
-    assert_eq!(last.pages_fetched as usize, PAGES - committed / PER_PAGE);
-    assert_eq!(last.records_inserted as usize, PAGES * PER_PAGE - committed);
+    assert_eq!((row.checkpoint, row.lease_holder), (None, None));
 }

@@ -1,5 +1,5 @@
-//! The integration suite: one binary, real SQLite databases, wiremock standing in for the
-//! third-party APIs. Logs are silent unless `TEST_LOG` is set.
+//! The integration suite: one binary, real SQLite, PostgreSQL or MariaDB databases
+//! (`TRIBUTARY_TEST_DB`), wiremock standing in for the third-party APIs. Logs are silent unless `TEST_LOG` is set.
 
 mod adapters;
 mod cli;
@@ -7,10 +7,13 @@ mod concurrency;
 mod connections;
 mod crash;
 mod daemon;
+mod fault_scenarios;
 mod faults;
 mod helpers;
 mod keying;
 mod leases;
 mod pagination;
 mod poison;
+mod race;
+mod scripted;
 mod tools;

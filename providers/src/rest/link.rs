@@ -184,3 +184,157 @@ mod tests {
         }
     }
 }
+
+/// Property tests: no text makes the parser panic, and well-formed headers, however they
+/// quote and space their parameters, parse back to their links.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A fixed seed unless `PROPTEST_RNG_SEED` is set, so the suite is repeatable.
+    fn config(cases: u32) -> ProptestConfig {
+        let mut config = ProptestConfig::with_cases(cases);
+        if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+            config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x6c69_6e6b);
+        }
+        config.failure_persistence = None;
+        config
+    }
+
+    /// One link as the test means it, and how to write it.
+    #[derive(Clone, Debug)]
+    struct Link {
+        target: String,
+        rels: Vec<String>,
+        /// Other parameters: (name, value, quoted).
+        params: Vec<(String, String, bool)>,
+        /// Write the rel parameter before the others.
+        rel_first: bool,
+        spaces: String,
+    }
+
+    impl Link {
+        fn render(&self) -> String {
+            let rel = if self.rels.len() == 1 && !self.rels[0].is_empty() && !self.rel_first {
+                format!("rel={}", self.rels[0])
+            } else {
+                format!("rel=\"{}\"", self.rels.join(" "))
+            };
+            let mut params: Vec<String> = self
+                .params
+                .iter()
+                .map(|(name, value, quoted)| {
+                    if *quoted {
+                        let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+                        format!("{name}=\"{escaped}\"")
+                    } else {
+                        format!("{name}={value}")
+                    }
+                })
+                .collect();
+            if self.rel_first {
+                params.insert(0, rel);
+            } else {
+                params.push(rel);
+            }
+            let separator = format!("{};{}", self.spaces, self.spaces);
+            format!("<{}>{separator}{}", self.target, params.join(&separator))
+        }
+    }
+
+    fn link() -> impl Strategy<Value = Link> {
+        (
+            // Targets may hold commas, semicolons, quotes and spaces inside the brackets.
+            "[a-z0-9/?&=,;:\" .-]{0,30}".prop_map(|t| format!("https://api.example.com/{t}")),
+            prop::collection::vec("next|prev|first|last|NEXT|[a-z]{1,6}", 1..3),
+            prop::collection::vec(
+                (
+                    "title|type|anchor|[a-z]{1,5}",
+                    "[a-zA-Z0-9,;= \"\\\\]{0,10}",
+                    any::<bool>(),
+                ),
+                0..3,
+            ),
+            any::<bool>(),
+            "[ \t]{0,2}",
+        )
+            .prop_map(|(target, rels, params, rel_first, spaces)| {
+                // Unquoted values are tokens; names other than rel.
+                let params = params
+                    .into_iter()
+                    .filter(|(name, _, _)| name != "rel")
+                    .map(|(name, value, quoted)| {
+                        if quoted {
+                            (name, value, true)
+                        } else {
+                            let token: String = value
+                                .chars()
+                                .filter(|c| c.is_ascii_alphanumeric())
+                                .collect();
+                            (name, format!("t{token}"), false)
+                        }
+                    })
+                    .collect();
+                Link {
+                    target: target.trim().to_string(),
+                    rels,
+                    params,
+                    rel_first,
+                    spaces,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(1024))]
+
+        #[test]
+        fn arbitrary_text_never_panics(header in "\\PC{0,80}|[<>;,=\" a-z]{0,40}") {
+            let _ = parse(&header);
+            let _ = next_target([header.as_str(), "</x>; rel=next"]);
+        }
+
+        #[test]
+        fn well_formed_headers_parse_back_to_their_links(
+            links in prop::collection::vec(link(), 1..4),
+            joiner in ",|, |,\t| ,  ",
+        ) {
+            let header = links.iter().map(Link::render).collect::<Vec<_>>().join(&joiner);
+            let parsed = parse(&header).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(parsed.len(), links.len(), "{}", header);
+            for (parsed, link) in parsed.iter().zip(&links) {
+                prop_assert_eq!(&parsed.target, &link.target);
+                let rels: Vec<String> = link.rels.iter().map(|r| r.to_ascii_lowercase()).collect();
+                prop_assert_eq!(&parsed.rels, &rels, "{}", header);
+            }
+            let expected = links
+                .iter()
+                .find(|l| l.rels.iter().any(|r| r.eq_ignore_ascii_case("next")))
+                .map(|l| l.target.clone());
+            prop_assert_eq!(next_target([header.as_str()]).map_err(TestCaseError::fail)?, expected);
+        }
+
+        /// Any one character deleted, doubled or replaced in a well-formed header: an
+        /// answer or an error, never a panic.
+        #[test]
+        fn damaged_headers_never_panic(
+            link in link(),
+            at in any::<prop::sample::Index>(),
+            damage in 0..3u8,
+            with in "[<>;,=\"\\\\ a]",
+        ) {
+            let header = link.render();
+            let chars: Vec<char> = header.chars().collect();
+            let i = at.index(chars.len());
+            let mut damaged: String = chars[..i].iter().collect();
+            match damage {
+                0 => {}
+                1 => { damaged.push(chars[i]); damaged.push(chars[i]); }
+                _ => damaged.push_str(&with),
+            }
+            damaged.extend(&chars[i + 1..]);
+            let _ = parse(&damaged);
+        }
+    }
+}

@@ -10,7 +10,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sea_orm::{EntityTrait, PaginatorTrait, QueryOrder};
+use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, QueryOrder, Statement};
 use serde_json::json;
 use tributary::entities::{connection, record, sync_run};
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
@@ -121,6 +121,37 @@ async fn runs(app: &TestApp) -> Vec<sync_run::Model> {
         .unwrap()
 }
 
+/// Waits until no other session is working on the test database. A database server
+/// finishes a COMMIT it received before the client was killed, so after a SIGKILL the
+/// table may still change for a moment; SQLite, in-process, needs no wait.
+async fn settle(app: &TestApp) {
+    let sql = match crate::helpers::backend() {
+        crate::helpers::Backend::Sqlite => return,
+        crate::helpers::Backend::Postgres => {
+            "SELECT count(*) AS busy FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND state NOT IN ('idle')"
+        }
+        crate::helpers::Backend::Mysql => {
+            "SELECT count(*) AS busy FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep'"
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = app
+            .db
+            .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
+            .await
+            .unwrap()
+            .unwrap();
+        let busy: i64 = row.try_get("", "busy").unwrap();
+        if busy == 0 || Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The cursor of the connection's checkpoint: the first page not committed (`None`
 /// before the first process has stored the connection).
 async fn checkpoint_cursor(app: &TestApp) -> Option<String> {
@@ -200,6 +231,7 @@ async fn a_sync_killed_at_two_dozen_points_resumes_each_time_and_ends_identical(
         let status = child.wait().expect("reaped");
         let was_killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(9);
         killed += usize::from(was_killed);
+        settle(&app).await;
 
         let committed = record::Entity::find().count(&app.db).await.unwrap() as usize;
         let checkpoint = checkpoint_cursor(&app).await;

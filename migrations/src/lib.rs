@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_create_tables;
 mod m20261129_000002_connection_leases;
+mod m20261129_000003_exact_key_collation;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261129_000001_create_tables::Migration),
             Box::new(m20261129_000002_connection_leases::Migration),
+            Box::new(m20261129_000003_exact_key_collation::Migration),
         ]
     }
 }

@@ -16,3 +16,4 @@ mod pagination;
 mod poison;
 mod race;
 mod scripted;
+mod tenants;

@@ -267,7 +267,7 @@ async fn connections_dropped_without_an_answer_are_retried() {
     let api = scripted_api(
         listing,
         Arc::new(|page, attempt| {
-            matches!((page, attempt), (0, 0) | (2, 0 | 1 | 2)).then_some(Reply::Drop)
+            matches!((page, attempt), (0, 0) | (2, 0..=2)).then_some(Reply::Drop)
         }),
     );
     let run = sync(&app, &api).await;

@@ -18,6 +18,8 @@ pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
 
 /// The longest provider name (it is stored in a 64-character column).
 const MAX_PROVIDER_NAME_LEN: usize = 64;
+/// The longest `daemon.lease_ttl`.
+const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest user id (it is stored in a 255-character column).
 const MAX_USER_ID_LEN: usize = 255;
 
@@ -232,10 +234,12 @@ impl Settings {
                 .map_err(|(key, message)| invalid(key, message))?;
             providers.insert(name, settings);
         }
-        if raw.daemon.lease_ttl < Duration::from_secs(1) {
+        // A lease is renewed every third of its ttl, so a long one only delays taking over
+        // a dead holder's connections; the upper bound also keeps expiry times in range.
+        if raw.daemon.lease_ttl < Duration::from_secs(1) || raw.daemon.lease_ttl > MAX_LEASE_TTL {
             return Err(invalid(
                 "daemon.lease_ttl".into(),
-                "must be at least 1s".into(),
+                "must be at least 1s and at most 24h".into(),
             ));
         }
         Ok(Settings {

@@ -8,6 +8,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261129_000001_create_tables;
 mod m20261129_000002_connection_leases;
 mod m20261129_000003_replay_and_append;
+mod m20261129_000004_exact_key_collation;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000001_create_tables::Migration),
             Box::new(m20261129_000002_connection_leases::Migration),
             Box::new(m20261129_000003_replay_and_append::Migration),
+            Box::new(m20261129_000004_exact_key_collation::Migration),
         ]
     }
 }

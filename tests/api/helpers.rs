@@ -347,3 +347,23 @@ pub fn items(prefix: &str, owner: &str, range: std::ops::Range<usize>) -> Vec<se
         .map(|i| serde_json::json!({ "id": format!("{prefix}{i}"), "owner": owner, "n": i }))
         .collect()
 }
+
+/// proptest settings for the suite's property tests: `cases` cases, a fixed seed (so a
+/// run is repeatable) unless `PROPTEST_RNG_SEED` is set, and no regression files (a
+/// failure prints the seed and the shrunk case instead).
+pub fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
+    let mut config = proptest::test_runner::Config::with_cases(cases);
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = proptest::test_runner::RngSeed::Fixed(seed);
+    }
+    config.failure_persistence = None;
+    config
+}
+
+/// A runtime for property tests, whose cases are plain closures.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}

@@ -1,7 +1,9 @@
 //! The integration suite: one binary, real SQLite, PostgreSQL or MariaDB databases
-//! (`TRIBUTARY_TEST_DB`), wiremock standing in for the third-party APIs. Logs are silent unless `TEST_LOG` is set.
+//! (`TRIBUTARY_TEST_DB`), wiremock standing in for the third-party APIs. Logs are silent
+//! unless `TEST_LOG` is set.
 
 mod adapters;
+mod bad_input;
 mod cli;
 mod concurrency;
 mod connections;
@@ -16,4 +18,5 @@ mod pagination;
 mod poison;
 mod race;
 mod scripted;
+mod tenants;
 mod tools;

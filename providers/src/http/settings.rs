@@ -5,6 +5,9 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
 
+/// The smallest `requests_per_second`: one request a day.
+pub const MIN_REQUESTS_PER_SECOND: f64 = 1.0 / 86_400.0;
+
 /// Per-provider HTTP settings: `[providers.NAME.http]` in config.toml.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -76,6 +79,14 @@ impl HttpSettings {
         if let Some(rate) = self.requests_per_second {
             if !(rate.is_finite() && rate > 0.0) {
                 return Err(format!("requests_per_second must be above 0, got {rate}"));
+            }
+            // The budget waits 1/rate between requests; a wait longer than the rate
+            // limiter (or a Duration) can hold would panic when the client is built.
+            if rate < MIN_REQUESTS_PER_SECOND {
+                return Err(format!(
+                    "requests_per_second must be at least {MIN_REQUESTS_PER_SECOND:e} (one \
+                     request a day), got {rate}"
+                ));
             }
         }
         if self.max_body_bytes == 0 {

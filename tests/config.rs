@@ -1,0 +1,309 @@
+//! Config files, fuzzed: random mutations of a config that sets nearly every key, and a
+//! sweep of every key through extreme values. `Settings::parse` returns the settings or
+//! an error naming the file (and the key, for a bad key); it never panics, and whatever
+//! it accepts also builds its providers, as `sync` and the daemon do at start.
+//!
+//! No database is involved, so this is a test target of its own rather than part of the
+//! `api` suite, which runs once per database backend.
+
+use proptest::prelude::*;
+use proptest::test_runner::{RngSeed, TestCaseError, TestRunner};
+use tributary::config::Settings;
+
+/// A fixed seed unless `PROPTEST_RNG_SEED` is set, so a run is repeatable; no regression
+/// files (a failure prints the seed and the shrunk case instead).
+fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
+    let mut config = proptest::test_runner::Config::with_cases(cases);
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = RngSeed::Fixed(seed);
+    }
+    config.failure_persistence = None;
+    config
+}
+
+/// A config that sets nearly every key there is.
+fn full_config() -> String {
+    r#"[database]
+url = "sqlite:///tmp/never.db?mode=rwc"
+max_connections = 4
+
+[daemon]
+listen = "127.0.0.1:9464"
+lease_ttl = "60s"
+shutdown_grace = "30s"
+
+[providers.acme]
+kind = "rest"
+base_url = "https://api.example.com/v2"
+path = "/items"
+schedule = "0 */15 * * * *"
+records_path = "data.items"
+id_field = "id"
+auth = { header = "X-Api-Key" }
+enabled = true
+max_pages = 1000
+max_concurrent_connections = 2
+requests_per_second = 5.0
+run_timeout = "10m"
+
+[providers.acme.query]
+team = "core"
+
+[providers.acme.headers]
+x-trace = "on"
+
+[providers.acme.pagination]
+type = "cursor"
+cursor_path = "meta.next"
+cursor_param = "after"
+page_size_param = "limit"
+page_size = 50
+
+[providers.acme.http]
+timeout = "30s"
+connect_timeout = "10s"
+max_retries = 4
+retry_initial_delay = "500ms"
+retry_max_delay = "30s"
+max_rate_limit_wait = "5m"
+max_body_bytes = 1048576
+user_agent = "tributary-test"
+
+[[providers.acme.connections]]
+user_id = "alice"
+token = "secret"
+enabled = true
+
+[[providers.acme.connections]]
+user_id = "bob"
+token_env = "BOB_TOKEN"
+
+[providers.gh]
+kind = "github"
+schedule = "0 0 * * * *"
+per_page = 50
+
+[[providers.gh.connections]]
+user_id = "alice"
+token = "ghp"
+"#
+    .to_string()
+}
+
+/// Values that are wrong somewhere: other types, zero, negative, huge, tiny, not a
+/// number, bad durations, bad cron, bad URLs.
+fn weird_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "\"x\"",
+            "-1",
+            "0",
+            "1",
+            "1e-20",
+            "1e-300",
+            "1e300",
+            "nan",
+            "inf",
+            "-inf",
+            "true",
+            "[]",
+            "{}",
+            "[1, \"a\"]",
+            "{ header = 1 }",
+            "\"\"",
+            "\" \"",
+            "\"not a url\"",
+            "\"ftp://example.com\"",
+            "\"http://\"",
+            "\"https://h/p?q=1\"",
+            "\"http://[::1\"",
+            "\"* * *\"",
+            "\"60 * * * * *\"",
+            "\"0 */15 * * * * * *\"",
+            "\"@hourly\"",
+            "\"0 0 31 2 * *\"",
+            "\"L W # ?\"",
+            "\"0s\"",
+            "\"-5s\"",
+            "\"1000000000years\"",
+            "\"18446744073709551615s\"",
+            "\"5 parsecs\"",
+            "18446744073709551615",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "\"cursor\"",
+            "\"offset\"",
+            "\"link\"",
+            "\"soap\"",
+            "\"bearer\"",
+            "\"none\"",
+            "\"a\\u0000b\"",
+        ])
+        .prop_map(str::to_string),
+        "\"[ -~]{0,20}\"".prop_map(|s| s.replace('\\', "/")),
+        "\"[0-9*/,L#?W -]{0,20}\"",
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|f| format!("{f:?}")),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// Replace the value of the n-th `key = value` line.
+    Value(usize, String),
+    /// Misspell the key of the n-th `key = value` line.
+    Key(usize, String),
+    /// Remove the n-th line.
+    Delete(usize),
+    /// Repeat the n-th line.
+    Duplicate(usize),
+    /// Insert a character at a position of the text.
+    Insert(usize, char),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        4 => (any::<usize>(), weird_value()).prop_map(|(n, v)| Mutation::Value(n, v)),
+        1 => (any::<usize>(), "[a-z_]{1,3}").prop_map(|(n, s)| Mutation::Key(n, s)),
+        1 => any::<usize>().prop_map(Mutation::Delete),
+        1 => any::<usize>().prop_map(Mutation::Duplicate),
+        1 => (any::<usize>(), prop::sample::select(vec!['[', ']', '"', '=', '\n', '{', ',', '#', 'x']))
+            .prop_map(|(n, c)| Mutation::Insert(n, c)),
+    ]
+}
+
+fn mutate(text: &str, mutation: &Mutation) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let assignments: Vec<usize> = (0..lines.len())
+        .filter(|i| lines[*i].contains(" = "))
+        .collect();
+    match mutation {
+        Mutation::Value(n, value) => {
+            let i = assignments[n % assignments.len()];
+            let key = lines[i].split(" = ").next().unwrap().to_string();
+            lines[i] = format!("{key} = {value}");
+        }
+        Mutation::Key(n, suffix) => {
+            let i = assignments[n % assignments.len()];
+            lines[i] = lines[i].replacen(" = ", &format!("{suffix} = "), 1);
+        }
+        Mutation::Delete(n) => {
+            lines.remove(n % lines.len());
+        }
+        Mutation::Duplicate(n) => {
+            let i = n % lines.len();
+            lines.insert(i, lines[i].clone());
+        }
+        Mutation::Insert(n, c) => {
+            let text = lines.join("\n");
+            let mut chars: Vec<char> = text.chars().collect();
+            chars.insert(n % (chars.len() + 1), *c);
+            return chars.into_iter().collect();
+        }
+    }
+    lines.join("\n")
+}
+
+const CONFIG_PATH: &str = "/etc/tributary/config.toml";
+
+/// The settings of the unmutated config's providers, as text: a provider whose settings
+/// are these built fine already and need not be built again (building costs far more than
+/// parsing).
+fn base_providers() -> &'static std::collections::HashSet<String> {
+    static BASE: std::sync::OnceLock<std::collections::HashSet<String>> =
+        std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let settings = Settings::parse(
+            std::path::Path::new(CONFIG_PATH),
+            &full_config(),
+            None,
+            &|_| true,
+        )
+        .expect("the base is valid");
+        settings
+            .providers
+            .values()
+            .map(|provider| {
+                tributary::sync::build(provider).expect("the base builds");
+                format!("{provider:?}")
+            })
+            .collect()
+    })
+}
+
+/// A config text parses, and then every provider builds (as `sync` and the daemon do at
+/// start), or it fails with a message naming the file and, for a bad key, the key.
+fn check_config(text: &str) -> Result<(), TestCaseError> {
+    match Settings::parse(std::path::Path::new(CONFIG_PATH), text, None, &|_| true) {
+        Ok(settings) => {
+            let changed = settings
+                .providers
+                .values()
+                .filter(|provider| !base_providers().contains(&format!("{provider:?}")));
+            for provider in changed {
+                if let Err(error) = tributary::sync::build(provider) {
+                    prop_assert!(error.to_string().contains(&provider.name), "{}", error);
+                }
+            }
+        }
+        Err(error) => {
+            let message = error.to_string();
+            prop_assert!(
+                message.contains(CONFIG_PATH),
+                "the message names the file: {}",
+                message
+            );
+            if let tributary::config::ConfigError::Invalid { key, .. } = &error {
+                prop_assert!(!key.is_empty());
+                prop_assert!(message.contains(&format!("key `{key}`")), "{}", message);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn mutated_configs_parse_or_name_the_file_and_key_and_never_panic() {
+    let base = full_config();
+    let settings = Settings::parse(std::path::Path::new(CONFIG_PATH), &base, None, &|_| true)
+        .expect("the base is valid");
+    assert_eq!(settings.providers.len(), 2);
+    let mut runner = TestRunner::new(proptest_config(400, 0x636f_6e66));
+    runner
+        .run(&prop::collection::vec(mutation(), 1..4), |mutations| {
+            check_config(
+                &mutations
+                    .iter()
+                    .fold(base.clone(), |text, m| mutate(&text, m)),
+            )
+        })
+        .unwrap();
+}
+
+/// Every key given every extreme number and duration, one at a time.
+#[test]
+fn every_key_given_an_extreme_value_parses_or_names_the_key_and_never_panics() {
+    let base = full_config();
+    let keys = base.lines().filter(|line| line.contains(" = ")).count();
+    for n in 0..keys {
+        for value in [
+            "0",
+            "-1",
+            "1e-20",
+            "1e-300",
+            "1e300",
+            "nan",
+            "inf",
+            "18446744073709551615",
+            "\"0s\"",
+            "\"1000000000years\"",
+            "\"18446744073709551615s\"",
+            "\"x\"",
+        ] {
+            let text = mutate(&base, &Mutation::Value(n, value.to_string()));
+            if let Err(failure) = check_config(&text) {
+                panic!("{failure}\n{text}");
+            }
+        }
+    }
+}

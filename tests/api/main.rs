@@ -2,6 +2,7 @@
 //! third-party APIs. Logs are silent unless `TEST_LOG` is set.
 
 mod adapters;
+mod bench;
 mod cli;
 mod concurrency;
 mod connections;

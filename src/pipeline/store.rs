@@ -153,25 +153,73 @@ async fn lookup_existing(
 ) -> Result<HashMap<String, (i64, String)>, DbErr> {
     let mut existing = HashMap::with_capacity(records.len());
     for chunk in records.chunks(LOOKUP_CHUNK) {
-        let ids = chunk.iter().map(|record| record.external_id.as_str());
-        let rows: Vec<(i64, String, String)> = record::Entity::find()
-            .select_only()
-            .columns([
-                record::Column::Id,
-                record::Column::ExternalId,
-                record::Column::ContentHash,
-            ])
-            .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(connection.provider.as_str()))
-            .filter(record::Column::ExternalId.is_in(ids))
-            .into_tuple()
-            .all(txn)
-            .await?;
+        let rows: Vec<(i64, String, String)> = if txn.get_database_backend() == DbBackend::Postgres
+        {
+            lookup_postgres(txn, connection, chunk).await?
+        } else {
+            let ids = chunk.iter().map(|record| record.external_id.as_str());
+            record::Entity::find()
+                .select_only()
+                .columns([
+                    record::Column::Id,
+                    record::Column::ExternalId,
+                    record::Column::ContentHash,
+                ])
+                .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+                .filter(record::Column::Provider.eq(connection.provider.as_str()))
+                .filter(record::Column::ExternalId.is_in(ids))
+                .into_tuple()
+                .all(txn)
+                .await?
+        };
         for (id, external_id, hash) in rows {
             existing.insert(external_id, (id, hash));
         }
     }
     Ok(existing)
+}
+
+/// PostgreSQL: one probe of the whole key per id. `external_id IN (...)` lets the planner
+/// scan every record of the (user_id, provider) prefix and filter, which it does while
+/// the table's statistics are young (a prepared statement's generic plan keeps doing it):
+/// a cost per page that grows with the table. `LIMIT 1` in the lateral subquery keeps it
+/// from being flattened into such a join, so each id is one unique-index lookup.
+async fn lookup_postgres(
+    txn: &DatabaseTransaction,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<Vec<(i64, String, String)>, DbErr> {
+    use sea_orm::IdenStatic;
+    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let sql = format!(
+        "SELECT r.id, r.external_id, r.content_hash FROM unnest($3::text[]) AS k(external_id) \
+         CROSS JOIN LATERAL (SELECT id, external_id, content_hash FROM records \
+         WHERE {user_id} = $1 AND {provider} = $2 AND {external_id} = k.external_id LIMIT 1) AS r"
+    );
+    let ids: Vec<String> = records
+        .iter()
+        .map(|record| record.external_id.clone())
+        .collect();
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql,
+        [
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            ids.into(),
+        ],
+    );
+    txn.query_all_raw(statement)
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<i64>("", "id")?,
+                row.try_get::<String>("", "external_id")?,
+                row.try_get::<String>("", "content_hash")?,
+            ))
+        })
+        .collect()
 }
 
 /// What inserting a page's new records did.

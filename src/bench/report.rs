@@ -74,9 +74,9 @@ fn mib(bytes: Option<u64>) -> String {
 
 fn scale_label(report: &ScaleReport) -> String {
     let total = report.total_records;
-    let total = if total >= 1_000_000 && total % 1_000_000 == 0 {
+    let total = if total >= 1_000_000 && total.is_multiple_of(1_000_000) {
         format!("{}M", total / 1_000_000)
-    } else if total >= 1000 && total % 1000 == 0 {
+    } else if total >= 1000 && total.is_multiple_of(1000) {
         format!("{}k", total / 1000)
     } else {
         total.to_string()

@@ -1,11 +1,13 @@
 //! Storing one page: the triple lookup, insert / update / skip, the error report, the
 //! run's counters and the connection's checkpoint, all in one transaction.
 //!
-//! Per page there is one lookup (chunked `IN` lists), one multi-row insert with
-//! `ON CONFLICT (user_id, provider, external_id) DO NOTHING`, one update per changed
-//! record and one multi-row insert into `run_errors`. A failing multi-row write is
-//! retried record by record inside savepoints, so one record that cannot be written costs
-//! that record only.
+//! Per page there is one lookup (chunked `IN` lists; on PostgreSQL one unique-index probe
+//! per id), one multi-row insert with `ON CONFLICT (user_id, provider, external_id) DO
+//! NOTHING` (on a server, split so each statement stays under one TLS record), one update
+//! per changed record and one multi-row insert into `run_errors`. The page is written
+//! without savepoints first; if a record write fails, that transaction is rolled back and
+//! the page is written again with savepoints, where a failing multi-row write is retried
+//! record by record, so one record that cannot be written costs that record only.
 
 use std::collections::HashMap;
 

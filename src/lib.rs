@@ -17,10 +17,12 @@
 //!   notifications, `/healthz` and `/metrics`.
 //! - [`cli`]: the `tributary` commands.
 //! - [`demo`]: `tributary demo`, a built-in emulated API and a two-pass sync of it.
+//! - [`bench`]: `tributary bench`, throughput and memory at scale against an emulated Stripe.
 //!
 //! Adapters live in the `tributary-providers` crate and never touch the database; the
 //! schema lives in the `tributary-migrations` crate. Only [`pipeline`] writes `records`.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod credentials;

@@ -135,16 +135,25 @@ pub(crate) fn max_epoch_watermark(records: &[Value], field: &str) -> Option<Wate
         .map(Watermark::Epoch)
 }
 
-/// Each record keyed by its `id` field, or set aside with its payload.
-pub(crate) fn items_by_id(records: Vec<Value>) -> Vec<PageItem> {
-    let spec = IdSpec::Field("id".to_string());
-    records
-        .into_iter()
-        .map(|raw| match spec.identify(raw) {
-            Ok(record) => PageItem::Record(record),
-            Err(rejected) => PageItem::Rejected(rejected),
+/// Each record keyed by its `id` field, or set aside with its payload. The canonical
+/// text and hash of a page's records are computed on the blocking pool (see
+/// [`crate::http::off_thread`]).
+pub(crate) async fn items_by_id(records: Vec<Value>) -> Result<Vec<PageItem>, FetchError> {
+    let identify = move || {
+        let spec = IdSpec::Field("id".to_string());
+        records
+            .into_iter()
+            .map(|raw| match spec.identify(raw) {
+                Ok(record) => PageItem::Record(record),
+                Err(rejected) => PageItem::Rejected(rejected),
+            })
+            .collect()
+    };
+    crate::http::off_thread(identify)
+        .await
+        .ok_or_else(|| FetchError::Client {
+            message: "the runtime is shutting down".to_string(),
         })
-        .collect()
 }
 
 #[cfg(test)]

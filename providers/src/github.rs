@@ -202,7 +202,7 @@ impl GithubProvider {
         };
         let watermark = adapter::max_time_watermark(&records, "updated_at");
         Ok(Page {
-            items: adapter::items_by_id(records),
+            items: adapter::items_by_id(records).await?,
             next,
             watermark,
         })

@@ -175,7 +175,7 @@ impl StripeProvider {
         };
         let watermark = adapter::max_epoch_watermark(&records, "created");
         Ok(Page {
-            items: adapter::items_by_id(records),
+            items: adapter::items_by_id(records).await?,
             next,
             watermark,
         })

@@ -138,6 +138,10 @@ pub enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Benchmark: sync an emulated Stripe of USERS x RECORDS charges into a fresh database
+    /// (first sync, unchanged re-sync, 10 % changed), check the table, report records/s
+    /// and peak RSS.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Runs a parsed command line and returns the process exit code.
@@ -341,6 +345,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let show_progress = !quiet && std::io::stderr().is_terminal();
             crate::demo::run(&cli.config, show_progress).await
         }
+        Command::Bench(args) => crate::bench::run(args).await,
     }
 }
 

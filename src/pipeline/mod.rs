@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{DatabaseConnection, DbErr};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tributary_providers::{FetchContext, FetchError, PagePosition, Provider, Watermark};
+use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider, Watermark};
 
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
@@ -249,6 +249,9 @@ async fn fetch_and_store(
         position = Some(checkpoint.position);
     }
     let mut seen_positions: HashSet<PagePosition> = HashSet::new();
+    // The next page, fetched while the current one was being stored: at most one page
+    // ahead, so memory stays bounded by two pages. `None` inside: cancelled meanwhile.
+    let mut prefetched: Option<Option<Result<Page, FetchError>>> = None;
     loop {
         if counts.pages_fetched >= settings.max_pages {
             return Err(RunFault::MaxPages {
@@ -268,17 +271,16 @@ async fn fetch_and_store(
                 pages: counts.pages_fetched,
             });
         }
-        let credentials = credential_store.current();
-        let fetch_context = FetchContext {
-            credentials: &credentials,
-            since: walk.since,
-            credential_store: &credential_store,
-        };
-        let fetched = tokio::select! {
-            fetched = provider.fetch_page(&fetch_context, position.as_ref()) => fetched,
-            () = walk.cancel.cancelled() => {
-                return Err(RunFault::Interrupted { pages: counts.pages_fetched });
+        let fetched = match prefetched.take() {
+            Some(fetched) => fetched,
+            None => {
+                fetch_unless_cancelled(provider, &credential_store, &walk, position.as_ref()).await
             }
+        };
+        let Some(fetched) = fetched else {
+            return Err(RunFault::Interrupted {
+                pages: counts.pages_fetched,
+            });
         };
         let page = match fetched {
             Ok(page) => page,
@@ -326,12 +328,29 @@ async fn fetch_and_store(
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;
-        let stored = store::store_page(db, &context, page.items, &mut totals_after)
-            .await
-            .map_err(|source| RunFault::Database {
-                page: page_number,
-                source,
-            })?;
+        // Ask for the next page while this one is stored, unless the checks at the top of
+        // the loop are going to stop the run before it.
+        let ahead = next_checkpoint
+            .as_ref()
+            .map(|next| &next.position)
+            .filter(|next| {
+                totals_after.pages_fetched < settings.max_pages && !seen_positions.contains(*next)
+            });
+        let store = store::store_page(db, &context, page.items, &mut totals_after);
+        let stored = match ahead {
+            Some(next) => {
+                let fetch_next =
+                    fetch_unless_cancelled(provider, &credential_store, &walk, Some(next));
+                let (stored, next_page) = tokio::join!(store, fetch_next);
+                prefetched = Some(next_page);
+                stored
+            }
+            None => store.await,
+        };
+        let stored = stored.map_err(|source| RunFault::Database {
+            page: page_number,
+            source,
+        })?;
         *counts = totals_after;
         tracing::debug!(
             page = page_number,
@@ -346,6 +365,25 @@ async fn fetch_and_store(
             Some(next) => position = Some(next.position),
             None => return Ok(()),
         }
+    }
+}
+
+/// Fetches the page at `position`; `None` when the run is cancelled first.
+async fn fetch_unless_cancelled(
+    provider: &dyn Provider,
+    credential_store: &ConnectionCredentials<'_>,
+    walk: &Walk<'_>,
+    position: Option<&PagePosition>,
+) -> Option<Result<Page, FetchError>> {
+    let credentials = credential_store.current();
+    let fetch_context = FetchContext {
+        credentials: &credentials,
+        since: walk.since,
+        credential_store,
+    };
+    tokio::select! {
+        fetched = provider.fetch_page(&fetch_context, position) => Some(fetched),
+        () = walk.cancel.cancelled() => None,
     }
 }
 

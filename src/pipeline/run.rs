@@ -132,7 +132,13 @@ pub async fn save_counts(
 ) -> Result<(), DbErr> {
     let mut row = counts_model(run_id, counts);
     row.heartbeat_at = Set(Utc::now());
-    row.update(db).await?;
+    // Without RETURNING (or, on SQLite, the read-back that stands in for it).
+    let result = sync_run::Entity::update(row)
+        .exec_without_returning(db)
+        .await?;
+    if result.rows_affected == 0 {
+        return Err(DbErr::RecordNotUpdated);
+    }
     Ok(())
 }
 

@@ -1,11 +1,13 @@
 //! Storing one page: the triple lookup, insert / update / skip, the error report, the
 //! run's counters and the connection's checkpoint, all in one transaction.
 //!
-//! Per page there is one lookup (chunked `IN` lists), one multi-row insert with
-//! `ON CONFLICT (user_id, provider, external_id) DO NOTHING`, one update per changed
-//! record and one multi-row insert into `run_errors`. A failing multi-row write is
-//! retried record by record inside savepoints, so one record that cannot be written costs
-//! that record only.
+//! Per page there is one lookup (chunked `IN` lists; on PostgreSQL one unique-index probe
+//! per id), one multi-row insert with `ON CONFLICT (user_id, provider, external_id) DO
+//! NOTHING` (on a server, split so each statement stays under one TLS record), one update
+//! per changed record and one multi-row insert into `run_errors`. The page is written
+//! without savepoints first; if a record write fails, that transaction is rolled back and
+//! the page is written again with savepoints, where a failing multi-row write is retried
+//! record by record, so one record that cannot be written costs that record only.
 
 use std::collections::HashMap;
 
@@ -26,6 +28,12 @@ use crate::pipeline::run::{save_counts, RunCounts};
 const LOOKUP_CHUNK: usize = 500;
 /// How many rows one multi-row insert carries.
 const INSERT_CHUNK: usize = 500;
+/// On PostgreSQL and MySQL, about how many bytes of ids and payloads one insert carries.
+/// sqlx does not set `TCP_NODELAY`, so a statement written as several TLS records (16 KiB
+/// each) or TCP segments leaves its tail to Nagle's algorithm, which waits for the
+/// server's delayed ACK: about 40 ms per large statement. Statements below one TLS record
+/// go out in one write.
+const INSERT_CHUNK_BYTES: usize = 12 * 1024;
 
 /// What the store needs to know about the page being stored.
 pub struct PageContext<'a> {
@@ -64,6 +72,11 @@ pub struct PageStoreCounts {
 
 /// Stores one page in one transaction and adds its counts to `totals` (which are saved to
 /// the run's row in the same transaction).
+///
+/// The page is first written without savepoints, which on a server costs two round trips
+/// per statement less. If a record write fails there, that transaction is rolled back
+/// and the page is written again with a savepoint around each multi-row insert and each
+/// update, so only the records the database refuses are set aside.
 pub async fn store_page(
     db: &DatabaseConnection,
     context: &PageContext<'_>,
@@ -80,66 +93,165 @@ pub async fn store_page(
             PageItem::Rejected(reject) => rejected.push(reject),
         }
     }
-    let records = keep_last_of_each_key(records, &mut counts);
-
-    let txn = begin_page_transaction(db).await?;
-    let now = Utc::now();
-    if let WriteMode::Append { retention } = context.mode {
-        let written = super::append::write_new_keys(&txn, context, records, retention, now).await?;
-        counts.inserted += written.inserted;
-        counts.duplicate += written.duplicate;
-        rejected.extend(written.failed);
-        return finish_page(txn, context, fetched, counts, rejected, totals, now).await;
-    }
-    let existing = lookup_existing(&txn, context.connection, &records).await?;
-    let mut new_records = Vec::new();
-    let mut changed_records = Vec::new();
-    for record in records {
-        match existing.get(&record.external_id) {
-            None => new_records.push(record),
-            Some((_, hash)) if *hash == record.content_hash => counts.unchanged += 1,
-            Some((id, _)) => changed_records.push((*id, record)),
+    let mut records = keep_last_of_each_key(records, &mut counts);
+    // One order for every writer makes lock waits between concurrent inserts less likely.
+    records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
+    let page = PageWrite {
+        context,
+        records: &records,
+        rejected: &rejected,
+        fetched,
+        counts,
+    };
+    match page.write(db, totals, Mode::Fast).await {
+        Ok(counts) => Ok(counts),
+        Err(PageFailure::Record(error)) => {
+            tracing::warn!(%error, "Writing a record failed; writing the page again record by record where needed.");
+            match page.write(db, totals, Mode::Careful).await {
+                Ok(counts) => Ok(counts),
+                Err(PageFailure::Record(error) | PageFailure::Database(error)) => Err(error),
+            }
         }
+        Err(PageFailure::Database(error)) => Err(error),
     }
-
-    let insert = insert_new(&txn, context, new_records, now).await?;
-    counts.inserted += insert.inserted;
-    counts.duplicate += insert.duplicate;
-    rejected.extend(insert.failed);
-
-    for (id, record) in changed_records {
-        match update_changed(&txn, context.run_id, id, &record, now).await {
-            Ok(()) => counts.updated += 1,
-            Err(error) => rejected.push(persist_failure(record, &error)),
-        }
-    }
-    finish_page(txn, context, fetched, counts, rejected, totals, now).await
 }
 
-/// The end of every page: its error rows, the run's counters and the checkpoint, then the
-/// commit.
-async fn finish_page(
-    txn: DatabaseTransaction,
-    context: &PageContext<'_>,
-    fetched: u64,
-    mut counts: PageStoreCounts,
-    rejected: Vec<RejectedRecord>,
-    totals: &mut RunCounts,
-    now: DateTime<Utc>,
-) -> Result<PageStoreCounts, DbErr> {
-    counts.failed = rejected.len() as u64;
-    insert_run_errors(&txn, context, &rejected, ErrorScope::Record, now).await?;
+/// How a page's records are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No savepoints; a failed record write fails the attempt.
+    Fast,
+    /// Savepoints around each write, so a failed record is set aside and the rest commit.
+    Careful,
+}
 
-    totals.fetched += fetched;
-    totals.inserted += counts.inserted;
-    totals.updated += counts.updated;
-    totals.unchanged += counts.unchanged;
-    totals.duplicate += counts.duplicate;
-    totals.failed += counts.failed;
-    save_counts(&txn, context.run_id, totals).await?;
-    save_checkpoint(&txn, context, now).await?;
-    txn.commit().await?;
-    Ok(counts)
+enum PageFailure {
+    /// Writing a record failed (in [`Mode::Fast`]): worth another, careful attempt.
+    Record(DbErr),
+    /// Anything else: the page could not be stored.
+    Database(DbErr),
+}
+
+impl From<DbErr> for PageFailure {
+    fn from(error: DbErr) -> Self {
+        PageFailure::Database(error)
+    }
+}
+
+/// One page, ready to be written (perhaps twice).
+struct PageWrite<'a> {
+    context: &'a PageContext<'a>,
+    /// The page's records, one per key, sorted by external id.
+    records: &'a [Record],
+    /// Records set aside before any write.
+    rejected: &'a [RejectedRecord],
+    fetched: u64,
+    /// Counts known before any write (repeated keys).
+    counts: PageStoreCounts,
+}
+
+impl PageWrite<'_> {
+    /// Writes the page in one transaction; `totals` changes only when it commits.
+    async fn write(
+        &self,
+        db: &DatabaseConnection,
+        totals: &mut RunCounts,
+        mode: Mode,
+    ) -> Result<PageStoreCounts, PageFailure> {
+        let context = self.context;
+        let mut counts = self.counts;
+        let mut rejected = self.rejected.to_vec();
+        let txn = begin_page_transaction(db).await?;
+        let now = Utc::now();
+        if let WriteMode::Append { retention } = context.mode {
+            // Events are never updated: keys seen within the retention are duplicates.
+            let written =
+                super::append::write_new_keys(&txn, context, self.records.to_vec(), retention, now)
+                    .await?;
+            counts.inserted += written.inserted;
+            counts.duplicate += written.duplicate;
+            rejected.extend(written.failed);
+            return self.finish(txn, counts, rejected, totals, now).await;
+        }
+        let existing = lookup_existing(&txn, context.connection, self.records).await?;
+        let mut new_records = Vec::new();
+        let mut changed_records = Vec::new();
+        for record in self.records {
+            match existing.get(&record.external_id) {
+                None => new_records.push(record),
+                Some((_, hash)) if *hash == record.content_hash => counts.unchanged += 1,
+                Some((id, _)) => changed_records.push((*id, record)),
+            }
+        }
+
+        let insert = match mode {
+            Mode::Fast => insert_fast(&txn, context, &new_records, now)
+                .await
+                .map_err(PageFailure::Record)?,
+            Mode::Careful => insert_sorted(&txn, context, &new_records, now).await?,
+        };
+        counts.inserted += insert.inserted;
+        counts.duplicate += insert.duplicate;
+        rejected.extend(insert.failed);
+
+        for (id, record) in changed_records {
+            let updated = match mode {
+                Mode::Fast => {
+                    update_changed(&txn, context.run_id, id, record, now)
+                        .await
+                        .map_err(PageFailure::Record)?;
+                    Ok(())
+                }
+                Mode::Careful => {
+                    let savepoint = txn.begin().await?;
+                    match update_changed(&savepoint, context.run_id, id, record, now).await {
+                        Ok(()) => {
+                            savepoint.commit().await?;
+                            Ok(())
+                        }
+                        Err(error) => {
+                            savepoint.rollback().await?;
+                            Err(error)
+                        }
+                    }
+                }
+            };
+            match updated {
+                Ok(()) => counts.updated += 1,
+                Err(error) => rejected.push(persist_failure(record.clone(), &error)),
+            }
+        }
+
+        self.finish(txn, counts, rejected, totals, now).await
+    }
+
+    /// The end of every page: its error rows, the run's counters and the checkpoint, then
+    /// the commit.
+    async fn finish(
+        &self,
+        txn: DatabaseTransaction,
+        mut counts: PageStoreCounts,
+        rejected: Vec<RejectedRecord>,
+        totals: &mut RunCounts,
+        now: DateTime<Utc>,
+    ) -> Result<PageStoreCounts, PageFailure> {
+        let context = self.context;
+        counts.failed = rejected.len() as u64;
+        insert_run_errors(&txn, context, &rejected, ErrorScope::Record, now).await?;
+
+        let mut after = *totals;
+        after.fetched += self.fetched;
+        after.inserted += counts.inserted;
+        after.updated += counts.updated;
+        after.unchanged += counts.unchanged;
+        after.duplicate += counts.duplicate;
+        after.failed += counts.failed;
+        save_counts(&txn, context.run_id, &after).await?;
+        save_checkpoint(&txn, context, now).await?;
+        txn.commit().await?;
+        *totals = after;
+        Ok(counts)
+    }
 }
 
 /// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
@@ -205,25 +317,73 @@ async fn lookup_existing(
 ) -> Result<HashMap<String, (i64, String)>, DbErr> {
     let mut existing = HashMap::with_capacity(records.len());
     for chunk in records.chunks(LOOKUP_CHUNK) {
-        let ids = chunk.iter().map(|record| record.external_id.as_str());
-        let rows: Vec<(i64, String, String)> = record::Entity::find()
-            .select_only()
-            .columns([
-                record::Column::Id,
-                record::Column::ExternalId,
-                record::Column::ContentHash,
-            ])
-            .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(connection.provider.as_str()))
-            .filter(record::Column::ExternalId.is_in(ids))
-            .into_tuple()
-            .all(txn)
-            .await?;
+        let rows: Vec<(i64, String, String)> = if txn.get_database_backend() == DbBackend::Postgres
+        {
+            lookup_postgres(txn, connection, chunk).await?
+        } else {
+            let ids = chunk.iter().map(|record| record.external_id.as_str());
+            record::Entity::find()
+                .select_only()
+                .columns([
+                    record::Column::Id,
+                    record::Column::ExternalId,
+                    record::Column::ContentHash,
+                ])
+                .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+                .filter(record::Column::Provider.eq(connection.provider.as_str()))
+                .filter(record::Column::ExternalId.is_in(ids))
+                .into_tuple()
+                .all(txn)
+                .await?
+        };
         for (id, external_id, hash) in rows {
             existing.insert(external_id, (id, hash));
         }
     }
     Ok(existing)
+}
+
+/// PostgreSQL: one probe of the whole key per id. `external_id IN (...)` lets the planner
+/// scan every record of the (user_id, provider) prefix and filter, which it does while
+/// the table's statistics are young (a prepared statement's generic plan keeps doing it):
+/// a cost per page that grows with the table. `LIMIT 1` in the lateral subquery keeps it
+/// from being flattened into such a join, so each id is one unique-index lookup.
+async fn lookup_postgres(
+    txn: &DatabaseTransaction,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<Vec<(i64, String, String)>, DbErr> {
+    use sea_orm::IdenStatic;
+    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let sql = format!(
+        "SELECT r.id, r.external_id, r.content_hash FROM unnest($3::text[]) AS k(external_id) \
+         CROSS JOIN LATERAL (SELECT id, external_id, content_hash FROM records \
+         WHERE {user_id} = $1 AND {provider} = $2 AND {external_id} = k.external_id LIMIT 1) AS r"
+    );
+    let ids: Vec<String> = records
+        .iter()
+        .map(|record| record.external_id.clone())
+        .collect();
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql,
+        [
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            ids.into(),
+        ],
+    );
+    txn.query_all_raw(statement)
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<i64>("", "id")?,
+                row.try_get::<String>("", "external_id")?,
+                row.try_get::<String>("", "content_hash")?,
+            ))
+        })
+        .collect()
 }
 
 /// What inserting a page's new records did.
@@ -237,17 +397,57 @@ pub struct InsertOutcome {
 
 /// Inserts records not found by the lookup. The unique index is the backstop: a key a
 /// concurrent writer inserted in the meantime is skipped by `ON CONFLICT DO NOTHING` and
-/// counted as a duplicate, never an error and never a second row.
+/// counted as a duplicate, never an error and never a second row. Each multi-row insert
+/// runs in a savepoint; if it fails, its records are inserted one by one, each in its own
+/// savepoint, and those the database refuses are returned as failed.
 pub async fn insert_new(
     txn: &DatabaseTransaction,
     context: &PageContext<'_>,
     mut records: Vec<Record>,
     now: DateTime<Utc>,
 ) -> Result<InsertOutcome, DbErr> {
-    let mut outcome = InsertOutcome::default();
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
-    for chunk in records.chunks(INSERT_CHUNK) {
+    let records: Vec<&Record> = records.iter().collect();
+    insert_sorted(txn, context, &records, now).await
+}
+
+/// The insert's statements: rows per statement, and on a server a cap on its size.
+fn chunk_limits(txn: &DatabaseTransaction) -> (usize, usize) {
+    match txn.get_database_backend() {
+        DbBackend::Sqlite => (INSERT_CHUNK, usize::MAX),
+        _ => (INSERT_CHUNK, INSERT_CHUNK_BYTES),
+    }
+}
+
+/// [`insert_new`] without savepoints: the first failing statement fails the whole
+/// insert (and, on PostgreSQL, the transaction).
+async fn insert_fast(
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, DbErr> {
+    let mut outcome = InsertOutcome::default();
+    let (max_rows, max_bytes) = chunk_limits(txn);
+    for chunk in insert_chunks(records, max_rows, max_bytes) {
+        let inserted = insert_rows(txn, context, chunk, now).await?;
+        outcome.inserted += inserted;
+        outcome.duplicate += chunk.len() as u64 - inserted;
+    }
+    Ok(outcome)
+}
+
+/// [`insert_new`] for records already in key order.
+async fn insert_sorted(
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, DbErr> {
+    let mut outcome = InsertOutcome::default();
+    let (max_rows, max_bytes) = chunk_limits(txn);
+    for chunk in insert_chunks(records, max_rows, max_bytes) {
         let savepoint = txn.begin().await?;
         match insert_rows(&savepoint, context, chunk, now).await {
             Ok(inserted) => {
@@ -269,7 +469,9 @@ pub async fn insert_new(
                         }
                         Err(error) => {
                             savepoint.rollback().await?;
-                            outcome.failed.push(persist_failure(record.clone(), &error));
+                            outcome
+                                .failed
+                                .push(persist_failure((*record).clone(), &error));
                         }
                     }
                 }
@@ -279,10 +481,38 @@ pub async fn insert_new(
     Ok(outcome)
 }
 
+/// Consecutive runs of `records` of at most `max_rows` rows and, unless a single record
+/// is larger, at most `max_bytes` of ids and payloads.
+fn insert_chunks<'r>(
+    records: &'r [&'r Record],
+    max_rows: usize,
+    max_bytes: usize,
+) -> impl Iterator<Item = &'r [&'r Record]> {
+    let mut rest = records;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0usize;
+        let mut end = 0;
+        for record in rest.iter().take(max_rows) {
+            let size = record.payload.len() + record.external_id.len();
+            if end > 0 && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            end += 1;
+        }
+        let (chunk, tail) = rest.split_at(end);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 async fn insert_rows(
     db: &impl ConnectionTrait,
     context: &PageContext<'_>,
-    records: &[Record],
+    records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
     let rows = records.iter().map(|record| record::ActiveModel {
@@ -322,16 +552,15 @@ async fn insert_rows(
     Ok(ours)
 }
 
-/// Rewrites a record whose content changed, in its own savepoint.
+/// Rewrites a record whose content changed.
 async fn update_changed(
-    txn: &DatabaseTransaction,
+    db: &impl ConnectionTrait,
     run_id: i64,
     id: i64,
     record: &Record,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
-    let savepoint = txn.begin().await?;
-    let result = record::Entity::update_many()
+    record::Entity::update_many()
         .col_expr(record::Column::Payload, Expr::value(record.payload.clone()))
         .col_expr(
             record::Column::ContentHash,
@@ -340,15 +569,9 @@ async fn update_changed(
         .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
         .col_expr(record::Column::UpdatedAt, Expr::value(now))
         .filter(record::Column::Id.eq(id))
-        .exec(&savepoint)
-        .await;
-    match result {
-        Ok(_) => savepoint.commit().await,
-        Err(error) => {
-            savepoint.rollback().await?;
-            Err(error)
-        }
-    }
+        .exec(db)
+        .await?;
+    Ok(())
 }
 
 fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
@@ -423,13 +646,16 @@ async fn save_checkpoint(
         ),
         None => None,
     };
-    connection::Entity::update(connection::ActiveModel {
+    let result = connection::Entity::update(connection::ActiveModel {
         id: Set(context.connection.id),
         checkpoint: Set(checkpoint),
         updated_at: Set(now),
         ..Default::default()
     })
-    .exec(txn)
+    .exec_without_returning(txn)
     .await?;
+    if result.rows_affected == 0 {
+        return Err(DbErr::RecordNotUpdated);
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 mod adapters;
 mod bad_input;
+mod bench;
 mod cli;
 mod concurrency;
 mod connections;

@@ -293,7 +293,24 @@ impl HttpClient {
             }
             body.extend_from_slice(&chunk);
         }
-        match serde_json::from_slice(&body) {
+        let (body, parsed) = if body.len() < PARSE_OFF_THREAD_BYTES {
+            let parsed = serde_json::from_slice(&body);
+            (body, parsed)
+        } else {
+            off_thread(move || {
+                let parsed = serde_json::from_slice(&body);
+                (body, parsed)
+            })
+            .await
+            .ok_or_else(|| {
+                Failure::fatal(FetchError::Transport {
+                    url: shown.to_string(),
+                    attempts: attempt,
+                    message: "the runtime is shutting down".to_string(),
+                })
+            })?
+        };
+        match parsed {
             Ok(json) => Ok(JsonResponse {
                 url: response.url().clone(),
                 status: response.status().as_u16(),
@@ -359,6 +376,21 @@ impl HttpClient {
             },
             Verdict::Fail(error) => Failure::fatal(error),
         }
+    }
+}
+
+/// Bodies at least this large are parsed on tokio's blocking pool.
+const PARSE_OFF_THREAD_BYTES: usize = 16 * 1024;
+
+/// Runs CPU-bound work (parsing a page, hashing its records) on tokio's blocking pool.
+/// A provider's connections are polled by one task, so work done inline would keep them
+/// all on one thread while the database waits; a page is worth the hand-off. A panic in
+/// `work` is resumed here; `None` means the runtime is shutting down.
+pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => Some(value),
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => None,
     }
 }
 

@@ -215,7 +215,7 @@ impl StravaProvider {
         });
         let watermark = adapter::max_time_watermark(&records, "start_date");
         Ok(Page {
-            items: adapter::items_by_id(records),
+            items: adapter::items_by_id(records).await?,
             next,
             watermark,
         })

@@ -1,0 +1,407 @@
+//! `tributary bench`: throughput, memory and correctness at scale.
+//!
+//! An in-process emulated Stripe ([`emulator`]) serves `users` x `records` charges, and the
+//! real pipeline syncs them (`kind = "stripe"` pointed at the emulator, through
+//! [`sync_matching`]) into a fresh database in three phases: the first sync (all new), a
+//! second sync (all unchanged) and a sync after ~10 % of the charges changed. Every phase
+//! is a full pass (`--full`): Stripe's incremental `created[gte]` would otherwise skip the
+//! unchanged charges. After each phase [`verify`] checks the table. [`matrix`] runs the
+//! standard configurations, each in a fresh process so each peak RSS is its own.
+
+pub mod emulator;
+pub mod matrix;
+pub mod report;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{redact_url, Settings};
+use crate::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus, Trigger};
+use crate::sync::{sync_matching, SyncFilter};
+use emulator::{Dataset, Emulator, TOKEN_PREFIX};
+use report::{PhaseReport, ScaleReport};
+use verify::Check;
+
+/// The provider name the benchmark's records are stored under.
+pub const PROVIDER: &str = "bench";
+/// The PostgreSQL server `--database postgres` creates its scratch database on.
+pub const POSTGRES_URL_ENV: &str = "TRIBUTARY_BENCH_POSTGRES_URL";
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// Which database a benchmark creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchDatabase {
+    /// A new SQLite file in a temporary folder, removed afterwards.
+    Sqlite,
+    /// A new database on the PostgreSQL server of `TRIBUTARY_BENCH_POSTGRES_URL`
+    /// (default postgres://postgres@127.0.0.1:5432), dropped afterwards.
+    Postgres,
+}
+
+/// `tributary bench` options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Connections (users) to sync.
+    #[arg(long, default_value_t = 10)]
+    pub users: u32,
+    /// Charges per user.
+    #[arg(long, default_value_t = 10_000)]
+    pub records: u64,
+    /// The database to create for the run.
+    #[arg(long, value_enum, default_value_t = BenchDatabase::Sqlite)]
+    pub database: BenchDatabase,
+    /// Use this existing, empty database instead (it is kept afterwards).
+    #[arg(long, conflicts_with = "database")]
+    pub database_url: Option<String>,
+    /// Delay of every emulated API answer, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Connections synced at once (the provider's max_concurrent_connections).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Seed of the generated charges.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Run the standard matrix instead (100k and 1M records on SQLite and PostgreSQL,
+    /// plus 1M with 20 ms latency), each configuration in a fresh process.
+    #[arg(long)]
+    pub matrix: bool,
+    /// With --matrix: leave out the 1M-record configurations.
+    #[arg(long, requires = "matrix")]
+    pub no_1m: bool,
+}
+
+/// What one configuration runs.
+#[derive(Clone, Debug)]
+pub struct ScaleOptions {
+    pub users: u32,
+    pub records_per_user: u64,
+    /// A migrated-or-empty database without records of provider `bench`.
+    pub database_url: String,
+    pub latency: Duration,
+    pub concurrency: usize,
+    pub seed: u64,
+}
+
+/// Runs `tributary bench`.
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.matrix {
+        return matrix::run(&args).await;
+    }
+    anyhow::ensure!(args.users >= 1, "--users must be at least 1");
+    anyhow::ensure!(args.records >= 1, "--records must be at least 1");
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    let scratch = match &args.database_url {
+        Some(url) => Scratch::Given(url.clone()),
+        None => Scratch::create(args.database).await?,
+    };
+    let options = ScaleOptions {
+        users: args.users,
+        records_per_user: args.records,
+        database_url: scratch.url(),
+        latency: Duration::from_millis(args.latency_ms),
+        concurrency: args.concurrency,
+        seed: args.seed,
+    };
+    let result = run_scale(&options).await;
+    scratch.remove().await;
+    let report = result?;
+    println!("{}", report::table(std::slice::from_ref(&report)));
+    for note in report::latency_notes(std::slice::from_ref(&report)) {
+        println!("{note}");
+    }
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let failures = report::failures(&report);
+    for failure in &failures {
+        eprintln!("check failed: {failure}");
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Writes `value` as pretty JSON to `path`.
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// The database a run uses, and whether it is ours to remove.
+enum Scratch {
+    Given(String),
+    Sqlite { dir: PathBuf },
+    Postgres { server: String, name: String },
+}
+
+impl Scratch {
+    async fn create(database: BenchDatabase) -> anyhow::Result<Scratch> {
+        let unique = format!(
+            "{}_{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_subsec_nanos()
+        );
+        match database {
+            BenchDatabase::Sqlite => {
+                let dir = std::env::temp_dir().join(format!("tributary-bench-{unique}"));
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                Ok(Scratch::Sqlite { dir })
+            }
+            BenchDatabase::Postgres => {
+                let server = std::env::var(POSTGRES_URL_ENV)
+                    .unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_string());
+                let server = server.trim_end_matches('/').to_string();
+                let name = format!("tributary_bench_{unique}");
+                let admin = sea_orm::Database::connect(format!("{server}/postgres"))
+                    .await
+                    .with_context(|| format!("connecting to {}", redact_url(&server)))?;
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                    .await
+                    .with_context(|| format!("creating database {name}"))?;
+                admin.close().await?;
+                Ok(Scratch::Postgres { server, name })
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Scratch::Given(url) => url.clone(),
+            Scratch::Sqlite { dir } => {
+                format!("sqlite://{}?mode=rwc", dir.join("bench.db").display())
+            }
+            Scratch::Postgres { server, name } => format!("{server}/{name}"),
+        }
+    }
+
+    async fn remove(self) {
+        match self {
+            Scratch::Given(_) => {}
+            Scratch::Sqlite { dir } => {
+                if let Err(error) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(%error, dir = %dir.display(), "Removing the benchmark database failed.");
+                }
+            }
+            Scratch::Postgres { server, name } => {
+                let dropped = async {
+                    let admin = sea_orm::Database::connect(format!("{server}/postgres")).await?;
+                    admin
+                        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+                        .await?;
+                    admin.close().await
+                };
+                if let Err(error) = dropped.await {
+                    tracing::warn!(%error, name, "Dropping the benchmark database failed.");
+                }
+            }
+        }
+    }
+}
+
+/// The benchmark's config: one `stripe` provider on the emulator, one connection per user.
+fn bench_config(options: &ScaleOptions, base_url: &str) -> String {
+    let pages_per_user = options.records_per_user.div_ceil(100) + 10;
+    let mut text = format!(
+        r#"[database]
+url = {url}
+max_connections = {pool}
+
+[providers.{PROVIDER}]
+kind = "stripe"
+base_url = "{base_url}"
+schedule = "0 0 0 * * *"
+max_concurrent_connections = {concurrency}
+max_pages = {pages_per_user}
+run_timeout = "24h"
+"#,
+        url = toml::Value::String(options.database_url.clone()),
+        pool = (options.concurrency + 2).clamp(4, 32),
+        concurrency = options.concurrency,
+    );
+    for user in 1..=options.users {
+        text.push_str(&format!(
+            "\n[[providers.{PROVIDER}.connections]]\nuser_id = \"user{user:05}\"\ntoken = \"{TOKEN_PREFIX}{user}\"\n"
+        ));
+    }
+    text
+}
+
+/// Runs the three phases of one configuration and checks the table after each.
+pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
+    let dataset = Dataset {
+        users: options.users,
+        records_per_user: options.records_per_user,
+        seed: options.seed,
+    };
+    let emulator = Emulator::start(dataset, options.latency)
+        .await
+        .context("starting the emulated API on 127.0.0.1")?;
+    let settings = Settings::parse(
+        Path::new("(bench config)"),
+        &bench_config(options, &emulator.base_url()),
+        None,
+        &|_| true,
+    )?;
+    let db = crate::db::connect_and_migrate(&settings.database).await?;
+    crate::db::upsert_configured_connections(&db, &settings).await?;
+    let before = verify::fingerprint(&db, PROVIDER).await?;
+    anyhow::ensure!(
+        before.rows == 0,
+        "the database already holds {} records of provider {PROVIDER:?}; use an empty one",
+        before.rows
+    );
+
+    let total = u64::from(options.users) * options.records_per_user;
+    let changed = dataset.changed_total();
+    let mut phases = Vec::new();
+    for (name, generation) in [("first", 0), ("unchanged", 0), ("changed_10pct", 1)] {
+        emulator.set_generation(generation);
+        let phase = run_phase(&db, &settings, &emulator, options, name, total, changed).await?;
+        eprintln!(
+            "{name}: {} records in {:.2} s, {:.0} records/s",
+            phase.records, phase.seconds, phase.records_per_sec
+        );
+        phases.push(phase);
+    }
+    db.close().await?;
+    let checks_passed = phases
+        .iter()
+        .all(|phase| phase.checks.iter().all(|check| check.passed));
+    Ok(ScaleReport {
+        users: options.users,
+        records_per_user: options.records_per_user,
+        total_records: total,
+        backend: backend_of(&options.database_url).to_string(),
+        database: redact_url(&options.database_url),
+        concurrency: options.concurrency,
+        latency_ms: u64::try_from(options.latency.as_millis()).unwrap_or(u64::MAX),
+        seed: options.seed,
+        phases,
+        peak_rss_bytes: report::peak_rss(),
+        checks_passed,
+    })
+}
+
+fn backend_of(url: &str) -> &'static str {
+    if url.starts_with("sqlite:") {
+        "sqlite"
+    } else if url.starts_with("postgres") {
+        "postgres"
+    } else if url.starts_with("mysql") || url.starts_with("mariadb") {
+        "mysql"
+    } else {
+        "unknown"
+    }
+}
+
+async fn run_phase(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    emulator: &Emulator,
+    options: &ScaleOptions,
+    name: &str,
+    total: u64,
+    changed: u64,
+) -> anyhow::Result<PhaseReport> {
+    let unchanged_phase = name == "unchanged";
+    let before = verify::fingerprint(db, PROVIDER).await?;
+    if unchanged_phase {
+        verify::install_write_counter(db).await?;
+    }
+    let run_options = RunOptions {
+        trigger: Trigger::Manual,
+        full: true,
+        cancel: CancellationToken::new(),
+    };
+    let filter = SyncFilter {
+        provider: Some(PROVIDER.to_string()),
+        user_id: None,
+    };
+    let pages_before = emulator.pages_served();
+    let started = Instant::now();
+    let sync = sync_matching(db, settings, &filter, &run_options, &NoProgress).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let pages = emulator.pages_served() - pages_before;
+    let written = if unchanged_phase {
+        let counted = verify::writes_counted(db).await;
+        verify::remove_write_counter(db).await?;
+        Some(counted?)
+    } else {
+        None
+    };
+    let report = sync?;
+    let outcomes = &report.outcomes;
+    let sum = |field: fn(&RunOutcome) -> u64| outcomes.iter().map(field).sum::<u64>();
+    let (inserted, updated, unchanged) = (
+        sum(|o| o.counts.inserted),
+        sum(|o| o.counts.updated),
+        sum(|o| o.counts.unchanged),
+    );
+    let failed = sum(|o| o.counts.failed);
+    let after = verify::fingerprint(db, PROVIDER).await?;
+
+    let succeeded = outcomes
+        .iter()
+        .filter(|o| o.status == RunStatus::Succeeded)
+        .count();
+    let mut checks = vec![
+        Check::equal("runs succeeded", succeeded, options.users as usize),
+        Check::equal("records fetched", sum(|o| o.counts.fetched), total),
+        Check::equal("records failed", failed, 0),
+        Check::equal("rows in records", after.rows, total as i64),
+        Check::equal("duplicate keys", verify::duplicate_keys(db).await?, 0),
+    ];
+    match name {
+        "first" => checks.push(Check::equal("inserted", inserted, total)),
+        "unchanged" => {
+            checks.push(Check::equal(
+                "inserted/updated/unchanged",
+                (inserted, updated, unchanged),
+                (0, 0, total),
+            ));
+            checks.push(Check::equal("rows written (triggers)", written, Some(0)));
+            checks.push(Check::equal("table fingerprint", after, before));
+        }
+        _ => {
+            checks.push(Check::equal(
+                "inserted/updated/unchanged",
+                (inserted, updated, unchanged),
+                (0, changed, total - changed),
+            ));
+            let first_run = outcomes.iter().map(|o| o.run_id).min().unwrap_or(i64::MAX);
+            let rewritten = verify::rows_written_since(db, PROVIDER, first_run).await?;
+            checks.push(Check::equal("rows rewritten", rewritten, changed as i64));
+        }
+    }
+    let latency = options.latency.as_secs_f64();
+    Ok(PhaseReport {
+        name: name.to_string(),
+        seconds,
+        records: total,
+        records_per_sec: total as f64 / seconds.max(1e-9),
+        pages,
+        inserted,
+        updated,
+        unchanged,
+        failed,
+        records_rows_written: written,
+        sequential_latency_seconds: pages as f64 * latency,
+        latency_floor_seconds: pages as f64 * latency / options.concurrency as f64,
+        peak_rss_bytes: report::peak_rss(),
+        checks,
+    })
+}

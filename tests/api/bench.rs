@@ -1,0 +1,111 @@
+//! `tributary bench` at a tiny scale against the test database: its correctness checks and
+//! its JSON output (never its timings).
+
+use std::time::Duration;
+
+use assert_cmd::Command;
+use tributary::bench::{run_scale, ScaleOptions};
+
+use crate::helpers::{scratch_database_url, spawn_app};
+
+#[tokio::test]
+async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing() {
+    let app = spawn_app().await;
+    let report = run_scale(&ScaleOptions {
+        users: 3,
+        records_per_user: 250,
+        database_url: app.database_url.clone(),
+        latency: Duration::ZERO,
+        concurrency: 2,
+        seed: 7,
+    })
+    .await
+    .expect("benchmark ran");
+
+    assert!(report.checks_passed, "{:#?}", report.phases);
+    assert_eq!(report.total_records, 750);
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["first", "unchanged", "changed_10pct"]);
+    let [first, unchanged, changed] = &report.phases[..] else {
+        panic!("three phases");
+    };
+    assert_eq!(first.inserted, 750);
+    // 250 charges at 100 per page: 3 pages per user.
+    assert_eq!(first.pages, 9);
+    assert_eq!(
+        (unchanged.inserted, unchanged.updated, unchanged.unchanged),
+        (0, 0, 750)
+    );
+    assert_eq!(unchanged.records_rows_written, Some(0));
+    assert!(changed.updated > 0 && changed.updated < 150, "{changed:?}");
+    assert_eq!(changed.updated + changed.unchanged, 750);
+    for phase in &report.phases {
+        let names: Vec<&str> = phase.checks.iter().map(|c| c.name.as_str()).collect();
+        assert!(names.contains(&"rows in records"), "{names:?}");
+        assert!(names.contains(&"duplicate keys"), "{names:?}");
+    }
+
+    // The harness's own verification agrees with the table.
+    let records = app.records().await;
+    assert_eq!(records.len(), 750);
+    let users: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.user_id.as_str()).collect();
+    assert_eq!(users.len(), 3);
+    // Ids overlap across users: each id is stored once per user.
+    let ids: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.external_id.as_str()).collect();
+    assert_eq!(ids.len(), 250);
+}
+
+#[tokio::test]
+async fn the_command_writes_its_results_as_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = scratch_database_url(dir.path()).await;
+    let json = dir.path().join("bench.json");
+    let output = Command::cargo_bin("tributary")
+        .expect("binary built")
+        .env_remove("RUST_LOG")
+        .args([
+            "bench",
+            "--users",
+            "2",
+            "--records",
+            "120",
+            "--concurrency",
+            "2",
+        ])
+        .arg("--database-url")
+        .arg(&database_url)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("records/s"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written")).unwrap();
+    assert_eq!(report["users"], 2);
+    assert_eq!(report["records_per_user"], 120);
+    assert_eq!(report["total_records"], 240);
+    assert_eq!(report["checks_passed"], true);
+    assert!(report["backend"].is_string());
+    let phases = report["phases"].as_array().expect("phases");
+    assert_eq!(phases.len(), 3);
+    for phase in phases {
+        assert_eq!(phase["records"], 240);
+        assert!(phase["seconds"].as_f64().is_some());
+        assert!(phase["records_per_sec"].as_f64().is_some_and(|r| r > 0.0));
+        assert!(phase["checks"].as_array().is_some_and(|c| !c.is_empty()));
+        if cfg!(target_os = "linux") {
+            assert!(phase["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0));
+        }
+    }
+    assert_eq!(phases[1]["records_rows_written"], 0);
+    assert_eq!(phases[2]["inserted"], 0);
+}

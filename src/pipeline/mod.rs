@@ -12,6 +12,8 @@ pub mod run;
 pub mod store;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseConnection, DbErr};
@@ -122,12 +124,25 @@ pub async fn sync_connection(
         } else {
             stored_cursor(connection)
         };
+        // run_timeout cancels the run like a shutdown does: between pages or during a
+        // fetch, never while a page is being stored, so the counters stay exact.
+        let run_cancel = options.cancel.child_token();
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timer = tokio::spawn({
+            let (run_cancel, timed_out) = (run_cancel.clone(), timed_out.clone());
+            let limit = settings.run_timeout;
+            async move {
+                tokio::time::sleep(limit).await;
+                timed_out.store(true, Ordering::SeqCst);
+                run_cancel.cancel();
+            }
+        });
         let walk = Walk {
             run_id,
             since: since.as_ref(),
-            cancel: &options.cancel,
+            cancel: &run_cancel,
         };
-        let listing = fetch_and_store(
+        let result = fetch_and_store(
             db,
             provider,
             settings,
@@ -136,12 +151,16 @@ pub async fn sync_connection(
             &mut counts,
             &mut watermark,
             progress,
-        );
-        let result = match tokio::time::timeout(settings.run_timeout, listing).await {
-            Ok(result) => result,
-            Err(_) => Err(RunFault::Timeout {
-                timeout: settings.run_timeout,
-            }),
+        )
+        .await;
+        timer.abort();
+        let result = match result {
+            Err(RunFault::Interrupted { .. }) if timed_out.load(Ordering::SeqCst) => {
+                Err(RunFault::Timeout {
+                    timeout: settings.run_timeout,
+                })
+            }
+            other => other,
         };
         let (status, error) = match &result {
             Ok(()) if counts.failed > 0 => (RunStatus::Partial, None),

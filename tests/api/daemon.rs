@@ -514,6 +514,10 @@ async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
     assert_eq!(committed, run.counts.pages_fetched as usize * 3);
     let row = app.run_row(run.run_id).await;
     assert_eq!(row.status, "failed");
+    assert_eq!(
+        row.records_inserted as usize, committed,
+        "the run's counters match what it committed"
+    );
     assert!(
         row.heartbeat_at > row.started_at,
         "the heartbeat moved with the pages"

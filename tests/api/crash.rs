@@ -11,12 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, QueryOrder, Statement};
-use serde_json::json;
 use tributary::entities::{connection, record, sync_run};
-use wiremock::matchers::{method, path, query_param, query_param_is_missing};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
+use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
 
 const PAGES: usize = 120;
 const PER_PAGE: usize = 4;
@@ -45,29 +42,6 @@ impl XorShift {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
-    }
-}
-
-/// A cursor listing of `PAGES` pages, each answered after `delay`.
-async fn mount_listing(server: &MockServer, delay: Duration) {
-    for page in 0..PAGES {
-        let start = page * PER_PAGE;
-        let next = (page + 1 < PAGES).then(|| format!("p{}", page + 1));
-        let body =
-            json!({"data": items("k", "alice", start..start + PER_PAGE), "next_cursor": next});
-        let mock = Mock::given(method("GET")).and(path("/v1/items"));
-        let mock = if page == 0 {
-            mock.and(query_param_is_missing("cursor"))
-        } else {
-            mock.and(query_param("cursor", format!("p{page}").as_str()))
-        };
-        mock.respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(body)
-                .set_delay(delay),
-        )
-        .mount(server)
-        .await;
     }
 }
 
@@ -195,7 +169,15 @@ async fn a_sync_killed_at_two_dozen_points_resumes_each_time_and_ends_identical(
 
     // The reference: the same listing synced without interruption.
     let reference = spawn_app().await;
-    mount_listing(&reference.api, Duration::ZERO).await;
+    mount_cursor_listing(
+        &reference.api,
+        "alice",
+        "k",
+        PAGES,
+        PER_PAGE,
+        Duration::ZERO,
+    )
+    .await;
     let settings = reference
         .settings(&cursor_provider("acme", &reference.api.uri(), &["alice"]))
         .await;
@@ -204,7 +186,7 @@ async fn a_sync_killed_at_two_dozen_points_resumes_each_time_and_ends_identical(
     assert_eq!(expected.len(), TOTAL);
 
     let app = spawn_app().await;
-    mount_listing(&app.api, PAGE_DELAY).await;
+    mount_cursor_listing(&app.api, "alice", "k", PAGES, PER_PAGE, PAGE_DELAY).await;
     let mut killed = 0;
     for process in 0..KILLS {
         let config = write_config(&app, process);

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
-use serde_json::json;
 use tributary::entities::{connection, sync_run};
-use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{backend, cursor_provider, items, Backend, TestApp};
+use crate::helpers::{backend, cursor_provider, mount_cursor_listing, Backend, TestApp};
 
 /// A running `tributary daemon`, killed if the test ends without stopping it.
 struct Daemon {
@@ -93,39 +90,6 @@ async fn runs_of(app: &TestApp, user: &str) -> Vec<sync_run::Model> {
         .unwrap()
 }
 
-/// `pages` pages of `per_page` records for `user`, each answered after `delay`.
-async fn mount_listing(
-    server: &MockServer,
-    user: &str,
-    pages: usize,
-    per_page: usize,
-    delay: Duration,
-) {
-    for page in 0..pages {
-        let start = page * per_page;
-        let next = (page + 1 < pages).then(|| format!("p{}", page + 1));
-        let mock = Mock::given(method("GET"))
-            .and(path("/v1/items"))
-            .and(header(
-                "authorization",
-                format!("Bearer token-{user}").as_str(),
-            ));
-        let mock = if page == 0 {
-            mock.and(query_param_is_missing("cursor"))
-        } else {
-            mock.and(query_param("cursor", format!("p{page}").as_str()))
-        };
-        let body = json!({"data": items(&format!("{user}_"), user, start..start + per_page), "next_cursor": next});
-        mock.respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(body)
-                .set_delay(delay),
-        )
-        .mount(server)
-        .await;
-    }
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -150,7 +114,7 @@ fn every_second(providers: String) -> String {
 #[tokio::test]
 async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
     let app = crate::helpers::spawn_app().await;
-    mount_listing(&app.api, "alice", 2, 2, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "alice", "alice_", 2, 2, Duration::ZERO).await;
     let port = free_port();
     let config = app.write_config(&format!(
         "{}{}",
@@ -216,7 +180,15 @@ async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
 #[tokio::test]
 async fn sigterm_mid_run_commits_the_page_in_flight_and_marks_the_run_interrupted() {
     let app = crate::helpers::spawn_app().await;
-    mount_listing(&app.api, "alice", 8, 5, Duration::from_millis(700)).await;
+    mount_cursor_listing(
+        &app.api,
+        "alice",
+        "alice_",
+        8,
+        5,
+        Duration::from_millis(700),
+    )
+    .await;
     let config = app.write_config(&format!(
         "{}{}",
         daemon_table(None),
@@ -276,7 +248,7 @@ async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
 
     if backend() == Backend::Sqlite {
         // SQLite has one writer: a second daemon on the same file refuses to start.
-        mount_listing(&app.api, "alice", 1, 1, Duration::ZERO).await;
+        mount_cursor_listing(&app.api, "alice", "alice_", 1, 1, Duration::ZERO).await;
         let _first = Daemon::start(&config, app.dir.path().join("first.log"));
         eventually(
             Duration::from_secs(20),
@@ -298,9 +270,17 @@ async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
         return;
     }
 
-    mount_listing(&app.api, "alice", 2, 3, Duration::ZERO).await;
-    mount_listing(&app.api, "bob", 2, 3, Duration::ZERO).await;
-    mount_listing(&app.api, "sloth", 6, 4, Duration::from_millis(900)).await;
+    mount_cursor_listing(&app.api, "alice", "alice_", 2, 3, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "bob_", 2, 3, Duration::ZERO).await;
+    mount_cursor_listing(
+        &app.api,
+        "sloth",
+        "sloth_",
+        6,
+        4,
+        Duration::from_millis(900),
+    )
+    .await;
     let mut daemons: Vec<Daemon> = (0..3)
         .map(|i| Daemon::start(&config, app.dir.path().join(format!("daemon{i}.log"))))
         .collect();
@@ -427,7 +407,7 @@ async fn instances_starting_at_once_migrate_a_fresh_database_exactly_once() {
 async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_fields() {
     use std::os::unix::net::UnixDatagram;
     let app = crate::helpers::spawn_app().await;
-    mount_listing(&app.api, "alice", 1, 2, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "alice", "alice_", 1, 2, Duration::ZERO).await;
     let config = app.write_config(&format!(
         "{}{}",
         daemon_table(None),
@@ -496,7 +476,15 @@ async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_field
 #[tokio::test]
 async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
     let app = crate::helpers::spawn_app().await;
-    mount_listing(&app.api, "alice", 10, 3, Duration::from_millis(400)).await;
+    mount_cursor_listing(
+        &app.api,
+        "alice",
+        "alice_",
+        10,
+        3,
+        Duration::from_millis(400),
+    )
+    .await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
         "schedule = \"0 */15 * * * *\"",
         "schedule = \"0 */15 * * * *\"\nrun_timeout = \"1500ms\"",

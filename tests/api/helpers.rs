@@ -367,3 +367,42 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// Mounts `user`'s cursor listing: `pages` pages of `per_page` records with ids
+/// `<prefix><n>`, for requests with `Bearer token-<user>`, each answered after `delay`.
+pub async fn mount_cursor_listing(
+    server: &MockServer,
+    user: &str,
+    prefix: &str,
+    pages: usize,
+    per_page: usize,
+    delay: std::time::Duration,
+) {
+    use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
+    for page in 0..pages {
+        let start = page * per_page;
+        let next = (page + 1 < pages).then(|| format!("p{}", page + 1));
+        let body = serde_json::json!({
+            "data": items(prefix, user, start..start + per_page),
+            "next_cursor": next,
+        });
+        let mock = wiremock::Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(header(
+                "authorization",
+                format!("Bearer token-{user}").as_str(),
+            ));
+        let mock = if page == 0 {
+            mock.and(query_param_is_missing("cursor"))
+        } else {
+            mock.and(query_param("cursor", format!("p{page}").as_str()))
+        };
+        mock.respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(body)
+                .set_delay(delay),
+        )
+        .mount(server)
+        .await;
+    }
+}

@@ -35,39 +35,18 @@ use serde_json::json;
 use tributary::config::DatabaseSettings;
 use tributary::entities::{connection, sync_run};
 use tributary::pipeline::{sync_connection, NoProgress, RunCounts, RunOptions, RunStatus};
-use wiremock::matchers::{method, path, query_param, query_param_is_missing};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{backend, cursor_provider, items, spawn_app, Backend, TestApp};
+use crate::helpers::{
+    backend, cursor_provider, items, mount_cursor_listing, spawn_app, Backend, TestApp,
+};
 use crate::scripted::{Reply, ScriptedApi};
 
 const PAGES: usize = 5;
 const PER_PAGE: usize = 20;
 const LISTING: usize = PAGES * PER_PAGE;
 const WRITERS: usize = 8;
-
-/// Alice's listing: `PAGES` cursor pages of `PER_PAGE` records, each answered after `delay`.
-async fn mount_listing(server: &MockServer, delay: Duration) {
-    for page in 0..PAGES {
-        let start = page * PER_PAGE;
-        let next = (page + 1 < PAGES).then(|| format!("p{}", page + 1));
-        let body =
-            json!({"data": items("k", "alice", start..start + PER_PAGE), "next_cursor": next});
-        let mock = Mock::given(method("GET")).and(path("/v1/items"));
-        let mock = if page == 0 {
-            mock.and(query_param_is_missing("cursor"))
-        } else {
-            mock.and(query_param("cursor", format!("p{page}").as_str()))
-        };
-        mock.respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(body)
-                .set_delay(delay),
-        )
-        .mount(server)
-        .await;
-    }
-}
 
 /// A pool of the writers' own, with room for all their page transactions at once (SQLite
 /// still gets its one connection).
@@ -245,7 +224,15 @@ async fn race_in_process(
 #[tokio::test]
 async fn eight_concurrent_runs_of_one_connection_store_each_record_once() {
     let app = spawn_app().await;
-    mount_listing(&app.api, Duration::from_millis(40)).await;
+    mount_cursor_listing(
+        &app.api,
+        "alice",
+        "k",
+        PAGES,
+        PER_PAGE,
+        Duration::from_millis(40),
+    )
+    .await;
     let settings = app
         .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
@@ -404,7 +391,15 @@ async fn eight_sync_processes_on_one_connection_run_it_once_and_skip_the_rest() 
 #[tokio::test]
 async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same_keys() {
     let app = spawn_app().await;
-    mount_listing(&app.api, Duration::from_millis(40)).await;
+    mount_cursor_listing(
+        &app.api,
+        "alice",
+        "k",
+        PAGES,
+        PER_PAGE,
+        Duration::from_millis(40),
+    )
+    .await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
     let config = app.write_config(&providers);
     let settings = app.settings(&providers).await;

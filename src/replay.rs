@@ -184,7 +184,6 @@ async fn replay_records(
             ));
         }
     }
-    totals.pages_fetched = 0;
     let status = if report.still_failing.is_empty() {
         RunStatus::Succeeded
     } else {

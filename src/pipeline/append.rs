@@ -18,7 +18,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use crate::entities::processed_key;
-use crate::pipeline::store::{insert_new, InsertOutcome, PageContext};
+use crate::pipeline::insert::{insert_new, InsertOutcome};
+use crate::pipeline::store::PageContext;
 
 /// How many keys one lookup carries.
 const LOOKUP_CHUNK: usize = 500;

@@ -8,6 +8,7 @@
 pub mod append;
 pub mod checkpoint;
 pub mod credential_store;
+pub mod insert;
 pub mod run;
 pub mod store;
 

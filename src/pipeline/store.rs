@@ -15,25 +15,18 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    EntityTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait,
 };
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::entities::{connection, record, run_error};
 use crate::pipeline::checkpoint::Checkpoint;
+use crate::pipeline::insert::{insert_fast, insert_sorted};
 use crate::pipeline::run::{save_counts, RunCounts};
 
 /// How many keys one lookup query carries (well under every backend's parameter limit).
 const LOOKUP_CHUNK: usize = 500;
-/// How many rows one multi-row insert carries.
-const INSERT_CHUNK: usize = 500;
-/// On PostgreSQL and MySQL, about how many bytes of ids and payloads one insert carries.
-/// sqlx does not set `TCP_NODELAY`, so a statement written as several TLS records (16 KiB
-/// each) or TCP segments leaves its tail to Nagle's algorithm, which waits for the
-/// server's delayed ACK: about 40 ms per large statement. Statements below one TLS record
-/// go out in one write.
-const INSERT_CHUNK_BYTES: usize = 12 * 1024;
 
 /// What the store needs to know about the page being stored.
 pub struct PageContext<'a> {
@@ -386,172 +379,6 @@ async fn lookup_postgres(
         .collect()
 }
 
-/// What inserting a page's new records did.
-#[derive(Default)]
-pub struct InsertOutcome {
-    pub inserted: u64,
-    /// Rows the unique index turned away because another writer inserted the key first.
-    pub duplicate: u64,
-    pub failed: Vec<RejectedRecord>,
-}
-
-/// Inserts records not found by the lookup. The unique index is the backstop: a key a
-/// concurrent writer inserted in the meantime is skipped by `ON CONFLICT DO NOTHING` and
-/// counted as a duplicate, never an error and never a second row. Each multi-row insert
-/// runs in a savepoint; if it fails, its records are inserted one by one, each in its own
-/// savepoint, and those the database refuses are returned as failed.
-pub async fn insert_new(
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    mut records: Vec<Record>,
-    now: DateTime<Utc>,
-) -> Result<InsertOutcome, DbErr> {
-    // One order for every writer makes lock waits between concurrent inserts less likely.
-    records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
-    let records: Vec<&Record> = records.iter().collect();
-    insert_sorted(txn, context, &records, now).await
-}
-
-/// The insert's statements: rows per statement, and on a server a cap on its size.
-fn chunk_limits(txn: &DatabaseTransaction) -> (usize, usize) {
-    match txn.get_database_backend() {
-        DbBackend::Sqlite => (INSERT_CHUNK, usize::MAX),
-        _ => (INSERT_CHUNK, INSERT_CHUNK_BYTES),
-    }
-}
-
-/// [`insert_new`] without savepoints: the first failing statement fails the whole
-/// insert (and, on PostgreSQL, the transaction).
-async fn insert_fast(
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Result<InsertOutcome, DbErr> {
-    let mut outcome = InsertOutcome::default();
-    let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in insert_chunks(records, max_rows, max_bytes) {
-        let inserted = insert_rows(txn, context, chunk, now).await?;
-        outcome.inserted += inserted;
-        outcome.duplicate += chunk.len() as u64 - inserted;
-    }
-    Ok(outcome)
-}
-
-/// [`insert_new`] for records already in key order.
-async fn insert_sorted(
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Result<InsertOutcome, DbErr> {
-    let mut outcome = InsertOutcome::default();
-    let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in insert_chunks(records, max_rows, max_bytes) {
-        let savepoint = txn.begin().await?;
-        match insert_rows(&savepoint, context, chunk, now).await {
-            Ok(inserted) => {
-                savepoint.commit().await?;
-                outcome.inserted += inserted;
-                outcome.duplicate += chunk.len() as u64 - inserted;
-            }
-            Err(batch_error) => {
-                savepoint.rollback().await?;
-                tracing::warn!(error = %batch_error, rows = chunk.len(), "A multi-row insert failed; writing its records one by one.");
-                for record in chunk {
-                    let savepoint = txn.begin().await?;
-                    match insert_rows(&savepoint, context, std::slice::from_ref(record), now).await
-                    {
-                        Ok(inserted) => {
-                            savepoint.commit().await?;
-                            outcome.inserted += inserted;
-                            outcome.duplicate += 1 - inserted;
-                        }
-                        Err(error) => {
-                            savepoint.rollback().await?;
-                            outcome
-                                .failed
-                                .push(persist_failure((*record).clone(), &error));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(outcome)
-}
-
-/// Consecutive runs of `records` of at most `max_rows` rows and, unless a single record
-/// is larger, at most `max_bytes` of ids and payloads.
-fn insert_chunks<'r>(
-    records: &'r [&'r Record],
-    max_rows: usize,
-    max_bytes: usize,
-) -> impl Iterator<Item = &'r [&'r Record]> {
-    let mut rest = records;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut bytes = 0usize;
-        let mut end = 0;
-        for record in rest.iter().take(max_rows) {
-            let size = record.payload.len() + record.external_id.len();
-            if end > 0 && bytes.saturating_add(size) > max_bytes {
-                break;
-            }
-            bytes = bytes.saturating_add(size);
-            end += 1;
-        }
-        let (chunk, tail) = rest.split_at(end);
-        rest = tail;
-        Some(chunk)
-    })
-}
-
-async fn insert_rows(
-    db: &impl ConnectionTrait,
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Result<u64, DbErr> {
-    let rows = records.iter().map(|record| record::ActiveModel {
-        user_id: Set(context.connection.user_id.clone()),
-        provider: Set(context.connection.provider.clone()),
-        external_id: Set(record.external_id.clone()),
-        payload: Set(record.payload.clone()),
-        content_hash: Set(record.content_hash.clone()),
-        first_seen_run_id: Set(context.run_id),
-        last_seen_run_id: Set(context.run_id),
-        created_at: Set(now),
-        updated_at: Set(now),
-        ..Default::default()
-    });
-    let result = record::Entity::insert_many(rows)
-        .on_conflict_do_nothing_on(record::KEY_COLUMNS)
-        .exec_without_returning(db)
-        .await?;
-    let affected = match result {
-        sea_orm::TryInsertResult::Inserted(rows) => rows,
-        sea_orm::TryInsertResult::Empty | sea_orm::TryInsertResult::Conflicted => 0,
-    };
-    if db.get_database_backend() != DbBackend::MySql {
-        return Ok(affected);
-    }
-    // MySQL has no DO NOTHING: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
-    // and with the found-rows flag sqlx sets, a skipped row counts as affected too. The
-    // keys were all missing at the lookup, so the rows of this run among them are ours.
-    let ids = records.iter().map(|record| record.external_id.as_str());
-    let ours = record::Entity::find()
-        .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(context.connection.provider.as_str()))
-        .filter(record::Column::ExternalId.is_in(ids))
-        .filter(record::Column::FirstSeenRunId.eq(context.run_id))
-        .count(db)
-        .await?;
-    Ok(ours)
-}
-
 /// Rewrites a record whose content changed.
 async fn update_changed(
     db: &impl ConnectionTrait,
@@ -574,7 +401,7 @@ async fn update_changed(
     Ok(())
 }
 
-fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
+pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
     RejectedRecord {
         external_id: Some(record.external_id),
         stage: RecordStage::Persist,

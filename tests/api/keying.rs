@@ -3,8 +3,9 @@
 use sea_orm::{EntityTrait, Iden};
 use serde_json::json;
 use tributary::entities::{connection, record};
+use tributary::pipeline::insert::insert_new;
 use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{insert_new, PageContext};
+use tributary::pipeline::store::PageContext;
 use tributary::pipeline::{RunStatus, Trigger};
 use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};

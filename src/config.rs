@@ -435,6 +435,12 @@ fn validate_connection(
             format!("expected a non-empty user id of at most {MAX_USER_ID_LEN} bytes"),
         ));
     }
+    if connection.user_id.chars().any(char::is_control) {
+        return Err((
+            "user_id",
+            "a user id must not contain control characters (NUL, newlines, ...)".into(),
+        ));
+    }
     match (&connection.token_env, &connection.token) {
         (Some(_), Some(_)) => Err((
             "token",

@@ -205,6 +205,11 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "providers.acme.connections[1].user_id",
             "listed twice",
         ),
+        (
+            valid.replace("user_id = \"alice\"", "user_id = \"al\\u0000ice\""),
+            "providers.acme.connections[0].user_id",
+            "control characters",
+        ),
     ];
     for (index, (text, key, expected)) in cases.iter().enumerate() {
         let config = dir.path().join(format!("bad-{index}.toml"));

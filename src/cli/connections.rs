@@ -7,7 +7,6 @@ use std::io::BufRead;
 use anyhow::{bail, Context};
 use chrono::Utc;
 use clap::{Args, Subcommand};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, ModelTrait, QueryFilter,
     QueryOrder, Set, TransactionTrait,
@@ -240,16 +239,7 @@ async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyho
             last_success_at: row.last_success_at,
         })
         .collect();
-    if json {
-        println!("{}", serde_json::to_string_pretty(&views)?);
-        return Ok(());
-    }
-    if views.is_empty() {
-        println!("No connections.");
-        return Ok(());
-    }
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let header = [
         "id",
         "provider",
         "user",
@@ -259,24 +249,22 @@ async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyho
         "cursor",
         "unfinished",
         "last success (UTC)",
-    ]);
-    for view in views {
-        table.add_row([
+    ];
+    super::history::print_rows(&views, json, Some("No connections."), &header, |view| {
+        vec![
             view.id.to_string(),
-            view.provider,
-            view.user_id,
+            view.provider.clone(),
+            view.user_id.clone(),
             view.enabled.to_string(),
             view.defined_in.to_string(),
-            view.credentials,
-            view.cursor.unwrap_or_default(),
+            view.credentials.clone(),
+            view.cursor.clone().unwrap_or_default(),
             if view.unfinished_run { "yes" } else { "" }.to_string(),
             view.last_success_at
                 .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
                 .unwrap_or_default(),
-        ]);
-    }
-    println!("{table}");
-    Ok(())
+        ]
+    })
 }
 
 async fn set_enabled(

@@ -16,16 +16,7 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
         .limit(limit)
         .all(db)
         .await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&runs)?);
-        return Ok(());
-    }
-    if runs.is_empty() {
-        println!("No runs yet.");
-        return Ok(());
-    }
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let header = [
         "id",
         "provider",
         "user",
@@ -41,8 +32,8 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
         "dup",
         "failed",
         "error",
-    ]);
-    for run in runs {
+    ];
+    print_rows(&runs, json, Some("No runs yet."), &header, |run| {
         let seconds = run
             .finished_at
             .map(|finished| {
@@ -52,12 +43,12 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
                 )
             })
             .unwrap_or_default();
-        table.add_row([
+        vec![
             run.id.to_string(),
-            run.provider,
-            run.user_id,
-            run.trigger,
-            run.status,
+            run.provider.clone(),
+            run.user_id.clone(),
+            run.trigger.clone(),
+            run.status.clone(),
             run.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             seconds,
             run.pages_fetched.to_string(),
@@ -68,10 +59,8 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
             run.records_duplicate.to_string(),
             run.records_failed.to_string(),
             shorten(run.error.as_deref().unwrap_or("")),
-        ]);
-    }
-    println!("{table}");
-    Ok(())
+        ]
+    })
 }
 
 /// Prints one run's error report.
@@ -99,28 +88,16 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
     if let Some(error) = &run.error {
         println!("Run-level error: {error}");
     }
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "id",
-        "external_id",
-        "stage",
-        "message",
-        "payload",
-    ]);
-    for error in errors {
-        table.add_row([
+    let header = ["id", "external_id", "stage", "message", "payload"];
+    print_rows(&errors, false, None, &header, |error| {
+        vec![
             error.id.to_string(),
-            error.external_id.unwrap_or_default(),
-            error.stage,
+            error.external_id.clone().unwrap_or_default(),
+            error.stage.clone(),
             shorten(&error.message),
             shorten(&error.payload),
-        ]);
-    }
-    println!("{table}");
-    Ok(())
+        ]
+    })
 }
 
 /// Prints the errors no replay has resolved, across runs or of one run.
@@ -134,16 +111,7 @@ pub async fn print_open_errors(
         query = query.filter(run_error::Column::RunId.eq(run_id));
     }
     let errors = query.order_by_asc(run_error::Column::Id).all(db).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&errors)?);
-        return Ok(());
-    }
-    if errors.is_empty() {
-        println!("No open errors.");
-        return Ok(());
-    }
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let header = [
         "id",
         "run",
         "provider",
@@ -153,22 +121,20 @@ pub async fn print_open_errors(
         "scope",
         "message",
         "payload",
-    ]);
-    for error in errors {
-        table.add_row([
+    ];
+    print_rows(&errors, json, Some("No open errors."), &header, |error| {
+        vec![
             error.id.to_string(),
             error.run_id.to_string(),
-            error.provider,
-            error.user_id,
-            error.external_id.unwrap_or_default(),
-            error.stage,
-            error.scope,
+            error.provider.clone(),
+            error.user_id.clone(),
+            error.external_id.clone().unwrap_or_default(),
+            error.stage.clone(),
+            error.scope.clone(),
             shorten(&error.message),
             shorten(&error.payload),
-        ]);
-    }
-    println!("{table}");
-    Ok(())
+        ]
+    })
 }
 
 /// The outcome of `tributary replay`.
@@ -214,6 +180,34 @@ pub fn print_reconcile(report: &crate::reconcile::ReconcileReport) {
         (false, false, true) => println!("The unique index is missing; a real run creates it."),
         (false, false, false) => println!("The unique index is still missing."),
     }
+}
+
+/// Prints `rows` as pretty JSON, or as a table with `header` and one `row` per item (or
+/// `empty`, when given and there are none).
+pub fn print_rows<T: serde::Serialize>(
+    rows: &[T],
+    json: bool,
+    empty: Option<&str>,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        if let Some(empty) = empty {
+            println!("{empty}");
+        }
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(header);
+    for item in rows {
+        table.add_row(row(item));
+    }
+    println!("{table}");
+    Ok(())
 }
 
 /// Cuts text to a table cell, marking the cut.

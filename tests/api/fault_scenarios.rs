@@ -179,6 +179,24 @@ async fn sync(app: &TestApp, api: &ScriptedApi) -> RunOutcome {
     app.sync_one(&settings).await
 }
 
+/// One sync of the plain listing through `faults`: the whole listing is walked, page `p`
+/// was asked for `requests[p]` times, every good record is stored exactly once and every
+/// bad one reported.
+async fn sync_through(faults: impl Fn(Listing) -> Faults, requests: [usize; PAGES]) {
+    let app = spawn_app().await;
+    let listing = Listing { overlap: false };
+    let api = scripted_api(listing, faults(listing));
+    let run = sync(&app, &api).await;
+    assert_walked_whole_listing(&run, listing);
+    assert_eq!(
+        (0..PAGES)
+            .map(|p| requests_for(&api, p))
+            .collect::<Vec<_>>(),
+        requests
+    );
+    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+}
+
 /// One walk that succeeds despite the faults: partial (the two bad records), every page
 /// fetched once in the run's count.
 fn assert_walked_whole_listing(run: &RunOutcome, listing: Listing) {
@@ -192,125 +210,87 @@ fn assert_walked_whole_listing(run: &RunOutcome, listing: Listing) {
 
 #[tokio::test]
 async fn rate_limits_with_retry_after_are_waited_out() {
-    let app = spawn_app().await;
-    let listing = Listing { overlap: false };
-    let api = scripted_api(
-        listing,
-        Arc::new(|page, attempt| match (page, attempt) {
-            (1, 0) => Some(Reply::status(429, "slow down").with_header("retry-after", "1")),
-            (2, 0 | 1) => Some(Reply::status(429, "slow down").with_header("retry-after", "0")),
-            _ => None,
-        }),
-    );
-    let run = sync(&app, &api).await;
-    assert_walked_whole_listing(&run, listing);
-    assert_eq!(
-        (0..PAGES)
-            .map(|p| requests_for(&api, p))
-            .collect::<Vec<_>>(),
-        [1, 2, 3, 1]
-    );
-    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+    sync_through(
+        |_| {
+            Arc::new(|page, attempt| match (page, attempt) {
+                (1, 0) => Some(Reply::status(429, "slow down").with_header("retry-after", "1")),
+                (2, 0 | 1) => Some(Reply::status(429, "slow down").with_header("retry-after", "0")),
+                _ => None,
+            })
+        },
+        [1, 2, 3, 1],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_burst_of_server_errors_is_retried() {
-    let app = spawn_app().await;
-    let listing = Listing { overlap: false };
-    let api = scripted_api(
-        listing,
-        Arc::new(|page, attempt| match (page, attempt) {
-            (0, 0) => Some(Reply::status(500, "internal error")),
-            (0, 1) => Some(Reply::status(502, "bad gateway")),
-            (0, 2) => Some(Reply::status(503, "unavailable")),
-            (3, 0) => Some(Reply::status(504, "gateway timeout")),
-            _ => None,
-        }),
-    );
-    let run = sync(&app, &api).await;
-    assert_walked_whole_listing(&run, listing);
-    assert_eq!(
-        (0..PAGES)
-            .map(|p| requests_for(&api, p))
-            .collect::<Vec<_>>(),
-        [4, 1, 1, 2]
-    );
-    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+    sync_through(
+        |_| {
+            Arc::new(|page, attempt| match (page, attempt) {
+                (0, 0) => Some(Reply::status(500, "internal error")),
+                (0, 1) => Some(Reply::status(502, "bad gateway")),
+                (0, 2) => Some(Reply::status(503, "unavailable")),
+                (3, 0) => Some(Reply::status(504, "gateway timeout")),
+                _ => None,
+            })
+        },
+        [4, 1, 1, 2],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn answers_slower_than_the_client_timeout_are_retried() {
-    let app = spawn_app().await;
-    let listing = Listing { overlap: false };
-    let api = scripted_api(
-        listing,
-        Arc::new(move |page, attempt| {
-            let slow = matches!((page, attempt), (1, 0) | (2, 0) | (2, 1));
-            slow.then(|| Reply::json(&listing.page_body(page)).after(Duration::from_millis(1200)))
-        }),
-    );
-    let run = sync(&app, &api).await;
-    assert_walked_whole_listing(&run, listing);
-    assert_eq!(
-        (0..PAGES)
-            .map(|p| requests_for(&api, p))
-            .collect::<Vec<_>>(),
-        [1, 2, 3, 1]
-    );
-    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+    sync_through(
+        |listing| {
+            Arc::new(move |page, attempt| {
+                let slow = matches!((page, attempt), (1, 0) | (2, 0) | (2, 1));
+                slow.then(|| {
+                    Reply::json(&listing.page_body(page)).after(Duration::from_millis(1200))
+                })
+            })
+        },
+        [1, 2, 3, 1],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn connections_dropped_without_an_answer_are_retried() {
-    let app = spawn_app().await;
-    let listing = Listing { overlap: false };
-    let api = scripted_api(
-        listing,
-        Arc::new(|page, attempt| {
-            matches!((page, attempt), (0, 0) | (2, 0..=2)).then_some(Reply::Drop)
-        }),
-    );
-    let run = sync(&app, &api).await;
-    assert_walked_whole_listing(&run, listing);
-    assert_eq!(
-        (0..PAGES)
-            .map(|p| requests_for(&api, p))
-            .collect::<Vec<_>>(),
-        [2, 1, 4, 1]
-    );
-    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+    sync_through(
+        |_| {
+            Arc::new(|page, attempt| {
+                matches!((page, attempt), (0, 0) | (2, 0..=2)).then_some(Reply::Drop)
+            })
+        },
+        [2, 1, 4, 1],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn bodies_cut_short_and_truncated_json_are_retried() {
-    let app = spawn_app().await;
-    let listing = Listing { overlap: false };
-    let api = scripted_api(
-        listing,
-        Arc::new(move |page, attempt| {
-            let body = listing.page_body(page).to_string().into_bytes();
-            match (page, attempt) {
-                // The connection closes before the declared length arrives.
-                (1, 0) => Some(Reply::CutShort {
-                    status: 200,
-                    sent: body.len() / 2,
-                    body,
-                }),
-                // A whole HTTP answer whose JSON stops in the middle.
-                (3, 0 | 1) => Some(Reply::raw_json(body[..body.len() - 7].to_vec())),
-                _ => None,
-            }
-        }),
-    );
-    let run = sync(&app, &api).await;
-    assert_walked_whole_listing(&run, listing);
-    assert_eq!(
-        (0..PAGES)
-            .map(|p| requests_for(&api, p))
-            .collect::<Vec<_>>(),
-        [1, 2, 1, 3]
-    );
-    assert_good_stored_once_and_bad_reported(&app, &[run.run_id], &[]).await;
+    sync_through(
+        |listing| {
+            Arc::new(move |page, attempt| {
+                let body = listing.page_body(page).to_string().into_bytes();
+                match (page, attempt) {
+                    // The connection closes before the declared length arrives.
+                    (1, 0) => Some(Reply::CutShort {
+                        status: 200,
+                        sent: body.len() / 2,
+                        body,
+                    }),
+                    // A whole HTTP answer whose JSON stops in the middle.
+                    (3, 0 | 1) => Some(Reply::raw_json(body[..body.len() - 7].to_vec())),
+                    _ => None,
+                }
+            })
+        },
+        [1, 2, 1, 3],
+    )
+    .await;
 }
 
 #[tokio::test]

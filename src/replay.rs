@@ -146,8 +146,9 @@ async fn replay_records(
         leave_checkpoint: true,
     };
     for error in errors {
-        let record = match serde_json::from_str(&error.payload) {
-            Ok(raw) => id_spec.identify(raw),
+        // The payload is the record's text as received, so it keys and hashes the same.
+        let record = match serde_json::from_str::<&serde_json::value::RawValue>(&error.payload) {
+            Ok(raw) => id_spec.identify_raw(raw),
             Err(parse) => {
                 report
                     .still_failing

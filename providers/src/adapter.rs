@@ -4,11 +4,12 @@
 use chrono::{DateTime, Utc};
 use reqwest::header::HeaderValue;
 use secrecy::ExposeSecret;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
 
 use crate::http::{display_url, display_url_text};
-use crate::{Credentials, FetchError, IdSpec, PageItem, PagePosition, Watermark};
+use crate::{raw, Credentials, FetchError, IdSpec, PageItem, PagePosition, Watermark};
 
 /// Checks a `base_url` setting: http or https, with a host, without a query or fragment.
 pub(crate) fn validate_base_url(key: &str, url: &Url) -> Result<(), String> {
@@ -114,52 +115,77 @@ pub(crate) fn watermark_epoch(watermark: &Watermark) -> i64 {
     }
 }
 
-/// The latest RFC 3339 timestamp in the records' `field`, as a [`Watermark::Time`].
-/// Records without a readable timestamp do not count.
-pub(crate) fn max_time_watermark(records: &[Value], field: &str) -> Option<Watermark> {
-    records
-        .iter()
-        .filter_map(|record| record.get(field)?.as_str())
-        .filter_map(|text| DateTime::parse_from_rfc3339(text).ok())
-        .map(|time| time.with_timezone(&Utc))
-        .max()
-        .map(Watermark::Time)
+/// Where a provider's records carry their watermark.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WatermarkField {
+    /// An RFC 3339 timestamp field, read as a [`Watermark::Time`].
+    Time(&'static str),
+    /// An integer field (seconds since the epoch), read as a [`Watermark::Epoch`].
+    Epoch(&'static str),
 }
 
-/// The largest integer in the records' `field`, as a [`Watermark::Epoch`].
-pub(crate) fn max_epoch_watermark(records: &[Value], field: &str) -> Option<Watermark> {
-    records
-        .iter()
-        .filter_map(|record| record.get(field)?.as_i64())
-        .max()
-        .map(Watermark::Epoch)
+impl WatermarkField {
+    fn name(self) -> &'static str {
+        match self {
+            WatermarkField::Time(name) | WatermarkField::Epoch(name) => name,
+        }
+    }
+
+    /// The watermark one record's field holds; `None` when it is missing or unreadable.
+    fn read(self, raw: &RawValue) -> Option<Watermark> {
+        match (self, raw::to_value(raw)) {
+            (WatermarkField::Time(_), Value::String(text)) => DateTime::parse_from_rfc3339(&text)
+                .ok()
+                .map(|time| Watermark::Time(time.with_timezone(&Utc))),
+            (WatermarkField::Epoch(_), value) => value.as_i64().map(Watermark::Epoch),
+            _ => None,
+        }
+    }
 }
 
-/// Each record keyed by its `id` field, or set aside with its payload. The canonical
-/// text and hash of a page's records are computed on the blocking pool (see
-/// [`crate::http::off_thread`]).
-pub(crate) async fn items_by_id(records: Vec<Value>) -> Result<Vec<PageItem>, FetchError> {
-    let identify = move || {
-        let spec = IdSpec::Field("id".to_string());
-        records
-            .into_iter()
-            .map(|raw| match spec.identify(raw) {
+/// Each record keyed by `spec`, or set aside with its payload, and the newest watermark
+/// among them (records without a readable one do not count). Each record is scanned once.
+pub(crate) fn identify_records(
+    spec: &IdSpec,
+    records: &[&RawValue],
+    watermark_field: Option<WatermarkField>,
+) -> (Vec<PageItem>, Option<Watermark>) {
+    let mut watermark = None;
+    let items = records
+        .iter()
+        .map(|raw| {
+            let (record, field) =
+                spec.identify_with_field(raw, watermark_field.map(WatermarkField::name));
+            if let (Some(kind), Some(field)) = (watermark_field, field) {
+                watermark = watermark.take().max(kind.read(field));
+            }
+            match record {
                 Ok(record) => PageItem::Record(record),
                 Err(rejected) => PageItem::Rejected(rejected),
-            })
-            .collect()
-    };
-    crate::http::off_thread(identify)
+            }
+        })
+        .collect();
+    (items, watermark)
+}
+
+/// Reads a page body on tokio's blocking pool (see [`crate::http::off_thread`]): finding
+/// the records, keying and hashing them is the CPU-bound part of a fetch.
+pub(crate) async fn read_off_thread<T: Send + 'static>(
+    body: Box<RawValue>,
+    read: impl FnOnce(&RawValue) -> Result<T, FetchError> + Send + 'static,
+) -> Result<T, FetchError> {
+    crate::http::off_thread(move || read(&body))
         .await
-        .ok_or_else(|| FetchError::Client {
-            message: "the runtime is shutting down".to_string(),
+        .unwrap_or_else(|| {
+            Err(FetchError::Client {
+                message: "the runtime is shutting down".to_string(),
+            })
         })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn base_urls_must_be_plain_http_or_https() {
@@ -185,22 +211,22 @@ mod tests {
 
     #[test]
     fn watermarks_take_the_latest_readable_value() {
-        let records = [
-            json!({"t": "2024-01-02T00:00:00Z", "n": 5}),
-            json!({"t": "2024-01-03T10:00:00+02:00", "n": 9}),
-            json!({"t": "not a time", "n": "9"}),
-            json!({}),
-        ];
+        let body: Box<RawValue> = serde_json::from_str(
+            r#"[{"id":1,"t":"2024-01-02T00:00:00Z","n":5},
+                {"id":2,"t":"2024-01-03T10:00:00+02:00","n":9},
+                {"id":3,"t":"not a time","n":"9"},
+                {"id":4}]"#,
+        )
+        .unwrap();
+        let records = raw::array_items(&body).unwrap();
+        let spec = IdSpec::Field("id".to_string());
         let expected = DateTime::parse_from_rfc3339("2024-01-03T08:00:00Z").unwrap();
-        assert_eq!(
-            max_time_watermark(&records, "t"),
-            Some(Watermark::Time(expected.with_timezone(&Utc)))
-        );
-        assert_eq!(
-            max_epoch_watermark(&records, "n"),
-            Some(Watermark::Epoch(9))
-        );
-        assert_eq!(max_time_watermark(&[], "t"), None);
+        let (items, time) = identify_records(&spec, &records, Some(WatermarkField::Time("t")));
+        assert_eq!(items.len(), 4);
+        assert_eq!(time, Some(Watermark::Time(expected.with_timezone(&Utc))));
+        let (_, epoch) = identify_records(&spec, &records, Some(WatermarkField::Epoch("n")));
+        assert_eq!(epoch, Some(Watermark::Epoch(9)));
+        assert_eq!(identify_records(&spec, &[], None).1, None);
         assert_eq!(
             watermark_epoch(&Watermark::Time(expected.into())),
             1704268800

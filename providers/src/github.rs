@@ -31,10 +31,12 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
-use crate::record::json_type_name;
+use crate::http::{
+    cap_body, display_url, Answer, HttpClient, JsonResponse, ResponsePolicy, Verdict,
+};
+use crate::raw::{array_items, json_kind};
 use crate::rest::link;
-use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
 pub const API_VERSION: &str = "2022-11-28";
@@ -157,56 +159,59 @@ impl GithubProvider {
             .client
             .get_json_with(url, self.headers(token)?, &GithubPolicy)
             .await?;
-        let shape = |message: String, body: &Value| FetchError::Shape {
-            url: display_url(&response.url),
+        let url = display_url(&response.url);
+        let next = next_page(&response).map_err(|message| FetchError::Shape {
+            url: url.clone(),
             message,
-            body: cap_body(body.to_string().as_bytes()),
-        };
-        let links = response
-            .headers
-            .get_all(LINK)
-            .iter()
-            .map(|value| value.to_str())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| {
-                shape(
-                    "the Link header is not visible ASCII text".to_string(),
-                    &response.body,
-                )
-            })?;
-        let next = match link::next_target(links)
-            .map_err(|message| shape(format!("malformed Link header: {message}"), &response.body))?
-        {
-            Some(target) => {
-                let next = response.url.join(&target).map_err(|err| {
-                    shape(
-                        format!("the Link header's rel=\"next\" target is not a valid URL: {err}"),
-                        &response.body,
-                    )
-                })?;
-                Some(PagePosition::Url {
-                    url: next.to_string(),
-                })
-            }
-            None => None,
-        };
-        let records = match response.body {
-            Value::Array(records) => records,
-            other => {
-                let message = format!(
-                    "the body is {}, expected an array of issues",
-                    json_type_name(&other)
-                );
-                return Err(shape(message, &other));
-            }
-        };
-        let watermark = adapter::max_time_watermark(&records, "updated_at");
-        Ok(Page {
-            items: adapter::items_by_id(records).await?,
-            next,
-            watermark,
+            body: cap_body(response.body.get().as_bytes()),
+        })?;
+        adapter::read_off_thread(response.body, move |body| {
+            let Some(records) = array_items(body) else {
+                return Err(FetchError::Shape {
+                    url,
+                    message: format!(
+                        "the body is {}, expected an array of issues",
+                        json_kind(body).name()
+                    ),
+                    body: cap_body(body.get().as_bytes()),
+                });
+            };
+            let spec = IdSpec::Field("id".to_string());
+            let (items, watermark) = adapter::identify_records(
+                &spec,
+                &records,
+                Some(adapter::WatermarkField::Time("updated_at")),
+            );
+            Ok(Page {
+                items,
+                next,
+                watermark,
+            })
         })
+        .await
     }
+}
+
+/// The page after this one, from the `Link` header's `rel="next"`; `None` on the last page.
+fn next_page(response: &JsonResponse) -> Result<Option<PagePosition>, String> {
+    let links = response
+        .headers
+        .get_all(LINK)
+        .iter()
+        .map(|value| value.to_str())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "the Link header is not visible ASCII text".to_string())?;
+    let Some(target) =
+        link::next_target(links).map_err(|message| format!("malformed Link header: {message}"))?
+    else {
+        return Ok(None);
+    };
+    let next = response.url.join(&target).map_err(|err| {
+        format!("the Link header's rel=\"next\" target is not a valid URL: {err}")
+    })?;
+    Ok(Some(PagePosition::Url {
+        url: next.to_string(),
+    }))
 }
 
 #[async_trait::async_trait]

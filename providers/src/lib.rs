@@ -23,6 +23,7 @@
 pub mod config;
 pub mod github;
 pub mod http;
+pub mod raw;
 pub mod record;
 pub mod rest;
 pub mod strava;

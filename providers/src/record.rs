@@ -2,8 +2,11 @@
 //! payload so the error report can be inspected and replayed.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use crate::raw::{json_kind, lookup_raw, to_value, RawObject};
 
 /// The longest external id stored. Longer ids are rejected (stage `validate`) rather than
 /// truncated, because a truncated id could collide with another record's.
@@ -14,9 +17,11 @@ pub const MAX_EXTERNAL_ID_LEN: usize = 255;
 pub struct Record {
     /// The provider's own id for the record, or the hash of its immutable key fields.
     pub external_id: String,
-    /// The record as canonical JSON text (compact, object keys sorted).
+    /// The record's JSON text exactly as the API sent it.
     pub payload: String,
-    /// Hex sha256 of `payload`: equal hashes mean an unchanged record.
+    /// Hex sha256 of `payload`: equal hashes mean an unchanged record. A record whose
+    /// fields come back in another order or spacing hashes differently and is rewritten
+    /// once; it is never stored twice, because the key does not depend on the text.
     pub content_hash: String,
 }
 
@@ -71,44 +76,67 @@ pub enum IdSpec {
 
 impl IdSpec {
     /// Turns one raw record into a [`Record`], or rejects it with its payload kept.
-    pub fn identify(&self, raw: Value) -> Result<Record, RejectedRecord> {
-        let payload = raw.to_string();
-        let reject = |stage, message: String, external_id: Option<String>| RejectedRecord {
-            external_id,
+    pub fn identify_raw(&self, raw: &RawValue) -> Result<Record, RejectedRecord> {
+        self.identify_with_field(raw, None).0
+    }
+
+    /// Like [`IdSpec::identify_raw`], for a record already parsed: its compact JSON text
+    /// stands for the text as received.
+    pub fn identify(&self, value: Value) -> Result<Record, RejectedRecord> {
+        match serde_json::value::to_raw_value(&value) {
+            Ok(raw) => self.identify_raw(&raw),
+            Err(error) => Err(RejectedRecord {
+                external_id: None,
+                stage: RecordStage::Parse,
+                message: format!("the record cannot be written as JSON: {error}"),
+                payload: value.to_string(),
+            }),
+        }
+    }
+
+    /// Keys one raw record, and reads its top-level `field` (e.g. the watermark's) in the
+    /// same scan. The payload is the record's text exactly as received, and the content
+    /// hash is the sha256 of that text: nothing is parsed into a tree or written back out.
+    pub fn identify_with_field<'a>(
+        &self,
+        raw: &'a RawValue,
+        field: Option<&str>,
+    ) -> (Result<Record, RejectedRecord>, Option<&'a RawValue>) {
+        let reject = |stage, message: String| RejectedRecord {
+            external_id: None,
             stage,
             message,
-            payload: payload.clone(),
+            payload: raw.get().to_string(),
         };
-        if !raw.is_object() {
-            return Err(reject(
-                RecordStage::Parse,
-                format!("record is not a JSON object but {}", json_type_name(&raw)),
-                None,
-            ));
-        }
+        let Some(object) = RawObject::parse(raw) else {
+            let message = format!("record is not a JSON object but {}", json_kind(raw).name());
+            return (Err(reject(RecordStage::Parse, message)), None);
+        };
+        let extra = field.and_then(|name| object.get(name));
         let external_id = match self {
-            IdSpec::Field(path) => id_from_field(&raw, path)
-                .map_err(|message| reject(RecordStage::Validate, message, None))?,
-            IdSpec::KeyFields(fields) => id_from_key_fields(&raw, fields)
-                .map_err(|message| reject(RecordStage::Validate, message, None))?,
+            IdSpec::Field(path) => id_from_field(raw, &object, path),
+            IdSpec::KeyFields(fields) => id_from_key_fields(raw, &object, fields),
+        };
+        let external_id = match external_id {
+            Ok(id) => id,
+            Err(message) => return (Err(reject(RecordStage::Validate, message)), extra),
         };
         if external_id.len() > MAX_EXTERNAL_ID_LEN {
             let shown: String = external_id.chars().take(32).collect();
-            return Err(reject(
-                RecordStage::Validate,
-                format!(
-                    "id is {} bytes long, more than the {MAX_EXTERNAL_ID_LEN} allowed (starts with {shown:?})",
-                    external_id.len()
-                ),
-                None,
-            ));
+            let message = format!(
+                "id is {} bytes long, more than the {MAX_EXTERNAL_ID_LEN} allowed (starts with {shown:?})",
+                external_id.len()
+            );
+            return (Err(reject(RecordStage::Validate, message)), extra);
         }
+        let payload = raw.get().to_string();
         let content_hash = sha256_hex(payload.as_bytes());
-        Ok(Record {
+        let record = Record {
             external_id,
             payload,
             content_hash,
-        })
+        };
+        (Ok(record), extra)
     }
 }
 
@@ -117,17 +145,19 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Follows a dotted path (`a.b.c`) into a JSON value. An empty path is the value itself.
-pub fn lookup_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+/// The value at a dotted path of a record, read as a [`Value`]. An empty path is the
+/// record itself.
+fn lookup_field(record: &RawValue, object: &RawObject<'_>, path: &str) -> Option<Value> {
     if path.is_empty() {
-        return Some(value);
+        return Some(to_value(record));
     }
-    path.split('.')
-        .try_fold(value, |current, segment| current.get(segment))
+    let (first, rest) = path.split_once('.').unwrap_or((path, ""));
+    let raw = lookup_raw(object.get(first)?, rest)?;
+    Some(to_value(raw))
 }
 
-fn id_from_field(raw: &Value, path: &str) -> Result<String, String> {
-    match lookup_path(raw, path) {
+fn id_from_field(record: &RawValue, object: &RawObject<'_>, path: &str) -> Result<String, String> {
+    match lookup_field(record, object, path) {
         None | Some(Value::Null) => Err(format!("record has no id field `{path}`")),
         Some(Value::String(s)) if s.trim().is_empty() => {
             Err(format!("id field `{path}` is an empty string"))
@@ -137,31 +167,36 @@ fn id_from_field(raw: &Value, path: &str) -> Result<String, String> {
         Some(Value::String(s)) if s.contains('\0') => Err(format!(
             "id field `{path}` contains a NUL character, which cannot be stored in a key"
         )),
-        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::String(s)) => Ok(s),
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
         Some(Value::Number(n)) => Err(format!(
             "id field `{path}` is the number {n}, which is not an integer that fits 64 bits"
         )),
         Some(other) => Err(format!(
             "id field `{path}` is {}, expected a string or an integer",
-            json_type_name(other)
+            json_type_name(&other)
         )),
     }
 }
 
-fn id_from_key_fields(raw: &Value, fields: &[String]) -> Result<String, String> {
+fn id_from_key_fields(
+    record: &RawValue,
+    object: &RawObject<'_>,
+    fields: &[String],
+) -> Result<String, String> {
     let mut key = serde_json::Map::new();
     for field in fields {
-        match lookup_path(raw, field) {
+        match lookup_field(record, object, field) {
             None | Some(Value::Null) => {
                 return Err(format!("record has no key field `{field}`"));
             }
             Some(value) => {
-                key.insert(field.clone(), value.clone());
+                key.insert(field.clone(), value);
             }
         }
     }
-    // serde_json's map is ordered by key, so this text is canonical.
+    // serde_json's map is ordered by key, so this text is canonical: the id does not
+    // depend on the order or spacing of the record's fields.
     Ok(sha256_hex(Value::Object(key).to_string().as_bytes()))
 }
 
@@ -252,13 +287,20 @@ mod tests {
     }
 
     #[test]
-    fn equal_content_hashes_equal_regardless_of_key_order() {
-        let a = field("id")
-            .identify(json!({"id": 1, "b": 2, "a": 3}))
+    fn the_payload_and_hash_are_the_text_as_received() {
+        let raw = |text: &str| serde_json::from_str::<Box<RawValue>>(text).unwrap();
+        let sent = r#"{"id": 1, "b": 2,"a" :3}"#;
+        let record = field("id").identify_raw(&raw(sent)).unwrap();
+        assert_eq!(record.payload, sent);
+        assert_eq!(record.content_hash, sha256_hex(sent.as_bytes()));
+        let again = field("id").identify_raw(&raw(sent)).unwrap();
+        assert_eq!(again, record);
+        // Another order is another text: the same key, a new hash (one rewrite, no copy).
+        let reordered = field("id")
+            .identify_raw(&raw(r#"{"a":3,"id":1,"b":2}"#))
             .unwrap();
-        let b: Value = serde_json::from_str(r#"{"a":3,"id":1,"b":2}"#).unwrap();
-        let b = field("id").identify(b).unwrap();
-        assert_eq!(a.content_hash, b.content_hash);
+        assert_eq!(reordered.external_id, record.external_id);
+        assert_ne!(reordered.content_hash, record.content_hash);
     }
 }
 
@@ -269,6 +311,15 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    /// The oracle: follows a dotted path (`a.b.c`) into a parsed JSON value. An empty path is the value itself.
+    fn lookup_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+        if path.is_empty() {
+            return Some(value);
+        }
+        path.split('.')
+            .try_fold(value, |current, segment| current.get(segment))
+    }
 
     /// A fixed seed unless `PROPTEST_RNG_SEED` is set, so the suite is repeatable.
     fn config(cases: u32) -> ProptestConfig {

@@ -22,13 +22,15 @@ mod tests;
 
 use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
 use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
+use crate::raw::{array_items, json_kind, lookup_raw, to_value, RawObject};
 use crate::record::json_type_name;
-use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 
 /// The configuration of a `kind = "stripe"` provider.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -137,49 +139,65 @@ impl StripeProvider {
             .get_json_with(url, headers, &StripePolicy)
             .await?;
         let url = display_url(&response.url);
-        let mut body = response.body;
-        let shape = |message: String, body: &Value| FetchError::Shape {
-            url: url.clone(),
-            message,
-            body: cap_body(body.to_string().as_bytes()),
-        };
-        let last_id = match body.get("data") {
-            Some(Value::Array(records)) => records.last().and_then(|last| last.get("id")),
-            found => {
-                let found = found.map_or("missing", json_type_name);
-                let message = format!("`data` is {found}, expected an array of charges");
-                return Err(shape(message, &body));
-            }
-        };
-        let next = match (body.get("has_more"), last_id) {
-            (Some(Value::Bool(false)), _) => None,
-            (Some(Value::Bool(true)), Some(Value::String(id))) if !id.is_empty() => {
-                Some(PagePosition::Cursor { cursor: id.clone() })
-            }
-            (Some(Value::Bool(true)), _) => {
-                let message = "`has_more` is true, but the page has no last charge with a \
-                               string `id` to continue after"
-                    .to_string();
-                return Err(shape(message, &body));
-            }
-            (found, _) => {
-                let found = found.map_or("missing", json_type_name);
-                let message =
-                    format!("`has_more` is {found}, expected a boolean (is this a Stripe list?)");
-                return Err(shape(message, &body));
-            }
-        };
-        let records = match body.get_mut("data").map(Value::take) {
-            Some(Value::Array(records)) => records,
-            _ => Vec::new(),
-        };
-        let watermark = adapter::max_epoch_watermark(&records, "created");
-        Ok(Page {
-            items: adapter::items_by_id(records).await?,
-            next,
-            watermark,
-        })
+        adapter::read_off_thread(response.body, move |body| read_list(body, &url)).await
     }
+}
+
+/// One page of a Stripe list (`{"object": "list", "data": [...], "has_more": ...}`): its
+/// charges keyed by `id`, the next `starting_after` and the newest `created`.
+fn read_list(body: &RawValue, url: &str) -> Result<Page, FetchError> {
+    let shape = |message: String| FetchError::Shape {
+        url: url.to_string(),
+        message,
+        body: cap_body(body.get().as_bytes()),
+    };
+    let list = RawObject::parse(body).ok_or_else(|| {
+        shape(format!(
+            "the body is {}, expected a Stripe list object",
+            json_kind(body).name()
+        ))
+    })?;
+    let data = list.get("data");
+    let Some(records) = data.and_then(array_items) else {
+        let found = data.map_or("missing", |data| json_kind(data).name());
+        return Err(shape(format!(
+            "`data` is {found}, expected an array of charges"
+        )));
+    };
+    let last_id = records
+        .last()
+        .and_then(|last| lookup_raw(last, "id"))
+        .map(to_value);
+    let next = match (list.get("has_more").map(to_value), last_id) {
+        (Some(Value::Bool(false)), _) => None,
+        (Some(Value::Bool(true)), Some(Value::String(id))) if !id.is_empty() => {
+            Some(PagePosition::Cursor { cursor: id })
+        }
+        (Some(Value::Bool(true)), _) => {
+            return Err(shape(
+                "`has_more` is true, but the page has no last charge with a string `id` to \
+                 continue after"
+                    .to_string(),
+            ));
+        }
+        (found, _) => {
+            let found = found.as_ref().map_or("missing", json_type_name);
+            return Err(shape(format!(
+                "`has_more` is {found}, expected a boolean (is this a Stripe list?)"
+            )));
+        }
+    };
+    let spec = IdSpec::Field("id".to_string());
+    let (items, watermark) = adapter::identify_records(
+        &spec,
+        &records,
+        Some(adapter::WatermarkField::Epoch("created")),
+    );
+    Ok(Page {
+        items,
+        next,
+        watermark,
+    })
 }
 
 #[async_trait::async_trait]

@@ -81,7 +81,7 @@ impl Dataset {
     }
 
     /// Appends charge `index` of `user` as Stripe would send it (fields in Stripe's order,
-    /// not sorted, so the pipeline's canonical form is exercised).
+    /// not sorted).
     pub fn write_charge(&self, out: &mut String, user: u32, index: u64, generation: u32) {
         let h = mix(self.seed, u64::from(user) + 2, index);
         let amount = 500 + (h % 49_500);

@@ -10,7 +10,7 @@ pub struct Model {
     pub user_id: String,
     pub provider: String,
     pub external_id: String,
-    /// The record as canonical JSON text.
+    /// The record's JSON text as the API sent it.
     #[sea_orm(column_type = "Text")]
     pub payload: String,
     /// Hex sha256 of `payload`.

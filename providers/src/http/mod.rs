@@ -33,6 +33,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION};
 use reqwest::{Method, Response};
 use secrecy::{ExposeSecret, SecretString};
+use serde_json::value::RawValue;
 use url::Url;
 
 pub(crate) use error::{cap_body, display_url, display_url_text};
@@ -59,8 +60,16 @@ pub struct JsonResponse {
     pub status: u16,
     /// The response headers.
     pub headers: HeaderMap,
-    /// The parsed body.
-    pub body: serde_json::Value,
+    /// The body: validated JSON, kept as text so records can be stored and hashed as
+    /// received (see [`crate::raw`]).
+    pub body: Box<RawValue>,
+}
+
+impl JsonResponse {
+    /// The body parsed into a tree (for small bodies: errors, token answers).
+    pub fn value(&self) -> serde_json::Value {
+        crate::raw::to_value(&self.body)
+    }
 }
 
 /// The HTTP client of one provider. Cloning is cheap and shares the connection pool.
@@ -294,21 +303,17 @@ impl HttpClient {
             body.extend_from_slice(&chunk);
         }
         let (body, parsed) = if body.len() < PARSE_OFF_THREAD_BYTES {
-            let parsed = serde_json::from_slice(&body);
-            (body, parsed)
+            validate_json(body)
         } else {
-            off_thread(move || {
-                let parsed = serde_json::from_slice(&body);
-                (body, parsed)
-            })
-            .await
-            .ok_or_else(|| {
-                Failure::fatal(FetchError::Transport {
-                    url: shown.to_string(),
-                    attempts: attempt,
-                    message: "the runtime is shutting down".to_string(),
-                })
-            })?
+            off_thread(move || validate_json(body))
+                .await
+                .ok_or_else(|| {
+                    Failure::fatal(FetchError::Transport {
+                        url: shown.to_string(),
+                        attempts: attempt,
+                        message: "the runtime is shutting down".to_string(),
+                    })
+                })?
         };
         match parsed {
             Ok(json) => Ok(JsonResponse {
@@ -320,7 +325,7 @@ impl HttpClient {
             Err(err) => Err(Failure::retry(FetchError::InvalidJson {
                 url: shown.to_string(),
                 attempts: attempt,
-                message: err.to_string(),
+                message: err,
                 body: cap_body(&body),
             })),
         }
@@ -381,6 +386,21 @@ impl HttpClient {
 
 /// Bodies at least this large are parsed on tokio's blocking pool.
 const PARSE_OFF_THREAD_BYTES: usize = 16 * 1024;
+
+/// The body as validated JSON text, or the error with the bytes kept for the report.
+fn validate_json(body: Vec<u8>) -> (Vec<u8>, Result<Box<RawValue>, String>) {
+    let text = match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(error) => {
+            let message = format!("the body is not UTF-8: {}", error.utf8_error());
+            return (error.into_bytes(), Err(message));
+        }
+    };
+    match serde_json::from_str::<Box<RawValue>>(&text) {
+        Ok(raw) => (Vec::new(), Ok(raw)),
+        Err(error) => (text.into_bytes(), Err(error.to_string())),
+    }
+}
 
 /// Runs CPU-bound work (parsing a page, hashing its records) on tokio's blocking pool.
 /// A provider's connections are polled by one task, so work done inline would keep them

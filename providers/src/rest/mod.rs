@@ -27,13 +27,12 @@ mod tests;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
 use secrecy::ExposeSecret;
-use serde_json::Value;
 
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 
-use crate::http::{cap_body, display_url, HttpClient};
-use crate::record::{json_type_name, lookup_path};
-use crate::{FetchContext, FetchError, IdSpec, Page, PageItem, PagePosition, Provider};
+use crate::http::{cap_body, display_url, HttpClient, JsonResponse};
+use crate::raw::{array_items, json_kind, lookup_raw};
+use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 
 /// The adapter for one `kind = "rest"` provider.
 #[derive(Clone, Debug)]
@@ -68,50 +67,23 @@ impl RestProvider {
         let url = pagination::page_url(&self.config, position)?;
         let headers = self.request_headers(token)?;
         let response = self.client.get_json(url, headers).await?;
-        let path = self.config.records_path.as_deref().unwrap_or_default();
-        let count = match lookup_path(&response.body, path) {
-            Some(Value::Array(records)) => records.len(),
-            found => {
-                let message = match (found, path.is_empty()) {
-                    (None, _) => format!("records_path `{path}` is not in the body"),
-                    (Some(other), true) => format!(
-                        "the body is {}, expected an array of records (set records_path to \
-                         the dotted path of the array)",
-                        json_type_name(other)
-                    ),
-                    (Some(other), false) => format!(
-                        "records_path `{path}` is {}, expected an array of records",
-                        json_type_name(other)
-                    ),
-                };
-                return Err(FetchError::Shape {
-                    url: display_url(&response.url),
-                    message,
-                    body: cap_body(response.body.to_string().as_bytes()),
-                });
-            }
+        let pagination = self.config.pagination.clone();
+        let records_path = self.config.records_path.clone().unwrap_or_default();
+        let id_spec = self.id_spec.clone();
+        let position = position.cloned();
+        let read = move || {
+            read_page(
+                &response,
+                &records_path,
+                &pagination,
+                position.as_ref(),
+                &id_spec,
+            )
         };
-        let next = pagination::next_position(
-            &self.config.pagination,
-            position,
-            &response,
-            u64::try_from(count).unwrap_or(u64::MAX),
-        )?;
-        let records = match take_path(response.body, path) {
-            Some(Value::Array(records)) => records,
-            _ => Vec::new(),
-        };
-        let items = records
-            .into_iter()
-            .map(|raw| match self.id_spec.identify(raw) {
-                Ok(record) => PageItem::Record(record),
-                Err(rejected) => PageItem::Rejected(rejected),
+        crate::http::off_thread(read).await.unwrap_or_else(|| {
+            Err(FetchError::Client {
+                message: "the runtime is shutting down".to_string(),
             })
-            .collect();
-        Ok(Page {
-            items,
-            next,
-            watermark: None,
         })
     }
 
@@ -189,14 +161,41 @@ impl Provider for RestProvider {
     }
 }
 
-/// Moves the value at a dotted path out of `value` (see [`lookup_path`]).
-fn take_path(value: Value, path: &str) -> Option<Value> {
-    if path.is_empty() {
-        return Some(value);
-    }
-    path.split('.')
-        .try_fold(value, |current, segment| match current {
-            Value::Object(mut map) => map.remove(segment),
-            _ => None,
-        })
+/// One page: the records at `records_path` keyed by `id_spec`, and where the next page
+/// starts.
+fn read_page(
+    response: &JsonResponse,
+    path: &str,
+    pagination: &PaginationConfig,
+    position: Option<&PagePosition>,
+    id_spec: &IdSpec,
+) -> Result<Page, FetchError> {
+    let found = lookup_raw(&response.body, path);
+    let Some(records) = found.and_then(array_items) else {
+        let message = match (found.map(json_kind), path.is_empty()) {
+            (None, _) => format!("records_path `{path}` is not in the body"),
+            (Some(kind), true) => format!(
+                "the body is {}, expected an array of records (set records_path to the dotted \
+                 path of the array)",
+                kind.name()
+            ),
+            (Some(kind), false) => format!(
+                "records_path `{path}` is {}, expected an array of records",
+                kind.name()
+            ),
+        };
+        return Err(FetchError::Shape {
+            url: display_url(&response.url),
+            message,
+            body: cap_body(response.body.get().as_bytes()),
+        });
+    };
+    let count = u64::try_from(records.len()).unwrap_or(u64::MAX);
+    let next = pagination::next_position(pagination, position, response, count)?;
+    let (items, _) = crate::adapter::identify_records(id_spec, &records, None);
+    Ok(Page {
+        items,
+        next,
+        watermark: None,
+    })
 }

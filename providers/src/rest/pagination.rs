@@ -7,7 +7,8 @@ use url::Url;
 use super::config::{PaginationConfig, PaginationType, RestConfig};
 use super::link;
 use crate::http::{cap_body, display_url, display_url_text, JsonResponse};
-use crate::record::{json_type_name, lookup_path};
+use crate::raw::{lookup_raw, to_value};
+use crate::record::json_type_name;
 use crate::{FetchError, PagePosition};
 
 /// The URL of the page at `position` (`None`: the first page).
@@ -96,7 +97,7 @@ pub(super) fn next_position(
     let shape = |message: String| FetchError::Shape {
         url: display_url(&response.url),
         message,
-        body: cap_body(response.body.to_string().as_bytes()),
+        body: cap_body(response.body.get().as_bytes()),
     };
     // A short page is the last one, but only when the page size was asked for.
     let full_page =
@@ -105,18 +106,16 @@ pub(super) fn next_position(
         PaginationType::None => Ok(None),
         PaginationType::Cursor => {
             let path = pagination.cursor_path.as_deref().unwrap_or_default();
-            match lookup_path(&response.body, path) {
+            match lookup_raw(&response.body, path).map(to_value) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(cursor)) if cursor.is_empty() => Ok(None),
-                Some(Value::String(cursor)) => Ok(Some(PagePosition::Cursor {
-                    cursor: cursor.clone(),
-                })),
+                Some(Value::String(cursor)) => Ok(Some(PagePosition::Cursor { cursor })),
                 Some(Value::Number(number)) => Ok(Some(PagePosition::Cursor {
                     cursor: number.to_string(),
                 })),
                 Some(other) => Err(shape(format!(
                     "pagination.cursor_path `{path}` is {}, expected a string or a number",
-                    json_type_name(other)
+                    json_type_name(&other)
                 ))),
             }
         }

@@ -40,8 +40,8 @@ pub use config::StravaConfig;
 
 use crate::adapter;
 use crate::http::{cap_body, display_url, Answer, HttpClient};
-use crate::record::json_type_name;
-use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::raw::{array_items, json_kind};
+use crate::{Credentials, FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
 
@@ -197,28 +197,34 @@ impl StravaProvider {
             .client
             .get_json_with(url, headers, &self.limits)
             .await?;
-        let records = match response.body {
-            Value::Array(records) => records,
-            other => {
+        let url = display_url(&response.url);
+        adapter::read_off_thread(response.body, move |body| {
+            let Some(records) = array_items(body) else {
                 return Err(FetchError::Shape {
-                    url: display_url(&response.url),
+                    url,
                     message: format!(
                         "the body is {}, expected an array of activities",
-                        json_type_name(&other)
+                        json_kind(body).name()
                     ),
-                    body: cap_body(other.to_string().as_bytes()),
-                })
-            }
-        };
-        let next = (!records.is_empty()).then(|| PagePosition::Page {
-            page: page.saturating_add(1),
-        });
-        let watermark = adapter::max_time_watermark(&records, "start_date");
-        Ok(Page {
-            items: adapter::items_by_id(records).await?,
-            next,
-            watermark,
+                    body: cap_body(body.get().as_bytes()),
+                });
+            };
+            let next = (!records.is_empty()).then(|| PagePosition::Page {
+                page: page.saturating_add(1),
+            });
+            let spec = IdSpec::Field("id".to_string());
+            let (items, watermark) = adapter::identify_records(
+                &spec,
+                &records,
+                Some(adapter::WatermarkField::Time("start_date")),
+            );
+            Ok(Page {
+                items,
+                next,
+                watermark,
+            })
         })
+        .await
     }
 
     /// Sleeps for `wait`, or returns [`FetchError::RateLimited`] at once when it is longer

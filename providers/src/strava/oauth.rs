@@ -66,7 +66,7 @@ impl TokenRefresher for OAuthClient {
             .post_form_with(self.token_url.clone(), headers, &form, &TokenPolicy)
             .await
             .and_then(|response| {
-                fresh_credentials(&response.url, response.body, current, (self.clock)())
+                fresh_credentials(&response.url, response.value(), current, (self.clock)())
             });
         let result = result.map_err(|error| error.redact_secrets([client_secret, refresh_token]));
         match &result {

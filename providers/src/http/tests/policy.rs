@@ -131,7 +131,7 @@ async fn forms_are_posted_url_encoded_and_4xx_is_not_retried() {
         )
         .await
         .unwrap();
-    assert_eq!(response.body, json!({"ok": true}));
+    assert_eq!(response.value(), json!({"ok": true}));
 
     Mock::given(method("POST"))
         .and(path("/bad"))

@@ -47,8 +47,8 @@ pub async fn insert_new(
     insert_sorted(txn, context, &records, now).await
 }
 
-/// The insert's statements: rows per statement, and on a server a cap on its size.
-fn chunk_limits(txn: &DatabaseTransaction) -> (usize, usize) {
+/// A page write's statements: rows per statement, and on a server a cap on its size.
+pub(crate) fn chunk_limits(txn: &DatabaseTransaction) -> (usize, usize) {
     match txn.get_database_backend() {
         DbBackend::Sqlite => (INSERT_CHUNK, usize::MAX),
         _ => (INSERT_CHUNK, INSERT_CHUNK_BYTES),
@@ -65,7 +65,7 @@ pub(crate) async fn insert_fast(
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in insert_chunks(records, max_rows, max_bytes) {
+    for chunk in chunks_by_size(records, max_rows, max_bytes, |record| record_size(record)) {
         let inserted = insert_rows(txn, context, chunk, now).await?;
         outcome.inserted += inserted;
         outcome.duplicate += chunk.len() as u64 - inserted;
@@ -82,7 +82,7 @@ pub(crate) async fn insert_sorted(
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in insert_chunks(records, max_rows, max_bytes) {
+    for chunk in chunks_by_size(records, max_rows, max_bytes, |record| record_size(record)) {
         let savepoint = txn.begin().await?;
         match insert_rows(&savepoint, context, chunk, now).await {
             Ok(inserted) => {
@@ -116,22 +116,28 @@ pub(crate) async fn insert_sorted(
     Ok(outcome)
 }
 
-/// Consecutive runs of `records` of at most `max_rows` rows and, unless a single record
-/// is larger, at most `max_bytes` of ids and payloads.
-fn insert_chunks<'r>(
-    records: &'r [&'r Record],
+/// The bytes of a record a write carries: its id and payload.
+pub(crate) fn record_size(record: &Record) -> usize {
+    record.payload.len() + record.external_id.len()
+}
+
+/// Consecutive runs of `items` of at most `max_rows` items and, unless a single item is
+/// larger, at most `max_bytes` as `size` counts them.
+pub(crate) fn chunks_by_size<'r, T>(
+    items: &'r [T],
     max_rows: usize,
     max_bytes: usize,
-) -> impl Iterator<Item = &'r [&'r Record]> {
-    let mut rest = records;
+    size: impl Fn(&T) -> usize,
+) -> impl Iterator<Item = &'r [T]> {
+    let mut rest = items;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
         let mut bytes = 0usize;
         let mut end = 0;
-        for record in rest.iter().take(max_rows) {
-            let size = record.payload.len() + record.external_id.len();
+        for item in rest.iter().take(max_rows) {
+            let size = size(item);
             if end > 0 && bytes.saturating_add(size) > max_bytes {
                 break;
             }

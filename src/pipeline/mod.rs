@@ -11,6 +11,7 @@ pub mod credential_store;
 pub mod insert;
 pub mod run;
 pub mod store;
+pub mod update;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     EntityTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode, TransactionOptions,
@@ -24,6 +23,7 @@ use crate::entities::{connection, record, run_error};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted};
 use crate::pipeline::run::{save_counts, RunCounts};
+use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
 
 /// How many keys one lookup query carries (well under every backend's parameter limit).
 const LOOKUP_CHUNK: usize = 500;
@@ -168,7 +168,7 @@ impl PageWrite<'_> {
         }
         let existing = lookup_existing(&txn, context.connection, self.records).await?;
         let mut new_records = Vec::new();
-        let mut changed_records = Vec::new();
+        let mut changed_records: Vec<ChangedRecord> = Vec::new();
         for record in self.records {
             match existing.get(&record.external_id) {
                 None => new_records.push(record),
@@ -187,31 +187,26 @@ impl PageWrite<'_> {
         counts.duplicate += insert.duplicate;
         rejected.extend(insert.failed);
 
-        for (id, record) in changed_records {
-            let updated = match mode {
-                Mode::Fast => {
-                    update_changed(&txn, context.run_id, id, record, now)
-                        .await
-                        .map_err(PageFailure::Record)?;
-                    Ok(())
-                }
-                Mode::Careful => {
+        match mode {
+            Mode::Fast => {
+                counts.updated += update_batch(&txn, context.run_id, &changed_records, now)
+                    .await
+                    .map_err(PageFailure::Record)?;
+            }
+            Mode::Careful => {
+                for changed in changed_records {
                     let savepoint = txn.begin().await?;
-                    match update_changed(&savepoint, context.run_id, id, record, now).await {
+                    match update_one(&savepoint, context.run_id, changed, now).await {
                         Ok(()) => {
                             savepoint.commit().await?;
-                            Ok(())
+                            counts.updated += 1;
                         }
                         Err(error) => {
                             savepoint.rollback().await?;
-                            Err(error)
+                            rejected.push(persist_failure(changed.1.clone(), &error));
                         }
                     }
                 }
-            };
-            match updated {
-                Ok(()) => counts.updated += 1,
-                Err(error) => rejected.push(persist_failure(record.clone(), &error)),
             }
         }
 
@@ -310,30 +305,70 @@ async fn lookup_existing(
 ) -> Result<HashMap<String, (i64, String)>, DbErr> {
     let mut existing = HashMap::with_capacity(records.len());
     for chunk in records.chunks(LOOKUP_CHUNK) {
-        let rows: Vec<(i64, String, String)> = if txn.get_database_backend() == DbBackend::Postgres
-        {
-            lookup_postgres(txn, connection, chunk).await?
-        } else {
-            let ids = chunk.iter().map(|record| record.external_id.as_str());
-            record::Entity::find()
-                .select_only()
-                .columns([
-                    record::Column::Id,
-                    record::Column::ExternalId,
-                    record::Column::ContentHash,
-                ])
-                .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-                .filter(record::Column::Provider.eq(connection.provider.as_str()))
-                .filter(record::Column::ExternalId.is_in(ids))
-                .into_tuple()
-                .all(txn)
-                .await?
+        let rows: Vec<(i64, String, String)> = match txn.get_database_backend() {
+            DbBackend::Postgres => lookup_postgres(txn, connection, chunk).await?,
+            DbBackend::Sqlite => lookup_sqlite(txn, connection, chunk).await?,
+            _ => {
+                let ids = chunk.iter().map(|record| record.external_id.as_str());
+                record::Entity::find()
+                    .select_only()
+                    .columns([
+                        record::Column::Id,
+                        record::Column::ExternalId,
+                        record::Column::ContentHash,
+                    ])
+                    .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+                    .filter(record::Column::Provider.eq(connection.provider.as_str()))
+                    .filter(record::Column::ExternalId.is_in(ids))
+                    .into_tuple()
+                    .all(txn)
+                    .await?
+            }
         };
         for (id, external_id, hash) in rows {
             existing.insert(external_id, (id, hash));
         }
     }
     Ok(existing)
+}
+
+/// SQLite: the ids go in as one JSON array and the rows come back as one JSON array. sqlx
+/// hands each result row from its SQLite thread to ours separately, which for a page of
+/// 100 found keys cost more than the lookup itself; one row costs one hand-off. Each id
+/// is still one probe of the unique index.
+async fn lookup_sqlite(
+    txn: &DatabaseTransaction,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<Vec<(i64, String, String)>, DbErr> {
+    use sea_orm::IdenStatic;
+    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let sql = format!(
+        "SELECT json_group_array(json_array(id, {external_id}, content_hash)) AS found \
+         FROM records WHERE {user_id} = ? AND {provider} = ? \
+         AND {external_id} IN (SELECT value FROM json_each(?))"
+    );
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|record| record.external_id.as_str())
+        .collect();
+    let ids = serde_json::to_string(&ids)
+        .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        sql,
+        [
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            ids.into(),
+        ],
+    );
+    let Some(row) = txn.query_one_raw(statement).await? else {
+        return Ok(Vec::new());
+    };
+    let found: String = row.try_get("", "found")?;
+    serde_json::from_str(&found)
+        .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))
 }
 
 /// PostgreSQL: one probe of the whole key per id. `external_id IN (...)` lets the planner
@@ -377,28 +412,6 @@ async fn lookup_postgres(
             ))
         })
         .collect()
-}
-
-/// Rewrites a record whose content changed.
-async fn update_changed(
-    db: &impl ConnectionTrait,
-    run_id: i64,
-    id: i64,
-    record: &Record,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    record::Entity::update_many()
-        .col_expr(record::Column::Payload, Expr::value(record.payload.clone()))
-        .col_expr(
-            record::Column::ContentHash,
-            Expr::value(record.content_hash.clone()),
-        )
-        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
-        .col_expr(record::Column::UpdatedAt, Expr::value(now))
-        .filter(record::Column::Id.eq(id))
-        .exec(db)
-        .await?;
-    Ok(())
 }
 
 pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {

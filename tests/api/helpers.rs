@@ -290,10 +290,20 @@ impl TestApp {
     /// Makes the database itself refuse to insert a record with this external id, the
     /// way a real constraint or trigger would.
     pub async fn refuse_inserts_of(&self, external_id: &str, message: &str) {
+        self.refuse_writes_of("INSERT", external_id, message).await
+    }
+
+    /// Makes the database itself refuse to rewrite the record with this external id.
+    pub async fn refuse_updates_of(&self, external_id: &str, message: &str) {
+        self.refuse_writes_of("UPDATE", external_id, message).await
+    }
+
+    async fn refuse_writes_of(&self, event: &str, external_id: &str, message: &str) {
+        let name = format!("refuse_{}", event.to_lowercase());
         match backend() {
             Backend::Sqlite => {
                 self.execute(&format!(
-                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records \
+                    "CREATE TRIGGER {name} BEFORE {event} ON records \
                      WHEN NEW.external_id = '{external_id}' \
                      BEGIN SELECT RAISE(ABORT, '{message}'); END"
                 ))
@@ -301,20 +311,20 @@ impl TestApp {
             }
             Backend::Postgres => {
                 self.execute(&format!(
-                    "CREATE FUNCTION refuse_record() RETURNS trigger AS $$ BEGIN \
+                    "CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN \
                      IF NEW.external_id = '{external_id}' THEN RAISE EXCEPTION '{message}'; END IF; \
                      RETURN NEW; END $$ LANGUAGE plpgsql"
                 ))
                 .await;
-                self.execute(
-                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records \
-                     FOR EACH ROW EXECUTE FUNCTION refuse_record()",
-                )
+                self.execute(&format!(
+                    "CREATE TRIGGER {name} BEFORE {event} ON records \
+                     FOR EACH ROW EXECUTE FUNCTION {name}()"
+                ))
                 .await
             }
             Backend::Mysql => {
                 self.execute(&format!(
-                    "CREATE TRIGGER refuse_record BEFORE INSERT ON records FOR EACH ROW \
+                    "CREATE TRIGGER {name} BEFORE {event} ON records FOR EACH ROW \
                      BEGIN IF NEW.external_id = '{external_id}' THEN \
                      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{message}'; END IF; END"
                 ))

@@ -79,6 +79,71 @@ async fn bad_records_go_to_run_errors_with_their_payload_and_the_page_commits() 
     assert_eq!((row.status.as_str(), row.records_failed), ("partial", 5));
 }
 
+/// Changed records are rewritten in one statement per page; when the database refuses one
+/// of them, the page is written again record by record and only that one is set aside.
+#[tokio::test]
+async fn a_rewrite_the_database_refuses_costs_that_record_only() {
+    let app = spawn_app().await;
+    let page = |version: u32| {
+        let data: Vec<_> = ["a", "poison", "b", "c"]
+            .iter()
+            .map(|id| json!({"id": id, "version": version}))
+            .collect();
+        ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": null}))
+    };
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(page(1))
+        .up_to_n_times(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(page(2))
+        .mount(&app.api)
+        .await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(
+        (first.status, first.counts.inserted),
+        (RunStatus::Succeeded, 4)
+    );
+    app.refuse_updates_of("poison", "poison rewrite refused")
+        .await;
+
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Partial);
+    assert_eq!((run.counts.updated, run.counts.failed), (3, 1));
+    let stored: Vec<(String, String)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.external_id, r.payload))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("a".to_string(), r#"{"id":"a","version":2}"#.to_string()),
+            ("b".to_string(), r#"{"id":"b","version":2}"#.to_string()),
+            ("c".to_string(), r#"{"id":"c","version":2}"#.to_string()),
+            (
+                "poison".to_string(),
+                r#"{"id":"poison","version":1}"#.to_string()
+            ),
+        ]
+    );
+    let errors = app.run_errors(run.run_id).await;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0].stage.as_str(), errors[0].external_id.as_deref()),
+        ("persist", Some("poison"))
+    );
+    assert_eq!(errors[0].payload, r#"{"id":"poison","version":2}"#);
+    assert!(errors[0].message.contains("poison rewrite refused"));
+}
+
 #[tokio::test]
 async fn a_record_the_database_refuses_is_reported_and_its_page_mates_commit() {
     let app = spawn_app().await;

@@ -123,12 +123,12 @@ pub(crate) fn record_size(record: &Record) -> usize {
 
 /// Consecutive runs of `items` of at most `max_rows` items and, unless a single item is
 /// larger, at most `max_bytes` as `size` counts them.
-pub(crate) fn chunks_by_size<'r, T>(
-    items: &'r [T],
+pub(crate) fn chunks_by_size<T>(
+    items: &[T],
     max_rows: usize,
     max_bytes: usize,
     size: impl Fn(&T) -> usize,
-) -> impl Iterator<Item = &'r [T]> {
+) -> impl Iterator<Item = &[T]> {
     let mut rest = items;
     std::iter::from_fn(move || {
         if rest.is_empty() {

@@ -120,6 +120,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             .args(["--latency-ms", &config.latency_ms.to_string()])
             .args(["--concurrency", &config.concurrency.to_string()])
             .args(["--seed", &args.seed.to_string()])
+            .args(args.postgres_tls.then_some("--postgres-tls"))
             .arg("--json")
             .arg(&json)
             .stdout(std::process::Stdio::null())

@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// With --matrix: leave out the 1M-record configurations.
     #[arg(long, requires = "matrix")]
     pub no_1m: bool,
+    /// With --database postgres: connect with sqlx's default `sslmode=prefer` (TLS when
+    /// the server offers it) instead of `sslmode=disable`, as a loopback client would.
+    #[arg(long)]
+    pub postgres_tls: bool,
 }
 
 /// What one configuration runs.
@@ -102,7 +106,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     let scratch = match &args.database_url {
         Some(url) => Scratch::Given(url.clone()),
-        None => Scratch::create(args.database).await?,
+        None => Scratch::create(args.database, args.postgres_tls).await?,
     };
     let options = ScaleOptions {
         users: args.users,
@@ -142,12 +146,18 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<
 /// The database a run uses, and whether it is ours to remove.
 enum Scratch {
     Given(String),
-    Sqlite { dir: PathBuf },
-    Postgres { server: String, name: String },
+    Sqlite {
+        dir: PathBuf,
+    },
+    Postgres {
+        server: String,
+        name: String,
+        tls: bool,
+    },
 }
 
 impl Scratch {
-    async fn create(database: BenchDatabase) -> anyhow::Result<Scratch> {
+    async fn create(database: BenchDatabase, postgres_tls: bool) -> anyhow::Result<Scratch> {
         let unique = format!(
             "{}_{}",
             std::process::id(),
@@ -173,7 +183,11 @@ impl Scratch {
                     .await
                     .with_context(|| format!("creating database {name}"))?;
                 admin.close().await?;
-                Ok(Scratch::Postgres { server, name })
+                Ok(Scratch::Postgres {
+                    server,
+                    name,
+                    tls: postgres_tls,
+                })
             }
         }
     }
@@ -184,7 +198,10 @@ impl Scratch {
             Scratch::Sqlite { dir } => {
                 format!("sqlite://{}?mode=rwc", dir.join("bench.db").display())
             }
-            Scratch::Postgres { server, name } => format!("{server}/{name}"),
+            Scratch::Postgres { server, name, tls } => {
+                let query = if *tls { "" } else { "?sslmode=disable" };
+                format!("{server}/{name}{query}")
+            }
         }
     }
 
@@ -196,7 +213,7 @@ impl Scratch {
                     tracing::warn!(%error, dir = %dir.display(), "Removing the benchmark database failed.");
                 }
             }
-            Scratch::Postgres { server, name } => {
+            Scratch::Postgres { server, name, .. } => {
                 let dropped = async {
                     let admin = sea_orm::Database::connect(format!("{server}/postgres")).await?;
                     admin

@@ -18,7 +18,7 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use crate::entities::processed_key;
-use crate::pipeline::insert::{insert_new, InsertOutcome};
+use crate::pipeline::insert::{insert_new, InsertOutcome, StatementLimits};
 use crate::pipeline::store::PageContext;
 
 /// How many keys one lookup carries.
@@ -32,13 +32,14 @@ pub(crate) async fn write_new_keys(
     records: Vec<Record>,
     retention: Duration,
     now: DateTime<Utc>,
+    limits: StatementLimits,
 ) -> Result<InsertOutcome, DbErr> {
     let processed = processed_keys(txn, context, &records, now).await?;
     let (seen, fresh): (Vec<Record>, Vec<Record>) = records
         .into_iter()
         .partition(|record| processed.contains(&record.external_id));
     let keys: Vec<String> = fresh.iter().map(|r| r.external_id.clone()).collect();
-    let mut outcome = insert_new(txn, context, fresh, now).await?;
+    let mut outcome = insert_new(txn, context, fresh, now, limits).await?;
     outcome.duplicate += seen.len() as u64;
     let failed: HashSet<&str> = outcome
         .failed

@@ -4,22 +4,60 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, Set, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    EntityTrait, PaginatorTrait, QueryFilter, Set, TransactionTrait,
 };
 use tributary_providers::{Record, RejectedRecord};
 
 use crate::entities::record;
 use crate::pipeline::store::{persist_failure, PageContext};
 
-/// How many rows one multi-row insert carries.
+/// How many rows one multi-row write carries.
 const INSERT_CHUNK: usize = 500;
-/// On PostgreSQL and MySQL, about how many bytes of ids and payloads one insert carries.
-/// sqlx does not set `TCP_NODELAY`, so a statement written as several TLS records (16 KiB
-/// each) or TCP segments leaves its tail to Nagle's algorithm, which waits for the
+/// Over a connection that may use TLS, about how many bytes of ids and payloads one write
+/// carries. sqlx does not set `TCP_NODELAY`, so a statement written as several TLS
+/// records (16 KiB each) leaves its tail to Nagle's algorithm, which waits for the
 /// server's delayed ACK: about 40 ms per large statement. Statements below one TLS record
-/// go out in one write.
+/// go out in one write. Without TLS, a page goes in one statement.
 const INSERT_CHUNK_BYTES: usize = 12 * 1024;
+
+/// How large one write statement of a page may be on this database connection.
+#[derive(Clone, Copy, Debug)]
+pub struct StatementLimits {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl StatementLimits {
+    /// SQLite, and PostgreSQL without TLS (`sslmode=disable` or a Unix socket): one
+    /// statement a page. PostgreSQL that may use TLS (sqlx's default `sslmode=prefer`)
+    /// and MySQL: statements below one TLS record.
+    pub fn for_database(db: &DatabaseConnection) -> StatementLimits {
+        let whole_pages = StatementLimits {
+            rows: INSERT_CHUNK,
+            bytes: usize::MAX,
+        };
+        let below_one_tls_record = StatementLimits {
+            rows: INSERT_CHUNK,
+            bytes: INSERT_CHUNK_BYTES,
+        };
+        match db.get_database_backend() {
+            DbBackend::Sqlite => whole_pages,
+            DbBackend::Postgres => {
+                use sea_orm::sqlx::postgres::PgSslMode;
+                let options = db.get_postgres_connection_pool().connect_options();
+                let unix_socket =
+                    options.get_socket().is_some() || options.get_host().starts_with('/');
+                if matches!(options.get_ssl_mode(), PgSslMode::Disable) || unix_socket {
+                    whole_pages
+                } else {
+                    below_one_tls_record
+                }
+            }
+            _ => below_one_tls_record,
+        }
+    }
+}
 
 /// What inserting a page's new records did.
 #[derive(Default)]
@@ -40,19 +78,12 @@ pub async fn insert_new(
     context: &PageContext<'_>,
     mut records: Vec<Record>,
     now: DateTime<Utc>,
+    limits: StatementLimits,
 ) -> Result<InsertOutcome, DbErr> {
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
     let records: Vec<&Record> = records.iter().collect();
-    insert_sorted(txn, context, &records, now).await
-}
-
-/// A page write's statements: rows per statement, and on a server a cap on its size.
-pub(crate) fn chunk_limits(txn: &DatabaseTransaction) -> (usize, usize) {
-    match txn.get_database_backend() {
-        DbBackend::Sqlite => (INSERT_CHUNK, usize::MAX),
-        _ => (INSERT_CHUNK, INSERT_CHUNK_BYTES),
-    }
+    insert_sorted(txn, context, &records, now, limits).await
 }
 
 /// [`insert_new`] without savepoints: the first failing statement fails the whole
@@ -62,10 +93,10 @@ pub(crate) async fn insert_fast(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
+    limits: StatementLimits,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in chunks_by_size(records, max_rows, max_bytes, |record| record_size(record)) {
+    for chunk in chunks_by_size(records, limits, |record| record_size(record)) {
         let inserted = insert_rows(txn, context, chunk, now).await?;
         outcome.inserted += inserted;
         outcome.duplicate += chunk.len() as u64 - inserted;
@@ -79,10 +110,10 @@ pub(crate) async fn insert_sorted(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
+    limits: StatementLimits,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    let (max_rows, max_bytes) = chunk_limits(txn);
-    for chunk in chunks_by_size(records, max_rows, max_bytes, |record| record_size(record)) {
+    for chunk in chunks_by_size(records, limits, |record| record_size(record)) {
         let savepoint = txn.begin().await?;
         match insert_rows(&savepoint, context, chunk, now).await {
             Ok(inserted) => {
@@ -121,12 +152,11 @@ pub(crate) fn record_size(record: &Record) -> usize {
     record.payload.len() + record.external_id.len()
 }
 
-/// Consecutive runs of `items` of at most `max_rows` items and, unless a single item is
-/// larger, at most `max_bytes` as `size` counts them.
+/// Consecutive runs of `items` of at most `limits.rows` items and, unless a single item
+/// is larger, at most `limits.bytes` as `size` counts them.
 pub(crate) fn chunks_by_size<T>(
     items: &[T],
-    max_rows: usize,
-    max_bytes: usize,
+    limits: StatementLimits,
     size: impl Fn(&T) -> usize,
 ) -> impl Iterator<Item = &[T]> {
     let mut rest = items;
@@ -136,9 +166,9 @@ pub(crate) fn chunks_by_size<T>(
         }
         let mut bytes = 0usize;
         let mut end = 0;
-        for item in rest.iter().take(max_rows) {
+        for item in rest.iter().take(limits.rows) {
             let size = size(item);
-            if end > 0 && bytes.saturating_add(size) > max_bytes {
+            if end > 0 && bytes.saturating_add(size) > limits.bytes {
                 break;
             }
             bytes = bytes.saturating_add(size);
@@ -156,6 +186,9 @@ async fn insert_rows(
     records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
+    if db.get_database_backend() == DbBackend::Postgres {
+        return insert_rows_postgres(db, context, records, now).await;
+    }
     let rows = records.iter().map(|record| record::ActiveModel {
         user_id: Set(context.connection.user_id.clone()),
         provider: Set(context.connection.provider.clone()),
@@ -191,4 +224,41 @@ async fn insert_rows(
         .count(db)
         .await?;
     Ok(ours)
+}
+
+/// PostgreSQL: the rows go in as three arrays (`unnest`), so the statement has seven
+/// parameters whatever the page size, is prepared once per connection, and is planned
+/// once, instead of nine parameters a row.
+async fn insert_rows_postgres(
+    db: &impl ConnectionTrait,
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    use sea_orm::IdenStatic;
+    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let sql = format!(
+        "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
+         first_seen_run_id, last_seen_run_id, created_at, updated_at) \
+         SELECT $1, $2, r.external_id, r.payload, r.content_hash, $3, $3, $4, $4 \
+         FROM unnest($5::text[], $6::text[], $7::text[]) AS r(external_id, payload, content_hash) \
+         ON CONFLICT ({user_id}, {provider}, {external_id}) DO NOTHING"
+    );
+    let column = |field: fn(&Record) -> &String| -> Vec<String> {
+        records.iter().map(|record| field(record).clone()).collect()
+    };
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql,
+        [
+            context.connection.user_id.as_str().into(),
+            context.connection.provider.as_str().into(),
+            context.run_id.into(),
+            now.into(),
+            column(|record| &record.external_id).into(),
+            column(|record| &record.payload).into(),
+            column(|record| &record.content_hash).into(),
+        ],
+    );
+    Ok(db.execute_raw(statement).await?.rows_affected())
 }

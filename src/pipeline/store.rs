@@ -21,7 +21,7 @@ use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::entities::{connection, record, run_error};
 use crate::pipeline::checkpoint::Checkpoint;
-use crate::pipeline::insert::{insert_fast, insert_sorted};
+use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
 use crate::pipeline::run::{save_counts, RunCounts};
 use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
 
@@ -91,6 +91,7 @@ pub async fn store_page(
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
     let page = PageWrite {
         context,
+        limits: StatementLimits::for_database(db),
         records: &records,
         rejected: &rejected,
         fetched,
@@ -134,6 +135,8 @@ impl From<DbErr> for PageFailure {
 /// One page, ready to be written (perhaps twice).
 struct PageWrite<'a> {
     context: &'a PageContext<'a>,
+    /// How large each write statement may be.
+    limits: StatementLimits,
     /// The page's records, one per key, sorted by external id.
     records: &'a [Record],
     /// Records set aside before any write.
@@ -158,8 +161,9 @@ impl PageWrite<'_> {
         let now = Utc::now();
         if let WriteMode::Append { retention } = context.mode {
             // Events are never updated: keys seen within the retention are duplicates.
+            let records = self.records.to_vec();
             let written =
-                super::append::write_new_keys(&txn, context, self.records.to_vec(), retention, now)
+                super::append::write_new_keys(&txn, context, records, retention, now, self.limits)
                     .await?;
             counts.inserted += written.inserted;
             counts.duplicate += written.duplicate;
@@ -178,10 +182,10 @@ impl PageWrite<'_> {
         }
 
         let insert = match mode {
-            Mode::Fast => insert_fast(&txn, context, &new_records, now)
+            Mode::Fast => insert_fast(&txn, context, &new_records, now, self.limits)
                 .await
                 .map_err(PageFailure::Record)?,
-            Mode::Careful => insert_sorted(&txn, context, &new_records, now).await?,
+            Mode::Careful => insert_sorted(&txn, context, &new_records, now, self.limits).await?,
         };
         counts.inserted += insert.inserted;
         counts.duplicate += insert.duplicate;
@@ -189,9 +193,10 @@ impl PageWrite<'_> {
 
         match mode {
             Mode::Fast => {
-                counts.updated += update_batch(&txn, context.run_id, &changed_records, now)
-                    .await
-                    .map_err(PageFailure::Record)?;
+                counts.updated +=
+                    update_batch(&txn, context.run_id, &changed_records, now, self.limits)
+                        .await
+                        .map_err(PageFailure::Record)?;
             }
             Mode::Careful => {
                 for changed in changed_records {

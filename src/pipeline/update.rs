@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTr
 use tributary_providers::Record;
 
 use crate::entities::record;
-use crate::pipeline::insert::{chunk_limits, chunks_by_size, record_size};
+use crate::pipeline::insert::{chunks_by_size, record_size, StatementLimits};
 
 /// A stored record (its row id) and its new content.
 pub type ChangedRecord<'r> = (i64, &'r Record);
@@ -20,12 +20,10 @@ pub async fn update_batch(
     run_id: i64,
     changed: &[ChangedRecord<'_>],
     now: DateTime<Utc>,
+    limits: StatementLimits,
 ) -> Result<u64, DbErr> {
-    let (max_rows, max_bytes) = chunk_limits(txn);
     let mut updated = 0;
-    for chunk in chunks_by_size(changed, max_rows, max_bytes, |(_, record)| {
-        record_size(record)
-    }) {
+    for chunk in chunks_by_size(changed, limits, |(_, record)| record_size(record)) {
         let ids = chunk.iter().map(|(id, _)| *id);
         let mut payload = CaseStatement::new();
         let mut content_hash = CaseStatement::new();

@@ -3,7 +3,7 @@
 use sea_orm::{EntityTrait, Iden};
 use serde_json::json;
 use tributary::entities::{connection, record};
-use tributary::pipeline::insert::insert_new;
+use tributary::pipeline::insert::{insert_new, StatementLimits};
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::PageContext;
 use tributary::pipeline::{RunStatus, Trigger};
@@ -178,28 +178,47 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         mode: Default::default(),
         leave_checkpoint: false,
     };
-    let stale = ["it_0", "it_1", "it_new"].map(|id| Record {
-        external_id: id.to_string(),
-        payload: format!("{{\"id\":\"{id}\",\"late\":true}}"),
-        content_hash: "0".repeat(64),
-    });
-    let txn = sea_orm::TransactionTrait::begin(&app.db).await.unwrap();
-    let outcome = insert_new(&txn, &context, stale.to_vec(), chrono::Utc::now())
-        .await
-        .unwrap();
-    txn.commit().await.unwrap();
+    // Once as one statement for the page, once as a statement per record: each write
+    // shape meets the unique index the same way.
+    let shapes = [
+        (
+            "it_new_a",
+            StatementLimits {
+                rows: 500,
+                bytes: usize::MAX,
+            },
+        ),
+        (
+            "it_new_b",
+            StatementLimits {
+                rows: 500,
+                bytes: 1,
+            },
+        ),
+    ];
+    for (round, (new_id, limits)) in shapes.into_iter().enumerate() {
+        let stale = ["it_0", "it_1", new_id].map(|id| Record {
+            external_id: id.to_string(),
+            payload: format!("{{\"id\":\"{id}\",\"late\":true}}"),
+            content_hash: "0".repeat(64),
+        });
+        let txn = sea_orm::TransactionTrait::begin(&app.db).await.unwrap();
+        let outcome = insert_new(&txn, &context, stale.to_vec(), chrono::Utc::now(), limits)
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
 
-    assert_eq!(outcome.inserted, 1);
-    assert_eq!(outcome.duplicate, 2);
-    assert!(outcome.failed.is_empty(), "a conflict is not an error");
-    let records = app.records().await;
-    assert_eq!(records.len(), 4, "no second row for it_0 or it_1");
-    let after = app.dump_records().await;
-    assert_eq!(
-        &after[..3],
-        &before[..],
-        "existing rows are left as they were"
-    );
+        assert_eq!((outcome.inserted, outcome.duplicate), (1, 2), "{limits:?}");
+        assert!(outcome.failed.is_empty(), "a conflict is not an error");
+        let records = app.records().await;
+        assert_eq!(records.len(), 4 + round, "no second row for it_0 or it_1");
+        let after = app.dump_records().await;
+        assert_eq!(
+            &after[..3],
+            &before[..],
+            "existing rows are left as they were"
+        );
+    }
 }
 
 #[tokio::test]

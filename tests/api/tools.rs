@@ -38,8 +38,8 @@ async fn serve(app: &TestApp, data: serde_json::Value) {
 
 async fn drop_refusal(app: &TestApp) {
     match backend() {
-        Backend::Postgres => app.execute("DROP TRIGGER refuse_record ON records").await,
-        _ => app.execute("DROP TRIGGER refuse_record").await,
+        Backend::Postgres => app.execute("DROP TRIGGER refuse_insert ON records").await,
+        _ => app.execute("DROP TRIGGER refuse_insert").await,
     }
 }
 

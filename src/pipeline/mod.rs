@@ -6,6 +6,7 @@
 //! the CLI and the daemon call it for each connection.
 
 pub mod append;
+pub mod bookkeeping;
 pub mod checkpoint;
 pub mod credential_store;
 pub mod insert;

@@ -20,9 +20,10 @@ use sea_orm::{
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::entities::{connection, record, run_error};
+use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
-use crate::pipeline::run::{save_counts, RunCounts};
+use crate::pipeline::run::RunCounts;
 use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
 
 /// How many keys one lookup query carries (well under every backend's parameter limit).
@@ -239,8 +240,14 @@ impl PageWrite<'_> {
         after.unchanged += counts.unchanged;
         after.duplicate += counts.duplicate;
         after.failed += counts.failed;
-        save_counts(&txn, context.run_id, &after).await?;
-        save_checkpoint(&txn, context, now).await?;
+        let bookkeeping = PageBookkeeping {
+            run_id: context.run_id,
+            counts: &after,
+            connection_id: context.connection.id,
+            checkpoint: (!context.leave_checkpoint).then_some(context.next_checkpoint),
+            now,
+        };
+        save_page_bookkeeping(&txn, &bookkeeping).await?;
         txn.commit().await?;
         *totals = after;
         Ok(counts)
@@ -472,35 +479,5 @@ pub(crate) async fn insert_run_errors(
     run_error::Entity::insert_many(rows)
         .exec_without_returning(db)
         .await?;
-    Ok(())
-}
-
-async fn save_checkpoint(
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    if context.leave_checkpoint {
-        return Ok(());
-    }
-    let checkpoint = match context.next_checkpoint {
-        Some(checkpoint) => Some(
-            checkpoint
-                .to_column()
-                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))?,
-        ),
-        None => None,
-    };
-    let result = connection::Entity::update(connection::ActiveModel {
-        id: Set(context.connection.id),
-        checkpoint: Set(checkpoint),
-        updated_at: Set(now),
-        ..Default::default()
-    })
-    .exec_without_returning(txn)
-    .await?;
-    if result.rows_affected == 0 {
-        return Err(DbErr::RecordNotUpdated);
-    }
     Ok(())
 }

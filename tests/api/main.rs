@@ -5,6 +5,7 @@
 mod adapters;
 mod bad_input;
 mod bench;
+mod bookkeeping;
 mod cli;
 mod concurrency;
 mod connections;

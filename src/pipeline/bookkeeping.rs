@@ -1,0 +1,133 @@
+//! The end of every page's transaction: the run's counters and heartbeat, and the
+//! connection's checkpoint, in one round trip where the backend allows it.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{
+    Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, SqliteQueryBuilder,
+    UpdateStatement, WithClause,
+};
+use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
+
+use crate::entities::{connection, sync_run};
+use crate::pipeline::checkpoint::Checkpoint;
+use crate::pipeline::run::{save_counts, to_db, RunCounts};
+
+/// What a page's transaction writes besides its records.
+pub struct PageBookkeeping<'a> {
+    pub run_id: i64,
+    pub counts: &'a RunCounts,
+    pub connection_id: i64,
+    /// `None`: leave the connection's checkpoint as it is (a replay). `Some(None)`: clear
+    /// it (the last page). `Some(Some(next))`: the page after this one.
+    pub checkpoint: Option<Option<&'a Checkpoint>>,
+    pub now: DateTime<Utc>,
+}
+
+/// Saves the run's counters and the connection's checkpoint. On PostgreSQL the two
+/// updates are one statement (the first in a `WITH`), on SQLite two statements sent at
+/// once; MySQL's prepared statements allow neither, so it takes two round trips. Fails
+/// with [`DbErr::RecordNotUpdated`] when the run's row or the connection is gone.
+pub async fn save_page_bookkeeping(
+    txn: &DatabaseTransaction,
+    page: &PageBookkeeping<'_>,
+) -> Result<(), DbErr> {
+    let Some(checkpoint) = page.checkpoint else {
+        return save_counts(txn, page.run_id, page.counts).await;
+    };
+    let checkpoint = match checkpoint {
+        Some(checkpoint) => Some(
+            checkpoint
+                .to_column()
+                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))?,
+        ),
+        None => None,
+    };
+    let mut run = counts_update(page);
+    let mut next = Query::update()
+        .table(connection::Entity)
+        .value(connection::Column::Checkpoint, checkpoint)
+        .value(connection::Column::UpdatedAt, page.now)
+        .and_where(connection::Column::Id.eq(page.connection_id))
+        .to_owned();
+    let backend = txn.get_database_backend();
+    let (statement, rows_expected) = match backend {
+        DbBackend::Postgres => {
+            // The connection is updated only if the run's row was: one row means both.
+            let run = run.returning_col(sync_run::Column::Id).to_owned();
+            let saved = Alias::new("saved_run");
+            next.and_where(Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1))
+                    .from(saved.clone())
+                    .to_owned(),
+            ));
+            let cte = CommonTableExpression::new()
+                .query(run)
+                .table_name(saved)
+                .to_owned();
+            let (sql, values) = WithClause::new()
+                .cte(cte)
+                .to_owned()
+                .query(next)
+                .build(PostgresQueryBuilder);
+            (Statement::from_sql_and_values(backend, sql, values), 1)
+        }
+        DbBackend::Sqlite => {
+            // sqlx runs the statements in turn, binding each its share of the values.
+            let (run_sql, mut values) = run.build(SqliteQueryBuilder);
+            let (next_sql, next_values) = next.build(SqliteQueryBuilder);
+            values.0.extend(next_values.0);
+            let sql = format!("{run_sql}; {next_sql}");
+            (Statement::from_sql_and_values(backend, sql, values), 2)
+        }
+        _ => {
+            for statement in [run, next] {
+                if txn.execute(&statement).await?.rows_affected() == 0 {
+                    return Err(DbErr::RecordNotUpdated);
+                }
+            }
+            return Ok(());
+        }
+    };
+    if txn.execute_raw(statement).await?.rows_affected() != rows_expected {
+        return Err(DbErr::RecordNotUpdated);
+    }
+    Ok(())
+}
+
+/// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.
+fn counts_update(page: &PageBookkeeping<'_>) -> UpdateStatement {
+    let counts = page.counts;
+    Query::update()
+        .table(sync_run::Entity)
+        .values([
+            (
+                sync_run::Column::PagesFetched,
+                to_db(counts.pages_fetched).into(),
+            ),
+            (
+                sync_run::Column::RecordsFetched,
+                to_db(counts.fetched).into(),
+            ),
+            (
+                sync_run::Column::RecordsInserted,
+                to_db(counts.inserted).into(),
+            ),
+            (
+                sync_run::Column::RecordsUpdated,
+                to_db(counts.updated).into(),
+            ),
+            (
+                sync_run::Column::RecordsUnchanged,
+                to_db(counts.unchanged).into(),
+            ),
+            (
+                sync_run::Column::RecordsDuplicate,
+                to_db(counts.duplicate).into(),
+            ),
+            (sync_run::Column::RecordsFailed, to_db(counts.failed).into()),
+            (sync_run::Column::HeartbeatAt, page.now.into()),
+        ])
+        .and_where(sync_run::Column::Id.eq(page.run_id))
+        .to_owned()
+}

@@ -1,0 +1,104 @@
+//! A page's bookkeeping (the run's counters and the connection's checkpoint), written in
+//! one round trip where the backend allows: both rows, or an error when either is gone.
+
+use sea_orm::{DbErr, EntityTrait, TransactionTrait};
+use tributary::entities::connection;
+use tributary::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
+use tributary::pipeline::run::start_run;
+use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary_providers::PagePosition;
+
+use crate::helpers::{cursor_provider, spawn_app, TestApp};
+
+async fn the_connection(app: &TestApp) -> connection::Model {
+    connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("one connection")
+}
+
+async fn save(app: &TestApp, page: &PageBookkeeping<'_>) -> Result<(), DbErr> {
+    let txn = app.db.begin().await.expect("begin");
+    let saved = save_page_bookkeeping(&txn, page).await;
+    match saved {
+        Ok(()) => txn.commit().await.expect("commit"),
+        Err(_) => txn.rollback().await.expect("rollback"),
+    }
+    saved
+}
+
+#[tokio::test]
+async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
+    let app = spawn_app().await;
+    // Parsing the settings stores the connection.
+    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let connection = the_connection(&app).await;
+    let run_id = start_run(&app.db, &connection, Trigger::Manual)
+        .await
+        .expect("run");
+    let counts = RunCounts {
+        pages_fetched: 3,
+        fetched: 7,
+        inserted: 5,
+        failed: 2,
+        ..RunCounts::default()
+    };
+    // Quotes and backslashes travel as values, never as SQL text.
+    let checkpoint = Checkpoint {
+        position: PagePosition::Cursor {
+            cursor: r#"c'3\"; --"#.to_string(),
+        },
+        since: None,
+        watermark: None,
+    };
+    let page = PageBookkeeping {
+        run_id,
+        counts: &counts,
+        connection_id: connection.id,
+        checkpoint: Some(Some(&checkpoint)),
+        now: chrono::Utc::now(),
+    };
+    save(&app, &page).await.expect("saved");
+    let row = app.run_row(run_id).await;
+    assert_eq!(
+        (
+            row.pages_fetched,
+            row.records_fetched,
+            row.records_inserted,
+            row.records_failed
+        ),
+        (3, 7, 5, 2)
+    );
+    let stored = the_connection(&app).await.checkpoint;
+    assert_eq!(stored, Some(checkpoint.to_column().expect("json")));
+
+    // A run row that is gone: an error, and the checkpoint is not cleared.
+    let gone_run = PageBookkeeping {
+        run_id: run_id + 1000,
+        checkpoint: Some(None),
+        ..page
+    };
+    assert!(matches!(
+        save(&app, &gone_run).await,
+        Err(DbErr::RecordNotUpdated)
+    ));
+    assert_eq!(the_connection(&app).await.checkpoint, stored);
+
+    // A connection that is gone: an error, and the counters are left as they were.
+    let more = RunCounts {
+        pages_fetched: 4,
+        ..counts
+    };
+    let gone_connection = PageBookkeeping {
+        counts: &more,
+        connection_id: connection.id + 1000,
+        ..page
+    };
+    assert!(matches!(
+        save(&app, &gone_connection).await,
+        Err(DbErr::RecordNotUpdated)
+    ));
+    assert_eq!(app.run_row(run_id).await.pages_fetched, 3);
+}

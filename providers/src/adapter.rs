@@ -9,7 +9,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::http::{display_url, display_url_text};
-use crate::{raw, Credentials, FetchError, IdSpec, PageItem, PagePosition, Watermark};
+use crate::{raw, Credentials, FetchError, IdSpec, Page, PageItem, PagePosition, Watermark};
 
 /// Checks a `base_url` setting: http or https, with a host, without a query or fragment.
 pub(crate) fn validate_base_url(key: &str, url: &Url) -> Result<(), String> {
@@ -166,6 +166,45 @@ pub(crate) fn identify_records(
         })
         .collect();
     (items, watermark)
+}
+
+/// A page of records keyed by their `id` field, with the newest `watermark_field`.
+pub(crate) fn page_by_id(
+    records: &[&RawValue],
+    watermark_field: WatermarkField,
+    next: Option<PagePosition>,
+) -> Page {
+    let spec = IdSpec::Field("id".to_string());
+    let (items, watermark) = identify_records(&spec, records, Some(watermark_field));
+    Page {
+        items,
+        next,
+        watermark,
+    }
+}
+
+/// A body that is a JSON array of records (GitHub's issues, Strava's activities) as a page
+/// keyed by `id`; `next` sees how many records the page held. `what` names the records in
+/// the error for a body of another shape.
+pub(crate) fn array_page_by_id(
+    body: &RawValue,
+    url: String,
+    what: &str,
+    watermark_field: WatermarkField,
+    next: impl FnOnce(usize) -> Option<PagePosition>,
+) -> Result<Page, FetchError> {
+    let Some(records) = raw::array_items(body) else {
+        return Err(FetchError::Shape {
+            url,
+            message: format!(
+                "the body is {}, expected an array of {what}",
+                raw::json_kind(body).name()
+            ),
+            body: crate::http::cap_body(body.get().as_bytes()),
+        });
+    };
+    let next = next(records.len());
+    Ok(page_by_id(&records, watermark_field, next))
 }
 
 /// Reads a page body on tokio's blocking pool (see [`crate::http::off_thread`]): finding

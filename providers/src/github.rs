@@ -34,9 +34,8 @@ use crate::adapter;
 use crate::http::{
     cap_body, display_url, Answer, HttpClient, JsonResponse, ResponsePolicy, Verdict,
 };
-use crate::raw::{array_items, json_kind};
 use crate::rest::link;
-use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
 pub const API_VERSION: &str = "2022-11-28";
@@ -166,27 +165,8 @@ impl GithubProvider {
             body: cap_body(response.body.get().as_bytes()),
         })?;
         adapter::read_off_thread(response.body, move |body| {
-            let Some(records) = array_items(body) else {
-                return Err(FetchError::Shape {
-                    url,
-                    message: format!(
-                        "the body is {}, expected an array of issues",
-                        json_kind(body).name()
-                    ),
-                    body: cap_body(body.get().as_bytes()),
-                });
-            };
-            let spec = IdSpec::Field("id".to_string());
-            let (items, watermark) = adapter::identify_records(
-                &spec,
-                &records,
-                Some(adapter::WatermarkField::Time("updated_at")),
-            );
-            Ok(Page {
-                items,
-                next,
-                watermark,
-            })
+            let updated_at = adapter::WatermarkField::Time("updated_at");
+            adapter::array_page_by_id(body, url, "issues", updated_at, |_| next)
         })
         .await
     }

@@ -30,7 +30,7 @@ use crate::adapter;
 use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
 use crate::raw::{array_items, json_kind, lookup_raw, to_value, RawObject};
 use crate::record::json_type_name;
-use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
 /// The configuration of a `kind = "stripe"` provider.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -187,17 +187,8 @@ fn read_list(body: &RawValue, url: &str) -> Result<Page, FetchError> {
             )));
         }
     };
-    let spec = IdSpec::Field("id".to_string());
-    let (items, watermark) = adapter::identify_records(
-        &spec,
-        &records,
-        Some(adapter::WatermarkField::Epoch("created")),
-    );
-    Ok(Page {
-        items,
-        next,
-        watermark,
-    })
+    let created = adapter::WatermarkField::Epoch("created");
+    Ok(adapter::page_by_id(&records, created, next))
 }
 
 #[async_trait::async_trait]

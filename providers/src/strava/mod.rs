@@ -39,9 +39,8 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
-use crate::http::{cap_body, display_url, Answer, HttpClient};
-use crate::raw::{array_items, json_kind};
-use crate::{Credentials, FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
+use crate::http::{display_url, Answer, HttpClient};
+use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
 
@@ -199,30 +198,14 @@ impl StravaProvider {
             .await?;
         let url = display_url(&response.url);
         adapter::read_off_thread(response.body, move |body| {
-            let Some(records) = array_items(body) else {
-                return Err(FetchError::Shape {
-                    url,
-                    message: format!(
-                        "the body is {}, expected an array of activities",
-                        json_kind(body).name()
-                    ),
-                    body: cap_body(body.get().as_bytes()),
-                });
+            let start_date = adapter::WatermarkField::Time("start_date");
+            // Strava pages by number until an empty page.
+            let next = |records: usize| {
+                (records > 0).then(|| PagePosition::Page {
+                    page: page.saturating_add(1),
+                })
             };
-            let next = (!records.is_empty()).then(|| PagePosition::Page {
-                page: page.saturating_add(1),
-            });
-            let spec = IdSpec::Field("id".to_string());
-            let (items, watermark) = adapter::identify_records(
-                &spec,
-                &records,
-                Some(adapter::WatermarkField::Time("start_date")),
-            );
-            Ok(Page {
-                items,
-                next,
-                watermark,
-            })
+            adapter::array_page_by_id(body, url, "activities", start_date, next)
         })
         .await
     }

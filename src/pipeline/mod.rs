@@ -238,6 +238,10 @@ fn log_outcome(outcome: &RunOutcome) {
     }
 }
 
+/// How long an unchanged run may go without committing its counters and checkpoint
+/// (see ARCHITECTURE.md, "An unchanged page commits nothing").
+const MAX_UNCOMMITTED_UNCHANGED: Duration = Duration::from_secs(1);
+
 /// What one walk of a listing is for.
 struct Walk<'a> {
     run_id: i64,
@@ -271,6 +275,10 @@ async fn fetch_and_store(
         position = Some(checkpoint.position);
     }
     let mut seen_positions: HashSet<PagePosition> = HashSet::new();
+    // Pages whose records are all unchanged write nothing while the last commit is recent;
+    // the first page of a run tries it, later pages when the one before was unchanged.
+    let mut previous_page_unchanged = true;
+    let mut last_commit = Instant::now();
     // The next page, fetched while the current one was being stored: at most one page
     // ahead, so memory stays bounded by two pages. `None` inside: cancelled meanwhile.
     let mut prefetched: Option<Option<Result<Page, FetchError>>> = None;
@@ -321,6 +329,7 @@ async fn fetch_and_store(
                         next_checkpoint: None,
                         mode: settings.write_mode,
                         leave_checkpoint: false,
+                        skip_if_unchanged: false,
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
@@ -347,6 +356,8 @@ async fn fetch_and_store(
             next_checkpoint: next_checkpoint.as_ref(),
             mode: settings.write_mode,
             leave_checkpoint: false,
+            skip_if_unchanged: previous_page_unchanged
+                && last_commit.elapsed() < MAX_UNCOMMITTED_UNCHANGED,
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;
@@ -374,13 +385,18 @@ async fn fetch_and_store(
             source,
         })?;
         *counts = totals_after;
+        if !stored.deferred {
+            last_commit = Instant::now();
+        }
+        previous_page_unchanged = stored.inserted + stored.updated + stored.failed == 0;
         tracing::debug!(
             page = page_number,
             inserted = stored.inserted,
             updated = stored.updated,
             unchanged = stored.unchanged,
             failed = stored.failed,
-            "Page committed."
+            deferred = stored.deferred,
+            "Page stored."
         );
         progress.page_committed(connection, counts);
         match next_checkpoint {

@@ -41,6 +41,11 @@ pub struct PageContext<'a> {
     /// Leave the connection's checkpoint as it is (replays store loose records, not a
     /// page of the listing).
     pub leave_checkpoint: bool,
+    /// When every record of the page is stored already with the same content, write
+    /// nothing: no transaction, and the page's counters and checkpoint ride with the
+    /// run's next commit or its end (see ARCHITECTURE.md, "An unchanged page commits
+    /// nothing").
+    pub skip_if_unchanged: bool,
 }
 
 /// How a provider's records are written (`mode` in its config).
@@ -62,6 +67,9 @@ pub struct PageStoreCounts {
     pub unchanged: u64,
     pub duplicate: u64,
     pub failed: u64,
+    /// Every record was unchanged and nothing was written (see
+    /// [`PageContext::skip_if_unchanged`]).
+    pub deferred: bool,
 }
 
 /// Stores one page in one transaction and adds its counts to `totals` (which are saved to
@@ -90,6 +98,18 @@ pub async fn store_page(
     let mut records = keep_last_of_each_key(records, &mut counts);
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
+    if context.skip_if_unchanged
+        && rejected.is_empty()
+        && context.mode == WriteMode::Upsert
+        && all_stored_unchanged(db, context.connection, &records).await?
+    {
+        counts.unchanged += records.len() as u64;
+        counts.deferred = true;
+        totals.fetched += fetched;
+        totals.unchanged += counts.unchanged;
+        totals.duplicate += counts.duplicate;
+        return Ok(counts);
+    }
     let page = PageWrite {
         context,
         limits: StatementLimits::for_database(db),
@@ -309,9 +329,25 @@ fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> 
         .collect()
 }
 
+/// Whether every one of `records` is stored already with the same content hash. Read
+/// outside any transaction: if so, the page writes no record, which is exactly what its
+/// transaction would have done at the moment of this read.
+async fn all_stored_unchanged(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<bool, DbErr> {
+    let existing = lookup_existing(db, connection, records).await?;
+    Ok(records.iter().all(|record| {
+        existing
+            .get(&record.external_id)
+            .is_some_and(|(_, hash)| *hash == record.content_hash)
+    }))
+}
+
 /// The stored (id, content_hash) of each of the page's keys that already exists.
 async fn lookup_existing(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<HashMap<String, (i64, String)>, DbErr> {
@@ -349,7 +385,7 @@ async fn lookup_existing(
 /// 100 found keys cost more than the lookup itself; one row costs one hand-off. Each id
 /// is still one probe of the unique index.
 async fn lookup_sqlite(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<Vec<(i64, String, String)>, DbErr> {
@@ -389,7 +425,7 @@ async fn lookup_sqlite(
 /// a cost per page that grows with the table. `LIMIT 1` in the lateral subquery keeps it
 /// from being flattened into such a join, so each id is one unique-index lookup.
 async fn lookup_postgres(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<Vec<(i64, String, String)>, DbErr> {

@@ -22,3 +22,4 @@ mod race;
 mod scripted;
 mod tenants;
 mod tools;
+mod unchanged;

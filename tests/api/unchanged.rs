@@ -1,0 +1,109 @@
+//! An unchanged page commits nothing: its counters and checkpoint ride with the run's next
+//! commit (at most a second later) or its end. Watched from the database while the runs
+//! work.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use tributary::config::Settings;
+use tributary::entities::{connection, sync_run};
+use tributary::pipeline::{RunOutcome, RunStatus};
+
+use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
+
+const PAGES: usize = 5;
+const PER_PAGE: usize = 3;
+
+/// Syncs once, and meanwhile reads the running run's `pages_fetched` every 20 ms.
+async fn sync_watching_commits(app: &TestApp, settings: &Settings) -> (RunOutcome, Vec<i64>) {
+    let done = AtomicBool::new(false);
+    let sync = async {
+        let run = app.sync_one(settings).await;
+        done.store(true, Ordering::SeqCst);
+        run
+    };
+    let watch = async {
+        let mut seen = Vec::new();
+        while !done.load(Ordering::SeqCst) {
+            let running = sync_run::Entity::find()
+                .filter(sync_run::Column::Status.eq("running"))
+                .one(&app.db)
+                .await
+                .expect("sync_runs");
+            if let Some(run) = running {
+                seen.push(run.pages_fetched);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seen
+    };
+    tokio::join!(sync, watch)
+}
+
+async fn listing(delay: Duration) -> (TestApp, Settings) {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "it", PAGES, PER_PAGE, delay).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    (app, settings)
+}
+
+async fn assert_finished_exactly(app: &TestApp, run: &RunOutcome) {
+    assert_eq!(run.status, RunStatus::Succeeded);
+    let row = app.run_row(run.run_id).await;
+    assert_eq!(
+        (
+            row.pages_fetched,
+            row.records_fetched,
+            row.records_unchanged
+        ),
+        (
+            PAGES as i64,
+            (PAGES * PER_PAGE) as i64,
+            (PAGES * PER_PAGE) as i64
+        ),
+        "the finished run's counters are exact"
+    );
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("one connection");
+    assert_eq!(connection.checkpoint, None);
+}
+
+#[tokio::test]
+async fn an_unchanged_re_sync_commits_no_page_while_its_last_commit_is_recent() {
+    let (app, settings) = listing(Duration::from_millis(100)).await;
+    let (first, seen) = sync_watching_commits(&app, &settings).await;
+    assert_eq!(first.counts.inserted, (PAGES * PER_PAGE) as u64);
+    assert!(
+        seen.iter().any(|pages| *pages > 0),
+        "new pages commit one by one: {seen:?}"
+    );
+    let before = app.dump_records().await;
+
+    let (second, seen) = sync_watching_commits(&app, &settings).await;
+    assert!(!seen.is_empty(), "the watcher saw the run");
+    assert!(
+        seen.iter().all(|pages| *pages == 0),
+        "unchanged pages wrote nothing until the run's end: {seen:?}"
+    );
+    assert_finished_exactly(&app, &second).await;
+    assert_eq!(app.dump_records().await, before);
+}
+
+#[tokio::test]
+async fn a_long_unchanged_run_still_commits_its_progress_every_second() {
+    let (app, settings) = listing(Duration::from_millis(400)).await;
+    app.sync_one(&settings).await;
+
+    let (second, seen) = sync_watching_commits(&app, &settings).await;
+    assert!(
+        seen.iter().any(|pages| (1..PAGES as i64).contains(pages)),
+        "a page past the one-second mark committed the run's progress: {seen:?}"
+    );
+    assert_finished_exactly(&app, &second).await;
+}

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -55,6 +55,111 @@ impl<'de> Deserialize<'de> for RawObject<'de> {
             }
         }
         deserializer.deserialize_map(ObjectVisitor)
+    }
+}
+
+/// A list body (`{"data": [...], ...}`): its top-level fields, with the array under one
+/// key read element by element in the same scan, so the records are not scanned twice.
+#[derive(Debug)]
+pub struct RawList<'a> {
+    /// The other fields (the array's own key is not among them).
+    pub fields: RawObject<'a>,
+    /// The array's elements, or the kind of value found instead; `None` when the key is
+    /// missing.
+    pub items: Option<Result<Vec<&'a RawValue>, JsonKind>>,
+}
+
+impl<'a> RawList<'a> {
+    /// Reads `raw` as an object whose `key` holds an array. `None` when `raw` is not an
+    /// object or its text cannot be read this way (e.g. a number beyond f64 under `key`);
+    /// callers then fall back to [`RawObject::parse`].
+    pub fn parse(raw: &'a RawValue, key: &str) -> Option<RawList<'a>> {
+        if json_kind(raw) != JsonKind::Object {
+            return None;
+        }
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        ListSeed { key }.deserialize(&mut deserializer).ok()
+    }
+}
+
+struct ListSeed<'k> {
+    key: &'k str,
+}
+
+impl<'de> DeserializeSeed<'de> for ListSeed<'_> {
+    type Value = RawList<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ListSeed<'_> {
+    type Value = RawList<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut fields = Vec::new();
+        let mut items = None;
+        while let Some(Key(key)) = map.next_key()? {
+            if key == self.key {
+                items = Some(map.next_value::<ArrayItems>()?.0);
+            } else {
+                fields.push((key, map.next_value::<&RawValue>()?));
+            }
+        }
+        Ok(RawList {
+            fields: RawObject { fields },
+            items,
+        })
+    }
+}
+
+/// An array's elements, each still raw, or the kind of value found instead.
+struct ArrayItems<'a>(Result<Vec<&'a RawValue>, JsonKind>);
+
+impl<'de> Deserialize<'de> for ArrayItems<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ItemsVisitor;
+        impl<'de> Visitor<'de> for ItemsVisitor {
+            type Value = ArrayItems<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(100));
+                while let Some(item) = seq.next_element::<&RawValue>()? {
+                    items.push(item);
+                }
+                Ok(ArrayItems(Ok(items)))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ArrayItems(Err(JsonKind::Object)))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::Bool)))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::Number)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::Number)))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::Number)))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::String)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ArrayItems(Err(JsonKind::Null)))
+            }
+        }
+        deserializer.deserialize_any(ItemsVisitor)
     }
 }
 
@@ -164,6 +269,36 @@ mod tests {
         assert_eq!(lookup_raw(record, "meta.a\"b").unwrap().get(), "1");
         assert!(lookup_raw(record, "n.x").is_none());
         assert_eq!(lookup_raw(record, "").unwrap().get(), record.get());
+    }
+
+    #[test]
+    fn a_list_reads_its_array_in_the_same_scan() {
+        let body = raw(r#"{"object":"list","data":[{"id":1}, 2],"has_more":true}"#);
+        let list = RawList::parse(body, "data").unwrap();
+        let items = list.items.unwrap().unwrap();
+        assert_eq!(
+            items.iter().map(|item| item.get()).collect::<Vec<_>>(),
+            [r#"{"id":1}"#, "2"]
+        );
+        assert_eq!(list.fields.get("has_more").unwrap().get(), "true");
+        assert!(list.fields.get("data").is_none());
+        let kinds = [
+            (r#"{"data":{"a":[1]}}"#, Some(Err(JsonKind::Object))),
+            (r#"{"data":"x"}"#, Some(Err(JsonKind::String))),
+            (r#"{"data":null}"#, Some(Err(JsonKind::Null))),
+            (r#"{"data":-2.5}"#, Some(Err(JsonKind::Number))),
+            (r#"{"other":1}"#, None),
+        ];
+        for (text, expected) in kinds {
+            let list = RawList::parse(raw(text), "data").unwrap();
+            assert_eq!(
+                list.items.map(|items| items.map(|_| ())),
+                expected,
+                "{text}"
+            );
+        }
+        assert!(RawList::parse(raw("[1]"), "data").is_none());
+        assert!(RawList::parse(raw(r#"{"data":1e400}"#), "data").is_none());
     }
 
     #[test]

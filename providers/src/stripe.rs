@@ -28,7 +28,7 @@ use url::Url;
 
 use crate::adapter;
 use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
-use crate::raw::{array_items, json_kind, lookup_raw, to_value, RawObject};
+use crate::raw::{array_items, json_kind, lookup_raw, to_value, RawList, RawObject};
 use crate::record::json_type_name;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -143,6 +143,18 @@ impl StripeProvider {
     }
 }
 
+/// The list's fields with `data` read in the same scan, or by the slower way when that
+/// fails (e.g. a number past f64 in `data`, which only the record-by-record scan keeps).
+fn read_list_fields(body: &RawValue) -> Option<RawList<'_>> {
+    RawList::parse(body, "data").or_else(|| {
+        let fields = RawObject::parse(body)?;
+        let items = fields
+            .get("data")
+            .map(|data| array_items(data).ok_or_else(|| json_kind(data)));
+        Some(RawList { fields, items })
+    })
+}
+
 /// One page of a Stripe list (`{"object": "list", "data": [...], "has_more": ...}`): its
 /// charges keyed by `id`, the next `starting_after` and the newest `created`.
 fn read_list(body: &RawValue, url: &str) -> Result<Page, FetchError> {
@@ -151,24 +163,29 @@ fn read_list(body: &RawValue, url: &str) -> Result<Page, FetchError> {
         message,
         body: cap_body(body.get().as_bytes()),
     };
-    let list = RawObject::parse(body).ok_or_else(|| {
+    let list = read_list_fields(body).ok_or_else(|| {
         shape(format!(
             "the body is {}, expected a Stripe list object",
             json_kind(body).name()
         ))
     })?;
-    let data = list.get("data");
-    let Some(records) = data.and_then(array_items) else {
-        let found = data.map_or("missing", |data| json_kind(data).name());
-        return Err(shape(format!(
-            "`data` is {found}, expected an array of charges"
-        )));
+    let records = match list.items {
+        Some(Ok(records)) => records,
+        found => {
+            let found = match found {
+                Some(Err(kind)) => kind.name(),
+                _ => "missing",
+            };
+            return Err(shape(format!(
+                "`data` is {found}, expected an array of charges"
+            )));
+        }
     };
     let last_id = records
         .last()
         .and_then(|last| lookup_raw(last, "id"))
         .map(to_value);
-    let next = match (list.get("has_more").map(to_value), last_id) {
+    let next = match (list.fields.get("has_more").map(to_value), last_id) {
         (Some(Value::Bool(false)), _) => None,
         (Some(Value::Bool(true)), Some(Value::String(id))) if !id.is_empty() => {
             Some(PagePosition::Cursor { cursor: id })

@@ -144,7 +144,7 @@ async fn replay_records(
         next_checkpoint: None,
         mode: provider_settings.write_mode,
         leave_checkpoint: true,
-        skip_if_unchanged: false,
+        expect: Default::default(),
     };
     for error in errors {
         // The payload is the record's text as received, so it keys and hashes the same.

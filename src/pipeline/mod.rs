@@ -30,7 +30,7 @@ use crate::entities::connection;
 
 pub use checkpoint::Checkpoint;
 pub use run::{RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
-pub use store::{PageContext, PageStoreCounts, WriteMode};
+pub use store::{PageContext, PageExpectation, PageStoreCounts, WriteMode};
 
 use checkpoint::{newest, resumable_checkpoint, stored_cursor};
 use credential_store::ConnectionCredentials;
@@ -239,8 +239,20 @@ fn log_outcome(outcome: &RunOutcome) {
 }
 
 /// How long an unchanged run may go without committing its counters and checkpoint
-/// (see ARCHITECTURE.md, "An unchanged page commits nothing").
+/// (see ARCHITECTURE.md, "Shortcuts for unchanged and new pages").
 const MAX_UNCOMMITTED_UNCHANGED: Duration = Duration::from_secs(1);
+
+/// What the next page most likely holds, judged by the page just stored.
+fn expect_after(stored: &PageStoreCounts) -> PageExpectation {
+    let some_written = stored.inserted + stored.updated + stored.failed > 0;
+    if !some_written {
+        PageExpectation::Unchanged
+    } else if stored.updated + stored.unchanged + stored.duplicate + stored.failed == 0 {
+        PageExpectation::New
+    } else {
+        PageExpectation::Unknown
+    }
+}
 
 /// What one walk of a listing is for.
 struct Walk<'a> {
@@ -275,9 +287,9 @@ async fn fetch_and_store(
         position = Some(checkpoint.position);
     }
     let mut seen_positions: HashSet<PagePosition> = HashSet::new();
-    // Pages whose records are all unchanged write nothing while the last commit is recent;
-    // the first page of a run tries it, later pages when the one before was unchanged.
-    let mut previous_page_unchanged = true;
+    // A page is expected to be like the one before; the first page of a run is looked up
+    // outside a transaction first, since most runs of a daemon change nothing.
+    let mut expect = PageExpectation::Unchanged;
     let mut last_commit = Instant::now();
     // The next page, fetched while the current one was being stored: at most one page
     // ahead, so memory stays bounded by two pages. `None` inside: cancelled meanwhile.
@@ -329,7 +341,7 @@ async fn fetch_and_store(
                         next_checkpoint: None,
                         mode: settings.write_mode,
                         leave_checkpoint: false,
-                        skip_if_unchanged: false,
+                        expect: PageExpectation::Unknown,
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
@@ -356,8 +368,14 @@ async fn fetch_and_store(
             next_checkpoint: next_checkpoint.as_ref(),
             mode: settings.write_mode,
             leave_checkpoint: false,
-            skip_if_unchanged: previous_page_unchanged
-                && last_commit.elapsed() < MAX_UNCOMMITTED_UNCHANGED,
+            expect: match expect {
+                PageExpectation::Unchanged
+                    if last_commit.elapsed() >= MAX_UNCOMMITTED_UNCHANGED =>
+                {
+                    PageExpectation::Unknown
+                }
+                other => other,
+            },
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;
@@ -388,7 +406,7 @@ async fn fetch_and_store(
         if !stored.deferred {
             last_commit = Instant::now();
         }
-        previous_page_unchanged = stored.inserted + stored.updated + stored.failed == 0;
+        expect = expect_after(&stored);
         tracing::debug!(
             page = page_number,
             inserted = stored.inserted,

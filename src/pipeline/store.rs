@@ -41,11 +41,24 @@ pub struct PageContext<'a> {
     /// Leave the connection's checkpoint as it is (replays store loose records, not a
     /// page of the listing).
     pub leave_checkpoint: bool,
-    /// When every record of the page is stored already with the same content, write
-    /// nothing: no transaction, and the page's counters and checkpoint ride with the
-    /// run's next commit or its end (see ARCHITECTURE.md, "An unchanged page commits
-    /// nothing").
-    pub skip_if_unchanged: bool,
+    /// What the page most likely holds (from the page before), which picks a shortcut.
+    pub expect: PageExpectation,
+}
+
+/// What a page most likely holds; a wrong guess costs one wasted statement, never a
+/// different outcome (see ARCHITECTURE.md, "Shortcuts for unchanged and new pages").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PageExpectation {
+    /// No guess: look up, then insert, update or skip.
+    #[default]
+    Unknown,
+    /// Every record stored already with the same content: look it up outside any
+    /// transaction, and if so write nothing; the page's counters and checkpoint ride
+    /// with the run's next commit or its end.
+    Unchanged,
+    /// Every record new: insert first, and commit without a lookup if every row went in;
+    /// otherwise roll back and take the usual way.
+    New,
 }
 
 /// How a provider's records are written (`mode` in its config).
@@ -68,7 +81,7 @@ pub struct PageStoreCounts {
     pub duplicate: u64,
     pub failed: u64,
     /// Every record was unchanged and nothing was written (see
-    /// [`PageContext::skip_if_unchanged`]).
+    /// [`PageExpectation::Unchanged`]).
     pub deferred: bool,
 }
 
@@ -98,9 +111,9 @@ pub async fn store_page(
     let mut records = keep_last_of_each_key(records, &mut counts);
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
-    if context.skip_if_unchanged
-        && rejected.is_empty()
-        && context.mode == WriteMode::Upsert
+    let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
+    if shortcut
+        && context.expect == PageExpectation::Unchanged
         && all_stored_unchanged(db, context.connection, &records).await?
     {
         counts.unchanged += records.len() as u64;
@@ -118,6 +131,15 @@ pub async fn store_page(
         fetched,
         counts,
     };
+    // MySQL cannot tell a row it inserted from one it skipped, so it has no shortcut.
+    if shortcut
+        && context.expect == PageExpectation::New
+        && db.get_database_backend() != DbBackend::MySql
+    {
+        if let Some(counts) = page.write_all_new(db, totals).await? {
+            return Ok(counts);
+        }
+    }
     match page.write(db, totals, Mode::Fast).await {
         Ok(counts) => Ok(counts),
         Err(PageFailure::Record(error)) => {
@@ -237,6 +259,34 @@ impl PageWrite<'_> {
         }
 
         self.finish(txn, counts, rejected, totals, now).await
+    }
+
+    /// The page as all new: one insert and the bookkeeping, without a lookup. `None`
+    /// (with the transaction rolled back) when any row was not inserted, whether it
+    /// existed or the database refused it: the caller then writes the page the usual way,
+    /// which decides and counts each record exactly as if this had not been tried.
+    async fn write_all_new(
+        &self,
+        db: &DatabaseConnection,
+        totals: &mut RunCounts,
+    ) -> Result<Option<PageStoreCounts>, DbErr> {
+        let txn = begin_page_transaction(db).await?;
+        let now = Utc::now();
+        let records: Vec<&Record> = self.records.iter().collect();
+        match insert_fast(&txn, self.context, &records, now, self.limits).await {
+            Ok(insert) if insert.inserted == records.len() as u64 => {
+                let mut counts = self.counts;
+                counts.inserted += insert.inserted;
+                match self.finish(txn, counts, Vec::new(), totals, now).await {
+                    Ok(counts) => Ok(Some(counts)),
+                    Err(PageFailure::Record(error) | PageFailure::Database(error)) => Err(error),
+                }
+            }
+            _ => {
+                txn.rollback().await?;
+                Ok(None)
+            }
+        }
     }
 
     /// The end of every page: its error rows, the run's counters and the checkpoint, then

@@ -20,6 +20,6 @@ mod pagination;
 mod poison;
 mod race;
 mod scripted;
+mod shortcuts;
 mod tenants;
 mod tools;
-mod unchanged;

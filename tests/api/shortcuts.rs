@@ -1,6 +1,7 @@
-//! An unchanged page commits nothing: its counters and checkpoint ride with the run's next
-//! commit (at most a second later) or its end. Watched from the database while the runs
-//! work.
+//! The shortcuts a page takes when it looks like the one before. An unchanged page
+//! commits nothing: its counters and checkpoint ride with the run's next commit (at most a
+//! second later) or its end, watched here from the database while the runs work. A page
+//! guessed new that is not is written the usual way, with the same outcome.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -9,6 +10,10 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use tributary::config::Settings;
 use tributary::entities::{connection, sync_run};
 use tributary::pipeline::{RunOutcome, RunStatus};
+
+use serde_json::json;
+use wiremock::matchers::{method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
 
@@ -106,4 +111,73 @@ async fn a_long_unchanged_run_still_commits_its_progress_every_second() {
         "a page past the one-second mark committed the run's progress: {seen:?}"
     );
     assert_finished_exactly(&app, &second).await;
+}
+
+/// Page 1 is all new, so pages 2 and 3 are guessed new: page 2 repeats a key of page 1
+/// with new content, and page 3 holds a record the database refuses. Each must come out
+/// as if no guess had been made.
+#[tokio::test]
+async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
+    let app = spawn_app().await;
+    app.refuse_inserts_of("poison", "poison refused by the database")
+        .await;
+    let pages = [
+        (
+            json!([{"id": "a", "v": 1}, {"id": "b", "v": 1}]),
+            Some("p2"),
+        ),
+        (
+            json!([{"id": "c", "v": 1}, {"id": "a", "v": 2}]),
+            Some("p3"),
+        ),
+        (json!([{"id": "d", "v": 1}, {"id": "poison", "v": 1}]), None),
+    ];
+    for (index, (data, next)) in pages.into_iter().enumerate() {
+        let mock = Mock::given(method("GET")).and(path("/v1/items"));
+        let mock = match index {
+            0 => mock.and(query_param_is_missing("cursor")),
+            n => mock.and(query_param("cursor", format!("p{}", n + 1).as_str())),
+        };
+        mock.respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": next})),
+        )
+        .mount(&app.api)
+        .await;
+    }
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Partial, "{run:?}");
+    let counts = run.counts;
+    assert_eq!(
+        (
+            counts.inserted,
+            counts.updated,
+            counts.unchanged,
+            counts.duplicate,
+            counts.failed
+        ),
+        (4, 1, 0, 0, 1)
+    );
+    let stored: Vec<(String, String)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.external_id, r.payload))
+        .collect();
+    let expected = [
+        ("a", r#"{"id":"a","v":2}"#),
+        ("b", r#"{"id":"b","v":1}"#),
+        ("c", r#"{"id":"c","v":1}"#),
+        ("d", r#"{"id":"d","v":1}"#),
+    ];
+    assert_eq!(
+        stored,
+        expected.map(|(id, payload)| (id.to_string(), payload.to_string()))
+    );
+    let errors = app.run_errors(run.run_id).await;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].external_id.as_deref(), Some("poison"));
 }

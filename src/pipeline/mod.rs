@@ -10,6 +10,7 @@ pub mod bookkeeping;
 pub mod checkpoint;
 pub mod credential_store;
 pub mod insert;
+pub mod lookup;
 pub mod run;
 pub mod store;
 pub mod update;

@@ -1,10 +1,11 @@
 //! Storing one page: the triple lookup, insert / update / skip, the error report, the
 //! run's counters and the connection's checkpoint, all in one transaction.
 //!
-//! Per page there is one lookup (chunked `IN` lists; on PostgreSQL one unique-index probe
-//! per id), one multi-row insert with `ON CONFLICT (user_id, provider, external_id) DO
-//! NOTHING` (on a server, split so each statement stays under one TLS record), one update
-//! per changed record and one multi-row insert into `run_errors`. The page is written
+//! Per page there is one lookup (`lookup.rs`), one insert of the new records with `ON
+//! CONFLICT (user_id, provider, external_id) DO NOTHING` (`insert.rs`), one update of the
+//! changed ones (`update.rs`), one multi-row insert into `run_errors`, and the bookkeeping
+//! (`bookkeeping.rs`); with TLS to a server, the writes are split below one TLS record.
+//! Pages like the one before take a shortcut (`PageExpectation`). The page is written
 //! without savepoints first; if a record write fails, that transaction is rolled back and
 //! the page is written again with savepoints, where a failing multi-row write is retried
 //! record by record, so one record that cannot be written costs that record only.
@@ -13,21 +14,18 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait, Set,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
-use crate::entities::{connection, record, run_error};
+use crate::entities::{connection, run_error};
 use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
+use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
 use crate::pipeline::run::RunCounts;
 use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
-
-/// How many keys one lookup query carries (well under every backend's parameter limit).
-const LOOKUP_CHUNK: usize = 500;
 
 /// What the store needs to know about the page being stored.
 pub struct PageContext<'a> {
@@ -376,139 +374,6 @@ fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> 
         .into_iter()
         .zip(keep)
         .filter_map(|(record, kept)| kept.then_some(record))
-        .collect()
-}
-
-/// Whether every one of `records` is stored already with the same content hash. Read
-/// outside any transaction: if so, the page writes no record, which is exactly what its
-/// transaction would have done at the moment of this read.
-async fn all_stored_unchanged(
-    db: &DatabaseConnection,
-    connection: &connection::Model,
-    records: &[Record],
-) -> Result<bool, DbErr> {
-    let existing = lookup_existing(db, connection, records).await?;
-    Ok(records.iter().all(|record| {
-        existing
-            .get(&record.external_id)
-            .is_some_and(|(_, hash)| *hash == record.content_hash)
-    }))
-}
-
-/// The stored (id, content_hash) of each of the page's keys that already exists.
-async fn lookup_existing(
-    txn: &impl ConnectionTrait,
-    connection: &connection::Model,
-    records: &[Record],
-) -> Result<HashMap<String, (i64, String)>, DbErr> {
-    let mut existing = HashMap::with_capacity(records.len());
-    for chunk in records.chunks(LOOKUP_CHUNK) {
-        let rows: Vec<(i64, String, String)> = match txn.get_database_backend() {
-            DbBackend::Postgres => lookup_postgres(txn, connection, chunk).await?,
-            DbBackend::Sqlite => lookup_sqlite(txn, connection, chunk).await?,
-            _ => {
-                let ids = chunk.iter().map(|record| record.external_id.as_str());
-                record::Entity::find()
-                    .select_only()
-                    .columns([
-                        record::Column::Id,
-                        record::Column::ExternalId,
-                        record::Column::ContentHash,
-                    ])
-                    .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-                    .filter(record::Column::Provider.eq(connection.provider.as_str()))
-                    .filter(record::Column::ExternalId.is_in(ids))
-                    .into_tuple()
-                    .all(txn)
-                    .await?
-            }
-        };
-        for (id, external_id, hash) in rows {
-            existing.insert(external_id, (id, hash));
-        }
-    }
-    Ok(existing)
-}
-
-/// SQLite: the ids go in as one JSON array and the rows come back as one JSON array. sqlx
-/// hands each result row from its SQLite thread to ours separately, which for a page of
-/// 100 found keys cost more than the lookup itself; one row costs one hand-off. Each id
-/// is still one probe of the unique index.
-async fn lookup_sqlite(
-    txn: &impl ConnectionTrait,
-    connection: &connection::Model,
-    records: &[Record],
-) -> Result<Vec<(i64, String, String)>, DbErr> {
-    use sea_orm::IdenStatic;
-    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
-    let sql = format!(
-        "SELECT json_group_array(json_array(id, {external_id}, content_hash)) AS found \
-         FROM records WHERE {user_id} = ? AND {provider} = ? \
-         AND {external_id} IN (SELECT value FROM json_each(?))"
-    );
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|record| record.external_id.as_str())
-        .collect();
-    let ids = serde_json::to_string(&ids)
-        .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
-    let statement = sea_orm::Statement::from_sql_and_values(
-        DbBackend::Sqlite,
-        sql,
-        [
-            connection.user_id.as_str().into(),
-            connection.provider.as_str().into(),
-            ids.into(),
-        ],
-    );
-    let Some(row) = txn.query_one_raw(statement).await? else {
-        return Ok(Vec::new());
-    };
-    let found: String = row.try_get("", "found")?;
-    serde_json::from_str(&found)
-        .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))
-}
-
-/// PostgreSQL: one probe of the whole key per id. `external_id IN (...)` lets the planner
-/// scan every record of the (user_id, provider) prefix and filter, which it does while
-/// the table's statistics are young (a prepared statement's generic plan keeps doing it):
-/// a cost per page that grows with the table. `LIMIT 1` in the lateral subquery keeps it
-/// from being flattened into such a join, so each id is one unique-index lookup.
-async fn lookup_postgres(
-    txn: &impl ConnectionTrait,
-    connection: &connection::Model,
-    records: &[Record],
-) -> Result<Vec<(i64, String, String)>, DbErr> {
-    use sea_orm::IdenStatic;
-    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
-    let sql = format!(
-        "SELECT r.id, r.external_id, r.content_hash FROM unnest($3::text[]) AS k(external_id) \
-         CROSS JOIN LATERAL (SELECT id, external_id, content_hash FROM records \
-         WHERE {user_id} = $1 AND {provider} = $2 AND {external_id} = k.external_id LIMIT 1) AS r"
-    );
-    let ids: Vec<String> = records
-        .iter()
-        .map(|record| record.external_id.clone())
-        .collect();
-    let statement = sea_orm::Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        sql,
-        [
-            connection.user_id.as_str().into(),
-            connection.provider.as_str().into(),
-            ids.into(),
-        ],
-    );
-    txn.query_all_raw(statement)
-        .await?
-        .into_iter()
-        .map(|row| {
-            Ok((
-                row.try_get::<i64>("", "id")?,
-                row.try_get::<String>("", "external_id")?,
-                row.try_get::<String>("", "content_hash")?,
-            ))
-        })
         .collect()
 }
 

@@ -89,7 +89,8 @@ pub struct PageStoreCounts {
 /// The page is first written without savepoints, which on a server costs two round trips
 /// per statement less. If a record write fails there, that transaction is rolled back
 /// and the page is written again with a savepoint around each multi-row insert and each
-/// update, so only the records the database refuses are set aside.
+/// update, so only the records the database refuses are set aside. A page like the one
+/// before may first take a shortcut (see [`PageExpectation`]).
 pub async fn store_page(
     db: &DatabaseConnection,
     context: &PageContext<'_>,

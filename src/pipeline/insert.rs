@@ -235,8 +235,7 @@ async fn insert_rows_postgres(
     records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
-    use sea_orm::IdenStatic;
-    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let [user_id, provider, external_id] = record::key_column_names();
     let sql = format!(
         "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
          first_seen_run_id, last_seen_run_id, created_at, updated_at) \

@@ -74,8 +74,7 @@ async fn lookup_sqlite(
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<Vec<(i64, String, String)>, DbErr> {
-    use sea_orm::IdenStatic;
-    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let [user_id, provider, external_id] = record::key_column_names();
     let sql = format!(
         "SELECT json_group_array(json_array(id, {external_id}, content_hash)) AS found \
          FROM records WHERE {user_id} = ? AND {provider} = ? \
@@ -114,8 +113,7 @@ async fn lookup_postgres(
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<Vec<(i64, String, String)>, DbErr> {
-    use sea_orm::IdenStatic;
-    let [user_id, provider, external_id] = record::KEY_COLUMNS.map(|column| column.as_str());
+    let [user_id, provider, external_id] = record::key_column_names();
     let sql = format!(
         "SELECT r.id, r.external_id, r.content_hash FROM unnest($3::text[]) AS k(external_id) \
          CROSS JOIN LATERAL (SELECT id, external_id, content_hash FROM records \

@@ -46,12 +46,22 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, 
     } else {
         options.max_connections(settings.max_connections);
     }
-    Database::connect(options)
-        .await
-        .map_err(|source| DbSetupError::Connect {
-            url: redact_url(&settings.url),
-            source,
-        })
+    let failed = |source| DbSetupError::Connect {
+        url: redact_url(&settings.url),
+        source,
+    };
+    // Opening a fresh SQLite file switches it to WAL, which needs the file to itself:
+    // SQLite answers a second process doing the same with "database is locked" at once,
+    // without waiting out the busy timeout. The setup lock file makes them take turns.
+    let _guard = match sqlite_file(&settings.url) {
+        Some(file) => Some(
+            lock_file_blocking(&file, SETUP_LOCK)
+                .await
+                .map_err(|error| failed(DbErr::Custom(format!("locking for setup: {error}"))))?,
+        ),
+        None => None,
+    };
+    Database::connect(options).await.map_err(failed)
 }
 
 /// Connects and applies every pending migration.
@@ -86,7 +96,7 @@ pub async fn migrate(
         _ => {
             // SQLite: a lock file next to the database serialises processes.
             let _guard = match sqlite_file(&settings.url) {
-                Some(file) => Some(lock_file_blocking(&file, "migrate").await.map_err(
+                Some(file) => Some(lock_file_blocking(&file, SETUP_LOCK).await.map_err(
                     |error| failed(DbErr::Custom(format!("locking for migrations: {error}"))),
                 )?),
                 None => None,
@@ -143,6 +153,11 @@ async fn lock_file_blocking(
     .await
     .map_err(std::io::Error::other)?
 }
+
+/// The lock file purpose that serialises opening and migrating a SQLite database across
+/// processes. Held only while one of them runs, never across both (flock locks taken
+/// through two open files conflict even within one process).
+const SETUP_LOCK: &str = "migrate";
 
 /// The PostgreSQL advisory-lock key that serialises migrations ("trib" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x7472_6962;

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{
     Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, SqliteQueryBuilder,
-    UpdateStatement, WithClause,
+    UpdateStatement, Values, WithClause,
 };
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 
@@ -31,9 +31,86 @@ pub async fn save_page_bookkeeping(
     txn: &DatabaseTransaction,
     page: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
+    let backend = txn.get_database_backend();
+    if backend == DbBackend::Sqlite {
+        let SqliteBookkeeping { sql, values, rows } = sqlite_statements(page)?;
+        let statement = Statement::from_sql_and_values(backend, sql, values);
+        if txn.execute_raw(statement).await?.rows_affected() != rows {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        return Ok(());
+    }
     let Some(checkpoint) = page.checkpoint else {
         return save_counts(txn, page.run_id, page.counts).await;
     };
+    let mut run = counts_update(page);
+    let mut next = checkpoint_update(page, checkpoint)?;
+    if backend == DbBackend::Postgres {
+        // The connection is updated only if the run's row was: one row means both.
+        let run = run.returning_col(sync_run::Column::Id).to_owned();
+        let saved = Alias::new("saved_run");
+        next.and_where(Expr::exists(
+            Query::select()
+                .expr(Expr::val(1))
+                .from(saved.clone())
+                .to_owned(),
+        ));
+        let cte = CommonTableExpression::new()
+            .query(run)
+            .table_name(saved)
+            .to_owned();
+        let (sql, values) = WithClause::new()
+            .cte(cte)
+            .to_owned()
+            .query(next)
+            .build(PostgresQueryBuilder);
+        let statement = Statement::from_sql_and_values(backend, sql, values);
+        if txn.execute_raw(statement).await?.rows_affected() != 1 {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        return Ok(());
+    }
+    for statement in [&mut run, &mut next] {
+        if txn.execute(&*statement).await?.rows_affected() == 0 {
+            return Err(DbErr::RecordNotUpdated);
+        }
+    }
+    Ok(())
+}
+
+/// A page's bookkeeping on SQLite: statements that sqlx runs in turn in one call,
+/// binding each its share of the values, and the rows they change between them.
+pub(crate) struct SqliteBookkeeping {
+    pub sql: String,
+    pub values: Values,
+    /// One row per statement: the run's, and the connection's when the checkpoint moves.
+    pub rows: u64,
+}
+
+/// The statements of a page's bookkeeping on SQLite.
+pub(crate) fn sqlite_statements(page: &PageBookkeeping<'_>) -> Result<SqliteBookkeeping, DbErr> {
+    let (run_sql, mut values) = counts_update(page).build(SqliteQueryBuilder);
+    let Some(checkpoint) = page.checkpoint else {
+        return Ok(SqliteBookkeeping {
+            sql: run_sql,
+            values,
+            rows: 1,
+        });
+    };
+    let (next_sql, next_values) = checkpoint_update(page, checkpoint)?.build(SqliteQueryBuilder);
+    values.0.extend(next_values.0);
+    Ok(SqliteBookkeeping {
+        sql: format!("{run_sql}; {next_sql}"),
+        values,
+        rows: 2,
+    })
+}
+
+/// `UPDATE connections SET checkpoint, updated_at WHERE id = connection_id`.
+fn checkpoint_update(
+    page: &PageBookkeeping<'_>,
+    checkpoint: Option<&Checkpoint>,
+) -> Result<UpdateStatement, DbErr> {
     let checkpoint = match checkpoint {
         Some(checkpoint) => Some(
             checkpoint
@@ -42,57 +119,12 @@ pub async fn save_page_bookkeeping(
         ),
         None => None,
     };
-    let mut run = counts_update(page);
-    let mut next = Query::update()
+    Ok(Query::update()
         .table(connection::Entity)
         .value(connection::Column::Checkpoint, checkpoint)
         .value(connection::Column::UpdatedAt, page.now)
         .and_where(connection::Column::Id.eq(page.connection_id))
-        .to_owned();
-    let backend = txn.get_database_backend();
-    let (statement, rows_expected) = match backend {
-        DbBackend::Postgres => {
-            // The connection is updated only if the run's row was: one row means both.
-            let run = run.returning_col(sync_run::Column::Id).to_owned();
-            let saved = Alias::new("saved_run");
-            next.and_where(Expr::exists(
-                Query::select()
-                    .expr(Expr::val(1))
-                    .from(saved.clone())
-                    .to_owned(),
-            ));
-            let cte = CommonTableExpression::new()
-                .query(run)
-                .table_name(saved)
-                .to_owned();
-            let (sql, values) = WithClause::new()
-                .cte(cte)
-                .to_owned()
-                .query(next)
-                .build(PostgresQueryBuilder);
-            (Statement::from_sql_and_values(backend, sql, values), 1)
-        }
-        DbBackend::Sqlite => {
-            // sqlx runs the statements in turn, binding each its share of the values.
-            let (run_sql, mut values) = run.build(SqliteQueryBuilder);
-            let (next_sql, next_values) = next.build(SqliteQueryBuilder);
-            values.0.extend(next_values.0);
-            let sql = format!("{run_sql}; {next_sql}");
-            (Statement::from_sql_and_values(backend, sql, values), 2)
-        }
-        _ => {
-            for statement in [run, next] {
-                if txn.execute(&statement).await?.rows_affected() == 0 {
-                    return Err(DbErr::RecordNotUpdated);
-                }
-            }
-            return Ok(());
-        }
-    };
-    if txn.execute_raw(statement).await?.rows_affected() != rows_expected {
-        return Err(DbErr::RecordNotUpdated);
-    }
-    Ok(())
+        .to_owned())
 }
 
 /// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.

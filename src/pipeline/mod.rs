@@ -12,6 +12,7 @@ pub mod credential_store;
 pub mod insert;
 pub mod lookup;
 pub mod run;
+mod sqlite_batch;
 pub mod store;
 pub mod update;
 

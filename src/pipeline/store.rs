@@ -25,6 +25,7 @@ use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
 use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
 use crate::pipeline::run::RunCounts;
+use crate::pipeline::sqlite_batch::NewPageBatch;
 use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
 
 /// What the store needs to know about the page being stored.
@@ -269,12 +270,27 @@ impl PageWrite<'_> {
         db: &DatabaseConnection,
         totals: &mut RunCounts,
     ) -> Result<Option<PageStoreCounts>, DbErr> {
-        let txn = begin_page_transaction(db).await?;
         let now = Utc::now();
+        let mut counts = self.counts;
+        if db.get_database_backend() == DbBackend::Sqlite {
+            counts.inserted += self.records.len() as u64;
+            let after = self.totals_after(totals, &counts);
+            let batch = NewPageBatch::new(
+                self.context,
+                self.records,
+                &self.bookkeeping(&after, now),
+                now,
+            )?;
+            if !batch.write(db).await? {
+                return Ok(None);
+            }
+            *totals = after;
+            return Ok(Some(counts));
+        }
+        let txn = begin_page_transaction(db).await?;
         let records: Vec<&Record> = self.records.iter().collect();
         match insert_fast(&txn, self.context, &records, now, self.limits).await {
             Ok(insert) if insert.inserted == records.len() as u64 => {
-                let mut counts = self.counts;
                 counts.inserted += insert.inserted;
                 match self.finish(txn, counts, Vec::new(), totals, now).await {
                     Ok(counts) => Ok(Some(counts)),
@@ -302,6 +318,16 @@ impl PageWrite<'_> {
         counts.failed = rejected.len() as u64;
         insert_run_errors(&txn, context, &rejected, ErrorScope::Record, now).await?;
 
+        let after = self.totals_after(totals, &counts);
+        let bookkeeping = self.bookkeeping(&after, now);
+        save_page_bookkeeping(&txn, &bookkeeping).await?;
+        txn.commit().await?;
+        *totals = after;
+        Ok(counts)
+    }
+
+    /// The run's counters once this page commits with `counts`.
+    fn totals_after(&self, totals: &RunCounts, counts: &PageStoreCounts) -> RunCounts {
         let mut after = *totals;
         after.fetched += self.fetched;
         after.inserted += counts.inserted;
@@ -309,17 +335,18 @@ impl PageWrite<'_> {
         after.unchanged += counts.unchanged;
         after.duplicate += counts.duplicate;
         after.failed += counts.failed;
-        let bookkeeping = PageBookkeeping {
-            run_id: context.run_id,
-            counts: &after,
-            connection_id: context.connection.id,
-            checkpoint: (!context.leave_checkpoint).then_some(context.next_checkpoint),
+        after
+    }
+
+    /// The page's bookkeeping: the run's counters `after` it, and its checkpoint.
+    fn bookkeeping<'b>(&'b self, after: &'b RunCounts, now: DateTime<Utc>) -> PageBookkeeping<'b> {
+        PageBookkeeping {
+            run_id: self.context.run_id,
+            counts: after,
+            connection_id: self.context.connection.id,
+            checkpoint: (!self.context.leave_checkpoint).then_some(self.context.next_checkpoint),
             now,
-        };
-        save_page_bookkeeping(&txn, &bookkeeping).await?;
-        txn.commit().await?;
-        *totals = after;
-        Ok(counts)
+        }
     }
 }
 

@@ -6,10 +6,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter};
 use tributary::config::Settings;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::{RunOutcome, RunStatus};
+use tributary::pipeline::run::start_run;
+use tributary::pipeline::store::{store_page, PageContext, PageExpectation, WriteMode};
+use tributary::pipeline::{Checkpoint, RunCounts, RunOutcome, RunStatus, Trigger};
+use tributary_providers::record::sha256_hex;
+use tributary_providers::{PageItem, PagePosition, Record};
 
 use serde_json::json;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
@@ -180,4 +184,81 @@ async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].external_id.as_deref(), Some("poison"));
+}
+
+/// A page guessed new goes in one batch on SQLite and one transaction elsewhere; either
+/// way, when the run's row is gone the page fails with nothing written, and the same page
+/// under its own run is stored with its counters and checkpoint.
+#[tokio::test]
+async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
+    let app = spawn_app().await;
+    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("one connection");
+    let run_id = start_run(&app.db, &connection, Trigger::Manual)
+        .await
+        .expect("run");
+    let page = || {
+        ["a", "b"]
+            .map(|id| {
+                let payload = format!(r#"{{"id":"{id}"}}"#);
+                PageItem::Record(Record {
+                    external_id: id.to_string(),
+                    content_hash: sha256_hex(payload.as_bytes()),
+                    payload,
+                })
+            })
+            .to_vec()
+    };
+    let next = Checkpoint {
+        position: PagePosition::Cursor {
+            cursor: "p2".to_string(),
+        },
+        since: None,
+        watermark: None,
+    };
+    let context = |run_id| PageContext {
+        run_id,
+        connection: &connection,
+        next_checkpoint: Some(&next),
+        mode: WriteMode::Upsert,
+        leave_checkpoint: false,
+        expect: PageExpectation::New,
+    };
+
+    let mut totals = RunCounts::default();
+    let gone = store_page(&app.db, &context(run_id + 1000), page(), &mut totals).await;
+    assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
+    assert!(app.records().await.is_empty(), "no record written");
+    assert_eq!(totals, RunCounts::default());
+    let checkpoint = |app: &TestApp| {
+        let db = app.db.clone();
+        async move {
+            connection::Entity::find()
+                .one(&db)
+                .await
+                .expect("connections")
+                .expect("one connection")
+                .checkpoint
+        }
+    };
+    assert_eq!(checkpoint(&app).await, None, "the checkpoint did not move");
+
+    let stored = store_page(&app.db, &context(run_id), page(), &mut totals)
+        .await
+        .expect("stored");
+    assert_eq!(
+        (stored.inserted, totals.inserted, totals.fetched),
+        (2, 2, 2)
+    );
+    assert_eq!(app.records().await.len(), 2);
+    assert_eq!(app.run_row(run_id).await.records_inserted, 2);
+    assert_eq!(
+        checkpoint(&app).await,
+        Some(next.to_column().expect("json"))
+    );
 }

@@ -22,12 +22,98 @@ pub async fn all_stored_unchanged(
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<bool, DbErr> {
-    let existing = lookup_existing(db, connection, records).await?;
-    Ok(records.iter().all(|record| {
-        existing
-            .get(&record.external_id)
-            .is_some_and(|(_, hash)| *hash == record.content_hash)
-    }))
+    let mut unchanged = 0;
+    for chunk in records.chunks(LOOKUP_CHUNK) {
+        unchanged += match db.get_database_backend() {
+            DbBackend::Sqlite => count_unchanged_sqlite(db, connection, chunk).await?,
+            DbBackend::Postgres => count_unchanged_postgres(db, connection, chunk).await?,
+            _ => {
+                let existing = lookup_existing(db, connection, chunk).await?;
+                chunk
+                    .iter()
+                    .filter(|record| {
+                        existing
+                            .get(&record.external_id)
+                            .is_some_and(|(_, hash)| *hash == record.content_hash)
+                    })
+                    .count() as u64
+            }
+        };
+    }
+    // The page's keys are distinct and the key is unique, so each counts at most once.
+    Ok(unchanged == records.len() as u64)
+}
+
+/// SQLite: how many of `records` are stored with the same hash, counted by the database
+/// from one JSON array of (id, hash) pairs, so one integer comes back instead of the
+/// rows. `CROSS JOIN` keeps the page's pairs the outer loop: each is one probe of the
+/// unique index, whatever the planner thinks of the table's size.
+async fn count_unchanged_sqlite(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<u64, DbErr> {
+    let [user_id, provider, external_id] = record::key_column_names();
+    let sql = format!(
+        "SELECT count(*) AS unchanged FROM json_each(?) AS page CROSS JOIN records AS r \
+         WHERE r.{user_id} = ? AND r.{provider} = ? AND r.{external_id} = page.value ->> 0 \
+         AND r.content_hash = page.value ->> 1"
+    );
+    let pairs: Vec<[&str; 2]> = records
+        .iter()
+        .map(|record| [record.external_id.as_str(), record.content_hash.as_str()])
+        .collect();
+    let pairs = serde_json::to_string(&pairs)
+        .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        sql,
+        [
+            pairs.into(),
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+        ],
+    );
+    count_of(db, statement).await
+}
+
+/// PostgreSQL: as [`count_unchanged_sqlite`], with the pairs as two arrays and each id
+/// one unique-index lookup (see [`lookup_postgres`]).
+async fn count_unchanged_postgres(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<u64, DbErr> {
+    let [user_id, provider, external_id] = record::key_column_names();
+    let sql = format!(
+        "SELECT count(*) AS unchanged \
+         FROM unnest($3::text[], $4::text[]) AS k(external_id, content_hash) \
+         CROSS JOIN LATERAL (SELECT content_hash FROM records WHERE {user_id} = $1 \
+         AND {provider} = $2 AND {external_id} = k.external_id LIMIT 1) AS r \
+         WHERE r.content_hash = k.content_hash"
+    );
+    let column = |field: fn(&Record) -> &String| -> Vec<String> {
+        records.iter().map(|record| field(record).clone()).collect()
+    };
+    let statement = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql,
+        [
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            column(|record| &record.external_id).into(),
+            column(|record| &record.content_hash).into(),
+        ],
+    );
+    count_of(db, statement).await
+}
+
+async fn count_of(db: &DatabaseConnection, statement: sea_orm::Statement) -> Result<u64, DbErr> {
+    let count: i64 = match db.query_one_raw(statement).await? {
+        Some(row) => row.try_get("", "unchanged")?,
+        None => 0,
+    };
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 /// The stored (id, content_hash) of each of the page's keys that already exists.

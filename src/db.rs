@@ -27,9 +27,15 @@ pub enum DbSetupError {
     MissingKeyIndex,
 }
 
+/// After how many pages of WAL a SQLite commit copies them into the database file (about
+/// 40 MB; SQLite's default is 1000). Each such checkpoint syncs the WAL and the database
+/// file to disk, and at the default a first sync spent about a sixth of its time there.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+
 /// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,
-/// and a single pooled connection: SQLite has one writer, and one connection per process
-/// keeps this process's page transactions from waiting on each other's locks.
+/// checkpoints every [`WAL_AUTOCHECKPOINT_PAGES`], and a single pooled connection: SQLite
+/// has one writer, and one connection per process keeps this process's page transactions
+/// from waiting on each other's locks.
 pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, DbSetupError> {
     let mut options = ConnectOptions::new(settings.url.clone());
     options
@@ -42,6 +48,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, 
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
+                .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
         });
     } else {
         options.max_connections(settings.max_connections);

@@ -405,6 +405,47 @@ async fn instances_starting_at_once_migrate_a_fresh_database_exactly_once() {
     );
 }
 
+/// SQLite, whatever backend the suite runs on: the settings every connection gets.
+#[tokio::test]
+async fn a_sqlite_database_is_opened_in_wal_mode_with_infrequent_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = tributary::config::DatabaseSettings {
+        url: format!("sqlite://{}?mode=rwc", dir.path().join("wal.db").display()),
+        max_connections: 4,
+    };
+    let db = tributary::db::connect(&settings).await.expect("connects");
+    let mut pragmas = Vec::new();
+    for pragma in [
+        "journal_mode",
+        "synchronous",
+        "wal_autocheckpoint",
+        "foreign_keys",
+    ] {
+        let row = db
+            .query_one_raw(sea_orm::Statement::from_string(
+                db.get_database_backend(),
+                format!("PRAGMA {pragma}"),
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        let value: String = match row.try_get_by_index::<String>(0) {
+            Ok(text) => text,
+            Err(_) => row.try_get_by_index::<i64>(0).unwrap().to_string(),
+        };
+        pragmas.push((pragma, value));
+    }
+    assert_eq!(
+        pragmas,
+        [
+            ("journal_mode", "wal".to_string()),
+            ("synchronous", "1".to_string()),
+            ("wal_autocheckpoint", "10000".to_string()),
+            ("foreign_keys", "1".to_string()),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_fields() {
     use std::os::unix::net::UnixDatagram;

@@ -33,8 +33,9 @@ pub async fn save_page_bookkeeping(
 ) -> Result<(), DbErr> {
     let backend = txn.get_database_backend();
     if backend == DbBackend::Sqlite {
-        let SqliteBookkeeping { sql, values, rows } = sqlite_statements(page)?;
-        let statement = Statement::from_sql_and_values(backend, sql, values);
+        let SqliteBookkeeping { statements, values } = sqlite_statements(page)?;
+        let rows = statements.len() as u64;
+        let statement = Statement::from_sql_and_values(backend, statements.join("; "), values);
         if txn.execute_raw(statement).await?.rows_affected() != rows {
             return Err(DbErr::RecordNotUpdated);
         }
@@ -78,32 +79,26 @@ pub async fn save_page_bookkeeping(
     Ok(())
 }
 
-/// A page's bookkeeping on SQLite: statements that sqlx runs in turn in one call,
-/// binding each its share of the values, and the rows they change between them.
+/// A page's bookkeeping on SQLite: `UPDATE` statements that must each change one row,
+/// and their values in order. sqlx runs statements joined by `;` in turn in one call,
+/// binding each its share of the values.
 pub(crate) struct SqliteBookkeeping {
-    pub sql: String,
+    /// The run's update, and the connection's when the checkpoint moves.
+    pub statements: Vec<String>,
     pub values: Values,
-    /// One row per statement: the run's, and the connection's when the checkpoint moves.
-    pub rows: u64,
 }
 
 /// The statements of a page's bookkeeping on SQLite.
 pub(crate) fn sqlite_statements(page: &PageBookkeeping<'_>) -> Result<SqliteBookkeeping, DbErr> {
     let (run_sql, mut values) = counts_update(page).build(SqliteQueryBuilder);
-    let Some(checkpoint) = page.checkpoint else {
-        return Ok(SqliteBookkeeping {
-            sql: run_sql,
-            values,
-            rows: 1,
-        });
-    };
-    let (next_sql, next_values) = checkpoint_update(page, checkpoint)?.build(SqliteQueryBuilder);
-    values.0.extend(next_values.0);
-    Ok(SqliteBookkeeping {
-        sql: format!("{run_sql}; {next_sql}"),
-        values,
-        rows: 2,
-    })
+    let mut statements = vec![run_sql];
+    if let Some(checkpoint) = page.checkpoint {
+        let (next_sql, next_values) =
+            checkpoint_update(page, checkpoint)?.build(SqliteQueryBuilder);
+        statements.push(next_sql);
+        values.0.extend(next_values.0);
+    }
+    Ok(SqliteBookkeeping { statements, values })
 }
 
 /// `UPDATE connections SET checkpoint, updated_at WHERE id = connection_id`.

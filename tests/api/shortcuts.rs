@@ -188,9 +188,10 @@ async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
 
 /// A page guessed new goes in one batch on SQLite and one transaction elsewhere; either
 /// way, when the run's row is gone the page fails with nothing written, and the same page
-/// under its own run is stored with its counters and checkpoint.
+/// under its own run is stored with its counters and checkpoint; once the connection is
+/// removed, the next page fails the same way.
 #[tokio::test]
-async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
+async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing() {
     let app = spawn_app().await;
     app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
@@ -202,17 +203,16 @@ async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
     let run_id = start_run(&app.db, &connection, Trigger::Manual)
         .await
         .expect("run");
-    let page = || {
-        ["a", "b"]
-            .map(|id| {
-                let payload = format!(r#"{{"id":"{id}"}}"#);
-                PageItem::Record(Record {
-                    external_id: id.to_string(),
-                    content_hash: sha256_hex(payload.as_bytes()),
-                    payload,
-                })
+    let page = |ids: [&str; 2]| {
+        ids.map(|id| {
+            let payload = format!(r#"{{"id":"{id}"}}"#);
+            PageItem::Record(Record {
+                external_id: id.to_string(),
+                content_hash: sha256_hex(payload.as_bytes()),
+                payload,
             })
-            .to_vec()
+        })
+        .to_vec()
     };
     let next = Checkpoint {
         position: PagePosition::Cursor {
@@ -231,7 +231,13 @@ async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
     };
 
     let mut totals = RunCounts::default();
-    let gone = store_page(&app.db, &context(run_id + 1000), page(), &mut totals).await;
+    let gone = store_page(
+        &app.db,
+        &context(run_id + 1000),
+        page(["a", "b"]),
+        &mut totals,
+    )
+    .await;
     assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
     assert!(app.records().await.is_empty(), "no record written");
     assert_eq!(totals, RunCounts::default());
@@ -248,7 +254,7 @@ async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
     };
     assert_eq!(checkpoint(&app).await, None, "the checkpoint did not move");
 
-    let stored = store_page(&app.db, &context(run_id), page(), &mut totals)
+    let stored = store_page(&app.db, &context(run_id), page(["a", "b"]), &mut totals)
         .await
         .expect("stored");
     assert_eq!(
@@ -261,4 +267,16 @@ async fn a_page_guessed_new_of_a_run_that_is_gone_writes_nothing() {
         checkpoint(&app).await,
         Some(next.to_column().expect("json"))
     );
+
+    // The connection removed meanwhile (`connections remove`): the next page fails too.
+    connection::Entity::delete_by_id(connection.id)
+        .exec(&app.db)
+        .await
+        .expect("removed");
+    let before = totals;
+    let gone = store_page(&app.db, &context(run_id), page(["c", "d"]), &mut totals).await;
+    assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
+    assert_eq!(app.records().await.len(), 2, "no record written");
+    assert_eq!(totals, before);
+    assert_eq!(app.run_row(run_id).await.records_inserted, 2);
 }

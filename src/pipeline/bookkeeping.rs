@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{
     Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, SqliteQueryBuilder,
-    UpdateStatement, Values, WithClause,
+    UpdateStatement, Value, Values, WithClause,
 };
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 
@@ -101,19 +101,24 @@ pub(crate) fn sqlite_statements(page: &PageBookkeeping<'_>) -> Result<SqliteBook
     Ok(SqliteBookkeeping { statements, values })
 }
 
+/// The `connections.checkpoint` value: the next page's position as JSON, or `NULL` after
+/// the last page.
+pub(crate) fn checkpoint_column(checkpoint: Option<&Checkpoint>) -> Result<Option<String>, DbErr> {
+    checkpoint
+        .map(|checkpoint| {
+            checkpoint
+                .to_column()
+                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))
+        })
+        .transpose()
+}
+
 /// `UPDATE connections SET checkpoint, updated_at WHERE id = connection_id`.
 fn checkpoint_update(
     page: &PageBookkeeping<'_>,
     checkpoint: Option<&Checkpoint>,
 ) -> Result<UpdateStatement, DbErr> {
-    let checkpoint = match checkpoint {
-        Some(checkpoint) => Some(
-            checkpoint
-                .to_column()
-                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))?,
-        ),
-        None => None,
-    };
+    let checkpoint = checkpoint_column(checkpoint)?;
     Ok(Query::update()
         .table(connection::Entity)
         .value(connection::Column::Checkpoint, checkpoint)
@@ -124,37 +129,46 @@ fn checkpoint_update(
 
 /// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.
 fn counts_update(page: &PageBookkeeping<'_>) -> UpdateStatement {
-    let counts = page.counts;
     Query::update()
         .table(sync_run::Entity)
-        .values([
-            (
-                sync_run::Column::PagesFetched,
-                to_db(counts.pages_fetched).into(),
-            ),
-            (
-                sync_run::Column::RecordsFetched,
-                to_db(counts.fetched).into(),
-            ),
-            (
-                sync_run::Column::RecordsInserted,
-                to_db(counts.inserted).into(),
-            ),
-            (
-                sync_run::Column::RecordsUpdated,
-                to_db(counts.updated).into(),
-            ),
-            (
-                sync_run::Column::RecordsUnchanged,
-                to_db(counts.unchanged).into(),
-            ),
-            (
-                sync_run::Column::RecordsDuplicate,
-                to_db(counts.duplicate).into(),
-            ),
-            (sync_run::Column::RecordsFailed, to_db(counts.failed).into()),
-            (sync_run::Column::HeartbeatAt, page.now.into()),
-        ])
+        .values(
+            counter_values(page)
+                .into_iter()
+                .map(|(column, value)| (column, Expr::val(value))),
+        )
         .and_where(sync_run::Column::Id.eq(page.run_id))
         .to_owned()
+}
+
+/// The run's columns a page sets: its counters and its heartbeat.
+pub(crate) fn counter_values(page: &PageBookkeeping<'_>) -> Vec<(sync_run::Column, Value)> {
+    let counts = page.counts;
+    vec![
+        (
+            sync_run::Column::PagesFetched,
+            to_db(counts.pages_fetched).into(),
+        ),
+        (
+            sync_run::Column::RecordsFetched,
+            to_db(counts.fetched).into(),
+        ),
+        (
+            sync_run::Column::RecordsInserted,
+            to_db(counts.inserted).into(),
+        ),
+        (
+            sync_run::Column::RecordsUpdated,
+            to_db(counts.updated).into(),
+        ),
+        (
+            sync_run::Column::RecordsUnchanged,
+            to_db(counts.unchanged).into(),
+        ),
+        (
+            sync_run::Column::RecordsDuplicate,
+            to_db(counts.duplicate).into(),
+        ),
+        (sync_run::Column::RecordsFailed, to_db(counts.failed).into()),
+        (sync_run::Column::HeartbeatAt, page.now.into()),
+    ]
 }

@@ -57,6 +57,11 @@ impl StatementLimits {
             _ => below_one_tls_record,
         }
     }
+
+    /// Whether a page may go as one statement, however large.
+    pub fn whole_pages(&self) -> bool {
+        self.bytes == usize::MAX
+    }
 }
 
 /// What inserting a page's new records did.
@@ -235,6 +240,18 @@ async fn insert_rows_postgres(
     records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
+    let (sql, values) = postgres_insert(context, records, now);
+    let statement = sea_orm::Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+    Ok(db.execute_raw(statement).await?.rows_affected())
+}
+
+/// The `unnest` insert of [`insert_rows_postgres`] and its values `$1` to `$7`: the user,
+/// the provider, the run, the time, and the ids, payloads and hashes as arrays.
+pub(crate) fn postgres_insert(
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> (String, Vec<sea_orm::Value>) {
     let [user_id, provider, external_id] = record::key_column_names();
     let sql = format!(
         "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
@@ -246,18 +263,14 @@ async fn insert_rows_postgres(
     let column = |field: fn(&Record) -> &String| -> Vec<String> {
         records.iter().map(|record| field(record).clone()).collect()
     };
-    let statement = sea_orm::Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        sql,
-        [
-            context.connection.user_id.as_str().into(),
-            context.connection.provider.as_str().into(),
-            context.run_id.into(),
-            now.into(),
-            column(|record| &record.external_id).into(),
-            column(|record| &record.payload).into(),
-            column(|record| &record.content_hash).into(),
-        ],
-    );
-    Ok(db.execute_raw(statement).await?.rows_affected())
+    let values = vec![
+        context.connection.user_id.as_str().into(),
+        context.connection.provider.as_str().into(),
+        context.run_id.into(),
+        now.into(),
+        column(|record| &record.external_id).into(),
+        column(|record| &record.payload).into(),
+        column(|record| &record.content_hash).into(),
+    ];
+    (sql, values)
 }

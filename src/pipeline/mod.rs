@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod credential_store;
 pub mod insert;
 pub mod lookup;
+mod postgres_batch;
 pub mod run;
 mod sqlite_batch;
 pub mod store;

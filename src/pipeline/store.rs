@@ -24,6 +24,7 @@ use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
 use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
+use crate::pipeline::postgres_batch;
 use crate::pipeline::run::RunCounts;
 use crate::pipeline::sqlite_batch::NewPageBatch;
 use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
@@ -282,6 +283,27 @@ impl PageWrite<'_> {
                 now,
             )?;
             if !batch.write(db).await? {
+                return Ok(None);
+            }
+            *totals = after;
+            return Ok(Some(counts));
+        }
+        let one_statement = db.get_database_backend() == DbBackend::Postgres
+            && self.limits.whole_pages()
+            && !self.context.leave_checkpoint;
+        if one_statement {
+            counts.inserted += self.records.len() as u64;
+            let after = self.totals_after(totals, &counts);
+            let stored = postgres_batch::write_new_page(
+                db,
+                self.context,
+                self.records,
+                &self.bookkeeping(&after, now),
+                self.context.next_checkpoint,
+                now,
+            )
+            .await?;
+            if !stored {
                 return Ok(None);
             }
             *totals = after;

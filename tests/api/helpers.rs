@@ -75,6 +75,20 @@ pub async fn scratch_database_url(dir: &std::path::Path) -> String {
 
 /// Starts a wiremock server and opens a fresh, migrated database (see [`backend`]).
 pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|url| url).await
+}
+
+/// [`spawn_app`] connecting to PostgreSQL with `sslmode=disable`, where an all-new page
+/// goes in as one statement (elsewhere the same as `spawn_app`).
+pub async fn spawn_app_without_tls() -> TestApp {
+    spawn_app_with(|url| match backend() {
+        Backend::Postgres => format!("{url}?sslmode=disable"),
+        _ => url,
+    })
+    .await
+}
+
+async fn spawn_app_with(database_url: impl FnOnce(String) -> String) -> TestApp {
     TRACING.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {
             let _ = tracing_subscriber::fmt()
@@ -84,7 +98,7 @@ pub async fn spawn_app() -> TestApp {
         }
     });
     let dir = tempfile::tempdir().expect("temp dir");
-    let database_url = scratch_database_url(dir.path()).await;
+    let database_url = database_url(scratch_database_url(dir.path()).await);
     let db = tributary::db::connect_and_migrate(&DatabaseSettings {
         url: database_url.clone(),
         max_connections: 4,

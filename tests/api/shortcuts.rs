@@ -19,7 +19,9 @@ use serde_json::json;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
+use crate::helpers::{
+    cursor_provider, mount_cursor_listing, spawn_app, spawn_app_without_tls, TestApp,
+};
 
 const PAGES: usize = 5;
 const PER_PAGE: usize = 3;
@@ -122,7 +124,16 @@ async fn a_long_unchanged_run_still_commits_its_progress_every_second() {
 /// as if no guess had been made.
 #[tokio::test]
 async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
-    let app = spawn_app().await;
+    guessed_new_but_not(spawn_app().await).await;
+}
+
+/// The same, where an all-new page goes in as one statement (PostgreSQL without TLS).
+#[tokio::test]
+async fn a_page_guessed_new_that_is_not_is_written_the_usual_way_without_tls() {
+    guessed_new_but_not(spawn_app_without_tls().await).await;
+}
+
+async fn guessed_new_but_not(app: TestApp) {
     app.refuse_inserts_of("poison", "poison refused by the database")
         .await;
     let pages = [
@@ -192,7 +203,16 @@ async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
 /// removed, the next page fails the same way.
 #[tokio::test]
 async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing() {
-    let app = spawn_app().await;
+    guessed_new_with_rows_gone(spawn_app().await).await;
+}
+
+/// The same, where an all-new page goes in as one statement (PostgreSQL without TLS).
+#[tokio::test]
+async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing_without_tls() {
+    guessed_new_with_rows_gone(spawn_app_without_tls().await).await;
+}
+
+async fn guessed_new_with_rows_gone(app: TestApp) {
     app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
     let connection = connection::Entity::find()

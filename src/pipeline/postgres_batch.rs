@@ -20,7 +20,6 @@
 //! and reports every record as if this had not been tried. (The condition comes from the
 //! `WITH` queries, so the planner cannot fold the division into a constant and fail early.)
 
-use chrono::{DateTime, Utc};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityName, IdenStatic, Statement, Value,
 };
@@ -28,23 +27,23 @@ use tributary_providers::Record;
 
 use crate::entities::{connection, sync_run};
 use crate::pipeline::bookkeeping::{checkpoint_column, counter_values, PageBookkeeping};
-use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::postgres_insert;
 use crate::pipeline::store::PageContext;
 
 /// Stores `records`, all of them new, with the page's bookkeeping in one statement:
 /// `true` when the page is stored, `false` when nothing was written and the page must be
-/// written the usual way. `bookkeeping.checkpoint` must move the checkpoint (`Some`).
+/// written the usual way (as it must when the page leaves the checkpoint as it is).
 pub(crate) async fn write_new_page(
     db: &DatabaseConnection,
     context: &PageContext<'_>,
     records: &[Record],
     bookkeeping: &PageBookkeeping<'_>,
-    checkpoint: Option<&Checkpoint>,
-    now: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
+    let Some(checkpoint) = bookkeeping.checkpoint else {
+        return Ok(false);
+    };
     let records: Vec<&Record> = records.iter().collect();
-    let (insert_sql, mut values) = postgres_insert(context, &records, now);
+    let (insert_sql, mut values) = postgres_insert(context, &records, bookkeeping.now);
     let mut parameter = |value: Value| {
         values.push(value);
         format!("${}", values.len())

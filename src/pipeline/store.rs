@@ -262,10 +262,12 @@ impl PageWrite<'_> {
         self.finish(txn, counts, rejected, totals, now).await
     }
 
-    /// The page as all new: one insert and the bookkeeping, without a lookup. `None`
-    /// (with the transaction rolled back) when any row was not inserted, whether it
-    /// existed or the database refused it: the caller then writes the page the usual way,
-    /// which decides and counts each record exactly as if this had not been tried.
+    /// The page as all new: one insert and the bookkeeping, without a lookup, in one
+    /// round trip on SQLite (`sqlite_batch.rs`) and on PostgreSQL without TLS
+    /// (`postgres_batch.rs`), in a transaction elsewhere. `None`, with nothing written,
+    /// when any row was not inserted, whether it existed or the database refused it: the
+    /// caller then writes the page the usual way, which decides and counts each record
+    /// exactly as if this had not been tried.
     async fn write_all_new(
         &self,
         db: &DatabaseConnection,
@@ -288,6 +290,8 @@ impl PageWrite<'_> {
             *totals = after;
             return Ok(Some(counts));
         }
+        // Without TLS a page may be one statement; a replay leaves the checkpoint alone
+        // and takes the transaction below.
         let one_statement = db.get_database_backend() == DbBackend::Postgres
             && self.limits.whole_pages()
             && !self.context.leave_checkpoint;
@@ -299,8 +303,6 @@ impl PageWrite<'_> {
                 self.context,
                 self.records,
                 &self.bookkeeping(&after, now),
-                self.context.next_checkpoint,
-                now,
             )
             .await?;
             if !stored {

@@ -60,12 +60,16 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, 
     // Opening a fresh SQLite file switches it to WAL, which needs the file to itself:
     // SQLite answers a second process doing the same with "database is locked" at once,
     // without waiting out the busy timeout. The setup lock file makes them take turns.
+    // Where it cannot be created (a folder this user may only read), SQLite could not
+    // create the database or its WAL there either, so there is no race to prevent.
     let _guard = match sqlite_file(&settings.url) {
-        Some(file) => Some(
-            lock_file_blocking(&file, SETUP_LOCK)
-                .await
-                .map_err(|error| failed(DbErr::Custom(format!("locking for setup: {error}"))))?,
-        ),
+        Some(file) => match lock_file_blocking(&file, SETUP_LOCK).await {
+            Ok(guard) => Some(guard),
+            Err(error) => {
+                tracing::debug!(%error, "Opening the database without the setup lock file.");
+                None
+            }
+        },
         None => None,
     };
     Database::connect(options).await.map_err(failed)

@@ -5,10 +5,14 @@
 //! kind = "stripe"
 //! # base_url = "https://api.stripe.com"
 //! # limit = 100
+//! # api_version = "2025-03-31.basil"
 //! ```
 //!
 //! - The connection's token is the secret (or restricted) API key, sent as
 //!   `Authorization: Bearer sk_...`.
+//! - `api_version`, when set, is sent as `Stripe-Version`, so the charges keep the shape of
+//!   that version whatever the account's default version becomes; without it, Stripe
+//!   answers in the account's default version.
 //! - Pages are Stripe's list objects (`{"object": "list", "data": [...], "has_more": ...}`),
 //!   continued with `starting_after` = the last charge's id while `has_more` is true.
 //! - Incremental: `created[gte]` is the connection's watermark, the largest `created` seen
@@ -20,7 +24,7 @@
 #[cfg(test)]
 mod tests;
 
-use reqwest::header::{HeaderMap, AUTHORIZATION};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -42,6 +46,10 @@ pub struct StripeConfig {
     /// Charges per page (`limit`), 1 to 100. Default 100.
     #[serde(default = "default_limit")]
     pub limit: u32,
+    /// The API version to pin (`Stripe-Version`), e.g. `"2025-03-31.basil"`. Default: the
+    /// account's default version.
+    #[serde(default)]
+    pub api_version: Option<String>,
 }
 
 fn default_base_url() -> Url {
@@ -57,6 +65,7 @@ impl Default for StripeConfig {
         StripeConfig {
             base_url: default_base_url(),
             limit: default_limit(),
+            api_version: None,
         }
     }
 }
@@ -71,8 +80,33 @@ impl StripeConfig {
                 self.limit
             ));
         }
+        if let Some(version) = &self.api_version {
+            if !is_api_version(version) {
+                return Err(format!(
+                    "api_version must be a Stripe API version such as \"2024-06-20\" or \
+                     \"2025-03-31.basil\", not {version:?}"
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether `text` has the shape of a Stripe API version: a date (`2024-06-20`), perhaps
+/// followed by a release name (`.basil`).
+fn is_api_version(text: &str) -> bool {
+    let (date, name) = match text.split_once('.') {
+        Some((date, name)) => (date, Some(name)),
+        None => (text, None),
+    };
+    let date_shaped = date.len() == 10
+        && date.char_indices().all(|(index, c)| match index {
+            4 | 7 => c == '-',
+            _ => c.is_ascii_digit(),
+        });
+    let name_shaped =
+        name.is_none_or(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase()));
+    date_shaped && name_shaped
 }
 
 /// The adapter for one `kind = "stripe"` provider.
@@ -134,6 +168,12 @@ impl StripeProvider {
         let url = self.page_url(context, starting_after)?;
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, adapter::bearer("stripe", token)?);
+        if let Some(version) = &self.config.api_version {
+            let version = HeaderValue::from_str(version).map_err(|_| FetchError::Client {
+                message: format!("api_version {version:?} cannot be sent as a header"),
+            })?;
+            headers.insert("stripe-version", version);
+        }
         let response = self
             .client
             .get_json_with(url, headers, &StripePolicy)

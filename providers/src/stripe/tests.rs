@@ -315,6 +315,41 @@ async fn bodies_that_are_not_stripe_lists_are_shape_errors() {
     );
 }
 
+#[tokio::test]
+async fn a_pinned_api_version_is_sent_as_stripe_version_on_every_page() {
+    let server = MockServer::start().await;
+    charges()
+        .and(header("stripe-version", "2025-03-31.basil"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(list(vec![charge("ch_1", 1)], false)),
+        )
+        .expect(2)
+        .mount(&server)
+        .await;
+    let pinned = StripeProvider::new(
+        StripeConfig {
+            base_url: server.uri().parse().unwrap(),
+            api_version: Some("2025-03-31.basil".to_string()),
+            ..StripeConfig::default()
+        },
+        fast_client(),
+    );
+    let page = fetch(&pinned, None).await.unwrap();
+    assert_eq!(ids(&page.items), ["ch_1"]);
+    fetch(&pinned, None).await.unwrap();
+
+    // Unpinned, no header: Stripe answers in the account's default version.
+    let unpinned_server = MockServer::start().await;
+    charges()
+        .respond_with(ResponseTemplate::new(200).set_body_json(list(Vec::new(), false)))
+        .mount(&unpinned_server)
+        .await;
+    fetch(&provider(&unpinned_server), None).await.unwrap();
+    let requests = unpinned_server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 1);
+    assert!(!requests[0].headers.contains_key("stripe-version"));
+}
+
 #[test]
 fn config_defaults_ranges_and_unknown_keys() {
     let table: toml::Table = toml::from_str("kind = \"stripe\"").unwrap();
@@ -338,4 +373,26 @@ fn config_defaults_ranges_and_unknown_keys() {
     }
     let error = parse("limt = 10").unwrap_err().to_string();
     assert!(error.contains("unknown field `limt`"), "{error}");
+    for version in ["2024-06-20", "2025-03-31.basil"] {
+        let config = parse(&format!("api_version = {version:?}")).unwrap();
+        config.validate().unwrap();
+    }
+    for version in [
+        "",
+        "latest",
+        "2024-6-20",
+        "2024-06-20.",
+        "2024-06-20.Basil",
+        "2024-06-20\n",
+    ] {
+        let error = parse(&format!("api_version = {version:?}"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.contains("api_version must be a Stripe API version")
+                && error.contains(&format!("{version:?}")),
+            "{error}"
+        );
+    }
 }

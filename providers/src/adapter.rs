@@ -207,13 +207,14 @@ pub(crate) fn array_page_by_id(
     Ok(page_by_id(&records, watermark_field, next))
 }
 
-/// Reads a page body on tokio's blocking pool (see [`crate::http::off_thread`]): finding
-/// the records, keying and hashing them is the CPU-bound part of a fetch.
-pub(crate) async fn read_off_thread<T: Send + 'static>(
-    body: Box<RawValue>,
-    read: impl FnOnce(&RawValue) -> Result<T, FetchError> + Send + 'static,
+/// Reads a page (its body, or the whole response) on tokio's blocking pool (see
+/// [`crate::http::off_thread`]): finding the records, keying and hashing them is the
+/// CPU-bound part of a fetch.
+pub(crate) async fn read_off_thread<B: Send + 'static, T: Send + 'static>(
+    page: B,
+    read: impl FnOnce(&B) -> Result<T, FetchError> + Send + 'static,
 ) -> Result<T, FetchError> {
-    crate::http::off_thread(move || read(&body))
+    crate::http::off_thread(move || read(&page))
         .await
         .unwrap_or_else(|| {
             Err(FetchError::Client {

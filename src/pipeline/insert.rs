@@ -3,9 +3,10 @@
 //! savepoints that keeps one bad record from costing the rest.
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, PaginatorTrait, QueryFilter, Set, TransactionTrait,
+    EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
 };
 use tributary_providers::{Record, RejectedRecord};
 
@@ -194,26 +195,16 @@ async fn insert_rows(
     if db.get_database_backend() == DbBackend::Postgres {
         return insert_rows_postgres(db, context, records, now).await;
     }
-    let rows = records.iter().map(|record| record::ActiveModel {
-        user_id: Set(context.connection.user_id.clone()),
-        provider: Set(context.connection.provider.clone()),
-        external_id: Set(record.external_id.clone()),
-        payload: Set(record.payload.clone()),
-        content_hash: Set(record.content_hash.clone()),
-        first_seen_run_id: Set(context.run_id),
-        last_seen_run_id: Set(context.run_id),
-        created_at: Set(now),
-        updated_at: Set(now),
-        ..Default::default()
-    });
-    let result = record::Entity::insert_many(rows)
-        .on_conflict_do_nothing_on(record::KEY_COLUMNS)
-        .exec_without_returning(db)
-        .await?;
-    let affected = match result {
-        sea_orm::TryInsertResult::Inserted(rows) => rows,
-        sea_orm::TryInsertResult::Empty | sea_orm::TryInsertResult::Conflicted => 0,
+    let Some(mut insert) = records_insert(context, records, now)? else {
+        return Ok(0);
     };
+    // On MySQL, which has no DO NOTHING, sea-query writes `ON DUPLICATE KEY UPDATE id = id`.
+    insert.on_conflict(
+        OnConflict::columns(record::KEY_COLUMNS)
+            .do_nothing_on([record::Column::Id])
+            .to_owned(),
+    );
+    let affected = db.execute(&insert).await?.rows_affected();
     if db.get_database_backend() != DbBackend::MySql {
         return Ok(affected);
     }
@@ -229,6 +220,46 @@ async fn insert_rows(
         .count(db)
         .await?;
     Ok(ours)
+}
+
+/// `INSERT INTO records (...) VALUES (...), ...` with one row per record, first seen by
+/// the page's run at `now`, without a conflict clause; `None` for no records.
+pub(crate) fn records_insert(
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<Option<InsertStatement>, DbErr> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let mut insert = Query::insert();
+    insert.into_table(record::Entity).columns([
+        record::Column::UserId,
+        record::Column::Provider,
+        record::Column::ExternalId,
+        record::Column::Payload,
+        record::Column::ContentHash,
+        record::Column::FirstSeenRunId,
+        record::Column::LastSeenRunId,
+        record::Column::CreatedAt,
+        record::Column::UpdatedAt,
+    ]);
+    for record in records {
+        insert
+            .values([
+                context.connection.user_id.as_str().into(),
+                context.connection.provider.as_str().into(),
+                record.external_id.as_str().into(),
+                record.payload.as_str().into(),
+                record.content_hash.as_str().into(),
+                context.run_id.into(),
+                context.run_id.into(),
+                now.into(),
+                now.into(),
+            ])
+            .map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+    }
+    Ok(Some(insert))
 }
 
 /// PostgreSQL: the rows go in as three arrays (`unnest`), so the statement has seven

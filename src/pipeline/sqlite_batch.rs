@@ -26,14 +26,14 @@
 //! leave the pooled connection inside an open transaction.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Query, SqliteQueryBuilder, Values};
+use sea_orm::sea_query::{SqliteQueryBuilder, Values};
 use sea_orm::sqlx::{self, SqlitePool};
 use sea_orm::{DatabaseConnection, DbErr};
 use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
-use crate::entities::record;
 use crate::pipeline::bookkeeping::{sqlite_statements, PageBookkeeping};
+use crate::pipeline::insert::records_insert;
 use crate::pipeline::store::PageContext;
 
 /// A table of this connection's own (SQLite's `temp` schema) that takes a row only when
@@ -57,37 +57,17 @@ impl NewPageBatch {
         bookkeeping: &PageBookkeeping<'_>,
         now: DateTime<Utc>,
     ) -> Result<NewPageBatch, DbErr> {
-        let mut insert = Query::insert();
-        insert.into_table(record::Entity).columns([
-            record::Column::UserId,
-            record::Column::Provider,
-            record::Column::ExternalId,
-            record::Column::Payload,
-            record::Column::ContentHash,
-            record::Column::FirstSeenRunId,
-            record::Column::LastSeenRunId,
-            record::Column::CreatedAt,
-            record::Column::UpdatedAt,
-        ]);
-        for record in records {
-            insert
-                .values([
-                    context.connection.user_id.as_str().into(),
-                    context.connection.provider.as_str().into(),
-                    record.external_id.as_str().into(),
-                    record.payload.as_str().into(),
-                    record.content_hash.as_str().into(),
-                    context.run_id.into(),
-                    context.run_id.into(),
-                    now.into(),
-                    now.into(),
-                ])
-                .map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+        let records: Vec<&Record> = records.iter().collect();
+        let mut sql = format!("{GUARD_TABLE}; BEGIN IMMEDIATE");
+        let mut values = Values(Vec::new());
+        // An empty page (the end of a listing paged until empty) writes its bookkeeping only.
+        if let Some(insert) = records_insert(context, &records, now)? {
+            let (insert_sql, insert_values) = insert.build(SqliteQueryBuilder);
+            sql.push_str(&format!("; {insert_sql}"));
+            values = insert_values;
         }
-        let (insert_sql, mut values) = insert.build(SqliteQueryBuilder);
         let bookkeeping = sqlite_statements(bookkeeping)?;
         values.0.extend(bookkeeping.values.0);
-        let mut sql = format!("{GUARD_TABLE}; BEGIN IMMEDIATE; {insert_sql}");
         for update in &bookkeeping.statements {
             sql.push_str(&format!("; {update}; {GUARD}"));
         }

@@ -71,20 +71,16 @@ impl RestProvider {
         let records_path = self.config.records_path.clone().unwrap_or_default();
         let id_spec = self.id_spec.clone();
         let position = position.cloned();
-        let read = move || {
+        crate::adapter::read_off_thread(response, move |response| {
             read_page(
-                &response,
+                response,
                 &records_path,
                 &pagination,
                 position.as_ref(),
                 &id_spec,
             )
-        };
-        crate::http::off_thread(read).await.unwrap_or_else(|| {
-            Err(FetchError::Client {
-                message: "the runtime is shutting down".to_string(),
-            })
         })
+        .await
     }
 
     /// `Accept`, the static headers, then the token as `auth` says. Values are marked

@@ -27,7 +27,7 @@ use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
 use crate::pipeline::postgres_batch;
 use crate::pipeline::run::RunCounts;
 use crate::pipeline::sqlite_batch::NewPageBatch;
-use crate::pipeline::update::{update_batch, update_one, ChangedRecord};
+use crate::pipeline::update::{update_batch, ChangedRecord};
 
 /// What the store needs to know about the page being stored.
 pub struct PageContext<'a> {
@@ -245,8 +245,9 @@ impl PageWrite<'_> {
             Mode::Careful => {
                 for changed in changed_records {
                     let savepoint = txn.begin().await?;
-                    match update_one(&savepoint, context.run_id, changed, now).await {
-                        Ok(()) => {
+                    let one = std::slice::from_ref(&changed);
+                    match update_batch(&savepoint, context.run_id, one, now, self.limits).await {
+                        Ok(_) => {
                             savepoint.commit().await?;
                             counts.updated += 1;
                         }

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{CaseStatement, Expr};
-use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use tributary_providers::Record;
 
 use crate::entities::record;
@@ -14,9 +14,10 @@ pub type ChangedRecord<'r> = (i64, &'r Record);
 
 /// Rewrites every changed record of a page, a chunk per statement (sized like the
 /// inserts, so a statement stays under one TLS record on a server). The first failing
-/// statement fails the whole call; the caller then retries record by record.
+/// statement fails the whole call; the caller then retries record by record, each a
+/// batch of one.
 pub async fn update_batch(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     run_id: i64,
     changed: &[ChangedRecord<'_>],
     now: DateTime<Utc>,
@@ -52,25 +53,4 @@ pub async fn update_batch(
         updated += chunk.len() as u64;
     }
     Ok(updated)
-}
-
-/// Rewrites one record whose content changed.
-pub async fn update_one(
-    db: &impl ConnectionTrait,
-    run_id: i64,
-    (id, record): ChangedRecord<'_>,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    record::Entity::update_many()
-        .col_expr(record::Column::Payload, Expr::value(record.payload.clone()))
-        .col_expr(
-            record::Column::ContentHash,
-            Expr::value(record.content_hash.clone()),
-        )
-        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
-        .col_expr(record::Column::UpdatedAt, Expr::value(now))
-        .filter(record::Column::Id.eq(id))
-        .exec(db)
-        .await?;
-    Ok(())
 }

@@ -8,11 +8,12 @@
 //! not be read) are not replayable: the next sync fetches those pages again.
 
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use serde::Serialize;
 use tributary_providers::PageItem;
 
 use crate::config::Settings;
+use crate::db::DatabasePools;
 use crate::entities::{connection, run_error, sync_run};
 use crate::lease::{claim, release, Holder};
 use crate::pipeline::run::{finish_run, start_run, RunEnd};
@@ -61,7 +62,7 @@ pub struct ReplayReport {
 
 /// Replays the open record-level errors of `run_id`.
 pub async fn replay_run(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
     run_id: i64,
 ) -> Result<ReplayReport, ReplayError> {
@@ -127,7 +128,7 @@ pub async fn replay_run(
 }
 
 async fn replay_records(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     connection: &connection::Model,
     provider_settings: &crate::config::ProviderSettings,
     id_spec: &tributary_providers::IdSpec,

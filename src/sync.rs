@@ -8,6 +8,7 @@ use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, 
 use tributary_providers::{build_provider, FetchError, Provider};
 
 use crate::config::{ProviderSettings, Settings};
+use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::{claim, release, renew, Holder};
 use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
@@ -68,7 +69,7 @@ pub struct LeaseSettings {
 /// synced one after the other; each provider's connections run up to
 /// `max_concurrent_connections` at a time.
 pub async fn sync_matching(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
     filter: &SyncFilter,
     options: &RunOptions,
@@ -141,7 +142,7 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError
 /// Syncs the given connections of one provider, bounded by its `max_concurrent_connections`,
 /// each under its lease.
 pub async fn sync_provider(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &ProviderSettings,
     provider: &dyn Provider,
     connections: Vec<connection::Model>,
@@ -183,7 +184,7 @@ enum Leased {
 /// Claims the connection's lease, runs it while renewing the lease, and releases it. A
 /// lost lease (taken over after it expired) interrupts the run between pages.
 async fn sync_leased(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     provider: &dyn Provider,
     settings: &ProviderSettings,
     connection: &connection::Model,

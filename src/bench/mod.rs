@@ -18,10 +18,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::ConnectionTrait;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{redact_url, Settings};
+use crate::db::DatabasePools;
 use crate::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus, Trigger};
 use crate::sync::{sync_matching, SyncFilter};
 use emulator::{Dataset, Emulator, TOKEN_PREFIX};
@@ -326,7 +327,7 @@ fn backend_of(url: &str) -> &'static str {
 }
 
 async fn run_phase(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
     emulator: &Emulator,
     options: &ScaleOptions,

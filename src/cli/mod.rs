@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Settings;
+use crate::db::DatabasePools;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
 use crate::sync::{sync_matching, SyncFilter};
 
@@ -377,14 +378,14 @@ async fn shutdown_signal() {
 }
 
 /// [`open`], for commands that write records: refuses a table without the unique index.
-async fn open_for_writing(settings: &Settings) -> anyhow::Result<sea_orm::DatabaseConnection> {
+async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
     let db = open(settings).await?;
     crate::db::require_key_index(&db).await?;
     Ok(db)
 }
 
 /// Connects, migrates and loads the configured connections.
-async fn open(settings: &Settings) -> anyhow::Result<sea_orm::DatabaseConnection> {
+async fn open(settings: &Settings) -> anyhow::Result<DatabasePools> {
     let db = crate::db::connect_and_migrate(&settings.database).await?;
     crate::db::upsert_configured_connections(&db, settings)
         .await

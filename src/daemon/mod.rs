@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use sea_orm::DatabaseConnection;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tributary_providers::Provider;
 
 use crate::config::{ProviderSettings, Settings};
+use crate::db::DatabasePools;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::{NoProgress, RunOptions, Trigger};
 use crate::sync::{build, enabled_connections, sync_provider, LeaseSettings, SyncFilter};
@@ -32,7 +32,7 @@ const KEY_SWEEP_SCHEDULE: &str = "0 */10 * * * *";
 
 /// Everything one firing needs, shared by all firings of one provider.
 struct ProviderJob {
-    db: DatabaseConnection,
+    db: DatabasePools,
     settings: ProviderSettings,
     provider: Box<dyn Provider>,
     lease: LeaseSettings,
@@ -43,7 +43,7 @@ struct ProviderJob {
 /// configured connections loaded.
 pub async fn run(
     settings: Settings,
-    db: DatabaseConnection,
+    db: DatabasePools,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
@@ -133,7 +133,7 @@ pub async fn run(
             let metrics = crate::telemetry::install_prometheus()
                 .map_err(|error| anyhow::anyhow!("installing the metrics recorder: {error}"))?;
             let state = endpoints::EndpointState {
-                db: db.clone(),
+                db: db.main().clone(),
                 metrics,
                 scheduling: scheduling.clone(),
             };

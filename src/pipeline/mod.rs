@@ -22,13 +22,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sea_orm::{DatabaseConnection, DbErr};
+use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider, Watermark};
 
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
 use crate::entities::connection;
 
 pub use checkpoint::Checkpoint;
@@ -101,7 +102,7 @@ enum RunFault {
 /// Returns `Err` only when the run could not be recorded at all (the database is down);
 /// every other failure is in the returned outcome's status and error.
 pub async fn sync_connection(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     provider: &dyn Provider,
     settings: &ProviderSettings,
     connection: &connection::Model,
@@ -270,7 +271,7 @@ struct Walk<'a> {
 /// watermark of the pages committed.
 #[allow(clippy::too_many_arguments)]
 async fn fetch_and_store(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     provider: &dyn Provider,
     settings: &ProviderSettings,
     connection: &connection::Model,

@@ -19,6 +19,7 @@ use sea_orm::{
 };
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
+use crate::db::DatabasePools;
 use crate::entities::{connection, run_error};
 use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
@@ -94,7 +95,7 @@ pub struct PageStoreCounts {
 /// update, so only the records the database refuses are set aside. A page like the one
 /// before may first take a shortcut (see [`PageExpectation`]).
 pub async fn store_page(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     context: &PageContext<'_>,
     items: Vec<PageItem>,
     totals: &mut RunCounts,
@@ -115,7 +116,7 @@ pub async fn store_page(
     let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
-        && all_stored_unchanged(db, context.connection, &records).await?
+        && all_stored_unchanged(db.for_reads(), context.connection, &records).await?
     {
         counts.unchanged += records.len() as u64;
         counts.deferred = true;

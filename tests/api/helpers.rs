@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Once;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, QueryOrder, Statement};
+use sea_orm::{ConnectionTrait, EntityTrait, QueryOrder, Statement};
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
 use tributary::entities::{record, run_error, sync_run};
@@ -15,7 +15,7 @@ static TRACING: Once = Once::new();
 
 /// One test's world: a database, a mock API and a folder for files.
 pub struct TestApp {
-    pub db: DatabaseConnection,
+    pub db: tributary::db::DatabasePools,
     pub database_url: String,
     pub api: MockServer,
     pub dir: TempDir,

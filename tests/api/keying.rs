@@ -203,7 +203,9 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
             payload: format!("{{\"id\":\"{id}\",\"late\":true}}"),
             content_hash: "0".repeat(64),
         });
-        let txn = sea_orm::TransactionTrait::begin(&app.db).await.unwrap();
+        let txn = sea_orm::TransactionTrait::begin(app.db.main())
+            .await
+            .unwrap();
         let outcome = insert_new(&txn, &context, stale.to_vec(), chrono::Utc::now(), limits)
             .await
             .unwrap();

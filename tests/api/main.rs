@@ -18,6 +18,7 @@ mod keying;
 mod leases;
 mod pagination;
 mod poison;
+mod pools;
 mod race;
 mod scripted;
 mod shortcuts;

@@ -27,10 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, Statement,
-    TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, Statement, TransactionTrait};
 use serde_json::json;
 use tributary::config::DatabaseSettings;
 use tributary::entities::{connection, sync_run};
@@ -50,7 +47,7 @@ const WRITERS: usize = 8;
 
 /// A pool of the writers' own, with room for all their page transactions at once (SQLite
 /// still gets its one connection).
-async fn writer_pool(app: &TestApp) -> DatabaseConnection {
+async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
     tributary::db::connect(&DatabaseSettings {
         url: app.database_url.clone(),
         max_connections: WRITERS as u32 + 2,

@@ -14,6 +14,10 @@ use crate::config::{redact_url, ConnectionSettings, DatabaseSettings, Settings};
 use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 
+mod pools;
+
+pub use pools::DatabasePools;
+
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]
 pub enum DbSetupError {
@@ -35,13 +39,18 @@ const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 /// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,
 /// checkpoints every [`WAL_AUTOCHECKPOINT_PAGES`], and a single pooled connection: SQLite
 /// has one writer, and one connection per process keeps this process's page transactions
-/// from waiting on each other's locks.
-pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, DbSetupError> {
+/// from waiting on each other's locks. A SQLite file also gets read-only readers for the
+/// pipeline's lookups outside transactions (see [`DatabasePools`]).
+pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSetupError> {
     let mut options = ConnectOptions::new(settings.url.clone());
     options
         .sqlx_logging(false)
         .connect_timeout(Duration::from_secs(10))
-        .acquire_timeout(Duration::from_secs(120));
+        .acquire_timeout(Duration::from_secs(120))
+        // sqlx pings every connection it hands out by default: on SQLite a hand-off to
+        // its worker thread and back, on a server a round trip, for each statement. Only
+        // a connection idle long enough to have been dropped by the server is pinged.
+        .test_before_acquire_if_idle_for(Duration::from_secs(30));
     if settings.url.starts_with("sqlite:") {
         options.max_connections(1).map_sqlx_sqlite_opts(|opts| {
             opts.journal_mode(SqliteJournalMode::Wal)
@@ -72,13 +81,17 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabaseConnection, 
         },
         None => None,
     };
-    Database::connect(options).await.map_err(failed)
+    let main = Database::connect(options).await.map_err(failed)?;
+    Ok(match sqlite_file(&settings.url) {
+        Some(_) => DatabasePools::with_sqlite_readers(main),
+        None => DatabasePools::single(main),
+    })
 }
 
 /// Connects and applies every pending migration.
 pub async fn connect_and_migrate(
     settings: &DatabaseSettings,
-) -> Result<DatabaseConnection, DbSetupError> {
+) -> Result<DatabasePools, DbSetupError> {
     let db = connect(settings).await?;
     migrate(&db, settings).await?;
     Ok(db)

@@ -1,0 +1,107 @@
+//! The database's pools: on a SQLite file, the pipeline's lookups outside transactions go
+//! through read-only readers of the file; elsewhere through the main pool.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use tributary::config::DatabaseSettings;
+use tributary::pipeline::RunStatus;
+
+use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend};
+
+async fn count(db: &DatabaseConnection, table: &str) -> i64 {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!("SELECT count(*) AS n FROM {table}"),
+        ))
+        .await
+        .expect("count")
+        .expect("one row");
+    row.try_get("", "n").expect("n")
+}
+
+/// SQLite, whatever backend the suite runs on.
+#[tokio::test]
+async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = DatabaseSettings {
+        url: format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("pools.db").display()
+        ),
+        max_connections: 4,
+    };
+    let db = tributary::db::connect_and_migrate(&settings)
+        .await
+        .expect("migrated");
+    assert!(db.has_readers());
+    db.execute_unprepared("CREATE TABLE probe (x INTEGER NOT NULL)")
+        .await
+        .unwrap();
+    db.execute_unprepared("INSERT INTO probe (x) VALUES (1)")
+        .await
+        .unwrap();
+    assert_eq!(count(db.for_reads(), "probe").await, 1);
+
+    let refused = db
+        .for_reads()
+        .execute_unprepared("INSERT INTO probe (x) VALUES (2)")
+        .await
+        .expect_err("a reader cannot write");
+    assert!(
+        refused.to_string().contains("readonly"),
+        "the error says why: {refused}"
+    );
+    db.execute_unprepared("INSERT INTO probe (x) VALUES (3)")
+        .await
+        .unwrap();
+    assert_eq!(
+        count(db.for_reads(), "probe").await,
+        2,
+        "the readers see the main pool's latest commit, and nothing of the refused write"
+    );
+    assert_eq!(count(db.main(), "probe").await, 2);
+    db.close().await.expect("both pools close");
+}
+
+/// An in-memory database cannot be shared with other connections: it reads through its
+/// one connection.
+#[tokio::test]
+async fn an_in_memory_sqlite_database_has_no_readers() {
+    let settings = DatabaseSettings {
+        url: "sqlite::memory:".to_string(),
+        max_connections: 4,
+    };
+    let db = tributary::db::connect_and_migrate(&settings)
+        .await
+        .expect("migrated");
+    assert!(!db.has_readers());
+    assert_eq!(count(db.for_reads(), "records").await, 0);
+}
+
+/// On the suite's backend: an unchanged re-sync is answered by lookups, which on a SQLite
+/// file go through the readers (opened only when first used), and on a server through the
+/// main pool.
+#[tokio::test]
+async fn an_unchanged_resync_looks_up_through_the_readers_on_a_sqlite_file() {
+    let app = spawn_app().await;
+    let on_sqlite = backend() == Backend::Sqlite;
+    assert_eq!(app.db.has_readers(), on_sqlite);
+    let readers_open = || on_sqlite.then(|| app.db.for_reads().get_sqlite_connection_pool().size());
+    assert_eq!(readers_open(), on_sqlite.then_some(0), "opened lazily");
+    mount_cursor_listing(&app.api, "alice", "it", 4, 5, std::time::Duration::ZERO).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+
+    let first = app.sync_one(&settings).await;
+    let again = app.sync_one(&settings).await;
+
+    assert_eq!(first.status, RunStatus::Succeeded);
+    assert_eq!((first.counts.inserted, first.counts.unchanged), (20, 0));
+    assert_eq!(again.status, RunStatus::Succeeded);
+    assert_eq!((again.counts.inserted, again.counts.unchanged), (0, 20));
+    assert_eq!(count(app.db.main(), "records").await, 20);
+    if let Some(open) = readers_open() {
+        assert!(open >= 1, "the lookups went through the readers");
+    }
+}

@@ -15,8 +15,10 @@ use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 
 mod pools;
+mod readers;
 
 pub use pools::DatabasePools;
+pub use readers::{Reader, SqliteReaders};
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The database as a process holds it: the pool every statement goes through, and on a
-//! SQLite file a second pool of read-only connections for the lookups the pipeline makes
-//! outside any transaction.
+//! SQLite file read-only connections for the lookups the pipeline makes outside any
+//! transaction (`readers.rs`).
 //!
 //! SQLite has one writer, so the main pool has one connection (see [`super::connect`]),
 //! and everything sent through it waits its turn: each statement is a hand-off to sqlx's
@@ -11,24 +11,25 @@
 //! cannot write, whatever is sent through them.
 
 use std::ops::Deref;
-use std::time::Duration;
+use std::sync::Arc;
 
-use sea_orm::sqlx::sqlite::SqlitePoolOptions;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult,
-    SqlxSqliteConnector, Statement,
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
 };
 
-/// How long a reader connection may sit unused before it is closed (a daemon between
-/// runs keeps none open).
-const READER_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+use super::readers::SqliteReaders;
+
+/// How many reader connections a SQLite file gets. A lookup spends most of its time in
+/// hand-offs between threads rather than in SQLite, so more readers than cores still pay
+/// off: in the benchmark, 4 readers beat 2 by about 8 % on 2 cores, and 8 were no better.
+const READERS: usize = 4;
 
 /// The main pool, and on a SQLite file its readers. Dereferences to the main pool, so it
 /// goes wherever a `&DatabaseConnection` does.
 #[derive(Clone, Debug)]
 pub struct DatabasePools {
     main: DatabaseConnection,
-    readers: Option<DatabaseConnection>,
+    readers: Option<Arc<SqliteReaders>>,
 }
 
 impl DatabasePools {
@@ -41,27 +42,16 @@ impl DatabasePools {
     }
 
     /// `main`, a pool on a SQLite file (not an in-memory database, which readers could not
-    /// share), and [`READERS`] read-only connections to the same file, opened when first
-    /// used and closed when idle. [`super::connect`] decides which databases get them.
+    /// share), and up to [`READERS`] read-only connections to the same file, opened when
+    /// first used. [`super::connect`] decides which databases get them.
     pub(crate) fn with_sqlite_readers(main: DatabaseConnection) -> DatabasePools {
         if main.get_database_backend() != DbBackend::Sqlite {
             return DatabasePools::single(main);
         }
-        let options = (*main.get_sqlite_connection_pool().connect_options())
-            .clone()
-            .read_only(true)
-            .create_if_missing(false);
-        let readers = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .min_connections(0)
-            .idle_timeout(READER_IDLE_TIMEOUT)
-            // A file handle does not go stale the way a network connection does.
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(120))
-            .connect_lazy_with(options);
+        let options = (*main.get_sqlite_connection_pool().connect_options()).clone();
         DatabasePools {
             main,
-            readers: Some(SqlxSqliteConnector::from_sqlx_sqlite_pool(readers)),
+            readers: Some(Arc::new(SqliteReaders::new(options, READERS))),
         }
     }
 
@@ -70,29 +60,19 @@ impl DatabasePools {
         &self.main
     }
 
-    /// Where a read outside any transaction goes: the readers when there are, else main.
-    pub fn for_reads(&self) -> &DatabaseConnection {
-        self.readers.as_ref().unwrap_or(&self.main)
+    /// The read-only connections for lookups outside transactions, on a SQLite file.
+    pub fn sqlite_readers(&self) -> Option<&SqliteReaders> {
+        self.readers.as_deref()
     }
 
     /// Closes both pools.
     pub async fn close(self) -> Result<(), DbErr> {
         if let Some(readers) = self.readers {
-            readers.close().await?;
+            readers.close().await;
         }
         self.main.close().await
     }
-
-    /// Whether reads outside transactions have connections of their own.
-    pub fn has_readers(&self) -> bool {
-        self.readers.is_some()
-    }
 }
-
-/// How many reader connections a SQLite file gets. A lookup spends most of its time in
-/// hand-offs between threads rather than in SQLite, so more readers than cores still pay
-/// off: in the benchmark, 4 readers beat 2 by about 8 % on 2 cores, and 8 were no better.
-const READERS: u32 = 4;
 
 impl Deref for DatabasePools {
     type Target = DatabaseConnection;

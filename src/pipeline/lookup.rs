@@ -3,12 +3,14 @@
 
 use std::collections::HashMap;
 
+use sea_orm::sqlx;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter,
     QuerySelect,
 };
 use tributary_providers::Record;
 
+use crate::db::DatabasePools;
 use crate::entities::{connection, record};
 
 /// How many keys one lookup query carries (well under every backend's parameter limit).
@@ -18,7 +20,7 @@ const LOOKUP_CHUNK: usize = 500;
 /// outside any transaction: if so, the page writes no record, which is exactly what its
 /// transaction would have done at the moment of this read.
 pub async fn all_stored_unchanged(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<bool, DbErr> {
@@ -47,9 +49,10 @@ pub async fn all_stored_unchanged(
 /// SQLite: how many of `records` are stored with the same hash, counted by the database
 /// from one JSON array of (id, hash) pairs, so one integer comes back instead of the
 /// rows. `CROSS JOIN` keeps the page's pairs the outer loop: each is one probe of the
-/// unique index, whatever the planner thinks of the table's size.
+/// unique index, whatever the planner thinks of the table's size. Asked on a read-only
+/// reader of the file where there is one (see `db/pools.rs`), else on the main pool.
 async fn count_unchanged_sqlite(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<u64, DbErr> {
@@ -65,16 +68,30 @@ async fn count_unchanged_sqlite(
         .collect();
     let pairs = serde_json::to_string(&pairs)
         .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
-    let statement = sea_orm::Statement::from_sql_and_values(
-        DbBackend::Sqlite,
-        sql,
-        [
-            pairs.into(),
-            connection.user_id.as_str().into(),
-            connection.provider.as_str().into(),
-        ],
-    );
-    count_of(db, statement).await
+    let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+        .bind(pairs)
+        .bind(connection.user_id.as_str())
+        .bind(connection.provider.as_str());
+    let count = match db.sqlite_readers() {
+        Some(readers) => {
+            let mut reader = readers.acquire().await.map_err(sqlx_error)?;
+            let count = query
+                .fetch_one(reader.connection())
+                .await
+                .map_err(sqlx_error)?;
+            reader.give_back();
+            count
+        }
+        None => query
+            .fetch_one(db.get_sqlite_connection_pool())
+            .await
+            .map_err(sqlx_error)?,
+    };
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+fn sqlx_error(error: sqlx::Error) -> DbErr {
+    DbErr::Query(sea_orm::RuntimeErr::SqlxError(error.into()))
 }
 
 /// PostgreSQL: as [`count_unchanged_sqlite`], with the pairs as two arrays and each id

@@ -116,7 +116,7 @@ pub async fn store_page(
     let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
-        && all_stored_unchanged(db.for_reads(), context.connection, &records).await?
+        && all_stored_unchanged(db, context.connection, &records).await?
     {
         counts.unchanged += records.len() as u64;
         counts.deferred = true;

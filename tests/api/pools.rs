@@ -1,8 +1,10 @@
 //! The database's pools: on a SQLite file, the pipeline's lookups outside transactions go
 //! through read-only readers of the file; elsewhere through the main pool.
 
+use sea_orm::sqlx;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tributary::config::DatabaseSettings;
+use tributary::db::SqliteReaders;
 use tributary::pipeline::RunStatus;
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend};
@@ -19,6 +21,16 @@ async fn count(db: &DatabaseConnection, table: &str) -> i64 {
     row.try_get("", "n").expect("n")
 }
 
+async fn count_on_reader(readers: &SqliteReaders, table: &str) -> i64 {
+    let mut reader = readers.acquire().await.expect("a reader");
+    let n = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(reader.connection())
+        .await
+        .expect("count");
+    reader.give_back();
+    n
+}
+
 /// SQLite, whatever backend the suite runs on.
 #[tokio::test]
 async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
@@ -33,34 +45,72 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
     let db = tributary::db::connect_and_migrate(&settings)
         .await
         .expect("migrated");
-    assert!(db.has_readers());
+    let readers = db.sqlite_readers().expect("a SQLite file has readers");
+    assert_eq!(readers.idle_connections(), 0, "opened when first used");
     db.execute_unprepared("CREATE TABLE probe (x INTEGER NOT NULL)")
         .await
         .unwrap();
     db.execute_unprepared("INSERT INTO probe (x) VALUES (1)")
         .await
         .unwrap();
-    assert_eq!(count(db.for_reads(), "probe").await, 1);
+    assert_eq!(count_on_reader(readers, "probe").await, 1);
+    assert_eq!(readers.idle_connections(), 1, "given back, kept open");
 
-    let refused = db
-        .for_reads()
-        .execute_unprepared("INSERT INTO probe (x) VALUES (2)")
+    let mut reader = readers.acquire().await.unwrap();
+    let refused = sqlx::query("INSERT INTO probe (x) VALUES (2)")
+        .execute(reader.connection())
         .await
         .expect_err("a reader cannot write");
     assert!(
         refused.to_string().contains("readonly"),
         "the error says why: {refused}"
     );
+    drop(reader);
+    assert_eq!(
+        readers.idle_connections(),
+        0,
+        "a reader dropped without being given back is closed"
+    );
     db.execute_unprepared("INSERT INTO probe (x) VALUES (3)")
         .await
         .unwrap();
     assert_eq!(
-        count(db.for_reads(), "probe").await,
+        count_on_reader(readers, "probe").await,
         2,
         "the readers see the main pool's latest commit, and nothing of the refused write"
     );
     assert_eq!(count(db.main(), "probe").await, 2);
-    db.close().await.expect("both pools close");
+    db.close().await.expect("both close");
+}
+
+/// At most four readers are out at once; a fifth lookup waits for one to come back.
+#[tokio::test]
+async fn sqlite_readers_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = DatabaseSettings {
+        url: format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("bound.db").display()
+        ),
+        max_connections: 4,
+    };
+    let db = tributary::db::connect_and_migrate(&settings)
+        .await
+        .expect("migrated");
+    let readers = db.sqlite_readers().expect("readers");
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        out.push(readers.acquire().await.expect("a reader"));
+    }
+    let fifth = tokio::time::timeout(std::time::Duration::from_millis(100), readers.acquire());
+    assert!(fifth.await.is_err(), "the fifth waits while four are out");
+    out.pop().expect("one").give_back();
+    let fifth = tokio::time::timeout(std::time::Duration::from_secs(5), readers.acquire())
+        .await
+        .expect("served once one is given back")
+        .expect("a reader");
+    fifth.give_back();
+    assert_eq!(readers.idle_connections(), 1);
 }
 
 /// An in-memory database cannot be shared with other connections: it reads through its
@@ -74,19 +124,17 @@ async fn an_in_memory_sqlite_database_has_no_readers() {
     let db = tributary::db::connect_and_migrate(&settings)
         .await
         .expect("migrated");
-    assert!(!db.has_readers());
-    assert_eq!(count(db.for_reads(), "records").await, 0);
+    assert!(db.sqlite_readers().is_none());
 }
 
 /// On the suite's backend: an unchanged re-sync is answered by lookups, which on a SQLite
-/// file go through the readers (opened only when first used), and on a server through the
-/// main pool.
+/// file go through the readers, and on a server through the main pool.
 #[tokio::test]
 async fn an_unchanged_resync_looks_up_through_the_readers_on_a_sqlite_file() {
     let app = spawn_app().await;
     let on_sqlite = backend() == Backend::Sqlite;
-    assert_eq!(app.db.has_readers(), on_sqlite);
-    let readers_open = || on_sqlite.then(|| app.db.for_reads().get_sqlite_connection_pool().size());
+    assert_eq!(app.db.sqlite_readers().is_some(), on_sqlite);
+    let readers_open = || app.db.sqlite_readers().map(SqliteReaders::idle_connections);
     assert_eq!(readers_open(), on_sqlite.then_some(0), "opened lazily");
     mount_cursor_listing(&app.api, "alice", "it", 4, 5, std::time::Duration::ZERO).await;
     let settings = app

@@ -142,7 +142,7 @@ impl IdSpec {
 
 /// Hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    const_hex::encode(Sha256::digest(bytes))
 }
 
 /// The value at a dotted path of a record, read as a [`Value`]. An empty path is the

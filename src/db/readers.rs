@@ -12,6 +12,12 @@ use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sea_orm::sqlx::{self, ConnectOptions};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+/// Each reader's page cache (`PRAGMA cache_size`; negative is KiB): 128 KiB instead of
+/// SQLite's 2 MiB. A lookup probes the index and reads the rows it finds, which the
+/// operating system's file cache serves as fast; with 2 MiB each, four readers added about
+/// 12 MiB to the process's peak RSS for no measurable speed.
+const READER_CACHE_SIZE: &str = "-128";
+
 /// At most `limit` read-only connections to one file, opened when first needed and kept
 /// open while the process runs.
 pub struct SqliteReaders {
@@ -24,7 +30,10 @@ impl SqliteReaders {
     /// Readers of the file `options` opens, read-only whatever `options` says.
     pub fn new(options: SqliteConnectOptions, limit: usize) -> SqliteReaders {
         SqliteReaders {
-            options: options.read_only(true).create_if_missing(false),
+            options: options
+                .read_only(true)
+                .create_if_missing(false)
+                .pragma("cache_size", READER_CACHE_SIZE),
             idle: Mutex::new(Vec::with_capacity(limit)),
             permits: Semaphore::new(limit),
         }

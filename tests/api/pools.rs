@@ -55,6 +55,13 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
         .unwrap();
     assert_eq!(count_on_reader(readers, "probe").await, 1);
     assert_eq!(readers.idle_connections(), 1, "given back, kept open");
+    let mut reader = readers.acquire().await.unwrap();
+    let cache_kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
+        .fetch_one(reader.connection())
+        .await
+        .unwrap();
+    reader.give_back();
+    assert_eq!(cache_kib, -128, "a reader keeps a small page cache");
 
     let mut reader = readers.acquire().await.unwrap();
     let refused = sqlx::query("INSERT INTO probe (x) VALUES (2)")

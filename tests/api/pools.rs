@@ -4,7 +4,7 @@
 use sea_orm::sqlx;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tributary::config::DatabaseSettings;
-use tributary::db::SqliteReaders;
+use tributary::db::{DatabasePools, SqliteReaders};
 use tributary::pipeline::RunStatus;
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend};
@@ -31,10 +31,8 @@ async fn count_on_reader(readers: &SqliteReaders, table: &str) -> i64 {
     n
 }
 
-/// SQLite, whatever backend the suite runs on.
-#[tokio::test]
-async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
-    let dir = tempfile::tempdir().unwrap();
+/// A migrated SQLite file in `dir`, whatever backend the suite runs on.
+async fn sqlite_file(dir: &tempfile::TempDir) -> DatabasePools {
     let settings = DatabaseSettings {
         url: format!(
             "sqlite://{}?mode=rwc",
@@ -42,9 +40,15 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
         ),
         max_connections: 4,
     };
-    let db = tributary::db::connect_and_migrate(&settings)
+    tributary::db::connect_and_migrate(&settings)
         .await
-        .expect("migrated");
+        .expect("migrated")
+}
+
+#[tokio::test]
+async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_file(&dir).await;
     let readers = db.sqlite_readers().expect("a SQLite file has readers");
     assert_eq!(readers.idle_connections(), 0, "opened when first used");
     db.execute_unprepared("CREATE TABLE probe (x INTEGER NOT NULL)")
@@ -94,16 +98,7 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
 #[tokio::test]
 async fn sqlite_readers_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = DatabaseSettings {
-        url: format!(
-            "sqlite://{}?mode=rwc",
-            dir.path().join("bound.db").display()
-        ),
-        max_connections: 4,
-    };
-    let db = tributary::db::connect_and_migrate(&settings)
-        .await
-        .expect("migrated");
+    let db = sqlite_file(&dir).await;
     let readers = db.sqlite_readers().expect("readers");
     let mut out = Vec::new();
     for _ in 0..4 {

@@ -64,8 +64,8 @@ impl SqliteReaders {
         self.idle_list().len()
     }
 
-    /// Closes the idle connections (those out close when abandoned, or are closed here
-    /// later if given back).
+    /// Closes the idle connections. Those out at the time close when they are abandoned,
+    /// or, if given back, when the readers are dropped.
     pub async fn close(&self) {
         let idle: Vec<SqliteConnection> = std::mem::take(&mut *self.idle_list());
         for connection in idle {

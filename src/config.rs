@@ -79,6 +79,9 @@ pub struct DaemonSettings {
     /// On SIGTERM/SIGINT, how long in-flight pages get to commit before the process exits.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// When the daemon deletes the `processed_keys` of append-only providers whose
+    /// retention has passed: cron with seconds. Only scheduled when such a provider exists.
+    pub key_sweep_schedule: String,
 }
 
 impl Default for DaemonSettings {
@@ -87,6 +90,7 @@ impl Default for DaemonSettings {
             listen: None,
             lease_ttl: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
+            key_sweep_schedule: "0 */10 * * * *".to_string(),
         }
     }
 }
@@ -242,6 +246,8 @@ impl Settings {
                 "must be at least 1s and at most 24h".into(),
             ));
         }
+        validate_cron(&raw.daemon.key_sweep_schedule)
+            .map_err(|message| invalid("daemon.key_sweep_schedule".into(), message))?;
         Ok(Settings {
             path: path_buf,
             database,

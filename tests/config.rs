@@ -31,6 +31,7 @@ max_connections = 4
 listen = "127.0.0.1:9464"
 lease_ttl = "60s"
 shutdown_grace = "30s"
+key_sweep_schedule = "0 */10 * * * *"
 
 [providers.acme]
 kind = "rest"

@@ -27,9 +27,6 @@ use crate::sync::{build, enabled_connections, sync_provider, LeaseSettings, Sync
 
 pub use single_instance::{lock_sqlite, SingleInstanceError};
 
-/// When expired `processed_keys` of append-only providers are deleted: every 10 minutes.
-const KEY_SWEEP_SCHEDULE: &str = "0 */10 * * * *";
-
 /// Everything one firing needs, shared by all firings of one provider.
 struct ProviderJob {
     db: DatabasePools,
@@ -111,7 +108,7 @@ pub async fn run(
         .any(|p| matches!(p.write_mode, crate::pipeline::WriteMode::Append { .. }))
     {
         let db = db.clone();
-        let sweep = Job::new_async(KEY_SWEEP_SCHEDULE, move |_, _| {
+        let sweep = Job::new_async(settings.daemon.key_sweep_schedule.as_str(), move |_, _| {
             let db = db.clone();
             Box::pin(async move {
                 if let Err(error) = crate::pipeline::append::sweep_expired_keys(&db).await {

@@ -189,6 +189,11 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "",
         ),
         (
+            format!("[daemon]\nkey_sweep_schedule = \"hourly\"\n{valid}"),
+            "daemon.key_sweep_schedule",
+            "not a valid cron expression",
+        ),
+        (
             valid.replace("[database]", "[databse]"),
             "",
             "unknown field `databse`",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
-use tributary::entities::{connection, sync_run};
+use tributary::entities::{connection, processed_key, sync_run};
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, Backend, TestApp};
 
@@ -591,4 +591,63 @@ async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
         .unwrap()
         .unwrap();
     assert!(connection.checkpoint.is_some(), "the next run resumes");
+}
+
+/// The daemon deletes the processed keys of append-only providers whose retention has
+/// passed, on its `key_sweep_schedule`, and keeps the live ones.
+#[tokio::test]
+async fn the_daemon_sweeps_expired_processed_keys_on_its_schedule() {
+    use sea_orm::{ActiveModelTrait, Set};
+    let app = crate::helpers::spawn_app().await;
+    let now = chrono::Utc::now();
+    for (id, expires_at) in [
+        ("evt_expired", now - chrono::Duration::hours(1)),
+        ("evt_live", now + chrono::Duration::days(30)),
+    ] {
+        processed_key::ActiveModel {
+            user_id: Set("alice".to_string()),
+            provider: Set("events".to_string()),
+            external_id: Set(id.to_string()),
+            processed_at: Set(now - chrono::Duration::days(31)),
+            expires_at: Set(expires_at),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+    // Synced once a year: no run happens while the test watches the sweep.
+    let providers = cursor_provider("events", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"\nmode = \"append\"\nretention = \"30d\"",
+    );
+    let config = app.write_config(&format!(
+        "{}key_sweep_schedule = \"* * * * * *\"\n{providers}",
+        daemon_table(None)
+    ));
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    let keys_left = || async {
+        processed_key::Entity::find()
+            .order_by_asc(processed_key::Column::ExternalId)
+            .all(&app.db)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|key| key.external_id)
+            .collect::<Vec<_>>()
+    };
+
+    eventually(Duration::from_secs(20), "the expired key swept", || async {
+        keys_left().await == ["evt_live"]
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(keys_left().await, ["evt_live"]);
+    assert!(
+        daemon.log().contains("Expired processed keys swept."),
+        "{}",
+        daemon.log()
+    );
+    assert!(runs_of(&app, "alice").await.is_empty(), "no run was due");
 }

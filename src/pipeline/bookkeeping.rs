@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbEr
 
 use crate::entities::{connection, sync_run};
 use crate::pipeline::checkpoint::Checkpoint;
-use crate::pipeline::run::{save_counts, to_db, RunCounts};
+use crate::pipeline::run::{counter_columns, save_counts, RunCounts};
 
 /// What a page's transaction writes besides its records.
 pub struct PageBookkeeping<'a> {
@@ -142,33 +142,7 @@ fn counts_update(page: &PageBookkeeping<'_>) -> UpdateStatement {
 
 /// The run's columns a page sets: its counters and its heartbeat.
 pub(crate) fn counter_values(page: &PageBookkeeping<'_>) -> Vec<(sync_run::Column, Value)> {
-    let counts = page.counts;
-    vec![
-        (
-            sync_run::Column::PagesFetched,
-            to_db(counts.pages_fetched).into(),
-        ),
-        (
-            sync_run::Column::RecordsFetched,
-            to_db(counts.fetched).into(),
-        ),
-        (
-            sync_run::Column::RecordsInserted,
-            to_db(counts.inserted).into(),
-        ),
-        (
-            sync_run::Column::RecordsUpdated,
-            to_db(counts.updated).into(),
-        ),
-        (
-            sync_run::Column::RecordsUnchanged,
-            to_db(counts.unchanged).into(),
-        ),
-        (
-            sync_run::Column::RecordsDuplicate,
-            to_db(counts.duplicate).into(),
-        ),
-        (sync_run::Column::RecordsFailed, to_db(counts.failed).into()),
-        (sync_run::Column::HeartbeatAt, page.now.into()),
-    ]
+    let mut values = counter_columns(page.counts).to_vec();
+    values.push((sync_run::Column::HeartbeatAt, page.now.into()));
+    values
 }

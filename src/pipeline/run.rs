@@ -143,17 +143,29 @@ pub async fn save_counts(
 }
 
 fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
-    sync_run::ActiveModel {
+    let mut row = sync_run::ActiveModel {
         id: Set(run_id),
-        pages_fetched: Set(to_db(counts.pages_fetched)),
-        records_fetched: Set(to_db(counts.fetched)),
-        records_inserted: Set(to_db(counts.inserted)),
-        records_updated: Set(to_db(counts.updated)),
-        records_unchanged: Set(to_db(counts.unchanged)),
-        records_duplicate: Set(to_db(counts.duplicate)),
-        records_failed: Set(to_db(counts.failed)),
         ..Default::default()
+    };
+    for (column, value) in counter_columns(counts) {
+        row.set(column, value);
     }
+    row
+}
+
+/// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
+/// the ORM's updates and the batched statements (`bookkeeping.rs`) both use.
+pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 7] {
+    use sync_run::Column;
+    [
+        (Column::PagesFetched, to_db(counts.pages_fetched).into()),
+        (Column::RecordsFetched, to_db(counts.fetched).into()),
+        (Column::RecordsInserted, to_db(counts.inserted).into()),
+        (Column::RecordsUpdated, to_db(counts.updated).into()),
+        (Column::RecordsUnchanged, to_db(counts.unchanged).into()),
+        (Column::RecordsDuplicate, to_db(counts.duplicate).into()),
+        (Column::RecordsFailed, to_db(counts.failed).into()),
+    ]
 }
 
 /// How a run ended, for [`finish_run`].

@@ -185,42 +185,27 @@ pub(crate) fn page_by_id(
 
 /// A body that is a JSON array of records (GitHub's issues, Strava's activities) as a page
 /// keyed by `id`; `next` sees how many records the page held. `what` names the records in
-/// the error for a body of another shape.
+/// the error for a body of another shape. The body is read in the scan that checks it is
+/// JSON (see [`crate::http::HttpClient::get_read`]).
 pub(crate) fn array_page_by_id(
-    body: &RawValue,
+    body: &str,
     url: String,
     what: &str,
     watermark_field: WatermarkField,
     next: impl FnOnce(usize) -> Option<PagePosition>,
 ) -> Result<Page, FetchError> {
-    let Some(records) = raw::array_items(body) else {
+    let Some(records) = raw::array_items_text(body) else {
         return Err(FetchError::Shape {
             url,
             message: format!(
                 "the body is {}, expected an array of {what}",
-                raw::json_kind(body).name()
+                raw::text_kind(body).name()
             ),
-            body: crate::http::cap_body(body.get().as_bytes()),
+            body: crate::http::cap_body(body.as_bytes()),
         });
     };
     let next = next(records.len());
     Ok(page_by_id(&records, watermark_field, next))
-}
-
-/// Reads a page (its body, or the whole response) on tokio's blocking pool (see
-/// [`crate::http::off_thread`]): finding the records, keying and hashing them is the
-/// CPU-bound part of a fetch.
-pub(crate) async fn read_off_thread<B: Send + 'static, T: Send + 'static>(
-    page: B,
-    read: impl FnOnce(&B) -> Result<T, FetchError> + Send + 'static,
-) -> Result<T, FetchError> {
-    crate::http::off_thread(move || read(&page))
-        .await
-        .unwrap_or_else(|| {
-            Err(FetchError::Client {
-                message: "the runtime is shutting down".to_string(),
-            })
-        })
 }
 
 #[cfg(test)]

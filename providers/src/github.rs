@@ -31,9 +31,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::http::{
-    cap_body, display_url, Answer, HttpClient, JsonResponse, ResponsePolicy, Verdict,
-};
+use crate::http::{cap_body, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::rest::link;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -154,28 +152,27 @@ impl GithubProvider {
                 ))
             }
         };
-        let response = self
-            .client
-            .get_json_with(url, self.headers(token)?, &GithubPolicy)
-            .await?;
-        let url = display_url(&response.url);
-        let next = next_page(&response).map_err(|message| FetchError::Shape {
-            url: url.clone(),
-            message,
-            body: cap_body(response.body.get().as_bytes()),
-        })?;
-        adapter::read_off_thread(response.body, move |body| {
+        // The page is read where its body is, in the scan that checks it is JSON.
+        let read = |answered: &Answered<'_>| {
+            let url = display_url(answered.url);
+            let next =
+                next_page(answered.url, answered.headers).map_err(|message| FetchError::Shape {
+                    url: url.clone(),
+                    message,
+                    body: cap_body(answered.text.as_bytes()),
+                })?;
             let updated_at = adapter::WatermarkField::Time("updated_at");
-            adapter::array_page_by_id(body, url, "issues", updated_at, |_| next)
-        })
-        .await
+            adapter::array_page_by_id(answered.text, url, "issues", updated_at, |_| next)
+        };
+        self.client
+            .get_read(url, self.headers(token)?, &GithubPolicy, read)
+            .await
     }
 }
 
 /// The page after this one, from the `Link` header's `rel="next"`; `None` on the last page.
-fn next_page(response: &JsonResponse) -> Result<Option<PagePosition>, String> {
-    let links = response
-        .headers
+fn next_page(url: &Url, headers: &HeaderMap) -> Result<Option<PagePosition>, String> {
+    let links = headers
         .get_all(LINK)
         .iter()
         .map(|value| value.to_str())
@@ -186,7 +183,7 @@ fn next_page(response: &JsonResponse) -> Result<Option<PagePosition>, String> {
     else {
         return Ok(None);
     };
-    let next = response.url.join(&target).map_err(|err| {
+    let next = url.join(&target).map_err(|err| {
         format!("the Link header's rel=\"next\" target is not a valid URL: {err}")
     })?;
     Ok(Some(PagePosition::Url {

@@ -74,11 +74,20 @@ impl<'a> RawList<'a> {
     /// object or its text cannot be read this way (e.g. a number beyond f64 under `key`);
     /// callers then fall back to [`RawObject::parse`].
     pub fn parse(raw: &'a RawValue, key: &str) -> Option<RawList<'a>> {
-        if json_kind(raw) != JsonKind::Object {
+        RawList::parse_text(raw.get(), key)
+    }
+
+    /// Like [`RawList::parse`], for text not yet known to be JSON: the one scan that reads
+    /// the list also checks that the whole text is JSON, and `None` is also the answer
+    /// when it is not. A body read this way needs no scan of its own first.
+    pub fn parse_text(text: &'a str, key: &str) -> Option<RawList<'a>> {
+        if text_kind(text) != JsonKind::Object {
             return None;
         }
-        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-        ListSeed { key }.deserialize(&mut deserializer).ok()
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let list = ListSeed { key }.deserialize(&mut deserializer).ok()?;
+        deserializer.end().ok()?;
+        Some(list)
     }
 }
 
@@ -215,7 +224,13 @@ impl JsonKind {
 
 /// The kind of a (valid) raw JSON value.
 pub fn json_kind(raw: &RawValue) -> JsonKind {
-    match raw.get().trim_start().as_bytes().first() {
+    text_kind(raw.get())
+}
+
+/// The kind of JSON value `text` holds, judged by its first character (for text that is
+/// not JSON, a guess good enough for an error message).
+pub fn text_kind(text: &str) -> JsonKind {
+    match text.trim_start().as_bytes().first() {
         Some(b'{') => JsonKind::Object,
         Some(b'[') => JsonKind::Array,
         Some(b'"') => JsonKind::String,
@@ -227,10 +242,17 @@ pub fn json_kind(raw: &RawValue) -> JsonKind {
 
 /// The elements of a raw array, each still raw; `None` when `raw` is not an array.
 pub fn array_items(raw: &RawValue) -> Option<Vec<&RawValue>> {
-    if json_kind(raw) != JsonKind::Array {
+    array_items_text(raw.get())
+}
+
+/// Like [`array_items`], for text not yet known to be JSON: the scan that finds the
+/// elements also checks that the whole text is JSON, and `None` is also the answer when
+/// it is not.
+pub fn array_items_text(text: &str) -> Option<Vec<&RawValue>> {
+    if text_kind(text) != JsonKind::Array {
         return None;
     }
-    serde_json::from_str(raw.get()).ok()
+    serde_json::from_str(text).ok()
 }
 
 /// Follows a dotted path (`a.b.c`) into a raw value. An empty path is the value itself.
@@ -269,6 +291,31 @@ mod tests {
         assert_eq!(lookup_raw(record, "meta.a\"b").unwrap().get(), "1");
         assert!(lookup_raw(record, "n.x").is_none());
         assert_eq!(lookup_raw(record, "").unwrap().get(), record.get());
+    }
+
+    #[test]
+    fn a_list_read_from_text_is_read_only_when_the_whole_text_is_json() {
+        let text = r#" {"object":"list","data":[{"id":"ch_1"}],"has_more":false} "#;
+        let list = RawList::parse_text(text, "data").unwrap();
+        assert_eq!(list.items.unwrap().unwrap()[0].get(), r#"{"id":"ch_1"}"#);
+        assert_eq!(list.fields.get("object").unwrap().get(), r#""list""#);
+        let not_json = [
+            // cut short
+            r#"{"object":"list","data":[{"id":"ch_1"}"#,
+            // trailing text after the object
+            r#"{"object":"list","data":[],"has_more":false} and more"#,
+            // broken inside a field that is not read
+            r#"{"object":"list","url":"/v1/charges","meta":{"a":[1,}],"data":[]}"#,
+            // broken inside a record
+            r#"{"object":"list","data":[{"id":"ch_1","amount":01}]}"#,
+            "",
+        ];
+        for text in not_json {
+            assert!(RawList::parse_text(text, "data").is_none(), "{text}");
+            assert!(serde_json::from_str::<IgnoredAny>(text).is_err(), "{text}");
+        }
+        assert!(RawList::parse_text("[1, 2]", "data").is_none());
+        assert_eq!(text_kind(" [1, 2]"), JsonKind::Array);
     }
 
     #[test]

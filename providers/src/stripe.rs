@@ -32,7 +32,7 @@ use url::Url;
 
 use crate::adapter;
 use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
-use crate::raw::{array_items, json_kind, lookup_raw, to_value, RawList, RawObject};
+use crate::raw::{array_items, json_kind, lookup_raw, text_kind, to_value, RawList, RawObject};
 use crate::record::json_type_name;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -174,19 +174,21 @@ impl StripeProvider {
             })?;
             headers.insert("stripe-version", version);
         }
-        let response = self
-            .client
-            .get_json_with(url, headers, &StripePolicy)
-            .await?;
-        let url = display_url(&response.url);
-        adapter::read_off_thread(response.body, move |body| read_list(body, &url)).await
+        // The page is read where its body is, in the scan that checks it is JSON.
+        self.client
+            .get_read(url, headers, &StripePolicy, |answered| {
+                read_list(answered.text, &display_url(answered.url))
+            })
+            .await
     }
 }
 
-/// The list's fields with `data` read in the same scan, or by the slower way when that
-/// fails (e.g. a number past f64 in `data`, which only the record-by-record scan keeps).
-fn read_list_fields(body: &RawValue) -> Option<RawList<'_>> {
-    RawList::parse(body, "data").or_else(|| {
+/// The list's fields with `data` read in the same scan that checks the body is JSON, or
+/// by the slower way when that fails (e.g. a number past f64 in `data`, which only the
+/// record-by-record scan keeps). `None` when the body is not a JSON object.
+fn read_list_fields(text: &str) -> Option<RawList<'_>> {
+    RawList::parse_text(text, "data").or_else(|| {
+        let body: &RawValue = serde_json::from_str(text).ok()?;
         let fields = RawObject::parse(body)?;
         let items = fields
             .get("data")
@@ -197,16 +199,16 @@ fn read_list_fields(body: &RawValue) -> Option<RawList<'_>> {
 
 /// One page of a Stripe list (`{"object": "list", "data": [...], "has_more": ...}`): its
 /// charges keyed by `id`, the next `starting_after` and the newest `created`.
-fn read_list(body: &RawValue, url: &str) -> Result<Page, FetchError> {
+fn read_list(text: &str, url: &str) -> Result<Page, FetchError> {
     let shape = |message: String| FetchError::Shape {
         url: url.to_string(),
         message,
-        body: cap_body(body.get().as_bytes()),
+        body: cap_body(text.as_bytes()),
     };
-    let list = read_list_fields(body).ok_or_else(|| {
+    let list = read_list_fields(text).ok_or_else(|| {
         shape(format!(
             "the body is {}, expected a Stripe list object",
-            json_kind(body).name()
+            text_kind(text).name()
         ))
     })?;
     let records = match list.items {

@@ -3,7 +3,8 @@
 //! One [`HttpClient`] per provider wraps one pooled `reqwest` client (keep-alive, rustls).
 //! [`HttpClient::get_json`] (and [`HttpClient::get_json_with`] /
 //! [`HttpClient::post_form_with`], which take a provider's [`ResponsePolicy`]) add what
-//! every adapter needs:
+//! every adapter needs, and [`HttpClient::get_read`] adds it to an adapter's own reading
+//! of the page, run where the body is read:
 //! - bounded retries (`1 + max_retries` requests at most) with exponential backoff and
 //!   jitter, for connection errors, timeouts, bodies cut short, 5xx, 429 and 2xx bodies that
 //!   are not JSON;
@@ -155,13 +156,31 @@ impl HttpClient {
         headers: HeaderMap,
         policy: &dyn ResponsePolicy,
     ) -> Result<JsonResponse, FetchError> {
+        self.get_read(url, headers, policy, json_response).await
+    }
+
+    /// Like [`HttpClient::get_json_with`], with `read` turning the answer into what the
+    /// caller wants (a page) on the same thread, in the same step, as the body is read:
+    /// for a page, one hand-off to the blocking pool instead of two. `read` must read
+    /// the whole text with serde_json, as [`crate::raw::RawList::parse_text`] does, so
+    /// that what it accepts is JSON. When `read` fails and the body is not JSON, the
+    /// attempt is retried as any body that is not JSON is
+    /// ([`FetchError::InvalidJson`]); when the body is JSON, `read`'s error ends the
+    /// fetch.
+    pub async fn get_read<T: Send + 'static>(
+        &self,
+        url: Url,
+        headers: HeaderMap,
+        policy: &dyn ResponsePolicy,
+        read: impl Fn(&Answered<'_>) -> Result<T, FetchError> + Send + Sync + 'static,
+    ) -> Result<T, FetchError> {
         let request = Request {
             method: Method::GET,
             url: &url,
             headers: &headers,
             form: None,
         };
-        self.send_json(request, policy).await
+        self.send_read(request, policy, Arc::new(read)).await
     }
 
     /// POSTs `form` as `application/x-www-form-urlencoded` (e.g. to an OAuth token endpoint)
@@ -186,15 +205,17 @@ impl HttpClient {
             headers: &headers,
             form: Some(&body),
         };
-        self.send_json(request, policy).await
+        self.send_read(request, policy, Arc::new(json_response))
+            .await
     }
 
     /// Sends `request` until it succeeds, fails for good or runs out of attempts.
-    async fn send_json(
+    async fn send_read<T: Send + 'static>(
         &self,
         request: Request<'_>,
         policy: &dyn ResponsePolicy,
-    ) -> Result<JsonResponse, FetchError> {
+        read: BodyReader<T>,
+    ) -> Result<T, FetchError> {
         let shown = display_url(request.url);
         let attempts = AtomicU32::new(0);
         let max_delay = self.settings.retry_max_delay;
@@ -204,9 +225,11 @@ impl HttpClient {
             .with_max_times(usize::try_from(self.settings.max_retries).unwrap_or(usize::MAX))
             .with_jitter();
         let (request, shown_ref, attempts_ref) = (&request, shown.as_str(), &attempts);
+        let read = &read;
         let attempt = move || async move {
             let attempt = attempts_ref.fetch_add(1, Ordering::Relaxed) + 1;
-            self.attempt(request, policy, shown_ref, attempt).await
+            self.attempt(request, policy, shown_ref, attempt, read)
+                .await
         };
         attempt
             .retry(backoff)
@@ -229,13 +252,14 @@ impl HttpClient {
     }
 
     /// One request: the answer, or a failure saying whether it is worth another attempt.
-    async fn attempt(
+    async fn attempt<T: Send + 'static>(
         &self,
         request: &Request<'_>,
         policy: &dyn ResponsePolicy,
         shown: &str,
         attempt: u32,
-    ) -> Result<JsonResponse, Failure> {
+        read: &BodyReader<T>,
+    ) -> Result<T, Failure> {
         let transport = |what: &str, err: reqwest::Error| {
             // A redirect loop or a request that cannot be built fails the same way again.
             let retryable = !(err.is_redirect() || err.is_builder());
@@ -302,33 +326,32 @@ impl HttpClient {
             }
             body.extend_from_slice(&chunk);
         }
-        let (body, parsed) = if body.len() < PARSE_OFF_THREAD_BYTES {
-            validate_json(body)
+        let body_len = body.len();
+        let url = response.url().clone();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let read = Arc::clone(read);
+        let read_body = move || read_body(body, &url, status, &headers, &*read);
+        let outcome = if body_len < PARSE_OFF_THREAD_BYTES {
+            read_body()
         } else {
-            off_thread(move || validate_json(body))
-                .await
-                .ok_or_else(|| {
-                    Failure::fatal(FetchError::Transport {
-                        url: shown.to_string(),
-                        attempts: attempt,
-                        message: "the runtime is shutting down".to_string(),
-                    })
-                })?
+            off_thread(read_body).await.ok_or_else(|| {
+                Failure::fatal(FetchError::Transport {
+                    url: shown.to_string(),
+                    attempts: attempt,
+                    message: "the runtime is shutting down".to_string(),
+                })
+            })?
         };
-        match parsed {
-            Ok(json) => Ok(JsonResponse {
-                url: response.url().clone(),
-                status: response.status().as_u16(),
-                headers: response.headers().clone(),
-                body: json,
-            }),
-            Err(err) => Err(Failure::retry(FetchError::InvalidJson {
+        outcome.map_err(|unread| match unread {
+            Unread::NotJson { message, body } => Failure::retry(FetchError::InvalidJson {
                 url: shown.to_string(),
                 attempts: attempt,
-                message: err,
+                message,
                 body: cap_body(&body),
-            })),
-        }
+            }),
+            Unread::Refused(error) => Failure::fatal(error),
+        })
     }
 
     /// The failure for an unsuccessful status: the client's verdict, as `policy` amends it,
@@ -387,18 +410,85 @@ impl HttpClient {
 /// Bodies at least this large are parsed on tokio's blocking pool.
 const PARSE_OFF_THREAD_BYTES: usize = 16 * 1024;
 
-/// The body as validated JSON text, or the error with the bytes kept for the report.
-fn validate_json(body: Vec<u8>) -> (Vec<u8>, Result<Box<RawValue>, String>) {
+/// A successful (2xx) answer, for a caller's reader to turn into what it wants.
+pub struct Answered<'a> {
+    /// The URL that answered (after same-origin redirects).
+    pub url: &'a Url,
+    pub status: u16,
+    pub headers: &'a HeaderMap,
+    /// The body, which is UTF-8 but not yet known to be JSON.
+    pub text: &'a str,
+}
+
+/// What a fetch turns a successful answer into, on the thread that read its body.
+type BodyReader<T> = Arc<dyn Fn(&Answered<'_>) -> Result<T, FetchError> + Send + Sync>;
+
+/// Why a successful answer's body was not read.
+enum Unread {
+    /// It is not UTF-8 or not JSON: the bytes are kept for the report.
+    NotJson { message: String, body: Vec<u8> },
+    /// It is JSON, and the reader refused it.
+    Refused(FetchError),
+}
+
+/// Reads `body` with `read`. A body `read` refuses is checked for being JSON, so that a
+/// body cut short or garbled is retried while a JSON body of the wrong shape is not.
+fn read_body<T>(
+    body: Vec<u8>,
+    url: &Url,
+    status: u16,
+    headers: &HeaderMap,
+    read: &(dyn Fn(&Answered<'_>) -> Result<T, FetchError> + Send + Sync),
+) -> Result<T, Unread> {
     let text = match String::from_utf8(body) {
         Ok(text) => text,
         Err(error) => {
             let message = format!("the body is not UTF-8: {}", error.utf8_error());
-            return (error.into_bytes(), Err(message));
+            return Err(Unread::NotJson {
+                message,
+                body: error.into_bytes(),
+            });
         }
     };
-    match serde_json::from_str::<Box<RawValue>>(&text) {
-        Ok(raw) => (Vec::new(), Ok(raw)),
-        Err(error) => (text.into_bytes(), Err(error.to_string())),
+    let answered = Answered {
+        url,
+        status,
+        headers,
+        text: &text,
+    };
+    let refused = match read(&answered) {
+        Ok(value) => return Ok(value),
+        Err(error) => error,
+    };
+    match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        Ok(_) => Err(Unread::Refused(refused)),
+        Err(error) => Err(Unread::NotJson {
+            message: error.to_string(),
+            body: text.into_bytes(),
+        }),
+    }
+}
+
+/// The reader of [`HttpClient::get_json`]: the answer with its body kept as checked JSON.
+fn json_response(answered: &Answered<'_>) -> Result<JsonResponse, FetchError> {
+    JsonResponse::read(answered)
+}
+
+impl JsonResponse {
+    /// The answer with its body kept as checked JSON (a reader for
+    /// [`HttpClient::get_read`] that needs the whole response).
+    pub fn read(answered: &Answered<'_>) -> Result<JsonResponse, FetchError> {
+        let body = serde_json::from_str::<Box<RawValue>>(answered.text).map_err(|error| {
+            FetchError::Client {
+                message: error.to_string(),
+            }
+        })?;
+        Ok(JsonResponse {
+            url: answered.url.clone(),
+            status: answered.status,
+            headers: answered.headers.clone(),
+            body,
+        })
     }
 }
 

@@ -30,7 +30,7 @@ use secrecy::ExposeSecret;
 
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 
-use crate::http::{cap_body, display_url, HttpClient, JsonResponse};
+use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
 use crate::raw::{array_items, json_kind, lookup_raw};
 use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 
@@ -66,21 +66,24 @@ impl RestProvider {
     ) -> Result<Page, FetchError> {
         let url = pagination::page_url(&self.config, position)?;
         let headers = self.request_headers(token)?;
-        let response = self.client.get_json(url, headers).await?;
         let pagination = self.config.pagination.clone();
         let records_path = self.config.records_path.clone().unwrap_or_default();
         let id_spec = self.id_spec.clone();
         let position = position.cloned();
-        crate::adapter::read_off_thread(response, move |response| {
+        // The page is read on the thread that read its body, in the same step.
+        let read = move |answered: &Answered<'_>| {
+            let response = JsonResponse::read(answered)?;
             read_page(
-                response,
+                &response,
                 &records_path,
                 &pagination,
                 position.as_ref(),
                 &id_spec,
             )
-        })
-        .await
+        };
+        self.client
+            .get_read(url, headers, &DefaultPolicy, read)
+            .await
     }
 
     /// `Accept`, the static headers, then the token as `auth` says. Values are marked

@@ -39,7 +39,7 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
-use crate::http::{display_url, Answer, HttpClient};
+use crate::http::{display_url, Answer, Answered, HttpClient};
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
@@ -192,12 +192,8 @@ impl StravaProvider {
         }
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, adapter::bearer("strava", token)?);
-        let response = self
-            .client
-            .get_json_with(url, headers, &self.limits)
-            .await?;
-        let url = display_url(&response.url);
-        adapter::read_off_thread(response.body, move |body| {
+        // The page is read where its body is, in the scan that checks it is JSON.
+        let read = move |answered: &Answered<'_>| {
             let start_date = adapter::WatermarkField::Time("start_date");
             // Strava pages by number until an empty page.
             let next = |records: usize| {
@@ -205,9 +201,10 @@ impl StravaProvider {
                     page: page.saturating_add(1),
                 })
             };
-            adapter::array_page_by_id(body, url, "activities", start_date, next)
-        })
-        .await
+            let url = display_url(answered.url);
+            adapter::array_page_by_id(answered.text, url, "activities", start_date, next)
+        };
+        self.client.get_read(url, headers, &self.limits, read).await
     }
 
     /// Sleeps for `wait`, or returns [`FetchError::RateLimited`] at once when it is longer

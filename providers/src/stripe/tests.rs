@@ -176,6 +176,67 @@ async fn rate_limits_and_server_errors_are_retried_with_backoff() {
 }
 
 #[tokio::test]
+async fn a_body_that_is_not_json_is_retried_and_a_json_body_of_another_shape_is_not() {
+    let server = MockServer::start().await;
+    // The list is read in the scan that checks the body is JSON: a body cut short must
+    // still be retried as a body that is not JSON, not taken for a list of another shape.
+    charges()
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "application/json")
+                .set_body_string(r#"{"object":"list","data":[{"id":"ch_1","created":1"#),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    charges()
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(list(vec![charge("ch_1", 1)], false)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let page = fetch(&provider(&server), None).await.unwrap();
+    assert_eq!(ids(&page.items), ["ch_1"]);
+    server.verify().await;
+
+    server.reset().await;
+    charges()
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": {}})))
+        .mount(&server)
+        .await;
+    let error = fetch(&provider(&server), None).await.unwrap_err();
+    assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
+    let requests = server.received_requests().await.unwrap_or_default();
+    assert_eq!(
+        requests.len(),
+        1,
+        "a JSON body of another shape is not retried"
+    );
+
+    server.reset().await;
+    let garbled = r#"{"object":"list","data":[],"has_more":false} trailing"#;
+    charges()
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "application/json")
+                .set_body_string(garbled),
+        )
+        .mount(&server)
+        .await;
+    let error = fetch(&provider(&server), None).await.unwrap_err();
+    let FetchError::InvalidJson { attempts, body, .. } = &error else {
+        panic!("expected InvalidJson, got {error:?}");
+    };
+    let requests = server.received_requests().await.unwrap_or_default();
+    assert_eq!(*attempts as usize, requests.len());
+    assert!(requests.len() > 1, "a body that is not JSON is retried");
+    assert_eq!(body, garbled);
+}
+
+#[tokio::test]
 async fn stripe_should_retry_false_stops_retrying_at_once() {
     let server = MockServer::start().await;
     charges()

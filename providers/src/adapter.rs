@@ -180,6 +180,7 @@ pub(crate) fn page_by_id(
         items,
         next,
         watermark,
+        stop_after: None,
     }
 }
 

@@ -88,4 +88,9 @@ pub struct Page {
     /// The newest watermark among this page's records, for providers that sync
     /// incrementally; `None` otherwise.
     pub watermark: Option<Watermark>,
+    /// Why the listing cannot go on after this page although its records were read (a
+    /// malformed `Link` header, a cursor of the wrong type): the pipeline stores the
+    /// records, then stops the run with this reason, and the next run starts again at
+    /// this page. `None` when `next` says where the listing goes.
+    pub stop_after: Option<String>,
 }

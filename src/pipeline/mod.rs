@@ -83,6 +83,8 @@ enum RunFault {
     Fetch { page: u64, source: FetchError },
     #[error("stopped early at page {page}: {source}; the next run resumes from the checkpoint")]
     RateLimited { page: u64, source: FetchError },
+    #[error("page {page}: {reason}; its records were stored, and the next run starts again at this page")]
+    ListingStopped { page: u64, reason: String },
     #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
     PaginationLoop { position: String },
     #[error(
@@ -361,6 +363,7 @@ async fn fetch_and_store(
             }
         };
         *watermark = newest(watermark.take(), page.watermark.clone());
+        let stop_after = page.stop_after;
         let next_checkpoint = page.next.clone().map(|next| Checkpoint {
             position: next,
             since: walk.since.cloned(),
@@ -371,7 +374,8 @@ async fn fetch_and_store(
             connection,
             next_checkpoint: next_checkpoint.as_ref(),
             mode: settings.write_mode,
-            leave_checkpoint: false,
+            // A page the listing cannot go on from leaves the checkpoint at itself.
+            leave_checkpoint: stop_after.is_some(),
             expect: match expect {
                 PageExpectation::Unchanged
                     if last_commit.elapsed() >= MAX_UNCOMMITTED_UNCHANGED =>
@@ -421,6 +425,12 @@ async fn fetch_and_store(
             "Page stored."
         );
         progress.page_committed(connection, counts);
+        if let Some(reason) = stop_after {
+            return Err(RunFault::ListingStopped {
+                page: page_number,
+                reason,
+            });
+        }
         match next_checkpoint {
             Some(next) => position = Some(next.position),
             None => return Ok(()),

@@ -407,10 +407,10 @@ fn link_provider(app: &TestApp, users: &[&str]) -> String {
 }
 
 #[tokio::test]
-async fn a_malformed_link_header_stops_the_run_and_keeps_its_page_in_the_report() {
+async fn a_malformed_link_header_stores_its_page_and_the_next_run_starts_again_there() {
     let app = spawn_app().await;
     let base = app.api.uri();
-    Mock::given(method("GET"))
+    let first_page = Mock::given(method("GET"))
         .and(path("/v1/items"))
         .and(query_param_is_missing("page"))
         .respond_with(
@@ -421,8 +421,9 @@ async fn a_malformed_link_header_stops_the_run_and_keeps_its_page_in_the_report(
                     format!("<{base}/v1/items?page=2>; rel=\"next\"").as_str(),
                 ),
         )
-        .mount(&app.api)
-        .await;
+        .named("the first page")
+        .expect(1);
+    first_page.mount(&app.api).await;
     Mock::given(method("GET"))
         .and(path("/v1/items"))
         .and(query_param("page", "2"))
@@ -434,25 +435,43 @@ async fn a_malformed_link_header_stops_the_run_and_keeps_its_page_in_the_report(
                     format!("<{base}/v1/items?page=3; rel=\"next\"").as_str(),
                 ),
         )
+        .named("the page with the broken header")
+        .expect(2)
         .mount(&app.api)
         .await;
     let settings = app.settings(&link_provider(&app, &["alice"])).await;
+    let both_pages = [
+        ("l1".to_string(), r#"{"id":"l1"}"#.to_string()),
+        ("l2".to_string(), r#"{"id":"l2"}"#.to_string()),
+    ];
+
     let run = sync_user(&app, &settings, "alice").await;
     assert_eq!(run.status, RunStatus::Failed);
     let error = run.error.clone().unwrap();
     assert!(
-        error.contains("page 2") && error.contains("malformed Link header"),
+        error.contains("page 2")
+            && error.contains("malformed Link header")
+            && error.contains("the next run starts again at this page"),
         "{error}"
     );
-    assert_eq!(
-        stored(&app, "alice").await,
-        [("l1".to_string(), r#"{"id":"l1"}"#.to_string())]
+    // The page's records are stored: the header is broken, not the records.
+    assert_eq!(stored(&app, "alice").await, both_pages);
+    assert_eq!((run.counts.fetched, run.counts.inserted), (2, 2));
+    assert!(reported(&app, run.run_id).await.is_empty());
+
+    // The checkpoint stays at page 2, so the next run asks for it again (and only it),
+    // stores nothing twice and stops there the same way.
+    let again = sync_user(&app, &settings, "alice").await;
+    assert_eq!(again.status, RunStatus::Failed);
+    // Pages are numbered within a run: the resumed run's first page is this one.
+    let error = again.error.clone().unwrap();
+    assert!(
+        error.starts_with("page 1: malformed Link header"),
+        "{error}"
     );
-    // The page whose header is broken is kept whole in the report, so nothing is lost.
-    assert_eq!(
-        reported(&app, run.run_id).await,
-        [("parse".to_string(), r#"[{"id":"l2"}]"#.to_string())]
-    );
+    assert_eq!((again.counts.fetched, again.counts.inserted), (1, 0));
+    assert_eq!(stored(&app, "alice").await, both_pages);
+    app.api.verify().await;
 }
 
 #[test]

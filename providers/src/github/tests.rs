@@ -75,6 +75,32 @@ fn epoch_in(seconds: u64) -> String {
 }
 
 #[tokio::test]
+async fn a_page_with_a_malformed_link_header_is_kept_and_the_listing_stops_after_it() {
+    let server = MockServer::start().await;
+    issues()
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header(
+                    "link",
+                    format!("<{}/issues?page=2; rel=\"next\"", server.uri()),
+                )
+                .set_body_json(json!([issue(21, "2024-02-01T00:00:00Z")])),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let credentials = token_credentials(TOKEN);
+    let page = provider(&server)
+        .fetch_page(&context(&credentials, None), None)
+        .await
+        .unwrap();
+    assert_eq!(ids(&page.items), ["21"]);
+    assert_eq!(page.next, None);
+    let reason = page.stop_after.unwrap();
+    assert!(reason.contains("malformed Link header"), "{reason}");
+}
+
+#[tokio::test]
 async fn lists_issues_page_by_page_following_the_link_header() {
     let server = MockServer::start().await;
     let next = |page: u32| {

@@ -190,11 +190,19 @@ fn read_page(
         });
     };
     let count = u64::try_from(records.len()).unwrap_or(u64::MAX);
-    let next = pagination::next_position(pagination, position, response, count)?;
+    // A page whose records can be read but whose next position cannot is stored, and
+    // the run stops after it.
+    let (next, stop_after) = match pagination::next_position(pagination, position, response, count)
+    {
+        Ok(next) => (next, None),
+        Err(FetchError::Shape { message, .. }) => (None, Some(message)),
+        Err(other) => return Err(other),
+    };
     let (items, _) = crate::adapter::identify_records(id_spec, &records, None);
     Ok(Page {
         items,
         next,
         watermark: None,
+        stop_after,
     })
 }

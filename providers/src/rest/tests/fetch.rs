@@ -170,26 +170,26 @@ async fn no_pagination_is_one_page_of_the_body_itself() {
 }
 
 #[tokio::test]
-async fn a_malformed_link_header_is_a_shape_error() {
+async fn a_malformed_link_header_keeps_the_page_and_stops_the_listing_after_it() {
     let server = MockServer::start().await;
     Mock::given(path("/v1/items"))
         .respond_with(
             ResponseTemplate::new(200)
-                .set_body_json(json!({"data": []}))
+                .set_body_json(json!({"data": [{"id": "i1"}]}))
                 .insert_header("Link", "https://no-brackets; rel=next"),
         )
+        .expect(1)
         .mount(&server)
         .await;
     let provider = provider(&server, json!({"pagination": {"type": "link"}}));
-    let error = provider
+    let page = provider
         .fetch_page(&FetchContext::full(&credentials()), None)
         .await
-        .unwrap_err();
-    assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
-    assert!(
-        error.to_string().contains("malformed Link header"),
-        "{error}"
-    );
+        .unwrap();
+    assert_eq!(ids(&page.items), ["i1"]);
+    assert_eq!(page.next, None);
+    let reason = page.stop_after.unwrap();
+    assert!(reason.contains("malformed Link header"), "{reason}");
 }
 
 #[tokio::test]

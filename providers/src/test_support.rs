@@ -5,7 +5,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::http::{HttpClient, HttpSettings};
-use crate::{Credentials, PageItem};
+use crate::{Credentials, Page, PageItem};
 
 /// Tiny backoff delays so retry tests stay fast.
 pub(crate) fn fast_settings() -> HttpSettings {
@@ -41,4 +41,16 @@ pub(crate) fn ids(items: &[PageItem]) -> Vec<String> {
             PageItem::Rejected(rejected) => format!("!{}", rejected.message),
         })
         .collect()
+}
+
+/// Asserts that `page` holds the records `expected` and ends the listing with a reason
+/// that mentions `reason` (see [`Page::stop_after`]).
+pub(crate) fn assert_stops_after(page: &Page, expected: &[&str], reason: &str) {
+    assert_eq!(ids(&page.items), expected);
+    assert_eq!(page.next, None);
+    let stop = page.stop_after.as_deref().unwrap_or_default();
+    assert!(
+        stop.contains(reason),
+        "{stop:?} does not mention {reason:?}"
+    );
 }

@@ -10,7 +10,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{GithubConfig, GithubProvider};
 use crate::http::{HttpClient, HttpSettings};
-use crate::test_support::{fast_client, fast_settings, ids, token_credentials};
+use crate::test_support::{assert_stops_after, fast_client, fast_settings, ids, token_credentials};
 use crate::{
     CredentialStore, FetchContext, FetchError, NoCredentialStore, PagePosition, Provider,
     ProviderConfig, Watermark,
@@ -94,10 +94,7 @@ async fn a_page_with_a_malformed_link_header_is_kept_and_the_listing_stops_after
         .fetch_page(&context(&credentials, None), None)
         .await
         .unwrap();
-    assert_eq!(ids(&page.items), ["21"]);
-    assert_eq!(page.next, None);
-    let reason = page.stop_after.unwrap();
-    assert!(reason.contains("malformed Link header"), "{reason}");
+    assert_stops_after(&page, &["21"], "malformed Link header");
 }
 
 #[tokio::test]

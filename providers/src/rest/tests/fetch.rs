@@ -5,6 +5,7 @@ use wiremock::matchers::{header, method, path, query_param, query_param_is_missi
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{credentials, ids, provider, walk, TOKEN};
+use crate::test_support::assert_stops_after;
 use crate::{Credentials, FetchContext, FetchError, PageItem, PagePosition, Provider, RecordStage};
 
 fn records(ids: &[u64]) -> serde_json::Value {
@@ -186,10 +187,7 @@ async fn a_malformed_link_header_keeps_the_page_and_stops_the_listing_after_it()
         .fetch_page(&FetchContext::full(&credentials()), None)
         .await
         .unwrap();
-    assert_eq!(ids(&page.items), ["i1"]);
-    assert_eq!(page.next, None);
-    let reason = page.stop_after.unwrap();
-    assert!(reason.contains("malformed Link header"), "{reason}");
+    assert_stops_after(&page, &["i1"], "malformed Link header");
 }
 
 #[tokio::test]

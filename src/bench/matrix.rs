@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 
+use super::repeats;
 use super::report::{self, ScaleReport};
 use super::{write_json, BenchArgs, BenchDatabase};
 
@@ -75,7 +76,13 @@ const DLT: Reference = Reference {
 struct MatrixReport {
     machine: Machine,
     reference: Reference,
+    /// How many times each configuration ran (`--repeat`).
+    repeat: u32,
+    /// One report per configuration: the median of its runs when it ran more than once.
     runs: Vec<ScaleReport>,
+    /// Every run, by configuration, when they ran more than once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    every_run: Vec<Vec<ScaleReport>>,
 }
 
 #[derive(Serialize)]
@@ -100,47 +107,43 @@ fn mem_total() -> Option<u64> {
 pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this program to run each configuration")?;
     let scratch = tempfile_dir()?;
-    let mut runs = Vec::new();
-    for (n, config) in configs(args).iter().enumerate() {
-        let json = scratch.join(format!("run-{n}.json"));
-        let database = match config.database {
-            BenchDatabase::Sqlite => "sqlite",
-            BenchDatabase::Postgres => "postgres",
-        };
-        eprintln!(
-            "== {} users x {} records on {database}, latency {} ms, concurrency {}",
-            config.users, config.records, config.latency_ms, config.concurrency
-        );
-        // The parent waits for each child and does nothing else meanwhile.
-        let status = std::process::Command::new(&exe)
-            .arg("bench")
-            .args(["--users", &config.users.to_string()])
-            .args(["--records", &config.records.to_string()])
-            .args(["--database", database])
-            .args(["--latency-ms", &config.latency_ms.to_string()])
-            .args(["--concurrency", &config.concurrency.to_string()])
-            .args(["--seed", &args.seed.to_string()])
-            .args(args.postgres_tls.then_some("--postgres-tls"))
-            .arg("--json")
-            .arg(&json)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .context("running a benchmark configuration")?;
-        let text = std::fs::read_to_string(&json)
-            .with_context(|| format!("the configuration's results ({status})"))?;
-        let run: ScaleReport = serde_json::from_str(&text)?;
-        runs.push(run);
+    let configs = configs(args);
+    let mut every_run: Vec<Vec<ScaleReport>> = configs.iter().map(|_| Vec::new()).collect();
+    // Round after round, so that the machine's drift over time touches every
+    // configuration alike.
+    for round in 1..=args.repeat {
+        for (n, config) in configs.iter().enumerate() {
+            if args.repeat > 1 {
+                eprintln!("== round {round} of {}", args.repeat);
+            }
+            let run = run_config(&exe, args, config, &scratch.join(format!("run-{n}.json")))?;
+            every_run[n].push(run);
+        }
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    let runs: Vec<ScaleReport> = every_run
+        .iter()
+        .filter_map(|runs| repeats::median_report(runs))
+        .collect();
 
     println!("{}", report::table(&runs));
+    if args.repeat > 1 {
+        println!("Medians of {} runs each; every run:", args.repeat);
+        for runs in &every_run {
+            println!("{}", repeats::ranges(runs));
+        }
+    }
     for note in report::latency_notes(&runs) {
         println!("{note}");
     }
     for line in scale_comparison(&runs) {
         println!("{line}");
     }
-    let failed: Vec<String> = runs.iter().flat_map(report::failures).collect();
+    let failed: Vec<String> = every_run
+        .iter()
+        .flatten()
+        .flat_map(report::failures)
+        .collect();
     for failure in &failed {
         eprintln!("check failed: {failure}");
     }
@@ -151,7 +154,13 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 memory_bytes: mem_total(),
             },
             reference: DLT,
+            repeat: args.repeat,
             runs,
+            every_run: if args.repeat > 1 {
+                every_run
+            } else {
+                Vec::new()
+            },
         };
         write_json(path, &report)?;
     }
@@ -160,6 +169,41 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Runs one configuration in a fresh copy of this binary and reads its results.
+fn run_config(
+    exe: &std::path::Path,
+    args: &BenchArgs,
+    config: &Config,
+    json: &std::path::Path,
+) -> anyhow::Result<ScaleReport> {
+    let database = match config.database {
+        BenchDatabase::Sqlite => "sqlite",
+        BenchDatabase::Postgres => "postgres",
+    };
+    eprintln!(
+        "== {} users x {} records on {database}, latency {} ms, concurrency {}",
+        config.users, config.records, config.latency_ms, config.concurrency
+    );
+    // The parent waits for each child and does nothing else meanwhile.
+    let status = std::process::Command::new(exe)
+        .arg("bench")
+        .args(["--users", &config.users.to_string()])
+        .args(["--records", &config.records.to_string()])
+        .args(["--database", database])
+        .args(["--latency-ms", &config.latency_ms.to_string()])
+        .args(["--concurrency", &config.concurrency.to_string()])
+        .args(["--seed", &args.seed.to_string()])
+        .args(args.postgres_tls.then_some("--postgres-tls"))
+        .arg("--json")
+        .arg(json)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running a benchmark configuration")?;
+    let text = std::fs::read_to_string(json)
+        .with_context(|| format!("the configuration's results ({status})"))?;
+    Ok(serde_json::from_str(&text)?)
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {

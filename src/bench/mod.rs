@@ -10,6 +10,7 @@
 
 pub mod emulator;
 pub mod matrix;
+pub mod repeats;
 pub mod report;
 pub mod verify;
 
@@ -79,6 +80,10 @@ pub struct BenchArgs {
     /// With --matrix: leave out the 1M-record configurations.
     #[arg(long, requires = "matrix")]
     pub no_1m: bool,
+    /// With --matrix: run the whole matrix this many times, one round after another, and
+    /// report each configuration's median (with the range of every run).
+    #[arg(long, requires = "matrix", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// With --database postgres: connect with sqlx's default `sslmode=prefer` (TLS when
     /// the server offers it) instead of `sslmode=disable`, as a loopback client would.
     #[arg(long)]

@@ -112,10 +112,10 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     // Round after round, so that the machine's drift over time touches every
     // configuration alike.
     for round in 1..=args.repeat {
+        if args.repeat > 1 {
+            eprintln!("== round {round} of {}", args.repeat);
+        }
         for (n, config) in configs.iter().enumerate() {
-            if args.repeat > 1 {
-                eprintln!("== round {round} of {}", args.repeat);
-            }
             let run = run_config(&exe, args, config, &scratch.join(format!("run-{n}.json")))?;
             every_run[n].push(run);
         }

@@ -156,7 +156,8 @@ impl HttpClient {
         headers: HeaderMap,
         policy: &dyn ResponsePolicy,
     ) -> Result<JsonResponse, FetchError> {
-        self.get_read(url, headers, policy, json_response).await
+        self.get_read(url, headers, policy, JsonResponse::read)
+            .await
     }
 
     /// Like [`HttpClient::get_json_with`], with `read` turning the answer into what the
@@ -205,7 +206,7 @@ impl HttpClient {
             headers: &headers,
             form: Some(&body),
         };
-        self.send_read(request, policy, Arc::new(json_response))
+        self.send_read(request, policy, Arc::new(JsonResponse::read))
             .await
     }
 
@@ -469,15 +470,12 @@ fn read_body<T>(
     }
 }
 
-/// The reader of [`HttpClient::get_json`]: the answer with its body kept as checked JSON.
-fn json_response(answered: &Answered<'_>) -> Result<JsonResponse, FetchError> {
-    JsonResponse::read(answered)
-}
-
 impl JsonResponse {
-    /// The answer with its body kept as checked JSON (a reader for
-    /// [`HttpClient::get_read`] that needs the whole response).
+    /// The answer with its body kept as checked JSON: the reader of
+    /// [`HttpClient::get_json`], and of adapters that need the whole response.
     pub fn read(answered: &Answered<'_>) -> Result<JsonResponse, FetchError> {
+        // Never surfaced: text serde_json cannot read is not JSON, and `read_body`
+        // reports it as such (and retries).
         let body = serde_json::from_str::<Box<RawValue>>(answered.text).map_err(|error| {
             FetchError::Client {
                 message: error.to_string(),

@@ -2,15 +2,15 @@
 //! median. One phase at 100k records lasts under a second, and on a shared machine a
 //! single run of it strays by ±15 %, so a figure worth quoting is a median with its range.
 
-use super::report::ScaleReport;
+use super::report::{PhaseReport, ScaleReport};
 
 /// The runs of one configuration as one report: each phase's median seconds and
-/// records/s, the highest peak RSS, and the checks passed only if they passed in every
-/// run. `None` for no runs.
+/// records/s, the highest peak RSS, and each phase's checks from a run where one failed,
+/// if any did (so the table shows the failure). `None` for no runs.
 pub fn median_report(runs: &[ScaleReport]) -> Option<ScaleReport> {
     let mut summary = runs.first()?.clone();
     for (index, phase) in summary.phases.iter_mut().enumerate() {
-        let of_phase = |value: fn(&super::report::PhaseReport) -> f64| {
+        let of_phase = |value: fn(&PhaseReport) -> f64| {
             median(
                 runs.iter()
                     .filter_map(|run| run.phases.get(index))
@@ -23,6 +23,13 @@ pub fn median_report(runs: &[ScaleReport]) -> Option<ScaleReport> {
             .iter()
             .filter_map(|run| run.phases.get(index)?.peak_rss_bytes)
             .max();
+        let failing = runs
+            .iter()
+            .filter_map(|run| run.phases.get(index))
+            .find(|phase| phase.checks.iter().any(|check| !check.passed));
+        if let Some(failing) = failing {
+            phase.checks = failing.checks.clone();
+        }
     }
     summary.peak_rss_bytes = runs.iter().filter_map(|run| run.peak_rss_bytes).max();
     summary.checks_passed = runs.iter().all(|run| run.checks_passed);
@@ -73,7 +80,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::PhaseReport;
+    use crate::bench::verify::Check;
 
     fn run(rates: [f64; 2], rss: u64, checks_passed: bool) -> ScaleReport {
         let phase = |name: &str, rate: f64| PhaseReport {
@@ -109,11 +116,16 @@ mod tests {
 
     #[test]
     fn runs_sum_up_as_medians_with_the_highest_memory_and_every_check() {
-        let runs = [
+        let mut runs = [
             run([110_000.0, 300_000.0], 25, true),
             run([90_000.0, 340_000.0], 27, true),
             run([100_000.0, 280_000.0], 26, false),
         ];
+        runs[2].phases[1].checks.push(Check {
+            name: "duplicate keys".to_string(),
+            passed: false,
+            detail: "1 key twice".to_string(),
+        });
         let summary = median_report(&runs).unwrap();
         let rates: Vec<f64> = summary.phases.iter().map(|p| p.records_per_sec).collect();
         assert_eq!(rates, [100_000.0, 300_000.0]);
@@ -121,6 +133,13 @@ mod tests {
         assert_eq!(summary.peak_rss_bytes, Some(27));
         assert_eq!(summary.phases[1].peak_rss_bytes, Some(27));
         assert!(!summary.checks_passed, "one run's checks failed");
+        assert!(summary.phases[0].checks.is_empty());
+        let shown: Vec<(&str, bool)> = summary.phases[1]
+            .checks
+            .iter()
+            .map(|check| (check.name.as_str(), check.passed))
+            .collect();
+        assert_eq!(shown, [("duplicate keys", false)]);
         assert_eq!(
             ranges(&runs),
             "10 x 10000 on sqlite, latency 0 ms, 3 runs: first 90–110k, unchanged 280–340k \

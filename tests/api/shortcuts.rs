@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement};
 use tributary::config::Settings;
 use tributary::entities::{connection, sync_run};
 use tributary::pipeline::run::start_run;
@@ -287,6 +287,22 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         checkpoint(&app).await,
         Some(next.to_column().expect("json"))
     );
+    // The page's records carry the same instant as its bookkeeping, written alike: on
+    // SQLite, where timestamps are text, the batch's own encoding of the records'
+    // times must be the very text sqlx writes for the connection's `updated_at`.
+    let same_time = app
+        .db
+        .query_one_raw(Statement::from_string(
+            app.db.get_database_backend(),
+            "SELECT count(*) AS n FROM records r, connections c \
+             WHERE r.created_at = c.updated_at AND r.updated_at = c.updated_at",
+        ))
+        .await
+        .expect("query")
+        .expect("a row")
+        .try_get::<i64>("", "n")
+        .expect("count");
+    assert_eq!(same_time, 2);
 
     // The connection removed meanwhile (`connections remove`): the next page fails too.
     connection::Entity::delete_by_id(connection.id)

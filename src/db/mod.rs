@@ -16,9 +16,12 @@ use crate::entities::connection;
 
 mod pools;
 mod readers;
+mod wal_checkpoints;
+mod write_lane;
 
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};
+pub use write_lane::WriteLane;
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]

@@ -7,14 +7,19 @@
 //!
 //! ```sql
 //! BEGIN IMMEDIATE;
-//! INSERT INTO records (...) VALUES (...), ...;   -- no ON CONFLICT
 //! UPDATE sync_runs SET <counters> WHERE id = ?;
 //! INSERT INTO temp.tributary_one_row_changed (changed) VALUES (changes());
 //! UPDATE connections SET checkpoint = ? WHERE id = ?;
 //! INSERT INTO temp.tributary_one_row_changed (changed) VALUES (changes());
+//! INSERT INTO records (...) VALUES (...), ...;   -- no ON CONFLICT
 //! DELETE FROM temp.tributary_one_row_changed;
 //! COMMIT
 //! ```
+//!
+//! The bookkeeping is built with sea-query; the insert, which carries nearly all the
+//! values, is written here directly and comes last, so its values follow the
+//! bookkeeping's ([`push_records_insert`]). The batch takes the writing connection through
+//! the [`WriteLane`], which hands it from one batch straight to the next.
 //!
 //! Every way the page could go wrong stops the batch with an error before `COMMIT`: the
 //! `INSERT` has no `ON CONFLICT` clause, so a key that exists already or a row the
@@ -23,17 +28,18 @@
 //! error, the transaction is rolled back with nothing written, and the caller writes the
 //! page the usual way, which decides, counts and reports every record as if this had not
 //! been tried. The batch runs in a task of its own, so a caller dropped halfway cannot
-//! leave the pooled connection inside an open transaction.
+//! leave the connection inside an open transaction.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sea_orm::sqlx::sqlite::SqliteArguments;
-use sea_orm::sqlx::{self, Arguments, IntoArguments, Sqlite, SqlitePool};
-use sea_orm::{DatabaseConnection, DbErr};
+use sea_orm::sqlx::{self, Arguments, IntoArguments, Sqlite};
+use sea_orm::DbErr;
 use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
+use crate::db::WriteLane;
 use crate::entities::record;
 use crate::pipeline::bookkeeping::{sqlite_statements, PageBookkeeping};
 use crate::pipeline::store::PageContext;
@@ -81,24 +87,27 @@ impl NewPageBatch {
     /// Sends the batch: `true` when the page is stored, `false` when it was rolled back
     /// (a key existed, a row was refused, or the run's or connection's row was gone)
     /// and must be written the usual way.
-    pub async fn write(self, db: &DatabaseConnection) -> Result<bool, DbErr> {
-        let pool: SqlitePool = db.get_sqlite_connection_pool().clone();
+    pub async fn write(self, lane: &WriteLane) -> Result<bool, DbErr> {
         let NewPageBatch { sql, arguments } = self;
+        let lane = lane.clone();
         tokio::spawn(async move {
-            let mut connection = pool.acquire().await.map_err(connection_error)?;
+            let mut turn = lane.turn().await.map_err(connection_error)?;
             // Several statements in one query: only sqlx's SQLite driver runs them, and
             // it is what lets the page go in one hand-off.
             let written = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments)
-                .execute(&mut *connection)
+                .execute(&mut **turn.connection())
                 .await;
             let Err(error) = written else {
+                turn.pass_on();
                 return Ok(true);
             };
             tracing::debug!(%error, "The page's batch did not go in; rolling it back.");
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
-            // connection is broken: either way it is not used again.
+            // connection is broken: either way it is not used again. Either way the
+            // connection goes back to the pool rather than to the next batch.
+            let connection = turn.connection();
             if sqlx::query("ROLLBACK")
-                .execute(&mut *connection)
+                .execute(&mut **connection)
                 .await
                 .is_err()
             {

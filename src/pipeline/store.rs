@@ -139,10 +139,11 @@ pub async fn store_page(
         && db.get_database_backend() != DbBackend::MySql
     {
         if let Some(counts) = page.write_all_new(db, totals).await? {
+            db.wal_written();
             return Ok(counts);
         }
     }
-    match page.write(db, totals, Mode::Fast).await {
+    let stored = match page.write(db, totals, Mode::Fast).await {
         Ok(counts) => Ok(counts),
         Err(PageFailure::Record(error)) => {
             tracing::warn!(%error, "Writing a record failed; writing the page again record by record where needed.");
@@ -152,7 +153,11 @@ pub async fn store_page(
             }
         }
         Err(PageFailure::Database(error)) => Err(error),
+    };
+    if stored.is_ok() {
+        db.wal_written();
     }
+    stored
 }
 
 /// How a page's records are written.
@@ -272,12 +277,12 @@ impl PageWrite<'_> {
     /// exactly as if this had not been tried.
     async fn write_all_new(
         &self,
-        db: &DatabaseConnection,
+        db: &DatabasePools,
         totals: &mut RunCounts,
     ) -> Result<Option<PageStoreCounts>, DbErr> {
         let now = Utc::now();
         let mut counts = self.counts;
-        if db.get_database_backend() == DbBackend::Sqlite {
+        if let Some(lane) = db.sqlite_write_lane() {
             counts.inserted += self.records.len() as u64;
             let after = self.totals_after(totals, &counts);
             let batch = NewPageBatch::new(
@@ -286,7 +291,7 @@ impl PageWrite<'_> {
                 &self.bookkeeping(&after, now),
                 now,
             )?;
-            if !batch.write(db).await? {
+            if !batch.write(lane).await? {
                 return Ok(None);
             }
             *totals = after;

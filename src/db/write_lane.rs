@@ -125,11 +125,14 @@ mod tests {
         (pool, released)
     }
 
-    /// Waits until `lane` has `n` batches waiting for a turn.
-    async fn until_waiting(lane: &WriteLane, n: usize) {
-        while lane.waiting.load(Ordering::SeqCst) != n {
+    /// A second batch asking `lane` for a turn, once it is waiting for one.
+    async fn next_batch_waiting(lane: &WriteLane) -> tokio::task::JoinHandle<Turn> {
+        let next_lane = lane.clone();
+        let next = tokio::spawn(async move { next_lane.turn().await.expect("next turn") });
+        while lane.waiting.load(Ordering::SeqCst) != 1 {
             tokio::task::yield_now().await;
         }
+        next
     }
 
     /// Waits (at most a few seconds) until the pool has had `n` connections given back.
@@ -148,9 +151,7 @@ mod tests {
         let (pool, released) = counted_pool().await;
         let lane = WriteLane::new(pool.clone());
         let first = lane.turn().await.expect("first turn");
-        let next_lane = lane.clone();
-        let second = tokio::spawn(async move { next_lane.turn().await.expect("second turn") });
-        until_waiting(&lane, 1).await;
+        let second = next_batch_waiting(&lane).await;
 
         first.pass_on();
         let second = second.await.expect("second batch");
@@ -173,9 +174,7 @@ mod tests {
         let lane = WriteLane::new(pool.clone());
         let first = lane.turn().await.expect("first turn");
         tokio::time::sleep(HOLD_AT_MOST + Duration::from_millis(10)).await;
-        let next_lane = lane.clone();
-        let second = tokio::spawn(async move { next_lane.turn().await.expect("second turn") });
-        until_waiting(&lane, 1).await;
+        let second = next_batch_waiting(&lane).await;
 
         first.pass_on();
         until_released(&released, 1).await;
@@ -189,9 +188,7 @@ mod tests {
         let (pool, released) = counted_pool().await;
         let lane = WriteLane::new(pool.clone());
         let first = lane.turn().await.expect("first turn");
-        let next_lane = lane.clone();
-        let second = tokio::spawn(async move { next_lane.turn().await.expect("second turn") });
-        until_waiting(&lane, 1).await;
+        let second = next_batch_waiting(&lane).await;
 
         // A failed batch: its connection may be in any state, so the pool checks it.
         drop(first);

@@ -23,14 +23,16 @@
 //! Every way the page could go wrong stops the batch with an error before `COMMIT`: the
 //! `INSERT` has no `ON CONFLICT` clause, so a key that exists already or a row the
 //! database refuses fails it; and the `SELECT` after each update fails when the update
-//! found no row (the run's row or the connection is gone). Each statement is also one
-//! message from SQLite's thread to the task waiting for the batch, and can be one more
-//! thread wake-up: these guards replaced a `temp` table with a `CHECK` (created, filled
-//! and emptied in every batch), two statements fewer a page, about 5 % faster. sqlx stops at the first
-//! error, the transaction is rolled back with nothing written, and the caller writes the
-//! page the usual way, which decides, counts and reports every record as if this had not
-//! been tried. The batch runs in a task of its own, so a caller dropped halfway cannot
-//! leave the connection inside an open transaction.
+//! found no row (the run's row or the connection is gone). sqlx stops at the first error,
+//! the transaction is rolled back with nothing written, and the caller writes the page
+//! the usual way, which decides, counts and reports every record as if this had not been
+//! tried. The batch runs in a task of its own, so a caller dropped halfway cannot leave
+//! the connection inside an open transaction.
+//!
+//! Each statement is also one message from SQLite's thread to the task waiting for the
+//! batch, and can be one more thread wake-up. The guards replaced a `temp` table with a
+//! `CHECK` (created, filled and emptied in every batch): two statements fewer a page,
+//! about 5 % more pages a second.
 
 use std::sync::Arc;
 
@@ -105,8 +107,8 @@ impl NewPageBatch {
             };
             tracing::debug!(%error, "The page's batch did not go in; rolling it back.");
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
-            // connection is broken: either way it is not used again. Either way the
-            // connection goes back to the pool rather than to the next batch.
+            // connection is broken, which is then closed. Either way the connection goes
+            // back to the pool, which checks it, rather than to the next batch.
             let connection = turn.connection();
             if sqlx::query("ROLLBACK")
                 .execute(&mut **connection)

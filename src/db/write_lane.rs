@@ -10,7 +10,8 @@
 //! So a batch that finds other batches waiting hands the connection to the next one
 //! directly. Everything else that writes (run bookkeeping, leases, pages written the usual
 //! way) still takes the connection from the pool, so the lane gives it back at least
-//! every [`HOLD_AT_MOST`], however many batches wait, and whenever none does.
+//! every [`HOLD_AT_MOST`], however many batches wait, and whenever none does, including
+//! when the batch it was passed on to was dropped before taking it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,11 +52,13 @@ impl WriteLane {
     }
 
     /// Waits for the batches before this one, then for the connection: from the batch
-    /// before, or from the pool. Turns are taken in the order they were asked for.
+    /// before, or from the pool. Turns are taken in the order they were asked for. A
+    /// batch that stops waiting (its task dropped) leaves no connection behind for a
+    /// batch that will not come.
     pub async fn turn(&self) -> Result<Turn, sqlx::Error> {
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting::counted(self);
         let mut slot = self.held.clone().lock_owned().await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(waiting);
         let held = match slot.take() {
             Some(held) => held,
             None => Held {
@@ -64,17 +67,48 @@ impl WriteLane {
             },
         };
         Ok(Turn {
-            waiting: self.waiting.clone(),
+            lane: self.clone(),
             slot,
             held,
         })
+    }
+
+    /// When no batch waits any more, a connection passed on to the slot goes back to the
+    /// pool. Does nothing while a batch holds the slot: that batch takes the connection.
+    fn give_back_if_nobody_waits(&self) {
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            if let Ok(mut slot) = self.held.try_lock() {
+                drop(slot.take());
+            }
+        }
+    }
+}
+
+/// A batch counted as waiting for its turn, for as long as it waits.
+struct Waiting<'a> {
+    lane: &'a WriteLane,
+}
+
+impl Waiting<'_> {
+    fn counted(lane: &WriteLane) -> Waiting<'_> {
+        lane.waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting { lane }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.lane.waiting.fetch_sub(1, Ordering::SeqCst);
+        // Given its turn, the batch holds the slot and this does nothing. Dropped while
+        // waiting, it may have been the batch a connection was passed on to.
+        self.lane.give_back_if_nobody_waits();
     }
 }
 
 /// One batch's use of the writing connection. Dropped without [`Turn::pass_on`], the
 /// connection goes back to the pool, which checks it before anyone uses it again.
 pub struct Turn {
-    waiting: Arc<AtomicUsize>,
+    lane: WriteLane,
     slot: OwnedMutexGuard<Option<Held>>,
     held: Held,
 }
@@ -90,13 +124,16 @@ impl Turn {
     /// already, in which case it goes back to the pool.
     pub fn pass_on(self) {
         let Turn {
-            waiting,
+            lane,
             mut slot,
             held,
         } = self;
-        if waiting.load(Ordering::SeqCst) > 0 && held.since.elapsed() < HOLD_AT_MOST {
+        if lane.waiting.load(Ordering::SeqCst) > 0 && held.since.elapsed() < HOLD_AT_MOST {
             *slot = Some(held);
         }
+        drop(slot);
+        // The batch waiting may have been dropped since: then nobody comes for it.
+        lane.give_back_if_nobody_waits();
     }
 }
 
@@ -195,5 +232,21 @@ mod tests {
         until_released(&released, 1).await;
         second.await.expect("second batch").pass_on();
         until_released(&released, 2).await;
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_stops_waiting_strands_no_connection() {
+        let (pool, released) = counted_pool().await;
+        let lane = WriteLane::new(pool.clone());
+        let first = lane.turn().await.expect("first turn");
+        let second = next_batch_waiting(&lane).await;
+
+        // Passed on to the batch waiting, which is dropped before it takes its turn.
+        first.pass_on();
+        second.abort();
+        assert!(second.await.is_err(), "the waiting batch was dropped");
+        until_released(&released, 1).await;
+        let other = tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await;
+        assert!(matches!(other, Ok(Ok(_))), "the pool has it back");
     }
 }

@@ -262,6 +262,17 @@ pub(crate) fn records_insert(
     Ok(Some(insert))
 }
 
+/// `INSERT INTO records (...)` with the columns of a new row, in the order the inserts
+/// written as SQL text give their values: the key, payload, hash, first and last run,
+/// created and updated.
+pub(crate) fn insert_into_records() -> String {
+    let [user_id, provider, external_id] = record::key_column_names();
+    format!(
+        "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
+         first_seen_run_id, last_seen_run_id, created_at, updated_at)"
+    )
+}
+
 /// PostgreSQL: the rows go in as three arrays (`unnest`), so the statement has seven
 /// parameters whatever the page size, is prepared once per connection, and is planned
 /// once, instead of nine parameters a row.
@@ -285,11 +296,10 @@ pub(crate) fn postgres_insert(
 ) -> (String, Vec<sea_orm::Value>) {
     let [user_id, provider, external_id] = record::key_column_names();
     let sql = format!(
-        "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
-         first_seen_run_id, last_seen_run_id, created_at, updated_at) \
-         SELECT $1, $2, r.external_id, r.payload, r.content_hash, $3, $3, $4, $4 \
+        "{} SELECT $1, $2, r.external_id, r.payload, r.content_hash, $3, $3, $4, $4 \
          FROM unnest($5::text[], $6::text[], $7::text[]) AS r(external_id, payload, content_hash) \
-         ON CONFLICT ({user_id}, {provider}, {external_id}) DO NOTHING"
+         ON CONFLICT ({user_id}, {provider}, {external_id}) DO NOTHING",
+        insert_into_records()
     );
     let column = |field: fn(&Record) -> &String| -> Vec<String> {
         records.iter().map(|record| field(record).clone()).collect()

@@ -44,8 +44,8 @@ use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
 use crate::db::WriteLane;
-use crate::entities::record;
 use crate::pipeline::bookkeeping::{sqlite_statements, PageBookkeeping};
+use crate::pipeline::insert::insert_into_records;
 use crate::pipeline::store::PageContext;
 
 /// Sent after each bookkeeping update: fails the batch unless the update changed exactly
@@ -137,11 +137,8 @@ fn push_records_insert(
     records: &[Record],
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
-    let [user_id, provider, external_id] = record::key_column_names();
-    sql.push_str(&format!(
-        "INSERT INTO records ({user_id}, {provider}, {external_id}, payload, content_hash, \
-         first_seen_run_id, last_seen_run_id, created_at, updated_at) VALUES "
-    ));
+    sql.push_str(&insert_into_records());
+    sql.push_str(" VALUES ");
     // The text sqlx itself writes for a `DateTime` on SQLite, so these rows read back
     // exactly as rows written through sea-orm do.
     let now: Arc<str> = now.to_rfc3339_opts(SecondsFormat::AutoSi, false).into();

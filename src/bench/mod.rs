@@ -12,6 +12,7 @@ pub mod emulator;
 pub mod matrix;
 pub mod repeats;
 pub mod report;
+pub mod store_only;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -300,6 +301,12 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         );
         phases.push(phase);
     }
+    let phase = store_only::run_store_only(&db, &dataset, options.concurrency).await?;
+    eprintln!(
+        "store_only: {} records in {:.2} s, {:.0} records/s (the database side alone)",
+        phase.records, phase.seconds, phase.records_per_sec
+    );
+    phases.push(phase);
     db.close().await?;
     let checks_passed = phases
         .iter()

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use assert_cmd::Command;
+use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
 use tributary::bench::{run_scale, ScaleOptions};
+use tributary::entities::sync_run;
 
 use crate::helpers::{scratch_database_url, spawn_app};
 
@@ -25,9 +27,9 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
     assert!(report.checks_passed, "{:#?}", report.phases);
     assert_eq!(report.total_records, 750);
     let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["first", "unchanged", "changed_10pct"]);
-    let [first, unchanged, changed] = &report.phases[..] else {
-        panic!("three phases");
+    assert_eq!(names, ["first", "unchanged", "changed_10pct", "store_only"]);
+    let [first, unchanged, changed, store_only] = &report.phases[..] else {
+        panic!("four phases");
     };
     assert_eq!(first.inserted, 750);
     // 250 charges at 100 per page: 3 pages per user.
@@ -39,22 +41,52 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
     assert_eq!(unchanged.records_rows_written, Some(0));
     assert!(changed.updated > 0 && changed.updated < 150, "{changed:?}");
     assert_eq!(changed.updated + changed.unchanged, 750);
+    // The database side alone stores as many new records, in as many pages, once each.
+    assert_eq!(
+        (store_only.inserted, store_only.pages, store_only.failed),
+        (750, 9, 0)
+    );
     for phase in &report.phases {
         let names: Vec<&str> = phase.checks.iter().map(|c| c.name.as_str()).collect();
         assert!(names.contains(&"rows in records"), "{names:?}");
         assert!(names.contains(&"duplicate keys"), "{names:?}");
     }
 
-    // The harness's own verification agrees with the table.
+    // The harness's own verification agrees with the table: the synced charges, and
+    // beside them the store_only phase's records under keys of their own.
     let records = app.records().await;
-    assert_eq!(records.len(), 750);
+    let (stored_alone, synced): (Vec<_>, Vec<_>) = records
+        .iter()
+        .partition(|r| r.external_id.starts_with("store-"));
+    assert_eq!((synced.len(), stored_alone.len()), (750, 750));
     let users: std::collections::BTreeSet<&str> =
-        records.iter().map(|r| r.user_id.as_str()).collect();
+        synced.iter().map(|r| r.user_id.as_str()).collect();
     assert_eq!(users.len(), 3);
     // Ids overlap across users: each id is stored once per user.
     let ids: std::collections::BTreeSet<&str> =
-        records.iter().map(|r| r.external_id.as_str()).collect();
+        synced.iter().map(|r| r.external_id.as_str()).collect();
     assert_eq!(ids.len(), 250);
+    let alone_ids: std::collections::BTreeSet<&str> = stored_alone
+        .iter()
+        .map(|r| r.external_id.trim_start_matches("store-"))
+        .collect();
+    assert_eq!(alone_ids, ids, "the same ids, under the phase's prefix");
+    // Its runs are closed like any run, with the counters of what they stored.
+    let store_runs = sync_run::Entity::find()
+        .order_by_desc(sync_run::Column::Id)
+        .limit(3)
+        .all(&app.db)
+        .await
+        .expect("runs");
+    assert_eq!(store_runs.len(), 3);
+    for run in store_runs {
+        assert_eq!(run.status, "succeeded", "{run:?}");
+        assert_eq!(
+            (run.records_inserted, run.pages_fetched),
+            (250, 3),
+            "{run:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -96,7 +128,8 @@ async fn the_command_writes_its_results_as_json() {
     assert_eq!(report["checks_passed"], true);
     assert!(report["backend"].is_string());
     let phases = report["phases"].as_array().expect("phases");
-    assert_eq!(phases.len(), 3);
+    assert_eq!(phases.len(), 4);
+    assert_eq!(phases[3]["name"], "store_only");
     for phase in phases {
         assert_eq!(phase["records"], 240);
         assert!(phase["seconds"].as_f64().is_some());

@@ -1,0 +1,159 @@
+//! The `store_only` phase: the pipeline's database side alone, as the ceiling a first
+//! sync could reach on the same machine at the same time.
+//!
+//! Every connection gets a run of its own, and U x R new records, already identified and
+//! hashed, go through [`store_page`] a page of 100 at a time, `concurrency` connections at
+//! once, exactly as a first sync stores its pages (the same transactions, statements,
+//! bookkeeping and checkpoints). Nothing is fetched, parsed or hashed while the phase is
+//! timed (a page's records are only assembled from prepared parts), so the figure is what
+//! the database and the store take alone. The machine's own
+//! speed varies from day to day by more than the gaps this benchmark looks for; a first
+//! sync read against this figure from the same run says how much of the time is the
+//! database's.
+//!
+//! The records are keyed `store-<charge id>` so they never meet the synced charges, and
+//! their payloads are the charges of one page, reused on every page: the database sees the
+//! same sizes, and the phase builds no JSON while it is timed.
+
+use std::time::Instant;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use tributary_providers::record::sha256_hex;
+use tributary_providers::{PageItem, PagePosition, Record};
+
+use super::emulator::Dataset;
+use super::report::{self, PhaseReport};
+use super::verify::{self, Check};
+use super::PROVIDER;
+use crate::db::DatabasePools;
+use crate::entities::connection;
+use crate::pipeline::run::{finish_run, start_run};
+use crate::pipeline::store::store_page;
+use crate::pipeline::{
+    Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus, Trigger, WriteMode,
+};
+
+/// Records per stored page, as the emulator serves them.
+const PAGE_SIZE: u64 = 100;
+
+/// The prefix of this phase's external ids.
+const ID_PREFIX: &str = "store-";
+
+/// Runs the phase on `db`, which holds the configured connections of [`PROVIDER`], and
+/// checks that every record went in once.
+pub async fn run_store_only(
+    db: &DatabasePools,
+    dataset: &Dataset,
+    concurrency: usize,
+) -> anyhow::Result<PhaseReport> {
+    let connections = connection::Entity::find()
+        .filter(connection::Column::Provider.eq(PROVIDER))
+        .order_by_asc(connection::Column::Id)
+        .all(&**db)
+        .await?;
+    let payloads: Vec<(String, String)> = (0..PAGE_SIZE.min(dataset.records_per_user))
+        .map(|index| {
+            let mut payload = String::new();
+            dataset.write_charge(&mut payload, 1, index, 0);
+            let hash = sha256_hex(payload.as_bytes());
+            (payload, hash)
+        })
+        .collect();
+    let before = verify::fingerprint(db, PROVIDER).await?;
+    let mut runs = Vec::with_capacity(connections.len());
+    for connection in &connections {
+        runs.push(start_run(db, connection, Trigger::Manual).await?);
+    }
+
+    let started = Instant::now();
+    let totals: Vec<RunCounts> = stream::iter(connections.iter().zip(&runs))
+        .map(|(connection, &run_id)| store_all(db, dataset, &payloads, connection, run_id))
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+
+    for ((connection, &run_id), counts) in connections.iter().zip(&runs).zip(&totals) {
+        let end = RunEnd {
+            status: RunStatus::Succeeded,
+            error: None,
+            listing_complete: false,
+            clear_checkpoint: true,
+            watermark: None,
+        };
+        finish_run(db, connection, run_id, counts, &end).await?;
+    }
+    let after = verify::fingerprint(db, PROVIDER).await?;
+    let total = u64::from(dataset.users) * dataset.records_per_user;
+    let sum = |field: fn(&RunCounts) -> u64| totals.iter().map(field).sum::<u64>();
+    let checks = vec![
+        Check::equal("connections", connections.len(), dataset.users as usize),
+        Check::equal("inserted", sum(|c| c.inserted), total),
+        Check::equal("records failed", sum(|c| c.failed), 0),
+        Check::equal("rows in records", after.rows, before.rows + total as i64),
+        Check::equal("duplicate keys", verify::duplicate_keys(db).await?, 0),
+    ];
+    Ok(PhaseReport {
+        name: "store_only".to_string(),
+        seconds,
+        records: total,
+        records_per_sec: total as f64 / seconds.max(1e-9),
+        pages: sum(|c| c.pages_fetched),
+        inserted: sum(|c| c.inserted),
+        updated: sum(|c| c.updated),
+        unchanged: sum(|c| c.unchanged),
+        failed: sum(|c| c.failed),
+        records_rows_written: None,
+        sequential_latency_seconds: 0.0,
+        latency_floor_seconds: 0.0,
+        peak_rss_bytes: report::peak_rss(),
+        checks,
+    })
+}
+
+/// Stores every record of one connection, page by page, each page committing its
+/// checkpoint as a first sync's would.
+async fn store_all(
+    db: &DatabasePools,
+    dataset: &Dataset,
+    payloads: &[(String, String)],
+    connection: &connection::Model,
+    run_id: i64,
+) -> Result<RunCounts, sea_orm::DbErr> {
+    let mut totals = RunCounts::default();
+    let mut start = 0;
+    while start < dataset.records_per_user {
+        let end = (start + PAGE_SIZE).min(dataset.records_per_user);
+        let items: Vec<PageItem> = (start..end)
+            .zip(payloads.iter().cycle())
+            .map(|(index, (payload, hash))| {
+                PageItem::Record(Record {
+                    external_id: format!("{ID_PREFIX}{}", dataset.charge_id(index)),
+                    payload: payload.clone(),
+                    content_hash: hash.clone(),
+                })
+            })
+            .collect();
+        let next = (end < dataset.records_per_user).then(|| Checkpoint {
+            position: PagePosition::Cursor {
+                cursor: dataset.charge_id(end - 1),
+            },
+            since: None,
+            watermark: None,
+        });
+        let context = PageContext {
+            run_id,
+            connection,
+            next_checkpoint: next.as_ref(),
+            mode: WriteMode::Upsert,
+            leave_checkpoint: false,
+            expect: PageExpectation::New,
+        };
+        totals.pages_fetched += 1;
+        totals.fetched += end - start;
+        store_page(db, &context, items, &mut totals).await?;
+        start = end;
+    }
+    Ok(totals)
+}

@@ -158,4 +158,20 @@ mod tests {
         assert_eq!(summary.phases[0].records_per_sec, 110_000.0);
         assert!(summary.checks_passed);
     }
+
+    #[test]
+    fn latency_notes_leave_out_the_phase_that_fetches_nothing() {
+        let mut report = run([100_000.0, 200_000.0], 1, true);
+        report.latency_ms = 20;
+        report.phases[0].sequential_latency_seconds = 20.0;
+        report.phases[0].latency_floor_seconds = 5.0;
+        // As `store_only` reports it: no page came from the API.
+        report.phases[1].name = "store_only".to_string();
+        let notes = crate::bench::report::latency_notes(&[report]);
+        assert_eq!(
+            notes,
+            ["100k (10x10000) on sqlite, first: 1000 pages x 20 ms = 20 s of latency one after the \
+              other; 5.0 s at concurrency 4; took 1.0 s"]
+        );
+    }
 }

@@ -129,11 +129,16 @@ pub fn table(reports: &[ScaleReport]) -> Table {
 }
 
 /// Lines about the emulated latency: how long the pages' latencies would take one after
-/// the other, against the time the phase took.
+/// the other, against the time the phase took. Only phases that fetched from the API have
+/// them (`store_only` fetches nothing).
 pub fn latency_notes(reports: &[ScaleReport]) -> Vec<String> {
     let mut notes = Vec::new();
     for report in reports.iter().filter(|report| report.latency_ms > 0) {
-        for phase in &report.phases {
+        for phase in report
+            .phases
+            .iter()
+            .filter(|phase| phase.sequential_latency_seconds > 0.0)
+        {
             notes.push(format!(
                 "{} on {}, {}: {} pages x {} ms = {:.0} s of latency one after the other; \
                  {:.1} s at concurrency {}; took {:.1} s",

@@ -5,8 +5,11 @@
 //! [`sync_matching`]) into a fresh database in three phases: the first sync (all new), a
 //! second sync (all unchanged) and a sync after ~10 % of the charges changed. Every phase
 //! is a full pass (`--full`): Stripe's incremental `created[gte]` would otherwise skip the
-//! unchanged charges. After each phase [`verify`] checks the table. [`matrix`] runs the
-//! standard configurations, each in a fresh process so each peak RSS is its own.
+//! unchanged charges. After each phase [`verify`] checks the table. A fourth phase,
+//! [`store_only`], stores as many new records with nothing fetched or parsed: the
+//! database side alone, the ceiling of a first sync on the same machine in the same run.
+//! [`matrix`] runs the standard configurations, each in a fresh process so each peak RSS
+//! is its own.
 
 pub mod emulator;
 pub mod matrix;
@@ -264,7 +267,8 @@ run_timeout = "24h"
     text
 }
 
-/// Runs the three phases of one configuration and checks the table after each.
+/// Runs the three sync phases of one configuration and then `store_only`, and checks the
+/// table after each.
 pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     let dataset = Dataset {
         users: options.users,

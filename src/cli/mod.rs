@@ -140,8 +140,8 @@ pub enum Command {
         quiet: bool,
     },
     /// Benchmark: sync an emulated Stripe of USERS x RECORDS charges into a fresh database
-    /// (first sync, unchanged re-sync, 10 % changed), check the table, report records/s
-    /// and peak RSS.
+    /// (first sync, unchanged re-sync, 10 % changed, then as many new records stored with
+    /// nothing fetched), check the table, report records/s and peak RSS.
     Bench(crate::bench::BenchArgs),
 }
 

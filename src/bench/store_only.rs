@@ -6,10 +6,9 @@
 //! once, exactly as a first sync stores its pages (the same transactions, statements,
 //! bookkeeping and checkpoints). Nothing is fetched, parsed or hashed while the phase is
 //! timed (a page's records are only assembled from prepared parts), so the figure is what
-//! the database and the store take alone. The machine's own
-//! speed varies from day to day by more than the gaps this benchmark looks for; a first
-//! sync read against this figure from the same run says how much of the time is the
-//! database's.
+//! the database and the store take alone. The machine's own speed varies from day to day
+//! by more than the gaps this benchmark looks for; a first sync read against this figure
+//! from the same run says how much of its time is the database's.
 //!
 //! The records are keyed `store-<charge id>` so they never meet the synced charges, and
 //! their payloads are the charges of one page, reused on every page: the database sees the
@@ -17,8 +16,8 @@
 
 use std::time::Instant;
 
-use futures::stream::{self, StreamExt, TryStreamExt};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use futures::stream::{self, StreamExt};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
@@ -67,23 +66,35 @@ pub async fn run_store_only(
     }
 
     let started = Instant::now();
-    let totals: Vec<RunCounts> = stream::iter(connections.iter().zip(&runs))
+    let stored: Vec<(RunCounts, Option<DbErr>)> = stream::iter(connections.iter().zip(&runs))
         .map(|(connection, &run_id)| store_all(db, dataset, &payloads, connection, run_id))
-        .buffer_unordered(concurrency)
-        .try_collect()
-        .await?;
+        .buffered(concurrency)
+        .collect()
+        .await;
     let seconds = started.elapsed().as_secs_f64();
 
-    for ((connection, &run_id), counts) in connections.iter().zip(&runs).zip(&totals) {
+    // Every run is closed with the counters of the pages it committed, and every
+    // checkpoint the phase left is cleared, also when a page failed: a database given with
+    // --database-url is kept, and its next sync must not resume from this phase's
+    // positions.
+    for ((connection, &run_id), (counts, error)) in connections.iter().zip(&runs).zip(&stored) {
+        let message = error.as_ref().map(ToString::to_string);
         let end = RunEnd {
-            status: RunStatus::Succeeded,
-            error: None,
+            status: match error {
+                None => RunStatus::Succeeded,
+                Some(_) => RunStatus::Failed,
+            },
+            error: message.as_deref(),
             listing_complete: false,
             clear_checkpoint: true,
             watermark: None,
         };
         finish_run(db, connection, run_id, counts, &end).await?;
     }
+    if let Some(error) = stored.iter().find_map(|(_, error)| error.as_ref()) {
+        anyhow::bail!("the store_only phase failed: {error}");
+    }
+    let totals: Vec<RunCounts> = stored.into_iter().map(|(counts, _)| counts).collect();
     let after = verify::fingerprint(db, PROVIDER).await?;
     let total = u64::from(dataset.users) * dataset.records_per_user;
     let sum = |field: fn(&RunCounts) -> u64| totals.iter().map(field).sum::<u64>();
@@ -113,14 +124,15 @@ pub async fn run_store_only(
 }
 
 /// Stores every record of one connection, page by page, each page committing its
-/// checkpoint as a first sync's would.
+/// checkpoint as a first sync's would. Returns the counters as of the last page committed,
+/// and the error that stopped it, if one did.
 async fn store_all(
     db: &DatabasePools,
     dataset: &Dataset,
     payloads: &[(String, String)],
     connection: &connection::Model,
     run_id: i64,
-) -> Result<RunCounts, sea_orm::DbErr> {
+) -> (RunCounts, Option<DbErr>) {
     let mut totals = RunCounts::default();
     let mut start = 0;
     while start < dataset.records_per_user {
@@ -150,10 +162,14 @@ async fn store_all(
             leave_checkpoint: false,
             expect: PageExpectation::New,
         };
-        totals.pages_fetched += 1;
-        totals.fetched += end - start;
-        store_page(db, &context, items, &mut totals).await?;
+        // As the pipeline does: the page's counters count once the page is committed.
+        let mut after = totals;
+        after.pages_fetched += 1;
+        if let Err(error) = store_page(db, &context, items, &mut after).await {
+            return (totals, Some(error));
+        }
+        totals = after;
         start = end;
     }
-    Ok(totals)
+    (totals, None)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
 use tributary::bench::{run_scale, ScaleOptions};
-use tributary::entities::sync_run;
+use tributary::entities::{connection, sync_run};
 
 use crate::helpers::{scratch_database_url, spawn_app};
 
@@ -82,11 +82,21 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
     for run in store_runs {
         assert_eq!(run.status, "succeeded", "{run:?}");
         assert_eq!(
-            (run.records_inserted, run.pages_fetched),
-            (250, 3),
+            (run.records_fetched, run.records_inserted, run.pages_fetched),
+            (250, 250, 3),
             "{run:?}"
         );
     }
+    // ... and leave no checkpoint behind for the next sync of these connections.
+    let connections = connection::Entity::find()
+        .all(&app.db)
+        .await
+        .expect("connections");
+    assert_eq!(connections.len(), 3);
+    assert!(
+        connections.iter().all(|c| c.checkpoint.is_none()),
+        "{connections:?}"
+    );
 }
 
 #[tokio::test]

@@ -66,18 +66,27 @@ pub async fn run_store_only(
     }
 
     let started = Instant::now();
-    let stored: Vec<(RunCounts, Option<DbErr>)> = stream::iter(connections.iter().zip(&runs))
-        .map(|(connection, &run_id)| store_all(db, dataset, &payloads, connection, run_id))
-        .buffered(concurrency)
-        .collect()
-        .await;
+    // Unordered, as `sync_provider` runs connections: a run that finishes starts the next.
+    let stored: Vec<(&connection::Model, i64, RunCounts, Option<DbErr>)> =
+        stream::iter(connections.iter().zip(&runs))
+            .map(|(connection, &run_id)| {
+                let payloads = &payloads;
+                async move {
+                    let (counts, error) =
+                        store_all(db, dataset, payloads, connection, run_id).await;
+                    (connection, run_id, counts, error)
+                }
+            })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
     let seconds = started.elapsed().as_secs_f64();
 
     // Every run is closed with the counters of the pages it committed, and every
     // checkpoint the phase left is cleared, also when a page failed: a database given with
     // --database-url is kept, and its next sync must not resume from this phase's
     // positions.
-    for ((connection, &run_id), (counts, error)) in connections.iter().zip(&runs).zip(&stored) {
+    for (connection, run_id, counts, error) in &stored {
         let message = error.as_ref().map(ToString::to_string);
         let end = RunEnd {
             status: match error {
@@ -89,12 +98,12 @@ pub async fn run_store_only(
             clear_checkpoint: true,
             watermark: None,
         };
-        finish_run(db, connection, run_id, counts, &end).await?;
+        finish_run(db, connection, *run_id, counts, &end).await?;
     }
-    if let Some(error) = stored.iter().find_map(|(_, error)| error.as_ref()) {
+    if let Some(error) = stored.iter().find_map(|(.., error)| error.as_ref()) {
         anyhow::bail!("the store_only phase failed: {error}");
     }
-    let totals: Vec<RunCounts> = stored.into_iter().map(|(counts, _)| counts).collect();
+    let totals: Vec<RunCounts> = stored.into_iter().map(|(_, _, counts, _)| counts).collect();
     let after = verify::fingerprint(db, PROVIDER).await?;
     let total = u64::from(dataset.users) * dataset.records_per_user;
     let sum = |field: fn(&RunCounts) -> u64| totals.iter().map(field).sum::<u64>();

@@ -1,12 +1,12 @@
 //! Opening the database, running migrations and loading configured connections into it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
-    DbBackend, DbErr, EntityTrait, QueryFilter, Set, TransactionTrait,
+    DbBackend, DbErr, EntityTrait, QueryFilter, Set,
 };
 use tributary_migrations::{Migrator, MigratorTrait};
 
@@ -14,11 +14,13 @@ use crate::config::{redact_url, ConnectionSettings, DatabaseSettings, Settings};
 use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 
+mod migration_lock;
 mod pools;
 mod readers;
 mod wal_checkpoints;
 mod write_lane;
 
+pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};
 pub use write_lane::WriteLane;
@@ -30,6 +32,11 @@ pub enum DbSetupError {
     Connect { url: String, source: DbErr },
     #[error("migrating database {url} failed: {source}")]
     Migrate { url: String, source: DbErr },
+    #[error("cannot migrate database {url}: {source}")]
+    MigrationLock {
+        url: String,
+        source: MigrationLockError,
+    },
     #[error("storing the configured connections failed: {0}")]
     Connections(#[source] DbErr),
     #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
@@ -75,15 +82,25 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
     // SQLite answers a second process doing the same with "database is locked" at once,
     // without waiting out the busy timeout. The setup lock file makes them take turns.
     // Where it cannot be created (a folder this user may only read), SQLite could not
-    // create the database or its WAL there either, so there is no race to prevent.
+    // create the database or its WAL there either, so there is no race to prevent. A
+    // lock held past the wait is another process stuck opening or migrating: this one
+    // goes on without it, and SQLite itself refuses what would conflict.
     let _guard = match sqlite_file(&settings.url) {
-        Some(file) => match lock_file_blocking(&file, SETUP_LOCK).await {
-            Ok(guard) => Some(guard),
-            Err(error) => {
-                tracing::debug!(%error, "Opening the database without the setup lock file.");
-                None
+        Some(file) => {
+            let deadline = Instant::now() + MIGRATION_LOCK_WAIT;
+            let purpose = migration_lock::SQLITE_LOCK_PURPOSE;
+            match migration_lock::file_lock(&file, purpose, deadline, MIGRATION_LOCK_WAIT).await {
+                Ok(guard) => Some(guard),
+                Err(error @ MigrationLockError::Timeout { .. }) => {
+                    tracing::warn!(%error, "Opening the database without the setup lock file.");
+                    None
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "Opening the database without the setup lock file.");
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
     let main = Database::connect(options).await.map_err(failed)?;
@@ -102,43 +119,29 @@ pub async fn connect_and_migrate(
     Ok(db)
 }
 
-/// Applies every pending migration. On PostgreSQL and MySQL an advisory lock serialises
-/// instances that start at once, so only one of them creates the tables.
+/// Applies every pending migration, under the database's migration lock so that only
+/// one of the instances starting at once creates the tables (see [`MigrationLock`]);
+/// waits at most [`MIGRATION_LOCK_WAIT`] for another instance's migrations.
 pub async fn migrate(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,
 ) -> Result<(), DbSetupError> {
-    let failed = |source| DbSetupError::Migrate {
-        url: redact_url(&settings.url),
-        source,
-    };
-    let backend = db.get_database_backend();
-    let (lock, unlock) = match backend {
-        DbBackend::Postgres => (
-            format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"),
-            format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"),
-        ),
-        DbBackend::MySql => (
-            "SELECT GET_LOCK('tributary_migrations', 300)".to_string(),
-            "SELECT RELEASE_LOCK('tributary_migrations')".to_string(),
-        ),
-        _ => {
-            // SQLite: a lock file next to the database serialises processes.
-            let _guard = match sqlite_file(&settings.url) {
-                Some(file) => Some(lock_file_blocking(&file, SETUP_LOCK).await.map_err(
-                    |error| failed(DbErr::Custom(format!("locking for migrations: {error}"))),
-                )?),
-                None => None,
-            };
-            return Migrator::up(db, None).await.map_err(failed);
-        }
-    };
-    // A transaction pins one pooled connection: the session that holds the lock.
-    let session = db.begin().await.map_err(failed)?;
-    session.execute_unprepared(&lock).await.map_err(failed)?;
+    migrate_waiting_at_most(db, settings, MIGRATION_LOCK_WAIT).await
+}
+
+/// [`migrate`], waiting at most `wait` for the migration lock.
+pub async fn migrate_waiting_at_most(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+    wait: Duration,
+) -> Result<(), DbSetupError> {
+    let url = || redact_url(&settings.url);
+    let lock = MigrationLock::acquire(db, &settings.url, wait)
+        .await
+        .map_err(|source| DbSetupError::MigrationLock { url: url(), source })?;
     let migrated = Migrator::up(db, None).await;
-    let released = session.execute_unprepared(&unlock).await;
-    let _ = session.commit().await;
+    let released = lock.release().await;
+    let failed = |source| DbSetupError::Migrate { url: url(), source };
     migrated.map_err(failed)?;
     released.map_err(failed)?;
     Ok(())
@@ -162,34 +165,6 @@ pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::P
     path.push(format!(".{purpose}.lock"));
     std::path::PathBuf::from(path)
 }
-
-/// Waits for an exclusive advisory lock on `<database file>.<purpose>.lock`; it is held
-/// until the returned file is dropped (or the process exits).
-async fn lock_file_blocking(
-    database_file: &std::path::Path,
-    purpose: &str,
-) -> std::io::Result<std::fs::File> {
-    let path = lock_path(database_file, purpose);
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        file.lock()?;
-        Ok(file)
-    })
-    .await
-    .map_err(std::io::Error::other)?
-}
-
-/// The lock file purpose that serialises opening and migrating a SQLite database across
-/// processes. Held only while one of them runs, never across both (flock locks taken
-/// through two open files conflict even within one process).
-const SETUP_LOCK: &str = "migrate";
-
-/// The PostgreSQL advisory-lock key that serialises migrations ("trib" in ASCII).
-const MIGRATION_LOCK_KEY: i64 = 0x7472_6962;
 
 /// Inserts the connections listed in config.toml, or updates their credentials and
 /// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept, and so

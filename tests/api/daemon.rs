@@ -475,7 +475,7 @@ async fn a_sqlite_database_opens_where_its_setup_lock_file_cannot_be_created() {
     assert!(tables.is_empty());
     let migrated = tributary::db::migrate(&db, &settings).await;
     let message = migrated.expect_err("no lock, no migration").to_string();
-    assert!(message.contains("locking for migrations"), "{message}");
+    assert!(message.contains("migration lock (lock file"), "{message}");
 }
 
 #[tokio::test]

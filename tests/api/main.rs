@@ -16,6 +16,7 @@ mod faults;
 mod helpers;
 mod keying;
 mod leases;
+mod migration_lock;
 mod pagination;
 mod poison;
 mod pools;

@@ -1,0 +1,190 @@
+//! Instances that start at once take turns migrating, one database at a time, and none
+//! waits for another forever.
+//!
+//! - PostgreSQL: `pg_try_advisory_lock` on one key. Advisory locks belong to the
+//!   database they are taken in, so instances of other databases on the server never
+//!   wait for it.
+//! - MySQL/MariaDB: a named lock (`GET_LOCK`). Its names are the server's, not a
+//!   database's, so the name carries the database: `tributary_migrations_` and the MD5
+//!   of `DATABASE()` (a database name can be 64 characters, and so can a lock name).
+//! - SQLite: an exclusive lock on `<file>.migrate.lock`, the file that also serialises
+//!   opening the database (see [`super::connect`]). An in-memory database has no lock.
+//!
+//! Each is tried, and tried again every [`RETRY_EVERY`], until it is taken or the wait is
+//! over ([`MIGRATION_LOCK_WAIT`] unless the caller says otherwise). A lock still held
+//! then is an instance stuck migrating, or a person holding it, and the error says which
+//! lock and how long it waited rather than migrating without it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+    TransactionTrait,
+};
+
+use super::{lock_path, sqlite_file};
+
+/// How long an instance waits for another's migrations before it gives up. Migrations of
+/// the tables this project has take seconds; a lock held longer is someone stuck.
+pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// How often a lock held by someone else is tried again.
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// The PostgreSQL advisory-lock key ("trib" in ASCII).
+const POSTGRES_KEY: i64 = 0x7472_6962;
+
+/// The lock file purpose for a SQLite database (`<file>.migrate.lock`).
+pub(super) const SQLITE_LOCK_PURPOSE: &str = "migrate";
+
+/// Why the migration lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationLockError {
+    #[error("waited {} s for the migration lock ({lock}), which another instance still holds; if no instance is migrating, end the session or process that holds it", waited.as_secs())]
+    Timeout { lock: String, waited: Duration },
+    #[error("taking the migration lock ({lock}) failed: {source}")]
+    Failed { lock: String, source: DbErr },
+}
+
+/// The migration lock of one database, held until [`MigrationLock::release`] (or until
+/// it is dropped: the server then frees it when the session ends, the kernel when the
+/// file closes).
+#[derive(Debug)]
+pub struct MigrationLock {
+    held: Held,
+}
+
+#[derive(Debug)]
+enum Held {
+    /// A server session pinned by a transaction, and the statement that unlocks.
+    Session {
+        session: DatabaseTransaction,
+        unlock: Statement,
+    },
+    /// The open lock file: closing it frees the lock.
+    File {
+        _open: std::fs::File,
+    },
+    Nothing,
+}
+
+impl MigrationLock {
+    /// Takes the migration lock of the database `db` is connected to (`url` is its URL),
+    /// waiting at most `wait` for whoever holds it.
+    pub async fn acquire(
+        db: &DatabaseConnection,
+        url: &str,
+        wait: Duration,
+    ) -> Result<MigrationLock, MigrationLockError> {
+        let deadline = Instant::now() + wait;
+        let held = match db.get_database_backend() {
+            DbBackend::Postgres | DbBackend::MySql => server_lock(db, deadline, wait).await?,
+            _ => match sqlite_file(url) {
+                Some(file) => Held::File {
+                    _open: file_lock(&file, SQLITE_LOCK_PURPOSE, deadline, wait).await?,
+                },
+                None => Held::Nothing,
+            },
+        };
+        Ok(MigrationLock { held })
+    }
+
+    /// Frees the lock.
+    pub async fn release(self) -> Result<(), DbErr> {
+        match self.held {
+            Held::Session { session, unlock } => {
+                let released = session.execute_raw(unlock).await;
+                // Ending the session's transaction gives its connection back; a named or
+                // advisory lock is not part of the transaction and was freed above.
+                let _ = session.commit().await;
+                released.map(|_| ())
+            }
+            Held::File { .. } | Held::Nothing => Ok(()),
+        }
+    }
+}
+
+async fn server_lock(
+    db: &DatabaseConnection,
+    deadline: Instant,
+    wait: Duration,
+) -> Result<Held, MigrationLockError> {
+    let backend = db.get_database_backend();
+    let (lock, try_lock, unlock) = match backend {
+        DbBackend::Postgres => (
+            format!("PostgreSQL advisory lock {POSTGRES_KEY}"),
+            format!("SELECT pg_try_advisory_lock({POSTGRES_KEY}) AS taken"),
+            format!("SELECT pg_advisory_unlock({POSTGRES_KEY})"),
+        ),
+        _ => {
+            let name = "CONCAT('tributary_migrations_', MD5(DATABASE()))";
+            (
+                "MySQL named lock tributary_migrations_ + MD5(DATABASE())".to_string(),
+                format!("SELECT GET_LOCK({name}, 0) = 1 AS taken"),
+                format!("SELECT RELEASE_LOCK({name})"),
+            )
+        }
+    };
+    let failed = |source| MigrationLockError::Failed {
+        lock: lock.clone(),
+        source,
+    };
+    // A transaction pins one pooled connection: the session that holds the lock.
+    let session = db.begin().await.map_err(failed)?;
+    loop {
+        let row = session
+            .query_one_raw(Statement::from_string(backend, try_lock.clone()))
+            .await
+            .map_err(failed)?;
+        // GET_LOCK answers NULL on an error, and `NULL = 1` is NULL: not taken.
+        let taken = match row {
+            Some(row) => row.try_get::<Option<bool>>("", "taken").map_err(failed)?,
+            None => None,
+        };
+        if taken == Some(true) {
+            return Ok(Held::Session {
+                session,
+                unlock: Statement::from_string(backend, unlock),
+            });
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let _ = session.rollback().await;
+            return Err(MigrationLockError::Timeout { lock, waited: wait });
+        };
+        tokio::time::sleep(left.min(RETRY_EVERY)).await;
+    }
+}
+
+/// Takes an exclusive lock on `<database_file>.<purpose>.lock`, waiting at most until
+/// `deadline`; it is held until the returned file is dropped (or the process exits).
+pub(super) async fn file_lock(
+    database_file: &Path,
+    purpose: &str,
+    deadline: Instant,
+    wait: Duration,
+) -> Result<std::fs::File, MigrationLockError> {
+    let path = lock_path(database_file, purpose);
+    let lock = format!("lock file {}", path.display());
+    let failed = |error: std::io::Error| MigrationLockError::Failed {
+        lock: lock.clone(),
+        source: DbErr::Custom(error.to_string()),
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(failed)?;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(error)) => return Err(failed(error)),
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return Err(MigrationLockError::Timeout { lock, waited: wait });
+        };
+        tokio::time::sleep(left.min(RETRY_EVERY)).await;
+    }
+}

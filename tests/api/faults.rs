@@ -115,6 +115,16 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
         connection.checkpoint.as_deref(),
         Some(r#"{"position":{"type":"cursor","cursor":"p2"},"since":null,"watermark":null}"#)
     );
+    // A resumed run counts its pages from the one it resumed at: failing there again,
+    // it fails on its own page 1.
+    let failed_again = app.sync_one(&settings).await;
+    assert_eq!(failed_again.status, RunStatus::Failed);
+    let error = failed_again.error.clone().unwrap();
+    assert!(
+        error.contains("fetching page 1 failed") && error.contains("500"),
+        "{error}"
+    );
+    assert_eq!(failed_again.counts.pages_fetched, 0);
     app.api.reset().await;
     get()
         .and(query_param_is_missing("cursor"))

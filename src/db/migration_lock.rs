@@ -148,11 +148,10 @@ async fn server_lock(
                 unlock: Statement::from_string(backend, unlock),
             });
         }
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+        if !wait_for_next_try(deadline).await {
             let _ = session.rollback().await;
             return Err(MigrationLockError::Timeout { lock, waited: wait });
-        };
-        tokio::time::sleep(left.min(RETRY_EVERY)).await;
+        }
     }
 }
 
@@ -182,9 +181,20 @@ pub(super) async fn file_lock(
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(error)) => return Err(failed(error)),
         }
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+        if !wait_for_next_try(deadline).await {
             return Err(MigrationLockError::Timeout { lock, waited: wait });
-        };
-        tokio::time::sleep(left.min(RETRY_EVERY)).await;
+        }
+    }
+}
+
+/// Sleeps until the next try, [`RETRY_EVERY`] or less; `false` once `deadline` has passed
+/// (the last try was made at it).
+async fn wait_for_next_try(deadline: Instant) -> bool {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) => {
+            tokio::time::sleep(left.min(RETRY_EVERY)).await;
+            true
+        }
+        None => false,
     }
 }

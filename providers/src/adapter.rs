@@ -11,7 +11,9 @@ use url::Url;
 use crate::http::{display_url, display_url_text};
 use crate::{raw, Credentials, FetchError, IdSpec, Page, PageItem, PagePosition, Watermark};
 
-/// Checks a `base_url` setting: http or https, with a host, without a query or fragment.
+/// Checks a `base_url` setting: https (or http on loopback), with a host, without a query
+/// or fragment. A built-in adapter always sends a token, so plain http to another host
+/// (most likely a typo) would send it in clear.
 pub(crate) fn validate_base_url(key: &str, url: &Url) -> Result<(), String> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
@@ -22,10 +24,30 @@ pub(crate) fn validate_base_url(key: &str, url: &Url) -> Result<(), String> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("{key} must name a host"));
     }
+    if url.scheme() == "http" && !is_loopback(url) {
+        return Err(format!(
+            "{key} must be an https URL: plain http is allowed only on loopback (127.0.0.1, \
+             ::1, localhost), since the connection's token would travel in clear to {}",
+            url.host_str().unwrap_or_default()
+        ));
+    }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(format!("{key} must not carry a query string or fragment"));
     }
     Ok(())
+}
+
+/// Whether the URL's host is this machine: a loopback address or `localhost`.
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(address)) => address.is_loopback(),
+        Some(url::Host::Ipv6(address)) => address.is_loopback(),
+        Some(url::Host::Domain(name)) => {
+            name.eq_ignore_ascii_case("localhost")
+                || name.to_ascii_lowercase().ends_with(".localhost")
+        }
+        None => false,
+    }
 }
 
 /// `base` (its trailing slash trimmed) followed by `path` (which starts with `/`).
@@ -214,10 +236,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base_urls_must_be_plain_http_or_https() {
+    fn base_urls_must_be_https_or_http_on_loopback() {
         let check = |text: &str| validate_base_url("base_url", &Url::parse(text).unwrap());
         assert!(check("https://api.example.com").is_ok());
         assert!(check("http://127.0.0.1:8080/api/v3").is_ok());
+        assert!(check("http://127.8.0.1:8080").is_ok());
+        assert!(check("http://[::1]:8080").is_ok());
+        assert!(check("http://localhost:8080").is_ok());
+        for clear in [
+            "http://api.stripe.com",
+            "http://10.0.0.1",
+            "http://localhost.example.com",
+            "http://[::2]",
+        ] {
+            let error = check(clear).unwrap_err();
+            assert!(error.contains("must be an https URL"), "{clear}: {error}");
+        }
         assert!(check("ftp://example.com")
             .unwrap_err()
             .contains("http or https"));

@@ -109,7 +109,13 @@ pub fn build_provider(
 ) -> Result<Box<dyn Provider>, crate::FetchError> {
     let client = HttpClient::new(http.clone())?;
     Ok(match config {
-        ProviderConfig::Rest(rest) => Box::new(RestProvider::new(rest.clone(), client)),
+        ProviderConfig::Rest(rest) => {
+            let client = match rest.auth_query_param() {
+                Some(name) => client.hiding_query_param(name),
+                None => client,
+            };
+            Box::new(RestProvider::new(rest.clone(), client))
+        }
         ProviderConfig::Github(github) => Box::new(GithubProvider::new(github.clone(), client)),
         ProviderConfig::Stripe(stripe) => Box::new(StripeProvider::new(stripe.clone(), client)),
         ProviderConfig::Strava(strava) => {

@@ -21,6 +21,7 @@ mod pagination;
 mod poison;
 mod pools;
 mod race;
+mod redaction;
 mod scripted;
 mod shortcuts;
 mod tenants;

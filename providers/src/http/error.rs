@@ -261,29 +261,94 @@ fn seconds(duration: &Duration) -> String {
     }
 }
 
-/// The URL as text for messages and logs, without its userinfo (`user:password@`).
+/// What replaces a secret query parameter's value wherever a URL is quoted.
+const REDACTED_PARAM: &str = "REDACTED";
+
+/// Whether a query parameter's name says its value is a secret (`api_key`, `access_token`,
+/// `client_secret`, `X-Amz-Signature`, `sig`). Over-matching costs a hidden harmless value;
+/// under-matching would leak a key, so names are matched by the words they contain.
+pub(crate) fn is_secret_param(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    const WORDS: [&str; 7] = [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "signature",
+        "credential",
+    ];
+    WORDS.iter().any(|word| lower.contains(word))
+        || lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|part| part == "sig" || part == "auth")
+}
+
+/// The URL as text for messages and logs: without its userinfo (`user:password@`) and with
+/// the value of every secret query parameter ([`is_secret_param`]) replaced.
 pub(crate) fn display_url(url: &Url) -> String {
-    if url.username().is_empty() && url.password().is_none() {
-        return url.to_string();
-    }
+    display_url_hiding(url, &[])
+}
+
+/// [`display_url`], also hiding the values of the parameters named in `also_secret` (e.g. a
+/// provider's `auth = { query = "code" }`).
+pub(crate) fn display_url_hiding(url: &Url, also_secret: &[String]) -> String {
     let mut clean = url.clone();
-    // Only URLs that cannot have userinfo refuse these, and they have none to strip.
-    let _ = clean.set_username("");
-    let _ = clean.set_password(None);
+    if !url.username().is_empty() || url.password().is_some() {
+        // Only URLs that cannot have userinfo refuse these, and they have none to strip.
+        let _ = clean.set_username("");
+        let _ = clean.set_password(None);
+    }
+    let secret = |name: &str| is_secret_param(name) || also_secret.iter().any(|s| s == name);
+    if url.query_pairs().any(|(name, _)| secret(&name)) {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(name, value)| {
+                let value = if secret(&name) {
+                    REDACTED_PARAM.to_string()
+                } else {
+                    value.into_owned()
+                };
+                (name.into_owned(), value)
+            })
+            .collect();
+        clean.query_pairs_mut().clear().extend_pairs(pairs);
+    }
     clean.to_string()
 }
 
-/// Like [`display_url`], for text that may not even parse as a URL.
+/// Like [`display_url`], for text that may not even parse as a URL. Text that does not
+/// parse loses its userinfo and, past the first `?`, everything but parameter names.
 pub(crate) fn display_url_text(text: &str) -> String {
     if let Ok(url) = Url::parse(text) {
         return display_url(&url);
     }
+    let (before_query, query) = match text.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (text, None),
+    };
+    let mut shown = strip_userinfo_text(before_query);
+    if let Some(query) = query {
+        let names: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if is_secret_param(name) => format!("{name}={REDACTED_PARAM}"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&names.join("&"));
+    }
+    shown
+}
+
+fn strip_userinfo_text(text: &str) -> String {
     let Some(scheme_end) = text.find("://") else {
         return text.to_string();
     };
     let authority_start = scheme_end + 3;
     let authority_end = text[authority_start..]
-        .find(['/', '?', '#'])
+        .find(['/', '#'])
         .map_or(text.len(), |end| authority_start + end);
     match text[authority_start..authority_end].rfind('@') {
         Some(at) => format!(
@@ -360,6 +425,34 @@ mod tests {
             "https://exa mple.com/a"
         );
         assert_eq!(display_url_text("not a url"), "not a url");
+    }
+
+    #[test]
+    fn secret_query_parameters_are_hidden_wherever_a_url_is_quoted() {
+        let url = Url::parse(
+            "https://api.example.com/v1?api_key=k-123&limit=5&access_token=t-456&\
+             X-Amz-Signature=s-789&sig=s-000&clientSecret=c-111&design=blue",
+        )
+        .unwrap();
+        let shown = display_url(&url);
+        for secret in ["k-123", "t-456", "s-789", "s-000", "c-111"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("limit=5") && shown.contains("design=blue"),
+            "{shown}"
+        );
+        assert!(shown.contains("api_key=REDACTED"), "{shown}");
+
+        let custom = Url::parse("https://api.example.com/v1?code=c-222&page=2").unwrap();
+        assert_eq!(
+            display_url_hiding(&custom, &["code".to_string()]),
+            "https://api.example.com/v1?code=REDACTED&page=2"
+        );
+        assert_eq!(
+            display_url_text("https://u:pw@exa mple.com/a?token=t-333&x=1"),
+            "https://exa mple.com/a?token=REDACTED&x=1"
+        );
     }
 
     #[test]

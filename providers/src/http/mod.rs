@@ -37,7 +37,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::value::RawValue;
 use url::Url;
 
-pub(crate) use error::{cap_body, display_url, display_url_text};
+pub(crate) use error::{cap_body, display_url, display_url_hiding, display_url_text};
 use error::{error_chain, excerpt};
 pub use error::{FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS};
 use policy::default_verdict;
@@ -80,6 +80,9 @@ pub struct HttpClient {
     settings: Arc<HttpSettings>,
     /// The provider-wide request budget, shared by every clone.
     budget: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Query parameters that carry a secret besides those whose names say so (a provider's
+    /// `auth = { query = NAME }`), hidden wherever the client quotes a URL.
+    secret_params: Arc<[String]>,
 }
 
 impl std::fmt::Debug for HttpClient {
@@ -128,7 +131,16 @@ impl HttpClient {
             client,
             settings: Arc::new(settings),
             budget,
+            secret_params: Arc::from(Vec::new()),
         })
+    }
+
+    /// The same client, also hiding `name`'s value wherever it quotes a URL.
+    pub fn hiding_query_param(mut self, name: &str) -> HttpClient {
+        let mut names = self.secret_params.to_vec();
+        names.push(name.to_string());
+        self.secret_params = Arc::from(names);
+        self
     }
 
     /// Counts one wait that an API's rate limit asked for.
@@ -217,7 +229,7 @@ impl HttpClient {
         policy: &dyn ResponsePolicy,
         read: BodyReader<T>,
     ) -> Result<T, FetchError> {
-        let shown = display_url(request.url);
+        let shown = display_url_hiding(request.url, &self.secret_params);
         let attempts = AtomicU32::new(0);
         let max_delay = self.settings.retry_max_delay;
         let backoff = ExponentialBuilder::default()

@@ -35,8 +35,9 @@ pub struct RestConfig {
     #[serde(default)]
     pub key_fields: Option<Vec<String>>,
     /// How the connection's token is sent: `"bearer"` (`Authorization: Bearer TOKEN`),
-    /// `"none"`, or `{ header = "X-Api-Key" }` (the token as that header's value).
-    /// Default `"bearer"`.
+    /// `"none"`, `{ header = "X-Api-Key" }` (the token as that header's value), or
+    /// `{ query = "api_key" }` (the token as that query parameter, for APIs that take
+    /// nothing else; its value is hidden wherever a URL is quoted). Default `"bearer"`.
     #[serde(default)]
     pub auth: Auth,
     /// How pages are walked: `[providers.NAME.pagination]`. Default: one page, no pagination.
@@ -62,6 +63,12 @@ pub enum Auth {
     /// `auth = { header = "X-Api-Key" }`: the token, as is, as the value of this header.
     Header {
         /// The header's name.
+        name: String,
+    },
+    /// `auth = { query = "api_key" }`: the token, as is, as the value of this query
+    /// parameter of every request.
+    Query {
+        /// The parameter's name.
         name: String,
     },
 }
@@ -302,6 +309,30 @@ impl RestConfig {
         if self.query.keys().any(|key| key.is_empty()) {
             return Err("query must not contain an empty parameter name".to_string());
         }
+        if let Auth::Query { name } = &self.auth {
+            if name.trim().is_empty() {
+                return Err("auth.query must name a query parameter".to_string());
+            }
+            if self.query.contains_key(name) {
+                return Err(format!(
+                    "query.{name} would clash with the parameter auth = {} sends",
+                    self.auth
+                ));
+            }
+            let pagination = &self.pagination;
+            let reserved = [
+                pagination.cursor_param.as_deref(),
+                pagination.page_size_param.as_deref(),
+                (pagination.kind == PaginationType::Offset).then(|| pagination.offset_param()),
+                (pagination.kind == PaginationType::Page).then(|| pagination.page_param()),
+            ];
+            if reserved.contains(&Some(name.as_str())) {
+                return Err(format!(
+                    "auth.query {name:?} is also a pagination parameter; pick the name the API \
+                     expects the key under"
+                ));
+            }
+        }
         self.pagination.validate()
     }
 
@@ -314,8 +345,16 @@ impl RestConfig {
     pub(crate) fn auth_header(&self) -> Option<HeaderName> {
         match &self.auth {
             Auth::Bearer => Some(AUTHORIZATION),
-            Auth::None => None,
+            Auth::None | Auth::Query { .. } => None,
             Auth::Header { name } => HeaderName::from_bytes(name.as_bytes()).ok(),
+        }
+    }
+
+    /// The query parameter `auth` sends the token in, if any.
+    pub fn auth_query_param(&self) -> Option<&str> {
+        match &self.auth {
+            Auth::Query { name } => Some(name),
+            _ => None,
         }
     }
 }
@@ -327,11 +366,13 @@ impl fmt::Display for Auth {
             Auth::Bearer => f.write_str("\"bearer\""),
             Auth::None => f.write_str("\"none\""),
             Auth::Header { name } => write!(f, "{{ header = {name:?} }}"),
+            Auth::Query { name } => write!(f, "{{ query = {name:?} }}"),
         }
     }
 }
 
-const AUTH_EXPECTED: &str = "expected \"bearer\", \"none\" or { header = \"NAME\" }";
+const AUTH_EXPECTED: &str =
+    "expected \"bearer\", \"none\", { header = \"NAME\" } or { query = \"NAME\" }";
 
 impl<'de> Deserialize<'de> for Auth {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -357,20 +398,19 @@ impl<'de> Visitor<'de> for AuthVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Auth, A::Error> {
-        let mut name: Option<String> = None;
+        let mut auth: Option<Auth> = None;
         while let Some(key) = map.next_key::<String>()? {
-            if key != "header" || name.is_some() {
-                return Err(de::Error::custom(format!(
-                    "{AUTH_EXPECTED}, found a table with the key {key:?}"
-                )));
-            }
-            name = Some(map.next_value()?);
+            let make: fn(String) -> Auth = match key.as_str() {
+                "header" if auth.is_none() => |name| Auth::Header { name },
+                "query" if auth.is_none() => |name| Auth::Query { name },
+                _ => {
+                    return Err(de::Error::custom(format!(
+                        "{AUTH_EXPECTED}, found a table with the key {key:?}"
+                    )))
+                }
+            };
+            auth = Some(make(map.next_value()?));
         }
-        match name {
-            Some(name) => Ok(Auth::Header { name }),
-            None => Err(de::Error::custom(format!(
-                "{AUTH_EXPECTED}, found an empty table"
-            ))),
-        }
+        auth.ok_or_else(|| de::Error::custom(format!("{AUTH_EXPECTED}, found an empty table")))
     }
 }

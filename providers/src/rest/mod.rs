@@ -64,8 +64,12 @@ impl RestProvider {
         token: Option<&str>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        let url = pagination::page_url(&self.config, position)?;
+        let mut url = pagination::page_url(&self.config, position)?;
+        if let Some(name) = self.config.auth_query_param() {
+            pagination::set_query_param(&mut url, name, self.token(token)?);
+        }
         let headers = self.request_headers(token)?;
+        let auth_param = self.config.auth_query_param().map(str::to_string);
         let pagination = self.config.pagination.clone();
         let records_path = self.config.records_path.clone().unwrap_or_default();
         let id_spec = self.id_spec.clone();
@@ -73,13 +77,19 @@ impl RestProvider {
         // The page is read on the thread that read its body, in the same step.
         let read = move |answered: &Answered<'_>| {
             let response = JsonResponse::read(answered)?;
-            read_page(
+            let mut page = read_page(
                 &response,
                 &records_path,
                 &pagination,
                 position.as_ref(),
                 &id_spec,
-            )
+            )?;
+            // A next URL that echoes the key is stored without it (it goes into the
+            // checkpoint) and gets the key again when it is fetched.
+            if let (Some(name), Some(PagePosition::Url { url })) = (&auth_param, &mut page.next) {
+                *url = pagination::without_query_param(url, name);
+            }
+            Ok(page)
         };
         self.client
             .get_read(url, headers, &DefaultPolicy, read)
@@ -101,7 +111,7 @@ impl RestProvider {
             headers.insert(name, value);
         }
         let (name, value) = match &self.config.auth {
-            Auth::None => return Ok(headers),
+            Auth::None | Auth::Query { .. } => return Ok(headers),
             Auth::Bearer => (AUTHORIZATION, format!("Bearer {}", self.token(token)?)),
             Auth::Header { name } => {
                 let name =

@@ -165,3 +165,35 @@ pub(super) fn next_position(
         }
     }
 }
+
+/// Sets the query parameter `name` to `value`, replacing any it already had.
+pub(super) fn set_query_param(url: &mut Url, name: &str, value: &str) {
+    let kept = pairs_without(url, name);
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair(name, value);
+}
+
+/// `text` without the query parameter `name` (text that is not a URL is kept as it is).
+pub(super) fn without_query_param(text: &str, name: &str) -> String {
+    let Ok(mut url) = Url::parse(text) else {
+        return text.to_string();
+    };
+    if !url.query_pairs().any(|(key, _)| key == name) {
+        return text.to_string();
+    }
+    let kept = pairs_without(&url, name);
+    url.query_pairs_mut().clear().extend_pairs(kept);
+    if url.query() == Some("") {
+        url.set_query(None);
+    }
+    url.to_string()
+}
+
+fn pairs_without(url: &Url, name: &str) -> Vec<(String, String)> {
+    url.query_pairs()
+        .filter(|(key, _)| key != name)
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect()
+}

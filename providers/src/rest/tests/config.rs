@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_by_name() {
 }
 
 #[test]
-fn auth_accepts_its_three_forms_and_explains_otherwise() {
+fn auth_accepts_its_four_forms_and_explains_otherwise() {
     let auth = |value: serde_json::Value| {
         provider_config(json!({"kind": "rest", "base_url": "http://h", "auth": value})).map(
             |config| match config {
@@ -143,8 +143,20 @@ fn auth_accepts_its_three_forms_and_explains_otherwise() {
             name: "X-Api-Key".into()
         }
     );
-    let expected = r#"expected "bearer", "none" or { header = "NAME" }"#;
-    for bad in [json!("basic"), json!({"heder": "X"}), json!({}), json!(42)] {
+    assert_eq!(
+        auth(json!({"query": "api_key"})).unwrap(),
+        Auth::Query {
+            name: "api_key".into()
+        }
+    );
+    let expected = r#"expected "bearer", "none", { header = "NAME" } or { query = "NAME" }"#;
+    for bad in [
+        json!("basic"),
+        json!({"heder": "X"}),
+        json!({}),
+        json!(42),
+        json!({"query": "a", "header": "b"}),
+    ] {
         let error = auth(bad.clone()).unwrap_err().to_string();
         assert!(error.contains(expected), "{bad}: {error}");
     }
@@ -197,6 +209,18 @@ fn validate_names_the_key_that_is_wrong() {
         (
             json!({"auth": {"header": "X Key"}}),
             "auth.header \"X Key\" is not a valid HTTP header name",
+        ),
+        (
+            json!({"auth": {"query": " "}}),
+            "auth.query must name a query parameter",
+        ),
+        (
+            json!({"auth": {"query": "key"}, "query": {"key": "x"}}),
+            "query.key would clash with the parameter auth = { query = \"key\" } sends",
+        ),
+        (
+            json!({"auth": {"query": "limit"}, "pagination": {"type": "offset", "page_size_param": "limit"}}),
+            "auth.query \"limit\" is also a pagination parameter",
         ),
     ];
     for (extra, expected) in cases {

@@ -262,6 +262,53 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
 }
 
 #[tokio::test]
+async fn query_auth_sends_the_key_once_and_never_keeps_it_in_a_next_position() {
+    let server = MockServer::start().await;
+    // The API echoes the key into its next link, as some do.
+    Mock::given(query_param_is_missing("page"))
+        .and(query_param("api_key", TOKEN))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"data": records(&[1])}))
+                .insert_header(
+                    "Link",
+                    format!(r#"</v1/items?page=2&api_key={TOKEN}>; rel="next""#),
+                ),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(query_param("page", "2"))
+        .and(query_param("api_key", TOKEN))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": records(&[2])})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(
+        &server,
+        json!({"auth": {"query": "api_key"}, "pagination": {"type": "link"}}),
+    );
+    let (ids, positions) = walk(&provider, &credentials()).await.unwrap();
+    assert_eq!(ids, ["1", "2"]);
+    let second = format!("{}/v1/items?page=2", server.uri());
+    assert_eq!(positions[1], Some(PagePosition::Url { url: second }));
+    let requests = server.received_requests().await.unwrap();
+    for request in &requests {
+        let keys = request.url.query_pairs().filter(|(k, _)| k == "api_key");
+        assert_eq!(keys.count(), 1, "{}", request.url);
+        assert!(!request.headers.contains_key("authorization"));
+    }
+    let error = provider
+        .fetch_page(&FetchContext::full(&Credentials::default()), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        r#"connection has no token, but auth = { query = "api_key" } needs one"#
+    );
+}
+
+#[tokio::test]
 async fn a_missing_token_fails_before_any_request() {
     let server = MockServer::start().await;
     let error = provider(&server, json!({}))

@@ -11,7 +11,8 @@ use sea_orm::{
 use tributary_providers::{Record, RejectedRecord};
 
 use crate::entities::record;
-use crate::pipeline::store::{persist_failure, PageContext};
+use crate::pipeline::run_errors::persist_failure;
+use crate::pipeline::store::PageContext;
 
 /// How many rows one multi-row write carries.
 const INSERT_CHUNK: usize = 500;

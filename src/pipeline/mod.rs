@@ -13,6 +13,7 @@ pub mod insert;
 pub mod lookup;
 mod postgres_batch;
 pub mod run;
+pub mod run_errors;
 mod sqlite_batch;
 pub mod store;
 pub mod update;
@@ -351,7 +352,8 @@ async fn fetch_and_store(
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
-                        store::record_page_error(db, &context, source.stage(), &message, body).await
+                        run_errors::record_page_error(db, &context, source.stage(), &message, body)
+                            .await
                     {
                         tracing::error!(error = %db_error, "Storing the page's error report failed.");
                     }

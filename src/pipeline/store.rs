@@ -14,19 +14,20 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait, Set,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
-use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
+use tributary_providers::{PageItem, Record, RejectedRecord};
 
 use crate::db::DatabasePools;
-use crate::entities::{connection, run_error};
+use crate::entities::connection;
 use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
 use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
 use crate::pipeline::postgres_batch;
 use crate::pipeline::run::RunCounts;
+use crate::pipeline::run_errors::{insert_run_errors, persist_failure, ErrorScope};
 use crate::pipeline::sqlite_batch::NewPageBatch;
 use crate::pipeline::update::{update_batch, ChangedRecord};
 
@@ -206,7 +207,8 @@ impl PageWrite<'_> {
     ) -> Result<PageStoreCounts, PageFailure> {
         let context = self.context;
         let mut counts = self.counts;
-        let mut rejected = self.rejected.to_vec();
+        // Records the database refuses; those set aside before any write are in `self`.
+        let mut failed = Vec::new();
         let txn = begin_page_transaction(db).await?;
         let now = Utc::now();
         if let WriteMode::Append { retention } = context.mode {
@@ -217,8 +219,8 @@ impl PageWrite<'_> {
                     .await?;
             counts.inserted += written.inserted;
             counts.duplicate += written.duplicate;
-            rejected.extend(written.failed);
-            return self.finish(txn, counts, rejected, totals, now).await;
+            failed.extend(written.failed);
+            return self.finish(txn, counts, failed, totals, now).await;
         }
         let existing = lookup_existing(&txn, context.connection, self.records).await?;
         let mut new_records = Vec::new();
@@ -239,7 +241,7 @@ impl PageWrite<'_> {
         };
         counts.inserted += insert.inserted;
         counts.duplicate += insert.duplicate;
-        rejected.extend(insert.failed);
+        failed.extend(insert.failed);
 
         match mode {
             Mode::Fast => {
@@ -259,14 +261,14 @@ impl PageWrite<'_> {
                         }
                         Err(error) => {
                             savepoint.rollback().await?;
-                            rejected.push(persist_failure(changed.1.clone(), &error));
+                            failed.push(persist_failure(changed.1.clone(), &error));
                         }
                     }
                 }
             }
         }
 
-        self.finish(txn, counts, rejected, totals, now).await
+        self.finish(txn, counts, failed, totals, now).await
     }
 
     /// The page as all new: one insert and the bookkeeping, without a lookup, in one
@@ -335,19 +337,30 @@ impl PageWrite<'_> {
         }
     }
 
-    /// The end of every page: its error rows, the run's counters and the checkpoint, then
-    /// the commit.
+    /// The end of every page: its error rows (the records set aside before any write,
+    /// then those in `failed` the database refused), the run's counters and the
+    /// checkpoint, then the commit.
     async fn finish(
         &self,
         txn: DatabaseTransaction,
         mut counts: PageStoreCounts,
-        rejected: Vec<RejectedRecord>,
+        failed: Vec<RejectedRecord>,
         totals: &mut RunCounts,
         now: DateTime<Utc>,
     ) -> Result<PageStoreCounts, PageFailure> {
         let context = self.context;
-        counts.failed = rejected.len() as u64;
-        insert_run_errors(&txn, context, &rejected, ErrorScope::Record, now).await?;
+        counts.failed = (self.rejected.len() + failed.len()) as u64;
+        for rejected in [self.rejected, &failed] {
+            insert_run_errors(
+                &txn,
+                context,
+                rejected,
+                ErrorScope::Record,
+                now,
+                self.limits,
+            )
+            .await?;
+        }
 
         let after = self.totals_after(totals, &counts);
         let bookkeeping = self.bookkeeping(&after, now);
@@ -396,24 +409,6 @@ async fn begin_page_transaction(db: &DatabaseConnection) -> Result<DatabaseTrans
     .await
 }
 
-/// Records one page-level error (a body that could not be read as records) outside any
-/// page transaction, with the raw body as its payload.
-pub async fn record_page_error(
-    db: &DatabaseConnection,
-    context: &PageContext<'_>,
-    stage: RecordStage,
-    message: &str,
-    body: &str,
-) -> Result<(), DbErr> {
-    let rejected = [RejectedRecord {
-        external_id: None,
-        stage,
-        message: message.to_string(),
-        payload: body.to_string(),
-    }];
-    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now()).await
-}
-
 /// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.
 fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> Vec<Record> {
     let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(records.len());
@@ -434,60 +429,4 @@ fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> 
         .zip(keep)
         .filter_map(|(record, kept)| kept.then_some(record))
         .collect()
-}
-
-pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
-    RejectedRecord {
-        external_id: Some(record.external_id),
-        stage: RecordStage::Persist,
-        message: format!("writing the record failed: {error}"),
-        payload: record.payload,
-    }
-}
-
-/// What a `run_errors` row holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorScope {
-    /// One record: replayable from its payload.
-    Record,
-    /// A page body that could not be read as records: fetch the page again instead.
-    Page,
-}
-
-impl ErrorScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorScope::Record => "record",
-            ErrorScope::Page => "page",
-        }
-    }
-}
-
-pub(crate) async fn insert_run_errors(
-    db: &impl ConnectionTrait,
-    context: &PageContext<'_>,
-    rejected: &[RejectedRecord],
-    scope: ErrorScope,
-    now: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    if rejected.is_empty() {
-        return Ok(());
-    }
-    let rows = rejected.iter().map(|reject| run_error::ActiveModel {
-        run_id: Set(context.run_id),
-        user_id: Set(context.connection.user_id.clone()),
-        provider: Set(context.connection.provider.clone()),
-        external_id: Set(reject.external_id.clone()),
-        stage: Set(reject.stage.as_str().to_string()),
-        message: Set(reject.message.clone()),
-        payload: Set(reject.payload.clone()),
-        created_at: Set(now),
-        resolved_by_run_id: Set(None),
-        scope: Set(scope.as_str().to_string()),
-        ..Default::default()
-    });
-    run_error::Entity::insert_many(rows)
-        .exec_without_returning(db)
-        .await?;
-    Ok(())
 }

@@ -218,6 +218,12 @@ impl TestApp {
             .expect("records")
     }
 
+    /// The external ids of the whole records table, ordered by key.
+    pub async fn record_ids(&self) -> Vec<String> {
+        let records = self.records().await;
+        records.into_iter().map(|r| r.external_id).collect()
+    }
+
     /// Every column of every record as text lines, for diffing two states of the table.
     pub async fn dump_records(&self) -> Vec<String> {
         self.records()

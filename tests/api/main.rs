@@ -5,6 +5,7 @@
 mod adapters;
 mod bad_input;
 mod bench;
+mod big_pages;
 mod bookkeeping;
 mod cli;
 mod concurrency;

@@ -1,0 +1,94 @@
+//! Writing `run_errors`: the records a page set aside, and the page-level errors of bodies
+//! that could not be read as records. Rows go in chunked like every other multi-row write
+//! ([`chunks_by_size`]), so a page of thousands of bad records stays below every backend's
+//! limit on bound parameters.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set};
+use tributary_providers::{Record, RecordStage, RejectedRecord};
+
+use crate::entities::run_error;
+use crate::pipeline::insert::{chunks_by_size, StatementLimits};
+use crate::pipeline::store::PageContext;
+
+/// What a `run_errors` row holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorScope {
+    /// One record: replayable from its payload.
+    Record,
+    /// A page body that could not be read as records: fetch the page again instead.
+    Page,
+}
+
+impl ErrorScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorScope::Record => "record",
+            ErrorScope::Page => "page",
+        }
+    }
+}
+
+/// Records one page-level error (a body that could not be read as records) outside any
+/// page transaction, with the raw body as its payload.
+pub async fn record_page_error(
+    db: &DatabaseConnection,
+    context: &PageContext<'_>,
+    stage: RecordStage,
+    message: &str,
+    body: &str,
+) -> Result<(), DbErr> {
+    let rejected = [RejectedRecord {
+        external_id: None,
+        stage,
+        message: message.into(),
+        payload: body.to_string(),
+    }];
+    let limits = StatementLimits::for_database(db);
+    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now(), limits).await
+}
+
+/// The error row of a record the database refused to write.
+pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
+    RejectedRecord {
+        external_id: Some(record.external_id),
+        stage: RecordStage::Persist,
+        message: format!("writing the record failed: {error}"),
+        payload: record.payload,
+    }
+}
+
+/// Inserts one row per rejected record, in statements of at most `limits`.
+pub(crate) async fn insert_run_errors(
+    db: &impl ConnectionTrait,
+    context: &PageContext<'_>,
+    rejected: &[RejectedRecord],
+    scope: ErrorScope,
+    now: DateTime<Utc>,
+    limits: StatementLimits,
+) -> Result<(), DbErr> {
+    for chunk in chunks_by_size(rejected, limits, error_row_size) {
+        let rows = chunk.iter().map(|reject| run_error::ActiveModel {
+            run_id: Set(context.run_id),
+            user_id: Set(context.connection.user_id.clone()),
+            provider: Set(context.connection.provider.clone()),
+            external_id: Set(reject.external_id.clone()),
+            stage: Set(reject.stage.as_str().to_string()),
+            message: Set(reject.message.to_string()),
+            payload: Set(reject.payload.clone()),
+            created_at: Set(now),
+            resolved_by_run_id: Set(None),
+            scope: Set(scope.as_str().to_string()),
+            ..Default::default()
+        });
+        run_error::Entity::insert_many(rows)
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The bytes of an error row a write carries: its message and payload.
+fn error_row_size(reject: &RejectedRecord) -> usize {
+    reject.message.len() + reject.payload.len()
+}

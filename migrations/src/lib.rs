@@ -9,6 +9,7 @@ mod m20261129_000001_create_tables;
 mod m20261129_000002_connection_leases;
 mod m20261129_000003_replay_and_append;
 mod m20261129_000004_exact_key_collation;
+mod m20261201_000001_watermark_anomalies;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000002_connection_leases::Migration),
             Box::new(m20261129_000003_replay_and_append::Migration),
             Box::new(m20261129_000004_exact_key_collation::Migration),
+            Box::new(m20261201_000001_watermark_anomalies::Migration),
         ]
     }
 }

@@ -165,21 +165,37 @@ impl WatermarkField {
     }
 }
 
-/// Each record keyed by `spec`, or set aside with its payload, and the newest watermark
-/// among them (records without a readable one do not count). Each record is scanned once.
+/// The watermarks of one page's records.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct PageWatermarks {
+    /// The newest readable watermark.
+    pub newest: Option<Watermark>,
+    /// How many lie beyond the clock by more than [`crate::WATERMARK_CLOCK_SKEW`].
+    pub ahead: u64,
+}
+
+/// Each record keyed by `spec`, or set aside with its payload, and the page's watermarks
+/// (records without a readable one do not count). Each record is scanned once.
 pub(crate) fn identify_records(
     spec: &IdSpec,
     records: &[&RawValue],
     watermark_field: Option<WatermarkField>,
-) -> (Vec<PageItem>, Option<Watermark>) {
-    let mut watermark = None;
+) -> (Vec<PageItem>, PageWatermarks) {
+    let now = Utc::now();
+    let mut watermarks = PageWatermarks::default();
     let items = records
         .iter()
         .map(|raw| {
             let (record, field) =
                 spec.identify_with_field(raw, watermark_field.map(WatermarkField::name));
-            if let (Some(kind), Some(field)) = (watermark_field, field) {
-                watermark = watermark.take().max(kind.read(field));
+            if let Some(watermark) = watermark_field
+                .zip(field)
+                .and_then(|(kind, field)| kind.read(field))
+            {
+                if watermark.is_beyond_skew(now) {
+                    watermarks.ahead = watermarks.ahead.saturating_add(1);
+                }
+                watermarks.newest = watermarks.newest.take().max(Some(watermark));
             }
             match record {
                 Ok(record) => PageItem::Record(record),
@@ -187,7 +203,7 @@ pub(crate) fn identify_records(
             }
         })
         .collect();
-    (items, watermark)
+    (items, watermarks)
 }
 
 /// A page of records keyed by their `id` field, with the newest `watermark_field`.
@@ -197,11 +213,12 @@ pub(crate) fn page_by_id(
     next: Option<PagePosition>,
 ) -> Page {
     let spec = IdSpec::Field("id".to_string());
-    let (items, watermark) = identify_records(&spec, records, Some(watermark_field));
+    let (items, watermarks) = identify_records(&spec, records, Some(watermark_field));
     Page {
         items,
         next,
-        watermark,
+        watermark: watermarks.newest,
+        watermarks_ahead: watermarks.ahead,
         stop_after: None,
     }
 }
@@ -283,10 +300,17 @@ mod tests {
         let expected = DateTime::parse_from_rfc3339("2024-01-03T08:00:00Z").unwrap();
         let (items, time) = identify_records(&spec, &records, Some(WatermarkField::Time("t")));
         assert_eq!(items.len(), 4);
-        assert_eq!(time, Some(Watermark::Time(expected.with_timezone(&Utc))));
+        assert_eq!(
+            time.newest,
+            Some(Watermark::Time(expected.with_timezone(&Utc)))
+        );
+        assert_eq!(time.ahead, 0);
         let (_, epoch) = identify_records(&spec, &records, Some(WatermarkField::Epoch("n")));
-        assert_eq!(epoch, Some(Watermark::Epoch(9)));
-        assert_eq!(identify_records(&spec, &[], None).1, None);
+        assert_eq!(epoch.newest, Some(Watermark::Epoch(9)));
+        assert_eq!(
+            identify_records(&spec, &[], None).1,
+            PageWatermarks::default()
+        );
         assert_eq!(
             watermark_epoch(&Watermark::Time(expected.into())),
             1704268800
@@ -294,6 +318,33 @@ mod tests {
         assert_eq!(
             watermark_time(&Watermark::Epoch(1704268800)),
             Some(expected.with_timezone(&Utc))
+        );
+    }
+
+    #[test]
+    fn watermarks_beyond_the_clock_skew_are_counted() {
+        let body: Box<RawValue> = serde_json::from_str(
+            r#"[{"id":1,"t":"9999-12-31T23:59:59Z","n":253402300799},
+                {"id":2,"t":"2024-01-02T00:00:00Z","n":1704153600},
+                {"id":3,"t":"9999-01-01T00:00:00Z","n":9223372036854775807}]"#,
+        )
+        .unwrap();
+        let records = raw::array_items(&body).unwrap();
+        let spec = IdSpec::Field("id".to_string());
+        let (_, time) = identify_records(&spec, &records, Some(WatermarkField::Time("t")));
+        assert_eq!(time.ahead, 2);
+        let (_, epoch) = identify_records(&spec, &records, Some(WatermarkField::Epoch("n")));
+        assert_eq!(
+            (epoch.ahead, epoch.newest),
+            (2, Some(Watermark::Epoch(i64::MAX)))
+        );
+        let now = Utc::now();
+        let soon = Watermark::Time(now + chrono::TimeDelta::minutes(1));
+        assert!(soon.is_after(now) && !soon.is_beyond_skew(now));
+        assert_eq!(soon.at_most(now), Watermark::Time(now));
+        assert_eq!(
+            Watermark::Epoch(i64::MAX).at_most(now),
+            Watermark::Epoch(now.timestamp())
         );
     }
 }

@@ -36,7 +36,7 @@ mod test_support;
 
 pub use config::{build_provider, ProviderConfig};
 pub use http::{FetchError, HttpClient, HttpSettings};
-pub use page::{Credentials, Page, PageItem, PagePosition, Watermark};
+pub use page::{Credentials, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};
 
 /// What one page fetch may use: the connection's credentials, its incremental watermark,

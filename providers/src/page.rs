@@ -42,6 +42,36 @@ pub enum Watermark {
     Epoch(i64),
 }
 
+/// How far past this machine's clock a record's watermark may lie before it counts as an
+/// anomaly: servers' clocks drift a little, a year-9999 `updated_at` is not drift.
+pub const WATERMARK_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+impl Watermark {
+    /// Whether the watermark lies after `time` (an epoch watermark compares its seconds).
+    pub fn is_after(&self, time: chrono::DateTime<chrono::Utc>) -> bool {
+        match self {
+            Watermark::Time(own) => *own > time,
+            Watermark::Epoch(seconds) => *seconds > time.timestamp(),
+        }
+    }
+
+    /// Whether the watermark lies beyond `now` by more than [`WATERMARK_CLOCK_SKEW`].
+    pub fn is_beyond_skew(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        // `now` near the end of chrono's range has no later instant: nothing is beyond it.
+        now.checked_add_signed(WATERMARK_CLOCK_SKEW)
+            .is_some_and(|limit| self.is_after(limit))
+    }
+
+    /// The watermark, or `time` in the same kind when the watermark lies after it: a cursor
+    /// never passes the moment its page was asked for.
+    pub fn at_most(self, time: chrono::DateTime<chrono::Utc>) -> Watermark {
+        match self {
+            Watermark::Time(own) => Watermark::Time(own.min(time)),
+            Watermark::Epoch(seconds) => Watermark::Epoch(seconds.min(time.timestamp())),
+        }
+    }
+}
+
 /// Where a page starts. It is serialised into the connection's checkpoint, so it must be
 /// plain data.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,6 +118,9 @@ pub struct Page {
     /// The newest watermark among this page's records, for providers that sync
     /// incrementally; `None` otherwise.
     pub watermark: Option<Watermark>,
+    /// How many of this page's records carry a watermark beyond the clock by more than
+    /// [`WATERMARK_CLOCK_SKEW`] (the pipeline counts them as anomalies of the run).
+    pub watermarks_ahead: u64,
     /// Why the listing cannot go on after this page although its records were read (a
     /// malformed `Link` header, a cursor of the wrong type): the pipeline stores the
     /// records, then stops the run with this reason, and the next run starts again at

@@ -31,6 +31,7 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
         "unchanged",
         "dup",
         "failed",
+        "ahead",
         "error",
     ];
     print_rows(&runs, json, Some("No runs yet."), &header, |run| {
@@ -58,6 +59,7 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
             run.records_unchanged.to_string(),
             run.records_duplicate.to_string(),
             run.records_failed.to_string(),
+            run.watermark_anomalies.to_string(),
             shorten(run.error.as_deref().unwrap_or("")),
         ]
     })

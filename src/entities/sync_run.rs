@@ -26,6 +26,9 @@ pub struct Model {
     /// inserted by a concurrent writer between the lookup and the insert.
     pub records_duplicate: i64,
     pub records_failed: i64,
+    /// Records whose watermark lay beyond the clock by more than the allowed skew; the
+    /// cursor was clamped to the fetch time instead.
+    pub watermark_anomalies: i64,
     /// The run-level failure, else null.
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,

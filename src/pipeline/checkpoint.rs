@@ -1,6 +1,7 @@
 //! The connection's sync state: the in-progress checkpoint of an unfinished run, and the
 //! incremental watermark (`connections.cursor`) of the last complete one.
 
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tributary_providers::{PagePosition, Watermark};
 
@@ -26,10 +27,19 @@ impl Checkpoint {
     }
 }
 
-/// The connection's incremental watermark, if it has one and it is readable.
+/// The connection's incremental watermark, if it has one, it is readable and it is not
+/// in the future (a cursor stored before cursors were clamped to the fetch time would
+/// otherwise ask for changes after it forever and find none).
 pub fn stored_cursor(connection: &connection::Model) -> Option<Watermark> {
     let text = connection.cursor.as_deref()?;
-    match serde_json::from_str(text) {
+    match serde_json::from_str::<Watermark>(text) {
+        Ok(watermark) if watermark.is_beyond_skew(Utc::now()) => {
+            tracing::warn!(
+                cursor = text,
+                "The stored cursor lies in the future; this run is a full pass."
+            );
+            None
+        }
         Ok(watermark) => Some(watermark),
         Err(error) => {
             tracing::warn!(%error, "The stored cursor is unreadable; this run is a full pass.");

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -129,11 +130,8 @@ pub async fn sync_connection(
         );
         let mut counts = RunCounts::default();
         let mut watermark = None;
-        let since = if options.full {
-            None
-        } else {
-            stored_cursor(connection)
-        };
+        let cursor = stored_cursor(connection);
+        let since = if options.full { None } else { cursor.clone() };
         // run_timeout cancels the run like a shutdown does: between pages or during a
         // fetch, never while a page is being stored, so the counters stay exact.
         let run_cancel = options.cancel.child_token();
@@ -192,7 +190,7 @@ pub async fn sync_connection(
             clear_checkpoint: listing_complete
                 || matches!(result, Err(RunFault::PaginationLoop { .. })),
             watermark: if listing_complete {
-                newest(watermark, stored_cursor(connection))
+                newest(watermark, cursor)
             } else {
                 None
             },
@@ -240,6 +238,7 @@ fn log_outcome(outcome: &RunOutcome) {
             unchanged = counts.unchanged,
             duplicate = counts.duplicate,
             failed = counts.failed,
+            watermark_anomalies = counts.watermark_anomalies,
             "Run finished."
         ),
     }
@@ -364,6 +363,14 @@ async fn fetch_and_store(
                 });
             }
         };
+        if page.watermarks_ahead > 0 {
+            tracing::warn!(
+                run_id = walk.run_id,
+                page = page_number,
+                count = page.watermarks_ahead,
+                "Watermarks beyond the clock skew were clamped to the fetch time."
+            );
+        }
         *watermark = newest(watermark.take(), page.watermark.clone());
         let stop_after = page.stop_after;
         let next_checkpoint = page.next.clone().map(|next| Checkpoint {
@@ -389,6 +396,9 @@ async fn fetch_and_store(
         };
         let mut totals_after = *counts;
         totals_after.pages_fetched += 1;
+        totals_after.watermark_anomalies = totals_after
+            .watermark_anomalies
+            .saturating_add(page.watermarks_ahead);
         // Ask for the next page while this one is stored, unless the checks at the top of
         // the loop are going to stop the run before it.
         let ahead = next_checkpoint
@@ -440,7 +450,9 @@ async fn fetch_and_store(
     }
 }
 
-/// Fetches the page at `position`; `None` when the run is cancelled first.
+/// Fetches the page at `position`; `None` when the run is cancelled first. The page's
+/// watermark is clamped to the moment it was asked for: a record stamped later (a clock
+/// years ahead) must not carry the cursor past changes that happen after this fetch.
 async fn fetch_unless_cancelled(
     provider: &dyn Provider,
     credential_store: &ConnectionCredentials<'_>,
@@ -453,8 +465,12 @@ async fn fetch_unless_cancelled(
         since: walk.since,
         credential_store,
     };
+    let asked_at = Utc::now();
     tokio::select! {
-        fetched = provider.fetch_page(&fetch_context, position) => Some(fetched),
+        fetched = provider.fetch_page(&fetch_context, position) => Some(fetched.map(|mut page| {
+            page.watermark = page.watermark.map(|watermark| watermark.at_most(asked_at));
+            page
+        })),
         () = walk.cancel.cancelled() => None,
     }
 }

@@ -73,6 +73,8 @@ pub struct RunCounts {
     /// writer inserted it first).
     pub duplicate: u64,
     pub failed: u64,
+    /// Records whose watermark lay beyond the clock by more than the allowed skew.
+    pub watermark_anomalies: u64,
 }
 
 /// The result of one run of one connection.
@@ -116,6 +118,7 @@ pub async fn start_run(
         records_unchanged: Set(0),
         records_duplicate: Set(0),
         records_failed: Set(0),
+        watermark_anomalies: Set(0),
         error: Set(None),
         ..Default::default()
     }
@@ -155,7 +158,7 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
 
 /// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
 /// the ORM's updates and the batched statements (`bookkeeping.rs`) both use.
-pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 7] {
+pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 8] {
     use sync_run::Column;
     [
         (Column::PagesFetched, to_db(counts.pages_fetched).into()),
@@ -165,6 +168,10 @@ pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm
         (Column::RecordsUnchanged, to_db(counts.unchanged).into()),
         (Column::RecordsDuplicate, to_db(counts.duplicate).into()),
         (Column::RecordsFailed, to_db(counts.failed).into()),
+        (
+            Column::WatermarkAnomalies,
+            to_db(counts.watermark_anomalies).into(),
+        ),
     ]
 }
 

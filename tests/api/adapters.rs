@@ -20,7 +20,7 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{connections, spawn_app};
 
-fn issue(id: u64, updated_at: &str) -> serde_json::Value {
+pub(crate) fn issue(id: u64, updated_at: &str) -> serde_json::Value {
     json!({"id": id, "number": id, "title": format!("Issue {id}"), "state": "open", "updated_at": updated_at})
 }
 

@@ -8,6 +8,7 @@ mod bench;
 mod big_pages;
 mod bookkeeping;
 mod cli;
+mod clock;
 mod concurrency;
 mod connections;
 mod crash;

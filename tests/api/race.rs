@@ -426,6 +426,7 @@ async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same
         unchanged: count("unchanged"),
         duplicate: count("duplicate"),
         failed: count("failed"),
+        watermark_anomalies: count("watermark_anomalies"),
     };
 
     for outcome in &outcomes {

@@ -213,6 +213,7 @@ fn read_page(
         items,
         next,
         watermark: None,
+        watermarks_ahead: 0,
         stop_after,
     })
 }

@@ -53,8 +53,8 @@ pub struct Settings {
     pub providers: BTreeMap<String, ProviderSettings>,
 }
 
-/// `[database]`.
-#[derive(Clone, Debug, Deserialize)]
+/// `[database]`. Its `Debug` shows the URL redacted ([`redact_url`]).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `sqlite://FILE?mode=rwc`, `postgres://...` or `mysql://...`. The environment variable
@@ -63,6 +63,15 @@ pub struct DatabaseSettings {
     /// Largest number of pooled database connections (SQLite always uses one writer).
     #[serde(default = "default_max_db_connections")]
     pub max_connections: u32,
+}
+
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &redact_url(&self.url))
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
 }
 
 /// `[daemon]`: how `tributary daemon` runs, and the leases every sync takes.
@@ -501,15 +510,21 @@ fn validate_database_url(url: &str) -> Result<(), String> {
     }
 }
 
-/// A database URL with any password replaced, for messages and logs.
+/// A database URL for messages and logs: the userinfo password and every query parameter
+/// that holds a secret (`password`, `sslpassword`, anything named like a key or token)
+/// replaced by `***`.
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            // Setting a password only fails for URLs that cannot have one.
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        Ok(parsed) => parsed.to_string(),
-        Err(_) => "(unparseable URL)".to_string(),
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "(unparseable URL)".to_string();
+    };
+    if parsed.password().is_some() {
+        // Setting a password only fails for URLs that cannot have one.
+        let _ = parsed.set_password(Some("***"));
     }
+    tributary_providers::http::hide_query_values(
+        &mut parsed,
+        "***",
+        tributary_providers::http::is_secret_param,
+    );
+    parsed.to_string()
 }

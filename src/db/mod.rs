@@ -30,6 +30,12 @@ pub use write_lane::WriteLane;
 pub enum DbSetupError {
     #[error("cannot connect to database {url}: {source}")]
     Connect { url: String, source: DbErr },
+    #[error("cannot connect to database {url}: {address}: {reason}")]
+    Unreachable {
+        url: String,
+        address: String,
+        reason: String,
+    },
     #[error("migrating database {url} failed: {source}")]
     Migrate { url: String, source: DbErr },
     #[error("cannot migrate database {url}: {source}")]
@@ -103,11 +109,64 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
         }
         None => None,
     };
+    probe_server(&settings.url).await?;
     let main = Database::connect(options).await.map_err(failed)?;
     Ok(match sqlite_file(&settings.url) {
         Some(_) => DatabasePools::with_sqlite_readers(main),
         None => DatabasePools::single(main),
     })
+}
+
+/// How long a database server's address gets to accept a TCP connection at start. sqlx
+/// retries a refused connection until its acquire timeout, minutes later; a server that is
+/// down or a wrong port should fail a command at once, naming the address.
+const SERVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Checks that a PostgreSQL or MySQL server's host and port accept a TCP connection. URLs
+/// that name a Unix socket, or no host, are left to the driver.
+async fn probe_server(url: &str) -> Result<(), DbSetupError> {
+    let Some((host, port)) = server_address(url) else {
+        return Ok(());
+    };
+    let address = format!("{host}:{port}");
+    let unreachable = |reason: String| DbSetupError::Unreachable {
+        url: redact_url(url),
+        address: address.clone(),
+        reason,
+    };
+    let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+    match tokio::time::timeout(SERVER_PROBE_TIMEOUT, connect).await {
+        Ok(Ok(_stream)) => Ok(()),
+        Ok(Err(error)) => Err(unreachable(error.to_string())),
+        Err(_) => Err(unreachable(format!(
+            "no answer within {}s",
+            SERVER_PROBE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// The TCP host and port of a `postgres://` or `mysql://` URL (default ports filled in).
+fn server_address(url: &str) -> Option<(String, u16)> {
+    let parsed = url::Url::parse(url).ok()?;
+    let default_port = match parsed.scheme() {
+        "postgres" | "postgresql" => 5432,
+        "mysql" | "mariadb" => 3306,
+        _ => return None,
+    };
+    // `?host=/run/postgresql` or `?socket=...` point the driver at a Unix socket.
+    if parsed
+        .query_pairs()
+        .any(|(name, _)| name == "host" || name == "socket")
+    {
+        return None;
+    }
+    let host = match parsed.host()? {
+        url::Host::Domain(name) if name.is_empty() => return None,
+        url::Host::Domain(name) => name.to_string(),
+        url::Host::Ipv4(address) => address.to_string(),
+        url::Host::Ipv6(address) => address.to_string(),
+    };
+    Some((host, parsed.port().unwrap_or(default_port)))
 }
 
 /// Connects and applies every pending migration.

@@ -267,7 +267,7 @@ const REDACTED_PARAM: &str = "REDACTED";
 /// Whether a query parameter's name says its value is a secret (`api_key`, `access_token`,
 /// `client_secret`, `X-Amz-Signature`, `sig`). Over-matching costs a hidden harmless value;
 /// under-matching would leak a key, so names are matched by the words they contain.
-pub(crate) fn is_secret_param(name: &str) -> bool {
+pub fn is_secret_param(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     const WORDS: [&str; 7] = [
         "key",
@@ -299,22 +299,30 @@ pub(crate) fn display_url_hiding(url: &Url, also_secret: &[String]) -> String {
         let _ = clean.set_username("");
         let _ = clean.set_password(None);
     }
-    let secret = |name: &str| is_secret_param(name) || also_secret.iter().any(|s| s == name);
-    if url.query_pairs().any(|(name, _)| secret(&name)) {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .map(|(name, value)| {
-                let value = if secret(&name) {
-                    REDACTED_PARAM.to_string()
-                } else {
-                    value.into_owned()
-                };
-                (name.into_owned(), value)
-            })
-            .collect();
-        clean.query_pairs_mut().clear().extend_pairs(pairs);
-    }
+    hide_query_values(&mut clean, REDACTED_PARAM, |name| {
+        is_secret_param(name) || also_secret.iter().any(|s| s == name)
+    });
     clean.to_string()
+}
+
+/// Replaces the value of every query parameter of `url` that `secret` picks with
+/// `placeholder`, keeping the others and their order.
+pub fn hide_query_values(url: &mut Url, placeholder: &str, secret: impl Fn(&str) -> bool) {
+    if !url.query_pairs().any(|(name, _)| secret(&name)) {
+        return;
+    }
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(name, value)| {
+            let value = if secret(&name) {
+                placeholder.to_string()
+            } else {
+                value.into_owned()
+            };
+            (name.into_owned(), value)
+        })
+        .collect();
+    url.query_pairs_mut().clear().extend_pairs(pairs);
 }
 
 /// Like [`display_url`], for text that may not even parse as a URL. Text that does not

@@ -39,7 +39,9 @@ use url::Url;
 
 pub(crate) use error::{cap_body, display_url, display_url_hiding, display_url_text};
 use error::{error_chain, excerpt};
-pub use error::{FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS};
+pub use error::{
+    hide_query_values, is_secret_param, FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS,
+};
 use policy::default_verdict;
 #[cfg(test)]
 use policy::retry_after;

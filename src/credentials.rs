@@ -14,8 +14,12 @@ use tributary_providers::Credentials;
 
 use crate::config::ConnectionSettings;
 
-/// The JSON stored in `connections.credentials`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What `Debug` output shows in place of a secret.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// The JSON stored in `connections.credentials`. Its `Debug` shows which parts are set,
+/// never a token.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoredCredentials {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -34,7 +38,7 @@ pub struct StoredCredentials {
 }
 
 /// Credentials written back after an OAuth refresh.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshedCredentials {
     pub token: Option<String>,
@@ -142,6 +146,34 @@ impl StoredCredentials {
             parts.push(format!("refreshed{expiry}"));
         }
         parts.join("; ")
+    }
+}
+
+/// `Some("[REDACTED]")` for a set secret, for `Debug` output.
+fn hidden(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+impl std::fmt::Debug for StoredCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredCredentials")
+            .field("token_env", &self.token_env)
+            .field("token", &hidden(&self.token))
+            .field("refresh_token_env", &self.refresh_token_env)
+            .field("refresh_token", &hidden(&self.refresh_token))
+            .field("expires_at", &self.expires_at)
+            .field("oauth", &self.oauth)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RefreshedCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefreshedCredentials")
+            .field("token", &hidden(&self.token))
+            .field("refresh_token", &hidden(&self.refresh_token))
+            .field("expires_at", &self.expires_at)
+            .finish()
     }
 }
 

@@ -3,7 +3,8 @@
 use sea_orm::entity::prelude::*;
 use sea_orm::Set;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
+// Debug is written out below so that the credentials column never reaches a log line.
+#[derive(Clone, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "connections")]
 pub struct Model {
     #[sea_orm(primary_key)]
@@ -35,6 +36,26 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("id", &self.id)
+            .field("user_id", &self.user_id)
+            .field("provider", &self.provider)
+            .field("enabled", &self.enabled)
+            .field("credentials", &crate::credentials::REDACTED)
+            .field("cursor", &self.cursor)
+            .field("checkpoint", &self.checkpoint)
+            .field("last_success_run_id", &self.last_success_run_id)
+            .field("last_success_at", &self.last_success_at)
+            .field("lease_holder", &self.lease_holder)
+            .field("lease_expires_at", &self.lease_expires_at)
+            .field("created_at", &self.created_at)
+            .field("updated_at", &self.updated_at)
+            .finish()
+    }
+}
 
 impl ActiveModel {
     /// A new connection with no sync state yet.

@@ -78,3 +78,130 @@ async fn a_key_sent_in_the_query_never_shows_in_logs_errors_or_the_run_history()
         assert!(!text.contains(STATIC_SECRET), "{text}");
     }
 }
+
+#[test]
+fn debug_output_of_everything_holding_a_secret_is_redacted() {
+    use tributary::config::Settings;
+    use tributary::credentials::{RefreshedCredentials, StoredCredentials};
+    use tributary::entities::connection;
+
+    let secrets = [
+        "db-pw-1a2b",
+        "ssl-pw-3c4d",
+        "literal-token-5e6f",
+        "literal-refresh-7a8b",
+        "header-secret-9c0d",
+        "query-secret-1e2f",
+    ];
+    let text = format!(
+        r#"
+[database]
+url = "postgres://app:{}@db.internal:5432/app?sslpassword={}&sslmode=require"
+
+[providers.acme]
+kind = "rest"
+base_url = "https://api.acme.example"
+schedule = "0 */15 * * * *"
+query = {{ api_key = "{}", region = "eu" }}
+headers = {{ X-Signature = "{}" }}
+
+[[providers.acme.connections]]
+user_id = "alice"
+token = "{}"
+refresh_token = "{}"
+"#,
+        secrets[0], secrets[1], secrets[5], secrets[4], secrets[2], secrets[3]
+    );
+    let settings = Settings::parse(std::path::Path::new("config.toml"), &text, None, &|_| true)
+        .expect("valid config");
+    let stored = StoredCredentials {
+        token: Some(secrets[2].to_string()),
+        refresh_token: Some(secrets[3].to_string()),
+        oauth: Some(RefreshedCredentials {
+            token: Some(secrets[2].to_string()),
+            refresh_token: Some(secrets[3].to_string()),
+            expires_at: Some(1),
+        }),
+        ..StoredCredentials::default()
+    };
+    let now = chrono::Utc::now();
+    let row = connection::Model {
+        id: 1,
+        user_id: "alice".into(),
+        provider: "acme".into(),
+        enabled: true,
+        credentials: stored.to_column(),
+        cursor: None,
+        checkpoint: None,
+        last_success_run_id: None,
+        last_success_at: None,
+        lease_holder: None,
+        lease_expires_at: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let shown = [
+        format!("{settings:?}"),
+        format!("{:?}", settings.database),
+        format!("{stored:?}"),
+        format!("{row:?}"),
+        tributary::config::redact_url(&settings.database.url),
+    ];
+    for (text, secret) in shown
+        .iter()
+        .flat_map(|t| secrets.iter().map(move |s| (t, s)))
+    {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    // What is not secret still shows, so the output stays useful.
+    assert!(
+        shown[0].contains("db.internal:5432") && shown[0].contains("region"),
+        "{}",
+        shown[0]
+    );
+    assert!(shown[2].contains("[REDACTED]"), "{}", shown[2]);
+    assert!(shown[4].contains("sslmode=require"), "{}", shown[4]);
+}
+
+/// A port nothing listens on: bound, then closed again.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    drop(listener);
+    port
+}
+
+#[test]
+fn an_unreachable_database_fails_within_seconds_naming_its_address_not_its_password() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[database]\nurl = \"sqlite://unused.db?mode=rwc\"\n",
+    )
+    .expect("write");
+    for scheme in ["postgres", "mysql"] {
+        let port = closed_port();
+        let url = format!("{scheme}://app:pw-5a6b7c@127.0.0.1:{port}/app?sslpassword=pw-8d9e");
+        let started = std::time::Instant::now();
+        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+            .arg("--config")
+            .arg(&config)
+            .arg("runs")
+            .env("TRIBUTARY_DATABASE_URL", &url)
+            .output()
+            .expect("tributary runs");
+        let elapsed = started.elapsed();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{stderr}");
+        assert!(
+            elapsed < std::time::Duration::from_secs(10),
+            "{scheme}: took {elapsed:?}"
+        );
+        assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+        assert!(
+            !stderr.contains("pw-5a6b7c") && !stderr.contains("pw-8d9e"),
+            "{stderr}"
+        );
+    }
+}

@@ -11,8 +11,9 @@ use url::Url;
 
 use crate::IdSpec;
 
-/// A REST API that lists records as JSON pages, described wholly in TOML.
-#[derive(Clone, Debug, Deserialize)]
+/// A REST API that lists records as JSON pages, described wholly in TOML. Its `Debug` hides
+/// every header value and the values of secret query parameters.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RestConfig {
     /// Scheme, host and optional path prefix of the API, e.g. `"https://api.example.com/v2"`.
@@ -50,6 +51,40 @@ pub struct RestConfig {
     /// Static headers sent on every request. Not for the token: `auth` sends that.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for RestConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hidden = "[REDACTED]";
+        let query: BTreeMap<&str, &str> = self
+            .query
+            .iter()
+            .map(|(name, value)| {
+                let shown = if crate::http::is_secret_param(name) {
+                    hidden
+                } else {
+                    value
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        let headers: BTreeMap<&str, &str> = self
+            .headers
+            .keys()
+            .map(|name| (name.as_str(), hidden))
+            .collect();
+        f.debug_struct("RestConfig")
+            .field("base_url", &crate::http::display_url(&self.base_url))
+            .field("path", &self.path)
+            .field("records_path", &self.records_path)
+            .field("id_field", &self.id_field)
+            .field("key_fields", &self.key_fields)
+            .field("auth", &self.auth)
+            .field("pagination", &self.pagination)
+            .field("query", &query)
+            .field("headers", &headers)
+            .finish()
+    }
 }
 
 /// How the connection's token is sent (`auth`).

@@ -161,7 +161,7 @@ fn server_address(url: &str) -> Option<(String, u16)> {
         return None;
     }
     let host = match parsed.host()? {
-        url::Host::Domain(name) if name.is_empty() => return None,
+        url::Host::Domain("") => return None,
         url::Host::Domain(name) => name.to_string(),
         url::Host::Ipv4(address) => address.to_string(),
         url::Host::Ipv6(address) => address.to_string(),

@@ -31,7 +31,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::http::{display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
+use crate::http::{asked_wait, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::rest::link;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -236,17 +236,18 @@ impl ResponsePolicy for GithubPolicy {
 
 /// The wait a 403 or 429 asks for, when it is a rate limit: `retry-after`, else the time
 /// until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (at least a second, against
-/// clock skew), else a minute for a secondary rate limit that names no wait. `None` when
+/// clock skew, at most [`MAX_ASKED_WAIT`](crate::http::MAX_ASKED_WAIT)), else a minute for a secondary rate limit that names no wait. `None` when
 /// the answer is not a rate limit.
 fn rate_limit_wait(answer: &Answer<'_>, now: SystemTime) -> Option<Duration> {
     let reset = (answer.header("x-ratelimit-remaining") == Some("0"))
         .then(|| answer.header("x-ratelimit-reset")?.parse::<u64>().ok())
         .flatten()
         .map(|reset| {
-            let at = UNIX_EPOCH + Duration::from_secs(reset);
-            at.duration_since(now)
-                .unwrap_or(Duration::ZERO)
-                .max(Duration::from_secs(1))
+            // In whole seconds, saturating: the header is any number the API sends.
+            let now = now
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            asked_wait(reset.saturating_sub(now)).max(Duration::from_secs(1))
         });
     match (answer.retry_after(), reset) {
         (Some(a), Some(b)) => Some(a.max(b)),

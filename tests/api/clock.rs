@@ -109,17 +109,21 @@ async fn a_watermark_in_the_future_is_stored_counted_and_never_carries_the_curso
     assert!(table.contains("ahead"), "{table}");
 }
 
-/// `tributary runs ARGS` on `config`, which must succeed; its standard output.
-fn runs_command(config: &std::path::Path, args: &[&str]) -> String {
-    let output = Command::cargo_bin("tributary")
+/// `tributary --config CONFIG ARGS`, without the environment's database URL.
+fn tributary(config: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::cargo_bin("tributary")
         .expect("binary built")
         .arg("--config")
         .arg(config)
-        .arg("runs")
         .args(args)
         .env_remove("TRIBUTARY_DATABASE_URL")
         .output()
-        .expect("binary runs");
+        .expect("binary runs")
+}
+
+/// `tributary runs ARGS` on `config`, which must succeed; its standard output.
+fn runs_command(config: &std::path::Path, args: &[&str]) -> String {
+    let output = tributary(config, &[&["runs"], args].concat());
     assert!(output.status.success(), "{output:?}");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -158,4 +162,51 @@ async fn a_cursor_stored_in_the_future_is_ignored_and_the_run_walks_the_whole_li
         "the wedged cursor is replaced by the listing's own"
     );
     app.api.verify().await;
+}
+
+#[tokio::test]
+async fn a_rate_limit_reset_past_any_clock_ends_the_run_cleanly_and_releases_the_lease() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .and(path("/issues"))
+        .respond_with(
+            ResponseTemplate::new(403)
+                .insert_header("x-ratelimit-remaining", "0")
+                .insert_header("x-ratelimit-reset", "18446744073709551615")
+                .set_body_json(json!({"message": "API rate limit exceeded"})),
+        )
+        .up_to_n_times(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/issues"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!([issue(1, "2026-11-01T10:00:00Z")])),
+        )
+        .mount(&app.api)
+        .await;
+    let config = app.write_config(&github(&app));
+    let sync = || tributary(&config, &["sync", "--quiet"]);
+    let first = sync();
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let run = app.run_row(1).await;
+    assert_eq!(run.status, "partial", "{run:?}");
+    let error = run.error.unwrap_or_default();
+    assert!(
+        error.contains("rate limited") && error.contains("86400s"),
+        "the wait is read as a day at most: {error}"
+    );
+    let row = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("query")
+        .expect("alice's connection");
+    assert_eq!(row.lease_holder, None, "the lease is released");
+
+    let second = sync();
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    assert_eq!(app.run_row(2).await.status, "succeeded");
+    assert_eq!(app.records().await.len(), 1);
 }

@@ -455,3 +455,53 @@ fn config_defaults_ranges_and_unknown_keys() {
     let error = parse("per_pag = 10").unwrap_err().to_string();
     assert!(error.contains("unknown field `per_pag`"), "{error}");
 }
+
+/// A 403 with these rate-limit headers, as the policy sees it.
+fn rate_limit_answer(headers: &reqwest::header::HeaderMap) -> crate::http::Answer<'_> {
+    crate::http::Answer {
+        url: "https://api.github.com/issues",
+        status: reqwest::StatusCode::FORBIDDEN,
+        headers,
+        body: b"{\"message\": \"API rate limit exceeded\"}",
+        attempt: 1,
+    }
+}
+
+#[test]
+fn a_reset_past_any_clock_waits_a_day_and_one_in_the_past_a_second() {
+    use crate::test_support::header_map;
+    let wait = |reset: &str| {
+        let headers = header_map(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", reset)]);
+        super::rate_limit_wait(&rate_limit_answer(&headers), SystemTime::now())
+    };
+    assert_eq!(
+        wait("18446744073709551615"),
+        Some(crate::http::MAX_ASKED_WAIT)
+    );
+    assert_eq!(wait("0"), Some(Duration::from_secs(1)));
+    assert_eq!(wait("-1"), None, "unreadable: not a primary rate limit");
+}
+
+proptest::proptest! {
+    #![proptest_config(crate::test_support::proptest_config(1024, 0x6768_7274))]
+
+    #[test]
+    fn rate_limit_headers_of_any_value_give_a_wait_of_at_most_a_day(
+        remaining in proptest::prop_oneof![proptest::strategy::Just("0".to_string()), crate::test_support::header_text()],
+        reset in crate::test_support::header_text(),
+        retry in crate::test_support::header_text(),
+        now in 0u64..253_402_300_800,
+    ) {
+        let headers = crate::test_support::header_map(&[
+            ("x-ratelimit-remaining", &remaining),
+            ("x-ratelimit-reset", &reset),
+            ("retry-after", &retry),
+        ]);
+        let now = UNIX_EPOCH + Duration::from_secs(now);
+        let wait = super::rate_limit_wait(&rate_limit_answer(&headers), now);
+        proptest::prop_assert!(
+            wait.is_none_or(|wait| wait <= crate::http::MAX_ASKED_WAIT),
+            "{headers:?}: {wait:?}"
+        );
+    }
+}

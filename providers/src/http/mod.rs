@@ -42,10 +42,11 @@ use error::{error_chain, excerpt};
 pub use error::{
     hide_query_values, is_secret_param, FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS,
 };
+pub(crate) use policy::asked_wait;
 use policy::default_verdict;
 #[cfg(test)]
 use policy::retry_after;
-pub use policy::{Answer, DefaultPolicy, ResponsePolicy, Verdict};
+pub use policy::{Answer, DefaultPolicy, ResponsePolicy, Verdict, MAX_ASKED_WAIT};
 pub use settings::HttpSettings;
 
 /// Redirects followed for one request (same origin only).
@@ -336,7 +337,7 @@ impl HttpClient {
             .await
             .map_err(|err| transport("reading the response body failed", err))?
         {
-            if (body.len() + chunk.len()) as u64 > limit {
+            if u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX) > limit {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);

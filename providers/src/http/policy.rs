@@ -180,13 +180,27 @@ pub(super) fn default_verdict(answer: &Answer<'_>, message: String) -> Verdict {
     }
 }
 
+/// The longest wait a header can ask for; a longer one (or a reset time further off) is
+/// read as this. Nothing in a response may make a wait overflow a clock, and a wait this
+/// long ends the fetch as rate limited anyway, `http.max_rate_limit_wait` being shorter.
+pub const MAX_ASKED_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `seconds` as a wait, at most [`MAX_ASKED_WAIT`].
+pub(crate) fn asked_wait(seconds: u64) -> Duration {
+    Duration::from_secs(seconds.min(MAX_ASKED_WAIT.as_secs()))
+}
+
 /// The wait a `Retry-After` header asks for: integer seconds or an HTTP date (a date in the
-/// past means no wait). `None` when absent or unreadable.
+/// past means no wait), at most [`MAX_ASKED_WAIT`]. `None` when absent or unreadable.
 pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+        return Some(asked_wait(seconds));
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_ASKED_WAIT),
+    )
 }

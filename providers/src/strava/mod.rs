@@ -120,7 +120,12 @@ impl StravaProvider {
         }
         match (adapter::token(credentials), credentials.expires_at) {
             (Some(_), Some(expires_at)) => {
-                expires_at <= self.limits.now().timestamp() + REFRESH_MARGIN_SECONDS
+                expires_at
+                    <= self
+                        .limits
+                        .now()
+                        .timestamp()
+                        .saturating_add(REFRESH_MARGIN_SECONDS)
             }
             _ => true,
         }

@@ -108,19 +108,38 @@ fn fresh_credentials(
         Some(token) => Some(SecretString::from(token)),
         None => current.refresh_token.clone(),
     };
-    let expires_at = match (
+    let expires_at = expiry(
         body.get("expires_at").and_then(Value::as_i64),
         body.get("expires_in").and_then(Value::as_i64),
-    ) {
-        (Some(at), _) => at,
-        (None, Some(seconds)) => now.timestamp().saturating_add(seconds),
-        (None, None) => return Err(shape("has neither expires_at nor expires_in")),
-    };
+        now,
+    )
+    .ok_or_else(|| shape("has neither expires_at nor expires_in"))?;
     Ok(Credentials {
         token: Some(SecretString::from(access_token)),
         refresh_token,
         expires_at: Some(expires_at),
     })
+}
+
+/// The longest an access token is taken to live, whatever the token endpoint says.
+const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
+
+/// When the new access token expires: `expires_at`, else `now` plus `expires_in`, either
+/// kept between `now` (already expired: refreshed before its next use) and
+/// [`MAX_TOKEN_LIFETIME_SECONDS`] from now, so no value the endpoint sends overflows.
+pub(crate) fn expiry(
+    expires_at: Option<i64>,
+    expires_in: Option<i64>,
+    now: DateTime<Utc>,
+) -> Option<i64> {
+    let now = now.timestamp();
+    let latest = now.saturating_add(MAX_TOKEN_LIFETIME_SECONDS);
+    let at = match (expires_at, expires_in) {
+        (Some(at), _) => at,
+        (None, Some(seconds)) => now.saturating_add(seconds),
+        (None, None) => return None,
+    };
+    Some(at.clamp(now, latest))
 }
 
 /// The answer with its token values replaced, safe to keep in an error report.

@@ -2,6 +2,7 @@
 
 mod bodies;
 mod client;
+mod headers;
 mod policy;
 mod retries;
 

@@ -174,3 +174,51 @@ async fn a_429_beyond_max_rate_limit_wait_is_rate_limited_at_once() {
         );
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::test_support::proptest_config(512, 0x7573_6167))]
+
+    /// Whatever the usage headers and `Retry-After` say, at whatever time, the wait before a
+    /// request or after a 429 is at most a day.
+    #[test]
+    fn usage_headers_of_any_value_give_a_wait_of_at_most_a_day(
+        values in proptest::collection::vec(crate::test_support::header_text(), 5),
+        reserve in proptest::prelude::any::<u32>(),
+        start in DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp(),
+    ) {
+        use crate::http::{Answer, ResponsePolicy, Verdict, MAX_ASKED_WAIT};
+        use crate::strava::limits::RateLimits;
+        let day = Duration::from_secs(24 * 60 * 60);
+        let start = DateTime::from_timestamp(start, 0).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let limits = RateLimits::new(reserve, clock_from(start));
+        let headers = crate::test_support::header_map(&[
+            ("x-ratelimit-limit", &values[0]),
+            ("x-ratelimit-usage", &values[1]),
+            ("x-readratelimit-limit", &values[2]),
+            ("x-readratelimit-usage", &values[3]),
+            ("retry-after", &values[4]),
+        ]);
+        limits.record(&headers);
+        let before = limits.reserve_request().map(|wait| wait.duration());
+        proptest::prop_assert!(before.is_none_or(|wait| wait <= day), "{headers:?}: {before:?}");
+        let answer = Answer {
+            url: "https://www.strava.com/api/v3/athlete/activities",
+            status: reqwest::StatusCode::TOO_MANY_REQUESTS,
+            headers: &headers,
+            body: b"{}",
+            attempt: 1,
+        };
+        let default = Verdict::Fail(FetchError::Status {
+            url: answer.url.to_string(),
+            status: 429,
+            attempts: 1,
+            message: String::new(),
+        });
+        match limits.classify(&answer, default) {
+            Verdict::Retry { wait: Some(wait), .. } => {
+                proptest::prop_assert!(wait <= day.max(MAX_ASKED_WAIT), "{headers:?}: {wait:?}");
+            }
+            other => proptest::prop_assert!(false, "a 429 is retried after a wait: {other:?}"),
+        }
+    }
+}

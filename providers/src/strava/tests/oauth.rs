@@ -354,3 +354,27 @@ fn config_defaults_and_what_validation_refuses() {
         "{error}"
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::test_support::proptest_config(1024, 0x6578_7069))]
+
+    /// `expires_at` and `expires_in` of any value give an expiry between now and ten years
+    /// from now, at any time chrono can hold.
+    #[test]
+    fn any_expiry_from_the_token_endpoint_is_kept_within_ten_years(
+        expires_at in proptest::option::of(proptest::prelude::any::<i64>()),
+        expires_in in proptest::option::of(proptest::prelude::any::<i64>()),
+        now in DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp(),
+    ) {
+        let now = DateTime::from_timestamp(now, 0).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let expiry = crate::strava::oauth::expiry(expires_at, expires_in, now);
+        match expiry {
+            None => proptest::prop_assert!(expires_at.is_none() && expires_in.is_none()),
+            Some(at) => proptest::prop_assert!(
+                now.timestamp() <= at
+                    && at <= now.timestamp().saturating_add(10 * 365 * 24 * 60 * 60),
+                "{expires_at:?} {expires_in:?} at {now}: {at}"
+            ),
+        }
+    }
+}

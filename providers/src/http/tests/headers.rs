@@ -1,0 +1,33 @@
+//! `Retry-After` of any value: a wait of at most [`MAX_ASKED_WAIT`], never a panic.
+
+use proptest::prelude::*;
+use std::time::UNIX_EPOCH;
+
+use super::*;
+use crate::test_support::{header_map, header_text, proptest_config};
+
+#[test]
+fn retry_after_beyond_a_day_is_read_as_a_day() {
+    let now = SystemTime::now();
+    let wait = |value: &str| retry_after(&header_map(&[("retry-after", value)]), now);
+    assert_eq!(wait("18446744073709551615"), Some(MAX_ASKED_WAIT));
+    assert_eq!(wait("Fri, 31 Dec 9999 23:59:59 GMT"), Some(MAX_ASKED_WAIT));
+    assert_eq!(wait("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+    assert_eq!(wait("120"), Some(Duration::from_secs(120)));
+    assert_eq!(wait("-5"), None);
+    assert_eq!(wait("99999999999999999999999"), None);
+}
+
+proptest! {
+    #![proptest_config(proptest_config(1024, 0x7265_7472))]
+
+    #[test]
+    fn any_retry_after_is_a_wait_of_at_most_a_day(
+        value in header_text(),
+        now in 0u64..253_402_300_800,
+    ) {
+        let now = UNIX_EPOCH + Duration::from_secs(now);
+        let wait = retry_after(&header_map(&[("retry-after", &value)]), now);
+        prop_assert!(wait.is_none_or(|wait| wait <= MAX_ASKED_WAIT), "{value:?}: {wait:?}");
+    }
+}

@@ -16,6 +16,8 @@ pub const RUN_DURATION_SECONDS: &str = "tributary_run_duration_seconds";
 pub const LAST_SUCCESS_TIMESTAMP: &str = "tributary_last_success_timestamp_seconds";
 /// Connections skipped by a firing because a run of theirs was still going.
 pub const SKIPPED_TOTAL: &str = "tributary_connections_skipped_total";
+/// Runs ended by a panic, by provider.
+pub const RUN_PANICS_TOTAL: &str = "tributary_run_panics_total";
 
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
@@ -45,6 +47,9 @@ pub fn record_run(outcome: &RunOutcome, listing_complete: bool) {
     ] {
         metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "outcome" => name)
             .increment(value);
+    }
+    if outcome.panicked {
+        metrics::counter!(RUN_PANICS_TOTAL, "provider" => provider.clone()).increment(1);
     }
     metrics::histogram!(RUN_DURATION_SECONDS, "provider" => provider.clone())
         .record(outcome.elapsed.as_secs_f64());

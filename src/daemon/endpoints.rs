@@ -1,8 +1,8 @@
 //! `/healthz` and `/metrics`, served when `[daemon] listen` is set.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -13,6 +13,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
+use crate::pipeline::RunOutcome;
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct EndpointState {
@@ -20,6 +22,45 @@ pub struct EndpointState {
     pub metrics: PrometheusHandle,
     /// True while the scheduler runs.
     pub scheduling: Arc<AtomicBool>,
+    /// The runs of this daemon that ended by a panic.
+    pub panics: Arc<RunPanics>,
+}
+
+/// The runs of this daemon that ended by a panic: how many, and the last one.
+#[derive(Debug, Default)]
+pub struct RunPanics {
+    count: AtomicU64,
+    last: Mutex<Option<String>>,
+}
+
+impl RunPanics {
+    /// Notes `outcome` if it ended by a panic.
+    pub fn note(&self, outcome: &RunOutcome) {
+        if !outcome.panicked {
+            return;
+        }
+        self.count.fetch_add(1, Ordering::SeqCst);
+        let last = format!(
+            "run {} ({}@{}): {}",
+            outcome.run_id,
+            outcome.user_id,
+            outcome.provider,
+            outcome.error.as_deref().unwrap_or("")
+        );
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(last);
+    }
+
+    /// A line for `/healthz`, when a run has panicked.
+    fn report(&self) -> Option<String> {
+        let count = self.count.load(Ordering::SeqCst);
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        (count > 0).then(|| {
+            format!(
+                "runs ended by a panic: {count}; the last: {}\n",
+                last.as_deref().unwrap_or("")
+            )
+        })
+    }
 }
 
 /// Binds `listen` and serves until `shutdown` is cancelled.
@@ -44,7 +85,8 @@ pub async fn serve(
     }))
 }
 
-/// 200 when the database answers and the scheduler runs, else 503 with the reason.
+/// 200 when the database answers and the scheduler runs, else 503 with the reason; either
+/// way with a line on runs that ended by a panic, if any did.
 async fn healthz(State(state): State<EndpointState>) -> impl IntoResponse {
     if !state.scheduling.load(Ordering::SeqCst) {
         return (
@@ -52,11 +94,14 @@ async fn healthz(State(state): State<EndpointState>) -> impl IntoResponse {
             "scheduler not running\n".to_string(),
         );
     }
+    // A panicked run is reported but does not make the daemon unhealthy: it ended
+    // `failed`, and the daemon goes on firing.
+    let panics = state.panics.report().unwrap_or_default();
     match state.db.ping().await {
-        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Ok(()) => (StatusCode::OK, format!("ok\n{panics}")),
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("database unreachable: {error}\n"),
+            format!("database unreachable: {error}\n{panics}"),
         ),
     }
 }

@@ -23,8 +23,11 @@ use crate::config::{ProviderSettings, Settings};
 use crate::db::DatabasePools;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::{NoProgress, RunOptions, Trigger};
-use crate::sync::{build, enabled_connections, sync_provider, LeaseSettings, SyncFilter};
+use crate::sync::{
+    build, enabled_connections, sync_provider, LeaseSettings, SyncError, SyncFilter,
+};
 
+use endpoints::RunPanics;
 pub use single_instance::{lock_sqlite, SingleInstanceError};
 
 /// Everything one firing needs, shared by all firings of one provider.
@@ -34,6 +37,7 @@ struct ProviderJob {
     provider: Box<dyn Provider>,
     lease: LeaseSettings,
     cancel: CancellationToken,
+    panics: Arc<RunPanics>,
 }
 
 /// Runs the daemon until `shutdown` resolves. The database must be migrated and the
@@ -42,6 +46,17 @@ pub async fn run(
     settings: Settings,
     db: DatabasePools,
     shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    run_with(settings, db, shutdown, build).await
+}
+
+/// [`run`] with each enabled provider's adapter made by `adapter` (tests drive the
+/// daemon with adapters of their own).
+pub async fn run_with(
+    settings: Settings,
+    db: DatabasePools,
+    shutdown: impl Future<Output = ()>,
+    adapter: impl Fn(&ProviderSettings) -> Result<Box<dyn Provider>, SyncError>,
 ) -> anyhow::Result<()> {
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
     let holder = Holder::current();
@@ -57,6 +72,7 @@ pub async fn run(
     }
 
     let cancel = CancellationToken::new();
+    let panics = Arc::new(RunPanics::default());
     let tracker = TaskTracker::new();
     let scheduling = Arc::new(AtomicBool::new(false));
     let scheduler = JobScheduler::new()
@@ -70,13 +86,14 @@ pub async fn run(
         }
         let job = Arc::new(ProviderJob {
             db: db.clone(),
-            provider: build(provider_settings)?,
+            provider: adapter(provider_settings)?,
             settings: provider_settings.clone(),
             lease: LeaseSettings {
                 holder: holder.clone(),
                 ttl: settings.daemon.lease_ttl,
             },
             cancel: cancel.clone(),
+            panics: panics.clone(),
         });
         let tracker = tracker.clone();
         let cron = Job::new_async(provider_settings.schedule.as_str(), move |_, _| {
@@ -133,6 +150,7 @@ pub async fn run(
                 db: db.main().clone(),
                 metrics,
                 scheduling: scheduling.clone(),
+                panics: panics.clone(),
             };
             Some(
                 endpoints::serve(listen, state, cancel.clone())
@@ -206,12 +224,17 @@ async fn fire(job: &ProviderJob) {
     )
     .await
     {
-        Ok(report) => tracing::info!(
-            %provider,
-            runs = report.outcomes.len(),
-            skipped = report.skipped.len(),
-            "Firing done."
-        ),
+        Ok(report) => {
+            for outcome in &report.outcomes {
+                job.panics.note(outcome);
+            }
+            tracing::info!(
+                %provider,
+                runs = report.outcomes.len(),
+                skipped = report.skipped.len(),
+                "Firing done."
+            )
+        }
         Err(error) => tracing::error!(%provider, %error, "Firing failed."),
     }
 }

@@ -19,11 +19,13 @@ pub mod store;
 pub mod update;
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use futures::FutureExt;
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -99,6 +101,8 @@ enum RunFault {
     Timeout { timeout: Duration },
     #[error("interrupted after {pages} page(s) (shutdown or lost lease); the next run resumes from the checkpoint")]
     Interrupted { pages: u64 },
+    #[error("the run panicked, a bug in tributary: {message}; committed pages are kept and the next run resumes from the checkpoint")]
+    Panicked { message: String },
 }
 
 /// Syncs one connection once: one `sync_runs` row, pages stored as they arrive.
@@ -150,7 +154,10 @@ pub async fn sync_connection(
             since: since.as_ref(),
             cancel: &run_cancel,
         };
-        let result = fetch_and_store(
+        // A panic (a bug, in an adapter or in the pipeline) ends this run `failed` and
+        // reaches neither the lease's holder nor the daemon; a page being stored when it
+        // struck is rolled back with its dropped transaction.
+        let result = AssertUnwindSafe(fetch_and_store(
             db,
             provider,
             settings,
@@ -159,8 +166,10 @@ pub async fn sync_connection(
             &mut counts,
             &mut watermark,
             progress,
-        )
-        .await;
+        ))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| Err(panicked(payload.as_ref())));
         timer.abort();
         let result = match result {
             Err(RunFault::Interrupted { .. }) if timed_out.load(Ordering::SeqCst) => {
@@ -203,6 +212,7 @@ pub async fn sync_connection(
             status,
             counts,
             error,
+            panicked: matches!(result, Err(RunFault::Panicked { .. })),
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
@@ -211,6 +221,21 @@ pub async fn sync_connection(
     }
     .instrument(span)
     .await
+}
+
+/// The longest panic message kept in `sync_runs.error`.
+const MAX_PANIC_MESSAGE_CHARS: usize = 500;
+
+/// The fault for a run that panicked with `payload`, logged with its message.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> RunFault {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    let message: String = text.chars().take(MAX_PANIC_MESSAGE_CHARS).collect();
+    tracing::error!(panic = %message, "The run panicked; it ends failed.");
+    RunFault::Panicked { message }
 }
 
 fn log_outcome(outcome: &RunOutcome) {

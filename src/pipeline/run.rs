@@ -87,6 +87,9 @@ pub struct RunOutcome {
     pub counts: RunCounts,
     /// The run-level failure, when the status is `failed`.
     pub error: Option<String>,
+    /// The run ended by a panic (its status is `failed`, the message in `error`).
+    #[serde(skip)]
+    pub panicked: bool,
     #[serde(skip)]
     pub elapsed: Duration,
 }

@@ -69,7 +69,7 @@ impl Drop for Daemon {
 }
 
 /// Polls `check` until it returns true, or fails with `what` after `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -81,7 +81,7 @@ where
     }
 }
 
-async fn runs_of(app: &TestApp, user: &str) -> Vec<sync_run::Model> {
+pub(crate) async fn runs_of(app: &TestApp, user: &str) -> Vec<sync_run::Model> {
     sync_run::Entity::find()
         .filter(sync_run::Column::UserId.eq(user))
         .order_by_asc(sync_run::Column::Id)
@@ -90,21 +90,21 @@ async fn runs_of(app: &TestApp, user: &str) -> Vec<sync_run::Model> {
         .unwrap()
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .expect("a free port")
 }
 
-fn daemon_table(listen: Option<u16>) -> String {
+pub(crate) fn daemon_table(listen: Option<u16>) -> String {
     let listen = listen
         .map(|port| format!("listen = \"127.0.0.1:{port}\"\n"))
         .unwrap_or_default();
     format!("[daemon]\n{listen}lease_ttl = \"5s\"\nshutdown_grace = \"8s\"\n")
 }
 
-fn every_second(providers: String) -> String {
+pub(crate) fn every_second(providers: String) -> String {
     providers.replace(
         "schedule = \"0 */15 * * * *\"",
         "schedule = \"* * * * * *\"",

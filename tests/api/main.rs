@@ -20,6 +20,7 @@ mod keying;
 mod leases;
 mod migration_lock;
 mod pagination;
+mod panics;
 mod poison;
 mod pools;
 mod race;

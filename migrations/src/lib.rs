@@ -10,6 +10,7 @@ mod m20261129_000002_connection_leases;
 mod m20261129_000003_replay_and_append;
 mod m20261129_000004_exact_key_collation;
 mod m20261201_000001_watermark_anomalies;
+mod m20261201_000002_refresh_claims;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000003_replay_and_append::Migration),
             Box::new(m20261129_000004_exact_key_collation::Migration),
             Box::new(m20261201_000001_watermark_anomalies::Migration),
+            Box::new(m20261201_000002_refresh_claims::Migration),
         ]
     }
 }

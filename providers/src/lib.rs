@@ -61,15 +61,17 @@ pub trait TokenRefresher: Send + Sync {
 /// this store, which the pipeline implements over the `connections` row.
 #[async_trait::async_trait]
 pub trait CredentialStore: Send + Sync {
-    /// Refreshes the connection's credentials, serialised per connection: the store locks
+    /// Refreshes the connection's credentials, serialised per connection: the store claims
     /// the connection's row, and if the stored credentials no longer match `stale`
     /// (another run refreshed them first) returns the stored ones without a refresh.
     /// Otherwise it calls `refresher`, commits the new credentials, and only then returns
-    /// them, so a refresh token an API rotates is never lost by a crash before use.
+    /// them, so a refresh token an API rotates is never lost by a crash before use. The
+    /// refresher is shared so that the store may finish a refresh its caller stopped
+    /// waiting for.
     async fn refresh(
         &self,
         stale: &Credentials,
-        refresher: &dyn TokenRefresher,
+        refresher: std::sync::Arc<dyn TokenRefresher>,
     ) -> Result<Credentials, FetchError>;
 }
 
@@ -82,7 +84,7 @@ impl CredentialStore for NoCredentialStore {
     async fn refresh(
         &self,
         _stale: &Credentials,
-        _refresher: &dyn TokenRefresher,
+        _refresher: std::sync::Arc<dyn TokenRefresher>,
     ) -> Result<Credentials, FetchError> {
         Err(FetchError::MissingCredentials {
             message: "the credentials expired and cannot be refreshed here".to_string(),

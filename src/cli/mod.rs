@@ -164,7 +164,19 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let outcome = runtime.block_on(async {
+        let outcome = dispatch(cli).await;
+        // A run cancelled while its token refresh was in flight leaves the refresh to
+        // finish and commit: a token the provider already rotated must not be lost.
+        if !crate::pipeline::credential_store::wait_for_refreshes(REFRESH_DRAIN).await {
+            tracing::warn!(
+                wait_secs = REFRESH_DRAIN.as_secs(),
+                "A credentials refresh was still in flight at exit."
+            );
+        }
+        outcome
+    });
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             let code = if error.downcast_ref::<crate::config::ConfigError>().is_some()
@@ -186,6 +198,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     }
 }
+
+/// How long the process waits at exit for token refreshes still in flight.
+const REFRESH_DRAIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The size of tokio's blocking pool, where page bodies are parsed and hashed: twice the
 /// cores, at least 4. Parsing more pages at once than there are cores gains nothing, and

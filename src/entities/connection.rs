@@ -28,6 +28,10 @@ pub struct Model {
     pub lease_holder: Option<String>,
     /// Until when the lease holds unless renewed.
     pub lease_expires_at: Option<DateTimeUtc>,
+    /// The process spending the connection's OAuth refresh token now, if any.
+    pub refresh_holder: Option<String>,
+    /// Until when that claim holds; an expired claim may be taken over.
+    pub refresh_claimed_until: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -51,6 +55,8 @@ impl std::fmt::Debug for Model {
             .field("last_success_at", &self.last_success_at)
             .field("lease_holder", &self.lease_holder)
             .field("lease_expires_at", &self.lease_expires_at)
+            .field("refresh_holder", &self.refresh_holder)
+            .field("refresh_claimed_until", &self.refresh_claimed_until)
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
@@ -77,6 +83,8 @@ impl ActiveModel {
             last_success_at: Set(None),
             lease_holder: Set(None),
             lease_expires_at: Set(None),
+            refresh_holder: Set(None),
+            refresh_claimed_until: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

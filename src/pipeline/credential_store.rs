@@ -1,34 +1,71 @@
-//! The pipeline's [`CredentialStore`]: OAuth refreshes serialised per connection through
-//! its `connections` row, and committed before the new token is used.
+//! The pipeline's [`CredentialStore`]: OAuth refreshes serialised per connection by a
+//! claim on its `connections` row, with no transaction open while the token endpoint
+//! answers, and committed (durably) before the new token is used.
+//!
+//! A refresh is three steps: claim the row (`refresh_holder`, `refresh_claimed_until`) with
+//! one conditional `UPDATE`; spend the refresh token at the provider; write the new
+//! credentials and clear the claim with one `UPDATE` that only matches while the claim is
+//! still ours. The steps run in a task of their own, so a run that is cancelled meanwhile
+//! (`run_timeout`, SIGTERM, a lost lease) does not drop a refresh the provider may already
+//! have answered: the task commits it, and [`wait_for_refreshes`] lets the process wait for
+//! it before exiting.
 
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait,
+    QueryFilter, TransactionTrait,
 };
+use tokio_util::task::TaskTracker;
 use tributary_providers::{CredentialStore, Credentials, FetchError, TokenRefresher};
 
 use crate::credentials::StoredCredentials;
 use crate::entities::connection;
+use crate::lease::Holder;
+
+/// How long a claim holds. Longer than any token request can take (the HTTP client's
+/// timeout bounds it, and a POST is not retried once sent), so a live claim is never taken
+/// over; a claim left by a crashed process blocks refreshes of that connection this long.
+const CLAIM_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// How often a refresh waiting for another one's claim looks again.
+const CLAIM_POLL: Duration = Duration::from_millis(200);
+
+/// The refreshes in flight, in tasks of their own.
+static REFRESHES: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
+
+/// SQLite's durability level is per connection and cannot change inside a transaction, so
+/// the durable commits of this process take turns at raising it.
+static DURABLE_COMMIT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits (at most `limit`) for refreshes still in flight, e.g. of runs cancelled by a
+/// shutdown, so that a token the provider already rotated is committed before the process
+/// exits. Returns whether they all finished.
+pub async fn wait_for_refreshes(limit: Duration) -> bool {
+    REFRESHES.close();
+    let finished = tokio::time::timeout(limit, REFRESHES.wait()).await.is_ok();
+    REFRESHES.reopen();
+    finished
+}
 
 /// The credentials of one connection for one run, refreshed through its row.
-pub struct ConnectionCredentials<'a> {
-    db: &'a DatabaseConnection,
+pub struct ConnectionCredentials {
+    db: DatabaseConnection,
     connection_id: i64,
     current: Mutex<Credentials>,
 }
 
-impl<'a> ConnectionCredentials<'a> {
+impl ConnectionCredentials {
     pub fn new(
-        db: &'a DatabaseConnection,
+        db: &DatabaseConnection,
         connection_id: i64,
         credentials: Credentials,
-    ) -> ConnectionCredentials<'a> {
+    ) -> ConnectionCredentials {
         ConnectionCredentials {
-            db,
+            db: db.clone(),
             connection_id,
             current: Mutex::new(credentials),
         }
@@ -48,99 +85,237 @@ impl<'a> ConnectionCredentials<'a> {
             Err(poisoned) => *poisoned.into_inner() = credentials.clone(),
         }
     }
-
-    /// Takes the connection row's write lock for the rest of the transaction: a row lock
-    /// on PostgreSQL and MySQL, the database write lock on SQLite.
-    async fn lock_row(&self, txn: &DatabaseTransaction) -> Result<connection::Model, DbErr> {
-        let query = connection::Entity::find_by_id(self.connection_id);
-        let row = if txn.get_database_backend() == DbBackend::Sqlite {
-            connection::Entity::update_many()
-                .col_expr(
-                    connection::Column::UpdatedAt,
-                    Expr::col(connection::Column::UpdatedAt),
-                )
-                .filter(connection::Column::Id.eq(self.connection_id))
-                .exec(txn)
-                .await?;
-            query.one(txn).await?
-        } else {
-            query.lock_exclusive().one(txn).await?
-        };
-        row.ok_or_else(|| DbErr::RecordNotFound(format!("connection {}", self.connection_id)))
-    }
-
-    async fn save(
-        &self,
-        txn: &DatabaseTransaction,
-        mut stored: StoredCredentials,
-        fresh: &Credentials,
-    ) -> Result<(), DbErr> {
-        stored.set_refreshed(fresh);
-        connection::Entity::update_many()
-            .col_expr(
-                connection::Column::Credentials,
-                Expr::value(stored.to_column()),
-            )
-            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
-            .filter(connection::Column::Id.eq(self.connection_id))
-            .exec(txn)
-            .await?;
-        Ok(())
-    }
-}
-
-fn store_failure(what: &str, error: DbErr) -> FetchError {
-    FetchError::Client {
-        message: format!("{what}: {error}"),
-    }
 }
 
 #[async_trait::async_trait]
-impl CredentialStore for ConnectionCredentials<'_> {
+impl CredentialStore for ConnectionCredentials {
     async fn refresh(
+        &self,
+        stale: &Credentials,
+        refresher: Arc<dyn TokenRefresher>,
+    ) -> Result<Credentials, FetchError> {
+        let refresh = Refresh {
+            db: self.db.clone(),
+            connection_id: self.connection_id,
+            holder: Holder::current(),
+        };
+        let stale = stale.clone();
+        let task = REFRESHES.spawn(async move { refresh.run(&stale, refresher.as_ref()).await });
+        let fresh = task.await.map_err(|error| FetchError::Client {
+            message: format!("the credentials refresh stopped: {error}"),
+        })??;
+        self.set_current(&fresh);
+        Ok(fresh)
+    }
+}
+
+/// One refresh of one connection, run in its own task.
+struct Refresh {
+    db: DatabaseConnection,
+    connection_id: i64,
+    holder: Holder,
+}
+
+impl Refresh {
+    async fn run(
         &self,
         stale: &Credentials,
         refresher: &dyn TokenRefresher,
     ) -> Result<Credentials, FetchError> {
-        let locking = "locking the connection to refresh its credentials failed";
-        let txn = self
-            .db
-            .begin()
+        let (stored, current) = match self.claim(stale).await? {
+            Claimed::AlreadyRefreshed(current) => {
+                tracing::info!("Credentials were already refreshed by another run.");
+                return Ok(current);
+            }
+            Claimed::Ours { stored, current } => (stored, current),
+        };
+        let fresh = match refresher.refresh(&current).await {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                // The provider refused or never answered: the stored tokens stay as they were.
+                if let Err(release) = self.release().await {
+                    tracing::warn!(error = %release, "Releasing the refresh claim failed; it expires by itself.");
+                }
+                return Err(error);
+            }
+        };
+        self.save(stored, &fresh).await?;
+        tracing::info!(
+            expires_at = fresh.expires_at,
+            "Credentials refreshed and saved."
+        );
+        Ok(fresh)
+    }
+
+    /// Claims the row for this refresh, waiting while another refresh holds it. When the
+    /// stored credentials are no longer `stale`, someone refreshed them first: no claim.
+    async fn claim(&self, stale: &Credentials) -> Result<Claimed, FetchError> {
+        let waited_since = tokio::time::Instant::now();
+        loop {
+            let (_, current) = self.read().await?;
+            if !current.same_as(stale) {
+                return Ok(Claimed::AlreadyRefreshed(current));
+            }
+            if self.try_claim().await.map_err(claiming)? {
+                // Whoever refreshed before our claim has committed by now: read again.
+                let (stored, current) = self.read().await?;
+                if !current.same_as(stale) {
+                    self.release().await.map_err(claiming)?;
+                    return Ok(Claimed::AlreadyRefreshed(current));
+                }
+                return Ok(Claimed::Ours { stored, current });
+            }
+            if waited_since.elapsed() > CLAIM_TTL {
+                return Err(FetchError::Client {
+                    message: format!(
+                        "another process has been refreshing this connection's credentials \
+                         for over {}s",
+                        CLAIM_TTL.as_secs()
+                    ),
+                });
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
+        }
+    }
+
+    async fn read(&self) -> Result<(StoredCredentials, Credentials), FetchError> {
+        let row = connection::Entity::find_by_id(self.connection_id)
+            .one(&self.db)
             .await
-            .map_err(|e| store_failure(locking, e))?;
-        let row = self
-            .lock_row(&txn)
-            .await
-            .map_err(|e| store_failure(locking, e))?;
+            .map_err(claiming)?
+            .ok_or_else(|| claiming(DbErr::RecordNotFound(self.row_name())))?;
         let stored = StoredCredentials::parse(&row.credentials)
             .map_err(|message| FetchError::MissingCredentials { message })?;
         let current = stored
             .resolve()
             .map_err(|message| FetchError::MissingCredentials { message })?;
-        if !current.same_as(stale) {
-            // Another run refreshed while we waited for the lock: use its result.
-            txn.commit().await.map_err(|e| store_failure(locking, e))?;
-            tracing::info!("Credentials were already refreshed by another run.");
-            self.set_current(&current);
-            return Ok(current);
-        }
-        let fresh = match refresher.refresh(&current).await {
-            Ok(fresh) => fresh,
-            Err(error) => {
-                let _ = txn.rollback().await;
-                return Err(error);
-            }
+        Ok((stored, current))
+    }
+
+    /// One conditional `UPDATE`: the claim is ours when the row had none or an expired one.
+    async fn try_claim(&self) -> Result<bool, DbErr> {
+        let now = Utc::now();
+        let ttl = chrono::Duration::from_std(CLAIM_TTL).unwrap_or(chrono::Duration::zero());
+        let until = now.checked_add_signed(ttl).unwrap_or(now);
+        let free = Condition::any()
+            .add(connection::Column::RefreshHolder.is_null())
+            .add(connection::Column::RefreshClaimedUntil.is_null())
+            .add(connection::Column::RefreshClaimedUntil.lt(now));
+        let claimed = connection::Entity::update_many()
+            .col_expr(
+                connection::Column::RefreshHolder,
+                Expr::value(self.holder.as_str()),
+            )
+            .col_expr(connection::Column::RefreshClaimedUntil, Expr::value(until))
+            .filter(connection::Column::Id.eq(self.connection_id))
+            .filter(free)
+            .exec(&self.db)
+            .await?;
+        Ok(claimed.rows_affected == 1)
+    }
+
+    async fn release(&self) -> Result<(), DbErr> {
+        connection::Entity::update_many()
+            .col_expr(
+                connection::Column::RefreshHolder,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                connection::Column::RefreshClaimedUntil,
+                Expr::value(Option::<chrono::DateTime<Utc>>::None),
+            )
+            .filter(connection::Column::Id.eq(self.connection_id))
+            .filter(connection::Column::RefreshHolder.eq(self.holder.as_str()))
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// Writes the new credentials and clears the claim, only while the claim is ours, in a
+    /// transaction that survives a power cut (SQLite: `synchronous = FULL` for it).
+    async fn save(
+        &self,
+        mut stored: StoredCredentials,
+        fresh: &Credentials,
+    ) -> Result<(), FetchError> {
+        stored.set_refreshed(fresh);
+        let saving = |error: DbErr| FetchError::Client {
+            message: format!("saving the refreshed credentials failed: {error}"),
         };
-        let saving = "saving the refreshed credentials failed";
-        self.save(&txn, stored, &fresh)
-            .await
-            .map_err(|e| store_failure(saving, e))?;
-        txn.commit().await.map_err(|e| store_failure(saving, e))?;
-        tracing::info!(
-            expires_at = fresh.expires_at,
-            "Credentials refreshed and saved."
-        );
-        self.set_current(&fresh);
-        Ok(fresh)
+        let sqlite = self.db.get_database_backend() == DbBackend::Sqlite;
+        let _turn = if sqlite {
+            let turn = DURABLE_COMMIT.lock().await;
+            self.db
+                .execute_unprepared("PRAGMA synchronous = FULL")
+                .await
+                .map_err(saving)?;
+            Some(turn)
+        } else {
+            None
+        };
+        let written = self.write_claimed(&stored).await;
+        if sqlite {
+            if let Err(error) = self
+                .db
+                .execute_unprepared("PRAGMA synchronous = NORMAL")
+                .await
+            {
+                tracing::warn!(%error, "Restoring synchronous = NORMAL after a durable commit failed.");
+            }
+        }
+        match written.map_err(saving)? {
+            1 => Ok(()),
+            _ => Err(FetchError::Client {
+                message: "saving the refreshed credentials failed: this process's refresh \
+                          claim on the connection was lost while the token endpoint answered"
+                    .to_string(),
+            }),
+        }
+    }
+
+    async fn write_claimed(&self, stored: &StoredCredentials) -> Result<u64, DbErr> {
+        let txn = self.db.begin().await?;
+        let written = connection::Entity::update_many()
+            .col_expr(
+                connection::Column::Credentials,
+                Expr::value(stored.to_column()),
+            )
+            .col_expr(
+                connection::Column::RefreshHolder,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                connection::Column::RefreshClaimedUntil,
+                Expr::value(Option::<chrono::DateTime<Utc>>::None),
+            )
+            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
+            .filter(connection::Column::Id.eq(self.connection_id))
+            .filter(connection::Column::RefreshHolder.eq(self.holder.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        txn.commit().await?;
+        Ok(written)
+    }
+
+    fn row_name(&self) -> String {
+        format!("connection {}", self.connection_id)
+    }
+}
+
+/// What claiming found.
+enum Claimed {
+    /// The stored credentials are no longer the stale ones: use them, no refresh.
+    AlreadyRefreshed(Credentials),
+    /// The claim is ours, and these are the credentials to spend.
+    Ours {
+        stored: StoredCredentials,
+        current: Credentials,
+    },
+}
+
+fn claiming(error: DbErr) -> FetchError {
+    FetchError::Client {
+        message: format!("claiming the connection to refresh its credentials failed: {error}"),
     }
 }

@@ -480,7 +480,7 @@ async fn fetch_and_store(
 /// years ahead) must not carry the cursor past changes that happen after this fetch.
 async fn fetch_unless_cancelled(
     provider: &dyn Provider,
-    credential_store: &ConnectionCredentials<'_>,
+    credential_store: &ConnectionCredentials,
     walk: &Walk<'_>,
     position: Option<&PagePosition>,
 ) -> Option<Result<Page, FetchError>> {

@@ -327,12 +327,12 @@ async fn concurrent_refreshes_of_one_connection_spend_the_refresh_token_once() {
         .unwrap()
         .resolve()
         .unwrap();
-    let refresher = CountingRefresher(AtomicU32::new(0));
+    let refresher = std::sync::Arc::new(CountingRefresher(AtomicU32::new(0)));
     let first = ConnectionCredentials::new(&app.db, row.id, stale.clone());
     let second = ConnectionCredentials::new(&app.db, row.id, stale.clone());
     let (a, b) = tokio::join!(
-        first.refresh(&stale, &refresher),
-        second.refresh(&stale, &refresher)
+        first.refresh(&stale, refresher.clone()),
+        second.refresh(&stale, refresher.clone())
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(

@@ -19,6 +19,7 @@ mod helpers;
 mod keying;
 mod leases;
 mod migration_lock;
+mod oauth_refresh;
 mod pagination;
 mod panics;
 mod poison;

@@ -137,6 +137,8 @@ refresh_token = "{}"
         last_success_at: None,
         lease_holder: None,
         lease_expires_at: None,
+        refresh_holder: None,
+        refresh_claimed_until: None,
         created_at: now,
         updated_at: now,
     };

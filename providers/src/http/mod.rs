@@ -200,8 +200,8 @@ impl HttpClient {
     }
 
     /// POSTs `form` as `application/x-www-form-urlencoded` (e.g. to an OAuth token endpoint)
-    /// and parses the answer as JSON. Retried like a GET for connection errors, 5xx and 429;
-    /// with the [`DefaultPolicy`] any other 4xx fails at once. The form and `headers` are
+    /// and parses the answer as JSON. Retried only when the connection could not be made:
+    /// after a timeout, a reset or any answer the server may have acted on it. The form and `headers` are
     /// never logged: the form may hold secrets.
     pub async fn post_form_with(
         &self,
@@ -246,6 +246,7 @@ impl HttpClient {
             let attempt = attempts_ref.fetch_add(1, Ordering::Relaxed) + 1;
             self.attempt(request, policy, shown_ref, attempt, read)
                 .await
+                .map_err(|failure| failure.for_method(&request.method))
         };
         attempt
             .retry(backoff)
@@ -279,6 +280,7 @@ impl HttpClient {
         let transport = |what: &str, err: reqwest::Error| {
             // A redirect loop or a request that cannot be built fails the same way again.
             let retryable = !(err.is_redirect() || err.is_builder());
+            let unsent = err.is_connect();
             let error = FetchError::Transport {
                 url: shown.to_string(),
                 attempts: attempt,
@@ -288,6 +290,7 @@ impl HttpClient {
                 error,
                 retryable,
                 retry_after: None,
+                unsent,
             }
         };
         let mut builder = self
@@ -417,6 +420,7 @@ impl HttpClient {
                 error,
                 retryable: true,
                 retry_after: wait,
+                unsent: false,
             },
             Verdict::Fail(error) => Failure::fatal(error),
         }
@@ -532,6 +536,8 @@ struct Failure {
     retryable: bool,
     /// The wait the API asked for (`Retry-After`), used instead of the backoff delay.
     retry_after: Option<Duration>,
+    /// The request provably never reached the server: the connection could not be made.
+    unsent: bool,
 }
 
 impl Failure {
@@ -540,6 +546,7 @@ impl Failure {
             error,
             retryable: true,
             retry_after: None,
+            unsent: false,
         }
     }
 
@@ -548,7 +555,17 @@ impl Failure {
             error,
             retryable: false,
             retry_after: None,
+            unsent: false,
         }
+    }
+
+    /// A POST may have had its effect once it reached the server (an OAuth refresh token
+    /// spent), whatever came back or did not: only one that was never sent is tried again.
+    fn for_method(mut self, method: &Method) -> Failure {
+        if *method == Method::POST && !self.unsent {
+            self.retryable = false;
+        }
+        self
     }
 
     /// One warning per retry: the URL and what went wrong, never headers or the body.

@@ -54,7 +54,7 @@ const REFRESH_MARGIN_SECONDS: i64 = 60;
 pub struct StravaProvider {
     config: StravaConfig,
     client: HttpClient,
-    oauth: OAuthClient,
+    oauth: std::sync::Arc<OAuthClient>,
     limits: RateLimits,
 }
 
@@ -78,7 +78,7 @@ impl StravaProvider {
         Ok(StravaProvider {
             config,
             client,
-            oauth,
+            oauth: std::sync::Arc::new(oauth),
             limits,
         })
     }
@@ -107,7 +107,7 @@ impl StravaProvider {
     /// The same adapter reading the time from `clock` (tests move it near a window edge).
     #[cfg(test)]
     pub(crate) fn with_clock(mut self, clock: Clock) -> StravaProvider {
-        self.oauth.clock = clock.clone();
+        std::sync::Arc::make_mut(&mut self.oauth).clock = clock.clone();
         self.limits = RateLimits::new(self.config.rate_limit_reserve, clock);
         self
     }
@@ -149,7 +149,7 @@ impl StravaProvider {
             );
             credentials = context
                 .credential_store
-                .refresh(&credentials, &self.oauth)
+                .refresh(&credentials, self.oauth.clone())
                 .await?;
             remember(seen, &credentials);
             refreshed = true;
@@ -165,7 +165,7 @@ impl StravaProvider {
                 );
                 let fresh = context
                     .credential_store
-                    .refresh(&credentials, &self.oauth)
+                    .refresh(&credentials, self.oauth.clone())
                     .await?;
                 remember(seen, &fresh);
                 self.fetch(context, access_token(&fresh)?, page).await

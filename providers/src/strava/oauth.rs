@@ -15,6 +15,7 @@ use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Ver
 use crate::{Credentials, FetchError, TokenRefresher};
 
 /// Spends a connection's refresh token at Strava's token endpoint.
+#[derive(Clone)]
 pub(crate) struct OAuthClient {
     /// The provider's HTTP client.
     pub client: HttpClient,

@@ -108,7 +108,7 @@ impl CredentialStore for FakeStore {
     async fn refresh(
         &self,
         stale: &Credentials,
-        refresher: &dyn TokenRefresher,
+        refresher: std::sync::Arc<dyn TokenRefresher>,
     ) -> Result<Credentials, FetchError> {
         self.asked.lock().unwrap().push(stale.clone());
         let fresh = refresher.refresh(stale).await?;

@@ -11,6 +11,7 @@ mod m20261129_000003_replay_and_append;
 mod m20261129_000004_exact_key_collation;
 mod m20261201_000001_watermark_anomalies;
 mod m20261201_000002_refresh_claims;
+mod m20261201_000003_connection_origin;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000004_exact_key_collation::Migration),
             Box::new(m20261201_000001_watermark_anomalies::Migration),
             Box::new(m20261201_000002_refresh_claims::Migration),
+            Box::new(m20261201_000003_connection_origin::Migration),
         ]
     }
 }

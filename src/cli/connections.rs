@@ -88,7 +88,8 @@ struct ConnectionView {
     provider: String,
     user_id: String,
     enabled: bool,
-    /// `config` when config.toml lists it, else `cli`.
+    /// `config` when config.toml lists it, `removed` when it listed it and no longer does
+    /// (disabled, credentials dropped), else `cli`.
     defined_in: &'static str,
     credentials: String,
     cursor: Option<String>,
@@ -221,11 +222,7 @@ async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyho
     let views: Vec<ConnectionView> = rows
         .into_iter()
         .map(|row| ConnectionView {
-            defined_in: if in_config(settings, &row.provider, &row.user_id) {
-                "config"
-            } else {
-                "cli"
-            },
+            defined_in: defined_in(settings, &row),
             credentials: StoredCredentials::parse(&row.credentials)
                 .map(|stored| stored.describe())
                 .unwrap_or_else(|message| message),
@@ -318,6 +315,17 @@ fn check_target<'a>(
     }
     refuse_config_defined(settings, target)?;
     Ok(provider)
+}
+
+fn defined_in(settings: &Settings, row: &connection::Model) -> &'static str {
+    if in_config(settings, &row.provider, &row.user_id) {
+        connection::DEFINED_IN_CONFIG
+    } else if row.defined_in != connection::DEFINED_IN_CLI {
+        // Retired by the next command that syncs, if it has not been already.
+        connection::DEFINED_IN_REMOVED
+    } else {
+        connection::DEFINED_IN_CLI
+    }
 }
 
 fn in_config(settings: &Settings, provider: &str, user_id: &str) -> bool {

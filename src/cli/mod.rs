@@ -392,10 +392,15 @@ async fn shutdown_signal() {
     }
 }
 
-/// [`open`], for commands that write records: refuses a table without the unique index.
+/// [`open`], for commands that write records: refuses a table without the unique index,
+/// and retires the connections config.toml no longer lists. Commands that only read leave
+/// connections as they are, so inspecting with another config file changes nothing.
 async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
     let db = open(settings).await?;
     crate::db::require_key_index(&db).await?;
+    crate::db::retire_removed_connections(&db, settings)
+        .await
+        .context("disabling the connections removed from the config")?;
     Ok(db)
 }
 

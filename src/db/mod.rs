@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use sea_orm::sea_query::Expr;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
@@ -251,15 +252,17 @@ async fn upsert_connection(
     let now = Utc::now();
     // Insert-if-missing first: several instances starting at once must not race a
     // lookup against each other's inserts.
-    connection::Entity::insert(connection::ActiveModel::new_connection(
+    let mut new = connection::ActiveModel::new_connection(
         &configured.user_id,
         provider,
         configured.enabled,
         source.to_column(),
-    ))
-    .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
-    .exec_without_returning(db)
-    .await?;
+    );
+    new.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
+    connection::Entity::insert(new)
+        .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
+        .exec_without_returning(db)
+        .await?;
     let row = connection::Entity::find()
         .filter(connection::Column::UserId.eq(&configured.user_id))
         .filter(connection::Column::Provider.eq(provider))
@@ -271,7 +274,8 @@ async fn upsert_connection(
     let unchanged_source = StoredCredentials::parse(&row.credentials)
         .map(|stored| stored.same_source(&source))
         .unwrap_or(false);
-    if unchanged_source && row.enabled == configured.enabled {
+    let listed = row.defined_in == connection::DEFINED_IN_CONFIG;
+    if unchanged_source && row.enabled == configured.enabled && listed {
         return Ok(());
     }
     let mut active: connection::ActiveModel = row.into();
@@ -279,9 +283,57 @@ async fn upsert_connection(
         active.credentials = Set(source.to_column());
     }
     active.enabled = Set(configured.enabled);
+    active.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
     active.updated_at = Set(now);
     active.update(db).await?;
     Ok(())
+}
+
+/// Disables the connections config.toml defined and no longer lists, and drops their
+/// credentials, so a connection taken out of the file stops syncing with its old token.
+/// Their records and history are kept. Returns how many were retired.
+pub async fn retire_removed_connections(
+    db: &DatabaseConnection,
+    settings: &Settings,
+) -> Result<u64, DbSetupError> {
+    let rows = connection::Entity::find()
+        .filter(connection::Column::DefinedIn.eq(connection::DEFINED_IN_CONFIG))
+        .all(db)
+        .await
+        .map_err(DbSetupError::Connections)?;
+    let mut retired = 0;
+    for row in rows {
+        let listed = settings
+            .providers
+            .get(&row.provider)
+            .is_some_and(|p| p.connections.iter().any(|c| c.user_id == row.user_id));
+        if listed {
+            continue;
+        }
+        connection::Entity::update_many()
+            .col_expr(connection::Column::Enabled, Expr::value(false))
+            .col_expr(
+                connection::Column::Credentials,
+                Expr::value(StoredCredentials::default().to_column()),
+            )
+            .col_expr(
+                connection::Column::DefinedIn,
+                Expr::value(connection::DEFINED_IN_REMOVED),
+            )
+            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
+            .filter(connection::Column::Id.eq(row.id))
+            .filter(connection::Column::DefinedIn.eq(connection::DEFINED_IN_CONFIG))
+            .exec(db)
+            .await
+            .map_err(DbSetupError::Connections)?;
+        tracing::warn!(
+            provider = %row.provider,
+            user_id = %row.user_id,
+            "A connection config.toml no longer lists was disabled and its credentials dropped; its records are kept."
+        );
+        retired += 1;
+    }
+    Ok(retired)
 }
 
 /// Whether `records` has a unique index on exactly the key columns, read from the

@@ -32,9 +32,18 @@ pub struct Model {
     pub refresh_holder: Option<String>,
     /// Until when that claim holds; an expired claim may be taken over.
     pub refresh_claimed_until: Option<DateTimeUtc>,
+    /// [`DEFINED_IN_CONFIG`], [`DEFINED_IN_CLI`] or [`DEFINED_IN_REMOVED`].
+    pub defined_in: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
+
+/// `defined_in`: config.toml lists the connection.
+pub const DEFINED_IN_CONFIG: &str = "config";
+/// `defined_in`: added with `tributary connections add`.
+pub const DEFINED_IN_CLI: &str = "cli";
+/// `defined_in`: config.toml listed it and no longer does; disabled, credentials dropped.
+pub const DEFINED_IN_REMOVED: &str = "removed";
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
@@ -57,6 +66,7 @@ impl std::fmt::Debug for Model {
             .field("lease_expires_at", &self.lease_expires_at)
             .field("refresh_holder", &self.refresh_holder)
             .field("refresh_claimed_until", &self.refresh_claimed_until)
+            .field("defined_in", &self.defined_in)
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
@@ -85,6 +95,7 @@ impl ActiveModel {
             lease_expires_at: Set(None),
             refresh_holder: Set(None),
             refresh_claimed_until: Set(None),
+            defined_in: Set(DEFINED_IN_CLI.to_string()),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

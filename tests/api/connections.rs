@@ -190,3 +190,87 @@ async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_remo
         refused.stderr
     );
 }
+
+#[tokio::test]
+async fn a_connection_taken_out_of_the_config_is_disabled_its_records_kept() {
+    let app = spawn_app().await;
+    for user in ["alice", "bob", "carol"] {
+        Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(header(
+                "authorization",
+                format!("Bearer token-{user}").as_str(),
+            ))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"data": items("c", user, 0..2), "next_cursor": null})),
+            )
+            .mount(&app.api)
+            .await;
+    }
+    let both = cursor_provider("acme", &app.api.uri(), &["alice", "bob"]);
+    let config = app.write_config(&both);
+    let carol = tributary(
+        &config,
+        &[
+            "connections",
+            "add",
+            "--provider",
+            "acme",
+            "--user",
+            "carol",
+            "--token-stdin",
+        ],
+        "token-carol\n",
+    );
+    assert_eq!(carol.code, 0, "{}", carol.stderr);
+    let first = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(app.records().await.len(), 6);
+
+    // bob is taken out of the file; a read-only command changes nothing yet.
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let listed = tributary(&config, &["connections", "list", "--json"], "");
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let second = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("no longer lists was disabled"),
+        "{}",
+        second.stderr
+    );
+
+    let listed = tributary(&config, &["connections", "list", "--json"], "");
+    let rows: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let by_user = |user: &str| {
+        rows.as_array()
+            .and_then(|rows| rows.iter().find(|row| row["user_id"] == user))
+            .cloned()
+            .unwrap_or_else(|| panic!("{user} listed: {rows}"))
+    };
+    let bob = by_user("bob");
+    assert_eq!(bob["defined_in"], "removed", "{bob}");
+    assert_eq!(bob["enabled"], false, "{bob}");
+    assert_eq!(bob["credentials"], "no token", "{bob}");
+    assert_eq!(by_user("alice")["defined_in"], "config");
+    let carol = by_user("carol");
+    assert_eq!(
+        (carol["defined_in"].clone(), carol["enabled"].clone()),
+        (json!("cli"), json!(true))
+    );
+    // Records are kept, and bob's token was used by the first sync only.
+    assert_eq!(app.records().await.len(), 6);
+    let bob_requests = app
+        .api
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("authorization")
+                .is_some_and(|v| v == "Bearer token-bob")
+        })
+        .count();
+    assert_eq!(bob_requests, 1);
+}

@@ -139,6 +139,7 @@ refresh_token = "{}"
         lease_expires_at: None,
         refresh_holder: None,
         refresh_claimed_until: None,
+        defined_in: "config".into(),
         created_at: now,
         updated_at: now,
     };

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 use serde::Deserialize;
+use tributary_providers::bounds::{count_in, duration_in};
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 use crate::pipeline::WriteMode;
@@ -18,8 +19,34 @@ pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
 
 /// The longest provider name (it is stored in a 64-character column).
 const MAX_PROVIDER_NAME_LEN: usize = 64;
-/// The longest `daemon.lease_ttl`.
-const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The ranges of the durations and counts tributary itself reads; the adapters' and the
+/// `http` table's are checked by their own config types.
+pub mod limits {
+    use std::time::Duration;
+
+    const HOUR: u64 = 60 * 60;
+    const DAY: u64 = 24 * HOUR;
+
+    /// `database.max_connections`.
+    pub const MAX_CONNECTIONS: (u32, u32) = (1, 1000);
+    /// `daemon.lease_ttl`: renewed every third of it, so a long one only delays taking
+    /// over a dead holder's connections.
+    pub const LEASE_TTL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(DAY));
+    /// `daemon.shutdown_grace`.
+    pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(HOUR));
+    /// `max_pages`.
+    pub const MAX_PAGES: (u64, u64) = (1, 100_000_000);
+    /// `max_concurrent_connections`.
+    pub const MAX_CONCURRENT_CONNECTIONS: (usize, usize) = (1, 256);
+    /// `run_timeout`.
+    pub const RUN_TIMEOUT: (Duration, Duration) =
+        (Duration::from_secs(1), Duration::from_secs(30 * DAY));
+    /// `retention` (a year of 365.25 days, as durations are written).
+    pub const RETENTION: (Duration, Duration) = (
+        Duration::from_secs(1),
+        Duration::from_secs(100 * 31_557_600),
+    );
+}
 /// The longest user id (it is stored in a 255-character column).
 const MAX_USER_ID_LEN: usize = 255;
 
@@ -240,6 +267,9 @@ impl Settings {
         }
         validate_database_url(&database.url)
             .map_err(|message| invalid("database.url".into(), message))?;
+        let (min, max) = limits::MAX_CONNECTIONS;
+        count_in(database.max_connections, min, max)
+            .map_err(|message| invalid("database.max_connections".into(), message))?;
 
         let mut providers = BTreeMap::new();
         for (name, value) in raw.providers {
@@ -247,14 +277,12 @@ impl Settings {
                 .map_err(|(key, message)| invalid(key, message))?;
             providers.insert(name, settings);
         }
-        // A lease is renewed every third of its ttl, so a long one only delays taking over
-        // a dead holder's connections; the upper bound also keeps expiry times in range.
-        if raw.daemon.lease_ttl < Duration::from_secs(1) || raw.daemon.lease_ttl > MAX_LEASE_TTL {
-            return Err(invalid(
-                "daemon.lease_ttl".into(),
-                "must be at least 1s and at most 24h".into(),
-            ));
-        }
+        let (min, max) = limits::LEASE_TTL;
+        duration_in(raw.daemon.lease_ttl, min, max)
+            .map_err(|message| invalid("daemon.lease_ttl".into(), message))?;
+        let (min, max) = limits::SHUTDOWN_GRACE;
+        duration_in(raw.daemon.shutdown_grace, min, max)
+            .map_err(|message| invalid("daemon.shutdown_grace".into(), message))?;
         validate_cron(&raw.daemon.key_sweep_schedule)
             .map_err(|message| invalid("daemon.key_sweep_schedule".into(), message))?;
         Ok(Settings {
@@ -295,15 +323,14 @@ fn parse_provider(
         )
     })?;
     validate_cron(&schedule).map_err(|message| (format!("{prefix}.schedule"), message))?;
-    if raw.max_pages == 0 {
-        return Err((format!("{prefix}.max_pages"), "must be at least 1".into()));
-    }
-    if raw.max_concurrent_connections == 0 {
-        return Err((
-            format!("{prefix}.max_concurrent_connections"),
-            "must be at least 1".into(),
-        ));
-    }
+    let prefix_text = prefix.as_str();
+    let at = move |key: &'static str| move |message| (format!("{prefix_text}.{key}"), message);
+    let (min, max) = limits::MAX_PAGES;
+    count_in(raw.max_pages, min, max).map_err(at("max_pages"))?;
+    let (min, max) = limits::MAX_CONCURRENT_CONNECTIONS;
+    count_in(raw.max_concurrent_connections, min, max).map_err(at("max_concurrent_connections"))?;
+    let (min, max) = limits::RUN_TIMEOUT;
+    duration_in(raw.run_timeout, min, max).map_err(at("run_timeout"))?;
 
     let write_mode = match (raw.mode.as_deref(), raw.retention) {
         (None | Some("upsert"), None) => WriteMode::Upsert,
@@ -314,6 +341,8 @@ fn parse_provider(
             ))
         }
         (Some("append"), Some(retention)) if !retention.is_zero() => {
+            let (min, max) = limits::RETENTION;
+            duration_in(retention, min, max).map_err(at("retention"))?;
             WriteMode::Append { retention }
         }
         (Some("append"), _) => {

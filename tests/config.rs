@@ -308,3 +308,222 @@ fn every_key_given_an_extreme_value_parses_or_names_the_key_and_never_panics() {
         }
     }
 }
+
+/// `tributary check-config` on `text`: its exit code and standard error.
+fn check_config_command(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, text).expect("config written");
+    let output = assert_cmd::Command::cargo_bin("tributary")
+        .expect("binary built")
+        .arg("--config")
+        .arg(&path)
+        .arg("check-config")
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env("BOB_TOKEN", "token")
+        .env("STRAVA_CLIENT_SECRET", "secret")
+        .output()
+        .expect("binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `full_config` with its first line that sets `name` replaced by `line`.
+fn with_line(name: &str, line: &str) -> String {
+    let mut replaced = false;
+    full_config()
+        .lines()
+        .map(|original| {
+            if !replaced && original.starts_with(&format!("{name} = ")) {
+                replaced = true;
+                line.to_string()
+            } else {
+                original.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const STRAVA: &str = "\n[providers.strava]\nkind = \"strava\"\nschedule = \"0 0 * * * *\"\n\
+                      client_id = \"4242\"\nclient_secret_env = \"STRAVA_CLIENT_SECRET\"\n";
+const STRIPE: &str = "\n[providers.pay]\nkind = \"stripe\"\nschedule = \"0 0 * * * *\"\n";
+
+/// Every bounded duration, count and size, given a value past its range: `check-config`
+/// refuses it, naming the key and stating the range.
+#[test]
+fn every_bounded_key_past_its_range_is_refused_with_the_range() {
+    let append = |retention: &str| {
+        with_line(
+            "run_timeout",
+            &format!("run_timeout = \"10m\"\nmode = \"append\"\nretention = \"{retention}\""),
+        )
+    };
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            with_line("max_connections", "max_connections = 0"),
+            "database.max_connections",
+            "between 1 and 1000, got 0",
+        ),
+        (
+            with_line("max_connections", "max_connections = 5000"),
+            "database.max_connections",
+            "between 1 and 1000, got 5000",
+        ),
+        (
+            with_line("lease_ttl", "lease_ttl = \"0s\""),
+            "daemon.lease_ttl",
+            "between 1s and 1day, got 0s",
+        ),
+        (
+            with_line("lease_ttl", "lease_ttl = \"300000y\""),
+            "daemon.lease_ttl",
+            "between 1s and 1day",
+        ),
+        (
+            with_line("shutdown_grace", "shutdown_grace = \"2h\""),
+            "daemon.shutdown_grace",
+            "between 0s and 1h, got 2h",
+        ),
+        (
+            with_line("max_pages", "max_pages = 0"),
+            "providers.acme.max_pages",
+            "between 1 and 100000000, got 0",
+        ),
+        (
+            with_line("max_pages", "max_pages = 1000000000"),
+            "providers.acme.max_pages",
+            "between 1 and 100000000",
+        ),
+        (
+            with_line(
+                "max_concurrent_connections",
+                "max_concurrent_connections = 0",
+            ),
+            "providers.acme.max_concurrent_connections",
+            "between 1 and 256, got 0",
+        ),
+        (
+            with_line(
+                "max_concurrent_connections",
+                "max_concurrent_connections = 100000",
+            ),
+            "providers.acme.max_concurrent_connections",
+            "between 1 and 256",
+        ),
+        (
+            with_line("run_timeout", "run_timeout = \"0s\""),
+            "providers.acme.run_timeout",
+            "between 1s and 30days, got 0s",
+        ),
+        (
+            with_line("run_timeout", "run_timeout = \"300000y\""),
+            "providers.acme.run_timeout",
+            "between 1s and 30days",
+        ),
+        (
+            append("300000y"),
+            "providers.acme.retention",
+            "between 1s and 100years",
+        ),
+        (
+            with_line("requests_per_second", "requests_per_second = 1e9"),
+            "providers.acme",
+            "requests_per_second must be between",
+        ),
+        (
+            with_line("requests_per_second", "requests_per_second = 1e-9"),
+            "providers.acme",
+            "(one request a day) and 10000",
+        ),
+        (
+            with_line("timeout", "timeout = \"0s\""),
+            "providers.acme",
+            "http.timeout must be between 1ms and 1h, got 0s",
+        ),
+        (
+            with_line("timeout", "timeout = \"300000y\""),
+            "providers.acme",
+            "http.timeout must be between 1ms and 1h",
+        ),
+        (
+            with_line("connect_timeout", "connect_timeout = \"2h\""),
+            "providers.acme",
+            "http.connect_timeout must be between 1ms and 1h",
+        ),
+        (
+            with_line("max_retries", "max_retries = 1000"),
+            "providers.acme",
+            "http.max_retries must be between 0 and 100, got 1000",
+        ),
+        (
+            with_line("retry_initial_delay", "retry_initial_delay = \"2h\""),
+            "providers.acme",
+            "http.retry_initial_delay must be between 0s and 1h",
+        ),
+        (
+            with_line("retry_max_delay", "retry_max_delay = \"300000y\""),
+            "providers.acme",
+            "http.retry_max_delay must be between 0s and 1h",
+        ),
+        (
+            with_line("max_rate_limit_wait", "max_rate_limit_wait = \"2days\""),
+            "providers.acme",
+            "http.max_rate_limit_wait must be between 0s and 1day",
+        ),
+        (
+            with_line("max_body_bytes", "max_body_bytes = 0"),
+            "providers.acme",
+            "http.max_body_bytes must be between 1 and 1073741824, got 0",
+        ),
+        (
+            with_line("max_body_bytes", "max_body_bytes = 2147483648"),
+            "providers.acme",
+            "http.max_body_bytes must be between 1 and 1073741824",
+        ),
+        (
+            with_line("page_size", "page_size = 0"),
+            "providers.acme",
+            "pagination.page_size must be between 1 and 100000, got 0",
+        ),
+        (
+            with_line("page_size", "page_size = 1000000"),
+            "providers.acme",
+            "pagination.page_size must be between 1 and 100000",
+        ),
+        (
+            with_line("per_page", "per_page = 101"),
+            "providers.gh",
+            "per_page must be between 1 and 100",
+        ),
+        (
+            format!("{}{STRIPE}limit = 0\n", full_config()),
+            "providers.pay",
+            "limit must be between 1 and 100",
+        ),
+        (
+            format!("{}{STRAVA}per_page = 201\n", full_config()),
+            "providers.strava",
+            "per_page must be between 1 and 200",
+        ),
+        (
+            format!("{}{STRAVA}rate_limit_reserve = 1000\n", full_config()),
+            "providers.strava",
+            "rate_limit_reserve must be between 0 and 100, got 1000",
+        ),
+    ];
+    assert!(
+        check_config_command(&append("30d")).0 == Some(0),
+        "the base config with an append-only provider is valid"
+    );
+    for (text, key, range) in &cases {
+        let (code, stderr) = check_config_command(text);
+        assert_eq!(code, Some(2), "{key}: {stderr}");
+        assert!(
+            stderr.contains(&format!("key `{key}`")) && stderr.contains(range),
+            "{key}: expected {range:?} in {stderr}"
+        );
+    }
+}

@@ -20,6 +20,7 @@
 //!
 //! Providers never touch the database: they return pages, and only the pipeline writes.
 
+pub mod bounds;
 pub mod config;
 pub mod github;
 pub mod http;

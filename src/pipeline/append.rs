@@ -46,8 +46,12 @@ pub(crate) async fn write_new_keys(
         .iter()
         .filter_map(|reject| reject.external_id.as_deref())
         .collect();
-    let expires_at =
-        now + chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(36_500));
+    // Config validation bounds the retention; should one pass it anyway, the key is kept
+    // for as long as a timestamp can say rather than the write failing.
+    let expires_at = chrono::Duration::from_std(retention)
+        .ok()
+        .and_then(|retention| now.checked_add_signed(retention))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
     let rows: Vec<processed_key::ActiveModel> = keys
         .iter()
         .filter(|key| !failed.contains(key.as_str()))

@@ -61,37 +61,60 @@ impl Default for HttpSettings {
     }
 }
 
+/// The ranges of the `[providers.NAME.http]` durations, counts and sizes.
+pub mod limits {
+    use std::time::Duration;
+
+    /// `timeout` and `connect_timeout`: at least a millisecond, at most an hour.
+    pub const TIMEOUT: (Duration, Duration) = (Duration::from_millis(1), Duration::from_secs(3600));
+    /// `max_retries`.
+    pub const MAX_RETRIES: (u32, u32) = (0, 100);
+    /// `retry_initial_delay` and `retry_max_delay`.
+    pub const RETRY_DELAY: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(3600));
+    /// `max_rate_limit_wait`: at most the longest wait a header is read as.
+    pub const MAX_RATE_LIMIT_WAIT: (Duration, Duration) =
+        (Duration::ZERO, crate::http::MAX_ASKED_WAIT);
+    /// `max_body_bytes`: at most 1 GiB.
+    pub const MAX_BODY_BYTES: (u64, u64) = (1, 1 << 30);
+    /// `requests_per_second`: from one a day to ten thousand.
+    pub const REQUESTS_PER_SECOND: (f64, f64) = (super::MIN_REQUESTS_PER_SECOND, 10_000.0);
+}
+
 impl HttpSettings {
     /// Checks what serde cannot and returns a message naming the key that is wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if self.timeout.is_zero() {
-            return Err("http.timeout must be longer than 0s".to_string());
-        }
-        if self.connect_timeout.is_zero() {
-            return Err("http.connect_timeout must be longer than 0s".to_string());
-        }
+        use crate::bounds::{count_in, duration_in, named};
+        let (min, max) = limits::TIMEOUT;
+        duration_in(self.timeout, min, max).map_err(named("http.timeout"))?;
+        duration_in(self.connect_timeout, min, max).map_err(named("http.connect_timeout"))?;
+        let (min, max) = limits::MAX_RETRIES;
+        count_in(self.max_retries, min, max).map_err(named("http.max_retries"))?;
+        let (min, max) = limits::RETRY_DELAY;
+        duration_in(self.retry_initial_delay, min, max)
+            .map_err(named("http.retry_initial_delay"))?;
+        duration_in(self.retry_max_delay, min, max).map_err(named("http.retry_max_delay"))?;
         if self.retry_initial_delay > self.retry_max_delay {
             return Err(format!(
                 "http.retry_initial_delay ({:?}) must not be longer than http.retry_max_delay ({:?})",
                 self.retry_initial_delay, self.retry_max_delay
             ));
         }
+        let (min, max) = limits::MAX_RATE_LIMIT_WAIT;
+        duration_in(self.max_rate_limit_wait, min, max)
+            .map_err(named("http.max_rate_limit_wait"))?;
         if let Some(rate) = self.requests_per_second {
-            if !(rate.is_finite() && rate > 0.0) {
-                return Err(format!("requests_per_second must be above 0, got {rate}"));
-            }
             // The budget waits 1/rate between requests; a wait longer than the rate
             // limiter (or a Duration) can hold would panic when the client is built.
-            if rate < MIN_REQUESTS_PER_SECOND {
+            let (min, max) = limits::REQUESTS_PER_SECOND;
+            if !(rate.is_finite() && (min..=max).contains(&rate)) {
                 return Err(format!(
-                    "requests_per_second must be at least {MIN_REQUESTS_PER_SECOND:e} (one \
-                     request a day), got {rate}"
+                    "requests_per_second must be between {min:e} (one request a day) and \
+                     {max}, got {rate}"
                 ));
             }
         }
-        if self.max_body_bytes == 0 {
-            return Err("http.max_body_bytes must be at least 1".to_string());
-        }
+        let (min, max) = limits::MAX_BODY_BYTES;
+        count_in(self.max_body_bytes, min, max).map_err(named("http.max_body_bytes"))?;
         if HeaderValue::from_str(&self.user_agent).is_err() {
             return Err(format!(
                 "http.user_agent {:?} is not a valid HTTP header value",

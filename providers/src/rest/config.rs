@@ -11,6 +11,9 @@ use url::Url;
 
 use crate::IdSpec;
 
+/// The largest `pagination.page_size`.
+const MAX_PAGE_SIZE: u64 = 100_000;
+
 /// A REST API that lists records as JSON pages, described wholly in TOML. Its `Debug` hides
 /// every header value and the values of secret query parameters.
 #[derive(Clone, Deserialize)]
@@ -140,7 +143,7 @@ pub struct PaginationConfig {
     /// Optional query parameter that sends `page_size` on every request, e.g. `"limit"`.
     /// For offset and page pagination it also lets a short page end the walk.
     pub page_size_param: Option<String>,
-    /// Records per page asked for with `page_size_param`. Default 100, at least 1.
+    /// Records per page asked for with `page_size_param`. 1 to 100,000, default 100.
     pub page_size: u64,
     /// offset: the query parameter of the record offset (0 on the first page). Default
     /// `"offset"`.
@@ -197,9 +200,8 @@ impl PaginationConfig {
 
     fn validate(&self) -> Result<(), String> {
         let kind = self.kind;
-        if self.page_size == 0 {
-            return Err("pagination.page_size must be at least 1".to_string());
-        }
+        crate::bounds::count_in(self.page_size, 1, MAX_PAGE_SIZE)
+            .map_err(crate::bounds::named("pagination.page_size"))?;
         let required = |key: &str, value: &Option<String>| match value.as_deref() {
             None => Err(format!(
                 "pagination.{key} is required when pagination.type = \"{}\"",

@@ -28,10 +28,13 @@ pub struct StravaConfig {
     #[serde(default = "default_per_page")]
     pub per_page: u32,
     /// Requests of each 15-minute budget kept in reserve: once a window's usage reaches
-    /// its limit minus this, requests wait for the next window. Default 5.
+    /// its limit minus this, requests wait for the next window. 0 to 100, default 5.
     #[serde(default = "default_rate_limit_reserve")]
     pub rate_limit_reserve: u32,
 }
+
+/// The largest `rate_limit_reserve`: Strava's smallest 15-minute budget is 100 requests.
+const MAX_RATE_LIMIT_RESERVE: u32 = 100;
 
 fn default_url() -> Url {
     Url::parse("https://www.strava.com").expect("the default URL is a valid URL")
@@ -86,6 +89,8 @@ impl StravaConfig {
                     .to_string(),
             );
         }
+        crate::bounds::count_in(self.rate_limit_reserve, 0, MAX_RATE_LIMIT_RESERVE)
+            .map_err(crate::bounds::named("rate_limit_reserve"))?;
         if !(1..=200).contains(&self.per_page) {
             return Err(format!(
                 "per_page must be between 1 and 200 (Strava's largest page), not {}",

@@ -175,7 +175,7 @@ fn validate_names_the_key_that_is_wrong() {
         ),
         (
             json!({"pagination": {"type": "offset", "page_size": 0}}),
-            "pagination.page_size must be at least 1",
+            "pagination.page_size must be between 1 and 100000, got 0",
         ),
         (
             json!({"pagination": {"type": "offset", "cursor_path": "next"}}),

@@ -204,8 +204,14 @@ async fn mark_abandoned_runs(
     Ok(result.rows_affected)
 }
 
+/// When a lease claimed at `now` for `ttl` expires. Config validation bounds `ttl`; past
+/// the end of chrono's range the lease would never expire, so it lasts a minute instead.
 fn expiry(now: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60))
+    chrono::Duration::from_std(ttl)
+        .ok()
+        .and_then(|ttl| now.checked_add_signed(ttl))
+        .or_else(|| now.checked_add_signed(chrono::Duration::seconds(60)))
+        .unwrap_or(now)
 }
 
 /// The holder string when it names a process on this host that no longer exists.
@@ -230,4 +236,24 @@ fn hostname() -> String {
         .map(|name| name.trim().replace(':', "_"))
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_is_now_plus_the_ttl_and_never_overflows() {
+        let now = Utc::now();
+        assert_eq!(
+            expiry(now, Duration::from_secs(60)),
+            now + chrono::Duration::seconds(60)
+        );
+        let end = DateTime::<Utc>::MAX_UTC;
+        assert_eq!(expiry(end, Duration::from_secs(86_400)), end);
+        assert_eq!(
+            expiry(now, Duration::MAX),
+            now + chrono::Duration::seconds(60)
+        );
+    }
 }

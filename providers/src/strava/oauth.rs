@@ -110,8 +110,8 @@ fn fresh_credentials(
         None => current.refresh_token.clone(),
     };
     let expires_at = expiry(
-        body.get("expires_at").and_then(Value::as_i64),
-        body.get("expires_in").and_then(Value::as_i64),
+        body.get("expires_at").and_then(seconds),
+        body.get("expires_in").and_then(seconds),
         now,
     )
     .ok_or_else(|| shape("has neither expires_at nor expires_in"))?;
@@ -124,6 +124,21 @@ fn fresh_credentials(
 
 /// The longest an access token is taken to live, whatever the token endpoint says.
 const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
+
+/// A number of seconds however the endpoint writes it: an integer of any size (saturated
+/// to `i64`), a finite float (truncated) or a string of digits. An answer that carries a
+/// rotated refresh token must not be refused over the form of its expiry.
+pub(crate) fn seconds(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(number) => number
+            .as_i64()
+            .or_else(|| number.as_u64().map(|_| i64::MAX))
+            // A float-to-integer `as` saturates; NaN and infinities are not JSON numbers.
+            .or_else(|| number.as_f64().filter(|f| f.is_finite()).map(|f| f as i64)),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
 
 /// When the new access token expires: `expires_at`, else `now` plus `expires_in`, either
 /// kept between `now` (already expired: refreshed before its next use) and

@@ -378,3 +378,15 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn expiry_seconds_are_read_in_any_numeric_form() {
+    use crate::strava::oauth::seconds;
+    assert_eq!(seconds(&json!(21600)), Some(21600));
+    assert_eq!(seconds(&json!(21600.9)), Some(21600));
+    assert_eq!(seconds(&json!(u64::MAX)), Some(i64::MAX));
+    assert_eq!(seconds(&json!(-1e300)), Some(i64::MIN));
+    assert_eq!(seconds(&json!(" 1767225600 ")), Some(1_767_225_600));
+    assert_eq!(seconds(&json!("soon")), None);
+    assert_eq!(seconds(&json!(null)), None);
+}

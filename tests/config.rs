@@ -494,6 +494,11 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             "pagination.page_size must be between 1 and 100000",
         ),
         (
+            with_line("type", "type = \"page\"\nfirst_page = 2000000"),
+            "providers.acme",
+            "pagination.first_page must be between 0 and 1000000",
+        ),
+        (
             with_line("per_page", "per_page = 101"),
             "providers.gh",
             "per_page must be between 1 and 100",

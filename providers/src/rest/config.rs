@@ -13,6 +13,8 @@ use crate::IdSpec;
 
 /// The largest `pagination.page_size`.
 const MAX_PAGE_SIZE: u64 = 100_000;
+/// The largest `pagination.first_page`: APIs count pages from 0 or 1.
+const MAX_FIRST_PAGE: u64 = 1_000_000;
 
 /// A REST API that lists records as JSON pages, described wholly in TOML. Its `Debug` hides
 /// every header value and the values of secret query parameters.
@@ -150,7 +152,7 @@ pub struct PaginationConfig {
     pub offset_param: Option<String>,
     /// page: the query parameter of the page number. Default `"page"`.
     pub page_param: Option<String>,
-    /// page: the number of the first page. Default 1.
+    /// page: the number of the first page. 0 to 1,000,000, default 1.
     pub first_page: Option<u64>,
 }
 
@@ -202,6 +204,8 @@ impl PaginationConfig {
         let kind = self.kind;
         crate::bounds::count_in(self.page_size, 1, MAX_PAGE_SIZE)
             .map_err(crate::bounds::named("pagination.page_size"))?;
+        crate::bounds::count_in(self.first_page(), 0, MAX_FIRST_PAGE)
+            .map_err(crate::bounds::named("pagination.first_page"))?;
         let required = |key: &str, value: &Option<String>| match value.as_deref() {
             None => Err(format!(
                 "pagination.{key} is required when pagination.type = \"{}\"",

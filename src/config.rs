@@ -10,6 +10,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 use tributary_providers::bounds::{count_in, duration_in};
+use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 use crate::pipeline::WriteMode;
@@ -36,6 +37,9 @@ pub mod limits {
     pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(HOUR));
     /// `max_pages`.
     pub const MAX_PAGES: (u64, u64) = (1, 100_000_000);
+    /// `max_records_per_page`.
+    pub const MAX_RECORDS_PER_PAGE: (usize, usize) =
+        (1, tributary_providers::http::MAX_RECORDS_PER_PAGE);
     /// `max_concurrent_connections`.
     pub const MAX_CONCURRENT_CONNECTIONS: (usize, usize) = (1, 256);
     /// `run_timeout`.
@@ -193,6 +197,8 @@ struct RawProviderSettings {
     #[serde(default = "default_run_timeout", with = "humantime_serde")]
     run_timeout: Duration,
     requests_per_second: Option<f64>,
+    #[serde(default = "default_max_records_per_page")]
+    max_records_per_page: usize,
     mode: Option<String>,
     #[serde(default, with = "humantime_serde")]
     retention: Option<Duration>,
@@ -221,6 +227,9 @@ fn default_max_db_connections() -> u32 {
 }
 fn default_max_pages() -> u64 {
     100_000
+}
+fn default_max_records_per_page() -> usize {
+    DEFAULT_MAX_RECORDS_PER_PAGE
 }
 fn default_max_concurrent_connections() -> usize {
     4
@@ -327,6 +336,8 @@ fn parse_provider(
     let at = move |key: &'static str| move |message| (format!("{prefix_text}.{key}"), message);
     let (min, max) = limits::MAX_PAGES;
     count_in(raw.max_pages, min, max).map_err(at("max_pages"))?;
+    let (min, max) = limits::MAX_RECORDS_PER_PAGE;
+    count_in(raw.max_records_per_page, min, max).map_err(at("max_records_per_page"))?;
     let (min, max) = limits::MAX_CONCURRENT_CONNECTIONS;
     count_in(raw.max_concurrent_connections, min, max).map_err(at("max_concurrent_connections"))?;
     let (min, max) = limits::RUN_TIMEOUT;
@@ -364,6 +375,7 @@ fn parse_provider(
         None => HttpSettings::default(),
     };
     http.requests_per_second = raw.requests_per_second;
+    http.max_records_per_page = raw.max_records_per_page;
     http.metrics_label = name.to_string();
     http.validate()
         .map_err(|message| (prefix.clone(), message))?;

@@ -164,7 +164,9 @@ async fn replay_records(
         let record = match record {
             Ok(record) => record,
             Err(rejected) => {
-                report.still_failing.push((error.id, rejected.message));
+                report
+                    .still_failing
+                    .push((error.id, rejected.message.to_string()));
                 totals.fetched += 1;
                 totals.failed += 1;
                 continue;

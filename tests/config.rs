@@ -43,6 +43,7 @@ id_field = "id"
 auth = { header = "X-Api-Key" }
 enabled = true
 max_pages = 1000
+max_records_per_page = 5000
 max_concurrent_connections = 2
 requests_per_second = 5.0
 run_timeout = "10m"
@@ -398,6 +399,16 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             "between 1 and 100000000",
         ),
         (
+            with_line("max_records_per_page", "max_records_per_page = 0"),
+            "providers.acme.max_records_per_page",
+            "between 1 and 1000000, got 0",
+        ),
+        (
+            with_line("max_records_per_page", "max_records_per_page = 1000001"),
+            "providers.acme.max_records_per_page",
+            "between 1 and 1000000, got 1000001",
+        ),
+        (
             with_line(
                 "max_concurrent_connections",
                 "max_concurrent_connections = 0",
@@ -531,4 +542,12 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             "{key}: expected {range:?} in {stderr}"
         );
     }
+}
+
+#[test]
+fn max_records_per_page_is_read_from_the_provider_table_with_its_default() {
+    let parse = |text: &str| Settings::parse(std::path::Path::new("c.toml"), text, None, &|_| true);
+    let settings = parse(&full_config()).unwrap();
+    assert_eq!(settings.providers["acme"].http.max_records_per_page, 5000);
+    assert_eq!(settings.providers["gh"].http.max_records_per_page, 10_000);
 }

@@ -1,6 +1,9 @@
 //! Helpers shared by the built-in adapters (`github`, `stripe`, `strava`): base URL checks,
 //! endpoints, the bearer header, watermarks and turning a JSON array into page items.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use reqwest::header::HeaderValue;
 use secrecy::ExposeSecret;
@@ -8,7 +11,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
 
-use crate::http::{display_url, display_url_text};
+use crate::http::{display_url, display_url_text, Answered};
+use crate::raw::NotItems;
 use crate::{raw, Credentials, FetchError, IdSpec, Page, PageItem, PagePosition, Watermark};
 
 /// Checks a `base_url` setting: https (or http on loopback), with a host, without a query
@@ -175,7 +179,8 @@ pub(crate) struct PageWatermarks {
 }
 
 /// Each record keyed by `spec`, or set aside with its payload, and the page's watermarks
-/// (records without a readable one do not count). Each record is scanned once.
+/// (records without a readable one do not count). Each record is scanned once. Records
+/// set aside for the same reason share one copy of its message.
 pub(crate) fn identify_records(
     spec: &IdSpec,
     records: &[&RawValue],
@@ -183,6 +188,7 @@ pub(crate) fn identify_records(
 ) -> (Vec<PageItem>, PageWatermarks) {
     let now = Utc::now();
     let mut watermarks = PageWatermarks::default();
+    let mut messages: HashSet<Arc<str>> = HashSet::new();
     let items = records
         .iter()
         .map(|raw| {
@@ -199,11 +205,23 @@ pub(crate) fn identify_records(
             }
             match record {
                 Ok(record) => PageItem::Record(record),
-                Err(rejected) => PageItem::Rejected(rejected),
+                Err(mut rejected) => {
+                    rejected.message = shared(&mut messages, rejected.message);
+                    PageItem::Rejected(rejected)
+                }
             }
         })
         .collect();
     (items, watermarks)
+}
+
+/// The copy of `message` already in `messages`, or `message`, kept there from now on.
+fn shared(messages: &mut HashSet<Arc<str>>, message: Arc<str>) -> Arc<str> {
+    if let Some(known) = messages.get(&message) {
+        return Arc::clone(known);
+    }
+    messages.insert(Arc::clone(&message));
+    message
 }
 
 /// A page of records keyed by their `id` field, with the newest `watermark_field`.
@@ -228,29 +246,76 @@ pub(crate) fn page_by_id(
 /// the error for a body of another shape. The body is read in the scan that checks it is
 /// JSON (see [`crate::http::HttpClient::get_read`]).
 pub(crate) fn array_page_by_id(
-    body: &str,
-    url: String,
+    answered: &Answered<'_>,
     what: &str,
     watermark_field: WatermarkField,
     next: impl FnOnce(usize) -> Option<PagePosition>,
 ) -> Result<Page, FetchError> {
-    let Some(records) = raw::array_items_text(body) else {
-        return Err(FetchError::Shape {
-            url,
-            message: format!(
-                "the body is {}, expected an array of {what}",
-                raw::text_kind(body).name()
-            ),
-            body: crate::http::cap_body(body.as_bytes()),
-        });
-    };
+    let body = answered.text;
+    let records = raw::array_items_text(body, answered.max_records).map_err(|not_items| {
+        unreadable_records(
+            answered.url,
+            body,
+            answered.max_records,
+            not_items,
+            |kind| format!("the body is {}, expected an array of {what}", kind.name()),
+        )
+    })?;
     let next = next(records.len());
     Ok(page_by_id(&records, watermark_field, next))
+}
+
+/// The error for a page (`body`, from `url`) whose records could not be read: past
+/// `max_records`, the cap and the count; otherwise a shape error saying `shape_message` of
+/// what was found.
+pub(crate) fn unreadable_records(
+    url: &Url,
+    body: &str,
+    max_records: usize,
+    not_items: NotItems,
+    shape_message: impl FnOnce(raw::JsonKind) -> String,
+) -> FetchError {
+    let url = display_url(url);
+    let body = crate::http::cap_body(body.as_bytes());
+    match not_items {
+        NotItems::TooMany { count } => FetchError::TooManyRecords {
+            url,
+            count,
+            limit: max_records,
+            body,
+        },
+        NotItems::Kind(kind) => FetchError::Shape {
+            url,
+            message: shape_message(kind),
+            body,
+        },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_set_aside_for_one_reason_share_its_message() {
+        let body: Box<RawValue> =
+            serde_json::from_str(r#"[{"n":1}, {"n":2}, 3, {"id":"x"}, {"n":4}]"#).unwrap();
+        let records = raw::array_items(&body, 10).unwrap();
+        let spec = IdSpec::Field("id".to_string());
+        let (items, _) = identify_records(&spec, &records, None);
+        let messages: Vec<&Arc<str>> = items
+            .iter()
+            .filter_map(|item| match item {
+                PageItem::Rejected(rejected) => Some(&rejected.message),
+                PageItem::Record(_) => None,
+            })
+            .collect();
+        assert_eq!(messages.len(), 4);
+        assert!(Arc::ptr_eq(messages[0], messages[1]));
+        assert!(Arc::ptr_eq(messages[0], messages[3]));
+        assert!(!Arc::ptr_eq(messages[0], messages[2]), "another reason");
+        assert_eq!(&**messages[0], "record has no id field `id`");
+    }
 
     #[test]
     fn base_urls_must_be_https_or_http_on_loopback() {
@@ -295,7 +360,7 @@ mod tests {
                 {"id":4}]"#,
         )
         .unwrap();
-        let records = raw::array_items(&body).unwrap();
+        let records = raw::array_items(&body, 10).unwrap();
         let spec = IdSpec::Field("id".to_string());
         let expected = DateTime::parse_from_rfc3339("2024-01-03T08:00:00Z").unwrap();
         let (items, time) = identify_records(&spec, &records, Some(WatermarkField::Time("t")));
@@ -329,7 +394,7 @@ mod tests {
                 {"id":3,"t":"9999-01-01T00:00:00Z","n":9223372036854775807}]"#,
         )
         .unwrap();
-        let records = raw::array_items(&body).unwrap();
+        let records = raw::array_items(&body, 10).unwrap();
         let spec = IdSpec::Field("id".to_string());
         let (_, time) = identify_records(&spec, &records, Some(WatermarkField::Time("t")));
         assert_eq!(time.ahead, 2);

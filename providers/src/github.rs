@@ -31,7 +31,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::http::{asked_wait, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
+use crate::http::{asked_wait, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::rest::link;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -154,7 +154,6 @@ impl GithubProvider {
         };
         // The page is read where its body is, in the scan that checks it is JSON.
         let read = |answered: &Answered<'_>| {
-            let url = display_url(answered.url);
             // A page whose issues can be read but whose Link header cannot is stored, and
             // the run stops after it.
             let (next, stop_after) = match next_page(answered.url, answered.headers) {
@@ -162,8 +161,7 @@ impl GithubProvider {
                 Err(message) => (None, Some(message)),
             };
             let updated_at = adapter::WatermarkField::Time("updated_at");
-            let mut page =
-                adapter::array_page_by_id(answered.text, url, "issues", updated_at, |_| next)?;
+            let mut page = adapter::array_page_by_id(answered, "issues", updated_at, |_| next)?;
             page.stop_after = stop_after;
             Ok(page)
         };

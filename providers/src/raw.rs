@@ -11,88 +11,134 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// The top-level fields of one JSON object, each still raw text. Keys without escapes
-/// borrow from the text.
+/// Some top-level fields of one JSON object, each still raw text: only the keys asked
+/// for are kept, so an object of millions of fields costs no more than one of two. Keys
+/// without escapes borrow from the text.
 #[derive(Debug, Default)]
 pub struct RawObject<'a> {
     fields: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
 impl<'a> RawObject<'a> {
-    /// The object's fields, or `None` when `raw` is not an object.
-    pub fn parse(raw: &'a RawValue) -> Option<RawObject<'a>> {
+    /// The fields of `raw` named in `keys`, or `None` when `raw` is not an object.
+    pub fn parse(raw: &'a RawValue, keys: &[&str]) -> Option<RawObject<'a>> {
         if json_kind(raw) != JsonKind::Object {
             return None;
         }
-        serde_json::from_str(raw.get()).ok()
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        ObjectSeed { keys }.deserialize(&mut deserializer).ok()
     }
 
-    /// The field named `key`; when a key repeats, the last one counts (as it does for
-    /// `serde_json::Value`).
+    /// The field named `key` (when it was asked for); when a key repeats, the last one
+    /// counts (as it does for `serde_json::Value`).
     pub fn get(&self, key: &str) -> Option<&'a RawValue> {
         self.fields
             .iter()
-            .rev()
             .find(|(name, _)| name == key)
             .map(|(_, value)| *value)
     }
-}
 
-impl<'de> Deserialize<'de> for RawObject<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor;
-        impl<'de> Visitor<'de> for ObjectVisitor {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(16));
-                while let Some(Key(key)) = map.next_key()? {
-                    fields.push((key, map.next_value::<&RawValue>()?));
-                }
-                Ok(RawObject { fields })
-            }
+    /// Keeps `value` under `key` when `key` is asked for, replacing an earlier copy.
+    fn keep(&mut self, keys: &[&str], key: Cow<'a, str>, value: &'a RawValue) {
+        match self.fields.iter_mut().find(|(name, _)| *name == key) {
+            Some(field) => field.1 = value,
+            None if keys.contains(&key.as_ref()) => self.fields.push((key, value)),
+            None => {}
         }
-        deserializer.deserialize_map(ObjectVisitor)
     }
 }
 
-/// A list body (`{"data": [...], ...}`): its top-level fields, with the array under one
-/// key read element by element in the same scan, so the records are not scanned twice.
+/// Reads an object keeping only the fields named in `keys`.
+struct ObjectSeed<'k> {
+    keys: &'k [&'k str],
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+    type Value = RawObject<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_> {
+    type Value = RawObject<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut object = RawObject::default();
+        while let Some(Key(key)) = map.next_key()? {
+            if self.keys.contains(&key.as_ref()) {
+                object.keep(self.keys, key, map.next_value::<&RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(object)
+    }
+}
+
+/// Why no list of items was read where one was expected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotItems {
+    /// Another kind of value was found (for text that is not JSON, a guess).
+    Kind(JsonKind),
+    /// An array of more elements than the limit; only their number was kept.
+    TooMany {
+        /// How many elements the array holds.
+        count: usize,
+    },
+}
+
+/// A list body (`{"data": [...], ...}`): some of its top-level fields, with the array
+/// under one key read element by element in the same scan, so the records are not
+/// scanned twice.
 #[derive(Debug)]
 pub struct RawList<'a> {
-    /// The other fields (the array's own key is not among them).
+    /// The other fields asked for (the array's own key is not among them).
     pub fields: RawObject<'a>,
-    /// The array's elements, or the kind of value found instead; `None` when the key is
-    /// missing.
-    pub items: Option<Result<Vec<&'a RawValue>, JsonKind>>,
+    /// The array's elements, or why there are none; `None` when the key is missing.
+    pub items: Option<Result<Vec<&'a RawValue>, NotItems>>,
+}
+
+/// What to read of a list body.
+#[derive(Clone, Copy, Debug)]
+pub struct ListShape<'a> {
+    /// The key of the array.
+    pub key: &'a str,
+    /// The other top-level fields to keep.
+    pub fields: &'a [&'a str],
+    /// The most elements kept; past it, only their number is.
+    pub max_items: usize,
 }
 
 impl<'a> RawList<'a> {
-    /// Reads `raw` as an object whose `key` holds an array. `None` when `raw` is not an
-    /// object or its text cannot be read this way (e.g. a number beyond f64 under `key`);
-    /// callers then fall back to [`RawObject::parse`].
-    pub fn parse(raw: &'a RawValue, key: &str) -> Option<RawList<'a>> {
-        RawList::parse_text(raw.get(), key)
+    /// Reads `raw` as an object whose `shape.key` holds an array. `None` when `raw` is not
+    /// an object or its text cannot be read this way (e.g. a number beyond f64 under the
+    /// key); callers then fall back to [`RawObject::parse`].
+    pub fn parse(raw: &'a RawValue, shape: ListShape<'_>) -> Option<RawList<'a>> {
+        RawList::parse_text(raw.get(), shape)
     }
 
     /// Like [`RawList::parse`], for text not yet known to be JSON: the one scan that reads
     /// the list also checks that the whole text is JSON, and `None` is also the answer
     /// when it is not. A body read this way needs no scan of its own first.
-    pub fn parse_text(text: &'a str, key: &str) -> Option<RawList<'a>> {
+    pub fn parse_text(text: &'a str, shape: ListShape<'_>) -> Option<RawList<'a>> {
         if text_kind(text) != JsonKind::Object {
             return None;
         }
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        let list = ListSeed { key }.deserialize(&mut deserializer).ok()?;
+        let list = ListSeed { shape }.deserialize(&mut deserializer).ok()?;
         deserializer.end().ok()?;
         Some(list)
     }
 }
 
 struct ListSeed<'k> {
-    key: &'k str,
+    shape: ListShape<'k>,
 }
 
 impl<'de> DeserializeSeed<'de> for ListSeed<'_> {
@@ -111,64 +157,82 @@ impl<'de> Visitor<'de> for ListSeed<'_> {
     }
 
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut fields = Vec::new();
+        let mut fields = RawObject::default();
         let mut items = None;
+        let max = self.shape.max_items;
         while let Some(Key(key)) = map.next_key()? {
-            if key == self.key {
-                items = Some(map.next_value::<ArrayItems>()?.0);
+            if key == self.shape.key {
+                items = Some(map.next_value_seed(ItemsSeed { max })?);
+            } else if self.shape.fields.contains(&key.as_ref()) {
+                fields.keep(self.shape.fields, key, map.next_value::<&RawValue>()?);
             } else {
-                fields.push((key, map.next_value::<&RawValue>()?));
+                map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(RawList {
-            fields: RawObject { fields },
-            items,
-        })
+        Ok(RawList { fields, items })
     }
 }
 
-/// An array's elements, each still raw, or the kind of value found instead.
-struct ArrayItems<'a>(Result<Vec<&'a RawValue>, JsonKind>);
+/// Reads an array's elements, each still raw, at most `max` of them (past that, only
+/// their number), or the kind of value found instead.
+#[derive(Clone, Copy)]
+struct ItemsSeed {
+    max: usize,
+}
 
-impl<'de> Deserialize<'de> for ArrayItems<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ItemsVisitor;
-        impl<'de> Visitor<'de> for ItemsVisitor {
-            type Value = ArrayItems<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(100));
-                while let Some(item) = seq.next_element::<&RawValue>()? {
-                    items.push(item);
+impl<'de> DeserializeSeed<'de> for ItemsSeed {
+    type Value = Result<Vec<&'de RawValue>, NotItems>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed {
+    type Value = Result<Vec<&'de RawValue>, NotItems>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(100).min(self.max));
+        while let Some(item) = seq.next_element::<&RawValue>()? {
+            if items.len() == self.max {
+                // Past the limit only the count is kept, so the array's size costs nothing.
+                let mut count = items.len() + 1;
+                drop(items);
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    count = count.saturating_add(1);
                 }
-                Ok(ArrayItems(Ok(items)))
+                return Ok(Err(NotItems::TooMany { count }));
             }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(ArrayItems(Err(JsonKind::Object)))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::Bool)))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::Number)))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::Number)))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::Number)))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::String)))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(ArrayItems(Err(JsonKind::Null)))
-            }
+            items.push(item);
         }
-        deserializer.deserialize_any(ItemsVisitor)
+        Ok(Ok(items))
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Err(NotItems::Kind(JsonKind::Object)))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::Bool)))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::Number)))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::Number)))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::Number)))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::String)))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Err(NotItems::Kind(JsonKind::Null)))
     }
 }
 
@@ -240,19 +304,25 @@ pub fn text_kind(text: &str) -> JsonKind {
     }
 }
 
-/// The elements of a raw array, each still raw; `None` when `raw` is not an array.
-pub fn array_items(raw: &RawValue) -> Option<Vec<&RawValue>> {
-    array_items_text(raw.get())
+/// The elements of a raw array, each still raw, at most `max` of them.
+pub fn array_items(raw: &RawValue, max: usize) -> Result<Vec<&RawValue>, NotItems> {
+    array_items_text(raw.get(), max)
 }
 
 /// Like [`array_items`], for text not yet known to be JSON: the scan that finds the
-/// elements also checks that the whole text is JSON, and `None` is also the answer when
-/// it is not.
-pub fn array_items_text(text: &str) -> Option<Vec<&RawValue>> {
+/// elements also checks that the whole text is JSON, and text that is not is refused as
+/// the kind its first character suggests.
+pub fn array_items_text(text: &str, max: usize) -> Result<Vec<&RawValue>, NotItems> {
+    let not_items = NotItems::Kind(text_kind(text));
     if text_kind(text) != JsonKind::Array {
-        return None;
+        return Err(not_items);
     }
-    serde_json::from_str(text).ok()
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let items = ItemsSeed { max }
+        .deserialize(&mut deserializer)
+        .map_err(|_| not_items)?;
+    deserializer.end().map_err(|_| not_items)?;
+    items
 }
 
 /// Follows a dotted path (`a.b.c`) into a raw value. An empty path is the value itself.
@@ -261,7 +331,7 @@ pub fn lookup_raw<'a>(raw: &'a RawValue, path: &str) -> Option<&'a RawValue> {
         return Some(raw);
     }
     path.split('.').try_fold(raw, |current, segment| {
-        RawObject::parse(current)?.get(segment)
+        RawObject::parse(current, &[segment])?.get(segment)
     })
 }
 
@@ -283,7 +353,7 @@ mod tests {
     #[test]
     fn fields_are_found_by_key_and_path_without_a_tree() {
         let record = raw(r#"{"id":"ch_1", "meta":{"id":7,"a\"b":1}, "n":[1,2]}"#);
-        let object = RawObject::parse(record).unwrap();
+        let object = RawObject::parse(record, &["id", "n", "missing"]).unwrap();
         assert_eq!(object.get("id").unwrap().get(), r#""ch_1""#);
         assert_eq!(object.get("n").unwrap().get(), "[1,2]");
         assert!(object.get("missing").is_none());
@@ -293,10 +363,16 @@ mod tests {
         assert_eq!(lookup_raw(record, "").unwrap().get(), record.get());
     }
 
+    const DATA: ListShape<'static> = ListShape {
+        key: "data",
+        fields: &["object", "has_more"],
+        max_items: 10,
+    };
+
     #[test]
     fn a_list_read_from_text_is_read_only_when_the_whole_text_is_json() {
         let text = r#" {"object":"list","data":[{"id":"ch_1"}],"has_more":false} "#;
-        let list = RawList::parse_text(text, "data").unwrap();
+        let list = RawList::parse_text(text, DATA).unwrap();
         assert_eq!(list.items.unwrap().unwrap()[0].get(), r#"{"id":"ch_1"}"#);
         assert_eq!(list.fields.get("object").unwrap().get(), r#""list""#);
         let not_json = [
@@ -311,17 +387,17 @@ mod tests {
             "",
         ];
         for text in not_json {
-            assert!(RawList::parse_text(text, "data").is_none(), "{text}");
+            assert!(RawList::parse_text(text, DATA).is_none(), "{text}");
             assert!(serde_json::from_str::<IgnoredAny>(text).is_err(), "{text}");
         }
-        assert!(RawList::parse_text("[1, 2]", "data").is_none());
+        assert!(RawList::parse_text("[1, 2]", DATA).is_none());
         assert_eq!(text_kind(" [1, 2]"), JsonKind::Array);
     }
 
     #[test]
     fn a_list_reads_its_array_in_the_same_scan() {
         let body = raw(r#"{"object":"list","data":[{"id":1}, 2],"has_more":true}"#);
-        let list = RawList::parse(body, "data").unwrap();
+        let list = RawList::parse(body, DATA).unwrap();
         let items = list.items.unwrap().unwrap();
         assert_eq!(
             items.iter().map(|item| item.get()).collect::<Vec<_>>(),
@@ -330,27 +406,77 @@ mod tests {
         assert_eq!(list.fields.get("has_more").unwrap().get(), "true");
         assert!(list.fields.get("data").is_none());
         let kinds = [
-            (r#"{"data":{"a":[1]}}"#, Some(Err(JsonKind::Object))),
-            (r#"{"data":"x"}"#, Some(Err(JsonKind::String))),
-            (r#"{"data":null}"#, Some(Err(JsonKind::Null))),
-            (r#"{"data":-2.5}"#, Some(Err(JsonKind::Number))),
+            (
+                r#"{"data":{"a":[1]}}"#,
+                Some(Err(NotItems::Kind(JsonKind::Object))),
+            ),
+            (
+                r#"{"data":"x"}"#,
+                Some(Err(NotItems::Kind(JsonKind::String))),
+            ),
+            (
+                r#"{"data":null}"#,
+                Some(Err(NotItems::Kind(JsonKind::Null))),
+            ),
+            (
+                r#"{"data":-2.5}"#,
+                Some(Err(NotItems::Kind(JsonKind::Number))),
+            ),
             (r#"{"other":1}"#, None),
         ];
         for (text, expected) in kinds {
-            let list = RawList::parse(raw(text), "data").unwrap();
+            let list = RawList::parse(raw(text), DATA).unwrap();
             assert_eq!(
                 list.items.map(|items| items.map(|_| ())),
                 expected,
                 "{text}"
             );
         }
-        assert!(RawList::parse(raw("[1]"), "data").is_none());
-        assert!(RawList::parse(raw(r#"{"data":1e400}"#), "data").is_none());
+        assert!(RawList::parse(raw("[1]"), DATA).is_none());
+        assert!(RawList::parse(raw(r#"{"data":1e400}"#), DATA).is_none());
+    }
+
+    #[test]
+    fn arrays_past_the_limit_keep_only_their_count() {
+        assert_eq!(
+            array_items_text("[1,2,3]", 3).map(|items| items.len()),
+            Ok(3)
+        );
+        assert_eq!(
+            array_items_text("[1,[2],{},4]", 3).err(),
+            Some(NotItems::TooMany { count: 4 })
+        );
+        let shape = ListShape {
+            max_items: 2,
+            ..DATA
+        };
+        let list = RawList::parse_text(r#"{"data":[0,0,0],"has_more":true}"#, shape).unwrap();
+        let items = list.items.unwrap();
+        assert_eq!(items.err(), Some(NotItems::TooMany { count: 3 }));
+        assert_eq!(list.fields.get("has_more").unwrap().get(), "true");
+        // Past the limit the text is still checked to be JSON.
+        assert!(RawList::parse_text(r#"{"data":[0,0,0,}]}"#, shape).is_none());
+        assert_eq!(
+            array_items_text("[0,0,0,", 2).err(),
+            Some(NotItems::Kind(JsonKind::Array))
+        );
+    }
+
+    #[test]
+    fn only_the_fields_asked_for_are_kept() {
+        let text = r#"{"a":1,"id":2,"b":{"id":3},"id":4,"c":[5]}"#;
+        let object = RawObject::parse(raw(text), &["id", "c"]).unwrap();
+        assert_eq!(object.fields.len(), 2);
+        assert_eq!(object.get("id").unwrap().get(), "4");
+        assert_eq!(object.get("c").unwrap().get(), "[5]");
+        assert!(object.get("a").is_none());
+        let list = RawList::parse_text(text, ListShape { key: "c", ..DATA }).unwrap();
+        assert!(list.fields.fields.is_empty());
     }
 
     #[test]
     fn a_repeated_key_reads_as_its_last_value() {
-        let object = RawObject::parse(raw(r#"{"id":1,"id":2}"#)).unwrap();
+        let object = RawObject::parse(raw(r#"{"id":1,"id":2}"#), &["id"]).unwrap();
         assert_eq!(object.get("id").unwrap().get(), "2");
     }
 
@@ -367,9 +493,12 @@ mod tests {
         for (text, kind) in kinds {
             assert_eq!(json_kind(raw(text)), kind, "{text}");
         }
-        assert!(RawObject::parse(raw("[1]")).is_none());
-        assert!(array_items(raw("{}")).is_none());
-        let items = array_items(raw(r#"[ {"a":1} , 2 ]"#)).unwrap();
+        assert!(RawObject::parse(raw("[1]"), &["id"]).is_none());
+        assert_eq!(
+            array_items(raw("{}"), 10).err(),
+            Some(NotItems::Kind(JsonKind::Object))
+        );
+        let items = array_items(raw(r#"[ {"a":1} , 2 ]"#), 10).unwrap();
         assert_eq!(
             items.iter().map(|item| item.get()).collect::<Vec<_>>(),
             [r#"{"a":1}"#, "2"]

@@ -1,6 +1,8 @@
 //! From a raw JSON record to a keyed [`Record`], or a [`RejectedRecord`] that keeps the raw
 //! payload so the error report can be inspected and replayed.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -57,8 +59,9 @@ pub struct RejectedRecord {
     pub external_id: Option<String>,
     /// Where the record failed.
     pub stage: RecordStage,
-    /// Why the record was set aside.
-    pub message: String,
+    /// Why the record was set aside. Shared: the records of a page set aside for the same
+    /// reason hold one copy of it.
+    pub message: Arc<str>,
     /// The raw record (JSON text) as received, so it can be replayed.
     pub payload: String,
 }
@@ -88,7 +91,7 @@ impl IdSpec {
             Err(error) => Err(RejectedRecord {
                 external_id: None,
                 stage: RecordStage::Parse,
-                message: format!("the record cannot be written as JSON: {error}"),
+                message: format!("the record cannot be written as JSON: {error}").into(),
                 payload: value.to_string(),
             }),
         }
@@ -105,10 +108,26 @@ impl IdSpec {
         let reject = |stage, message: String| RejectedRecord {
             external_id: None,
             stage,
-            message,
+            message: message.into(),
             payload: raw.get().to_string(),
         };
-        let Some(object) = RawObject::parse(raw) else {
+        // Only the top-level fields keying reads are kept; for an id field, on the stack.
+        let (id_keys, key_fields);
+        let keys: &[&str] = match self {
+            IdSpec::Field(path) => {
+                id_keys = [first_segment(path), field.unwrap_or_default()];
+                &id_keys
+            }
+            IdSpec::KeyFields(fields) => {
+                key_fields = fields
+                    .iter()
+                    .map(|path| first_segment(path))
+                    .chain(field)
+                    .collect::<Vec<_>>();
+                &key_fields
+            }
+        };
+        let Some(object) = RawObject::parse(raw, keys) else {
             let message = format!("record is not a JSON object but {}", json_kind(raw).name());
             return (Err(reject(RecordStage::Parse, message)), None);
         };
@@ -138,6 +157,11 @@ impl IdSpec {
         };
         (Ok(record), extra)
     }
+}
+
+/// The top-level key a dotted path starts with.
+fn first_segment(path: &str) -> &str {
+    path.split('.').next().unwrap_or(path)
 }
 
 /// Hex sha256 of `bytes`.

@@ -31,8 +31,8 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::http::{cap_body, display_url, Answer, HttpClient, ResponsePolicy, Verdict};
-use crate::raw::{array_items, json_kind, lookup_raw, text_kind, to_value, RawList, RawObject};
+use crate::http::{cap_body, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
+use crate::raw::{array_items, lookup_raw, text_kind, to_value, ListShape, RawList, RawObject};
 use crate::record::json_type_name;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
 
@@ -176,9 +176,7 @@ impl StripeProvider {
         }
         // The page is read where its body is, in the scan that checks it is JSON.
         self.client
-            .get_read(url, headers, &StripePolicy, |answered| {
-                read_list(answered.text, &display_url(answered.url))
-            })
+            .get_read(url, headers, &StripePolicy, read_list)
             .await
     }
 }
@@ -186,26 +184,32 @@ impl StripeProvider {
 /// The list's fields with `data` read in the same scan that checks the body is JSON, or
 /// by the slower way when that fails (e.g. a number past f64 in `data`, which only the
 /// record-by-record scan keeps). `None` when the body is not a JSON object.
-fn read_list_fields(text: &str) -> Option<RawList<'_>> {
-    RawList::parse_text(text, "data").or_else(|| {
+fn read_list_fields(text: &str, max_records: usize) -> Option<RawList<'_>> {
+    let shape = ListShape {
+        key: "data",
+        fields: &["has_more"],
+        max_items: max_records,
+    };
+    RawList::parse_text(text, shape).or_else(|| {
         let body: &RawValue = serde_json::from_str(text).ok()?;
-        let fields = RawObject::parse(body)?;
+        let fields = RawObject::parse(body, &["data", "has_more"])?;
         let items = fields
             .get("data")
-            .map(|data| array_items(data).ok_or_else(|| json_kind(data)));
+            .map(|data| array_items(data, max_records));
         Some(RawList { fields, items })
     })
 }
 
 /// One page of a Stripe list (`{"object": "list", "data": [...], "has_more": ...}`): its
 /// charges keyed by `id`, the next `starting_after` and the newest `created`.
-fn read_list(text: &str, url: &str) -> Result<Page, FetchError> {
+fn read_list(answered: &Answered<'_>) -> Result<Page, FetchError> {
+    let text = answered.text;
     let shape = |message: String| FetchError::Shape {
-        url: url.to_string(),
+        url: display_url(answered.url),
         message,
         body: cap_body(text.as_bytes()),
     };
-    let list = read_list_fields(text).ok_or_else(|| {
+    let list = read_list_fields(text, answered.max_records).ok_or_else(|| {
         shape(format!(
             "the body is {}, expected a Stripe list object",
             text_kind(text).name()
@@ -213,14 +217,20 @@ fn read_list(text: &str, url: &str) -> Result<Page, FetchError> {
     })?;
     let records = match list.items {
         Some(Ok(records)) => records,
-        found => {
-            let found = match found {
-                Some(Err(kind)) => kind.name(),
-                _ => "missing",
-            };
-            return Err(shape(format!(
-                "`data` is {found}, expected an array of charges"
-            )));
+        Some(Err(not_items)) => {
+            let max = answered.max_records;
+            return Err(adapter::unreadable_records(
+                answered.url,
+                text,
+                max,
+                not_items,
+                |kind| format!("`data` is {}, expected an array of charges", kind.name()),
+            ));
+        }
+        None => {
+            return Err(shape(
+                "`data` is missing, expected an array of charges".into(),
+            ))
         }
     };
     let last_id = records

@@ -53,7 +53,7 @@ pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
     RejectedRecord {
         external_id: Some(record.external_id),
         stage: RecordStage::Persist,
-        message: format!("writing the record failed: {error}"),
+        message: format!("writing the record failed: {error}").into(),
         payload: record.payload,
     }
 }

@@ -1,6 +1,7 @@
 //! Pages of any size and shape commit or fail cleanly: thousands of bad records are
 //! written in chunks like every other multi-row write.
 
+use sea_orm::EntityTrait;
 use serde_json::{json, Value};
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
@@ -88,4 +89,44 @@ async fn pages_of_thousands_of_bad_records_commit_and_the_listing_goes_on() {
         );
     }
     assert_eq!(app.record_ids().await, ["ok_0", "ok_1"]);
+}
+
+#[tokio::test]
+async fn a_page_past_max_records_per_page_is_one_page_error_and_the_run_fails_naming_the_cap() {
+    let app = spawn_app().await;
+    mount_page(&app, None, items("ok_", "alice", 0..2), Some("p2")).await;
+    // The default cap is 10,000 records a page.
+    let tiny: Vec<Value> = vec![json!(0); 40_000];
+    mount_page(&app, Some("p2"), tiny, Some("p3")).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap_or_default();
+    assert!(
+        error.starts_with("fetching page 2 failed: response from ")
+            && error.ends_with("holds 40000 records, more than max_records_per_page = 10000"),
+        "{error}"
+    );
+    assert_eq!((run.counts.fetched, run.counts.failed), (2, 0));
+    let errors = app.run_errors(run.run_id).await;
+    assert_eq!(errors.len(), 1, "one row for the page, none per record");
+    let page = &errors[0];
+    assert_eq!(
+        (page.stage.as_str(), page.scope.as_str()),
+        ("parse", "page")
+    );
+    assert!(page.message.contains("max_records_per_page = 10000"));
+    assert!(page.payload.starts_with(r#"{"data":[0,0,0,"#));
+    assert_eq!(page.payload.len(), 64 * 1024, "the start of the body only");
+    // The page before it is stored, and the next run starts again at the page refused.
+    assert_eq!(app.record_ids().await, ["ok_0", "ok_1"]);
+    let connection = tributary::entities::connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(connection.checkpoint.unwrap_or_default().contains("p2"));
 }

@@ -123,6 +123,19 @@ pub enum FetchError {
         /// The body as JSON text, cut to [`MAX_ERROR_BODY_BYTES`].
         body: String,
     },
+    /// The page holds more records than `max_records_per_page`. Never retried; the page is
+    /// not stored, and its error row keeps the start of the body.
+    #[error("response from {url} holds {count} records, more than max_records_per_page = {limit}")]
+    TooManyRecords {
+        /// The URL that answered.
+        url: String,
+        /// How many records the page holds.
+        count: usize,
+        /// The configured `max_records_per_page`.
+        limit: usize,
+        /// The body as JSON text, cut to [`MAX_ERROR_BODY_BYTES`].
+        body: String,
+    },
     /// The pages do not advance (e.g. the same cursor twice). Raised by the pipeline's loop
     /// guard, not by the providers.
     #[error("pagination loop: {message}")]
@@ -143,7 +156,9 @@ impl FetchError {
     /// The raw body to store in the error report, when the error has one.
     pub fn body(&self) -> Option<&str> {
         match self {
-            FetchError::InvalidJson { body, .. } | FetchError::Shape { body, .. } => Some(body),
+            FetchError::InvalidJson { body, .. }
+            | FetchError::Shape { body, .. }
+            | FetchError::TooManyRecords { body, .. } => Some(body),
             _ => None,
         }
     }
@@ -151,7 +166,9 @@ impl FetchError {
     /// `run_errors.stage` for this error: "parse" for InvalidJson/Shape, else "fetch".
     pub fn stage(&self) -> RecordStage {
         match self {
-            FetchError::InvalidJson { .. } | FetchError::Shape { .. } => RecordStage::Parse,
+            FetchError::InvalidJson { .. }
+            | FetchError::Shape { .. }
+            | FetchError::TooManyRecords { .. } => RecordStage::Parse,
             _ => RecordStage::Fetch,
         }
     }
@@ -230,6 +247,17 @@ impl FetchError {
             FetchError::Shape { url, message, body } => FetchError::Shape {
                 url: clean(url),
                 message: clean(message),
+                body: clean(body),
+            },
+            FetchError::TooManyRecords {
+                url,
+                count,
+                limit,
+                body,
+            } => FetchError::TooManyRecords {
+                url: clean(url),
+                count,
+                limit,
                 body: clean(body),
             },
             FetchError::PaginationLoop { message } => FetchError::PaginationLoop {

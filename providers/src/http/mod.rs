@@ -47,7 +47,7 @@ use policy::default_verdict;
 #[cfg(test)]
 use policy::retry_after;
 pub use policy::{Answer, DefaultPolicy, ResponsePolicy, Verdict, MAX_ASKED_WAIT};
-pub use settings::HttpSettings;
+pub use settings::{HttpSettings, DEFAULT_MAX_RECORDS_PER_PAGE, MAX_RECORDS_PER_PAGE};
 
 /// Redirects followed for one request (same origin only).
 const MAX_REDIRECTS: usize = 10;
@@ -350,7 +350,8 @@ impl HttpClient {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let read = Arc::clone(read);
-        let read_body = move || read_body(body, &url, status, &headers, &*read);
+        let max_records = self.settings.max_records_per_page;
+        let read_body = move || read_body(body, &url, status, &headers, max_records, &*read);
         let outcome = if body_len < PARSE_OFF_THREAD_BYTES {
             read_body()
         } else {
@@ -438,6 +439,8 @@ pub struct Answered<'a> {
     pub headers: &'a HeaderMap,
     /// The body, which is UTF-8 but not yet known to be JSON.
     pub text: &'a str,
+    /// The most records a page may hold (`max_records_per_page`).
+    pub max_records: usize,
 }
 
 /// What a fetch turns a successful answer into, on the thread that read its body.
@@ -458,6 +461,7 @@ fn read_body<T>(
     url: &Url,
     status: u16,
     headers: &HeaderMap,
+    max_records: usize,
     read: &(dyn Fn(&Answered<'_>) -> Result<T, FetchError> + Send + Sync),
 ) -> Result<T, Unread> {
     let text = match String::from_utf8(body) {
@@ -475,6 +479,7 @@ fn read_body<T>(
         status,
         headers,
         text: &text,
+        max_records,
     };
     let refused = match read(&answered) {
         Ok(value) => return Ok(value),

@@ -5,6 +5,12 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
 
+/// The default `max_records_per_page`: far more than any API pages by (they give 100 to
+/// 1,000), and few enough that a page of tiny records stays small in memory.
+pub const DEFAULT_MAX_RECORDS_PER_PAGE: usize = 10_000;
+/// The largest `max_records_per_page` allowed.
+pub const MAX_RECORDS_PER_PAGE: usize = 1_000_000;
+
 /// The smallest `requests_per_second`: one request a day.
 pub const MIN_REQUESTS_PER_SECOND: f64 = 1.0 / 86_400.0;
 
@@ -42,6 +48,11 @@ pub struct HttpSettings {
     /// The provider's name, used as the `provider` label of the HTTP metrics.
     #[serde(skip)]
     pub metrics_label: String,
+    /// The most records one page may hold; a page with more is refused whole
+    /// ([`crate::FetchError::TooManyRecords`]). Set from the provider table's
+    /// `max_records_per_page`.
+    #[serde(skip)]
+    pub max_records_per_page: usize,
 }
 
 impl Default for HttpSettings {
@@ -57,6 +68,7 @@ impl Default for HttpSettings {
             user_agent: concat!("tributary/", env!("CARGO_PKG_VERSION")).to_string(),
             requests_per_second: None,
             metrics_label: String::new(),
+            max_records_per_page: DEFAULT_MAX_RECORDS_PER_PAGE,
         }
     }
 }
@@ -113,6 +125,8 @@ impl HttpSettings {
                 ));
             }
         }
+        count_in(self.max_records_per_page, 1, MAX_RECORDS_PER_PAGE)
+            .map_err(named("max_records_per_page"))?;
         let (min, max) = limits::MAX_BODY_BYTES;
         count_in(self.max_body_bytes, min, max).map_err(named("http.max_body_bytes"))?;
         if HeaderValue::from_str(&self.user_agent).is_err() {

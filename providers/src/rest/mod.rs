@@ -30,8 +30,9 @@ use secrecy::ExposeSecret;
 
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 
+use crate::adapter::unreadable_records;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
-use crate::raw::{array_items, json_kind, lookup_raw};
+use crate::raw::{array_items, lookup_raw};
 use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
 
 /// The adapter for one `kind = "rest"` provider.
@@ -77,13 +78,13 @@ impl RestProvider {
         // The page is read on the thread that read its body, in the same step.
         let read = move |answered: &Answered<'_>| {
             let response = JsonResponse::read(answered)?;
-            let mut page = read_page(
-                &response,
-                &records_path,
-                &pagination,
-                position.as_ref(),
-                &id_spec,
-            )?;
+            let listing = Listing {
+                records_path: &records_path,
+                pagination: &pagination,
+                id_spec: &id_spec,
+                max_records: answered.max_records,
+            };
+            let mut page = read_page(&response, &listing, position.as_ref())?;
             // A next URL that echoes the key is stored without it (it goes into the
             // checkpoint) and gets the key again when it is fetched.
             if let (Some(name), Some(PagePosition::Url { url })) = (&auth_param, &mut page.next) {
@@ -170,45 +171,63 @@ impl Provider for RestProvider {
     }
 }
 
+/// How the provider's pages are read.
+struct Listing<'a> {
+    records_path: &'a str,
+    pagination: &'a PaginationConfig,
+    id_spec: &'a IdSpec,
+    /// `max_records_per_page`.
+    max_records: usize,
+}
+
 /// One page: the records at `records_path` keyed by `id_spec`, and where the next page
 /// starts.
 fn read_page(
     response: &JsonResponse,
-    path: &str,
-    pagination: &PaginationConfig,
+    listing: &Listing<'_>,
     position: Option<&PagePosition>,
-    id_spec: &IdSpec,
 ) -> Result<Page, FetchError> {
-    let found = lookup_raw(&response.body, path);
-    let Some(records) = found.and_then(array_items) else {
-        let message = match (found.map(json_kind), path.is_empty()) {
-            (None, _) => format!("records_path `{path}` is not in the body"),
-            (Some(kind), true) => format!(
-                "the body is {}, expected an array of records (set records_path to the dotted \
-                 path of the array)",
-                kind.name()
-            ),
-            (Some(kind), false) => format!(
-                "records_path `{path}` is {}, expected an array of records",
-                kind.name()
-            ),
-        };
+    let path = listing.records_path;
+    let text = response.body.get();
+    let Some(found) = lookup_raw(&response.body, path) else {
         return Err(FetchError::Shape {
             url: display_url(&response.url),
-            message,
-            body: cap_body(response.body.get().as_bytes()),
+            message: format!("records_path `{path}` is not in the body"),
+            body: cap_body(text.as_bytes()),
         });
     };
+    let records = array_items(found, listing.max_records).map_err(|not_items| {
+        unreadable_records(
+            &response.url,
+            text,
+            listing.max_records,
+            not_items,
+            |kind| {
+                if path.is_empty() {
+                    format!(
+                        "the body is {}, expected an array of records (set records_path to the \
+                     dotted path of the array)",
+                        kind.name()
+                    )
+                } else {
+                    format!(
+                        "records_path `{path}` is {}, expected an array of records",
+                        kind.name()
+                    )
+                }
+            },
+        )
+    })?;
     let count = u64::try_from(records.len()).unwrap_or(u64::MAX);
     // A page whose records can be read but whose next position cannot is stored, and
     // the run stops after it.
-    let (next, stop_after) = match pagination::next_position(pagination, position, response, count)
-    {
+    let next = pagination::next_position(listing.pagination, position, response, count);
+    let (next, stop_after) = match next {
         Ok(next) => (next, None),
         Err(FetchError::Shape { message, .. }) => (None, Some(message)),
         Err(other) => return Err(other),
     };
-    let (items, _) = crate::adapter::identify_records(id_spec, &records, None);
+    let (items, _) = crate::adapter::identify_records(listing.id_spec, &records, None);
     Ok(Page {
         items,
         next,

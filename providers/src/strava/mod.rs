@@ -39,7 +39,7 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
-use crate::http::{display_url, Answer, Answered, HttpClient};
+use crate::http::{Answer, Answered, HttpClient};
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
@@ -206,8 +206,7 @@ impl StravaProvider {
                     page: page.saturating_add(1),
                 })
             };
-            let url = display_url(answered.url);
-            adapter::array_page_by_id(answered.text, url, "activities", start_date, next)
+            adapter::array_page_by_id(answered, "activities", start_date, next)
         };
         self.client.get_read(url, headers, &self.limits, read).await
     }

@@ -4,7 +4,9 @@
 //! Each open record-level error of the run is re-keyed with the provider's current
 //! configuration and stored like any record, so a replay is idempotent: what went through
 //! once is unchanged the second time. Errors whose record now goes through are marked
-//! resolved by the replay run; the rest stay open. Page-level errors (a body that could
+//! resolved by the replay run; the rest stay open. An error whose record a newer run has
+//! stored since is superseded: it is closed by the replay run without writing its old
+//! payload over the newer one. Page-level errors (a body that could
 //! not be read) are not replayable: the next sync fetches those pages again.
 
 use sea_orm::sea_query::Expr;
@@ -14,7 +16,7 @@ use tributary_providers::PageItem;
 
 use crate::config::Settings;
 use crate::db::DatabasePools;
-use crate::entities::{connection, run_error, sync_run};
+use crate::entities::{connection, record, run_error, sync_run};
 use crate::lease::{claim, release, Holder};
 use crate::pipeline::run::{finish_run, start_run, RunEnd};
 use crate::pipeline::run_errors::ErrorScope;
@@ -57,6 +59,9 @@ pub struct ReplayReport {
     pub resolved: Vec<i64>,
     /// Errors whose record still fails, with today's reason; they stay open.
     pub still_failing: Vec<(i64, String)>,
+    /// Errors whose record a run newer than the failed one has stored since: closed
+    /// without replaying, so the old payload never replaces the newer record.
+    pub superseded: Vec<i64>,
     /// Page-level errors, which a replay cannot redo.
     pub not_replayable: Vec<i64>,
 }
@@ -172,16 +177,14 @@ async fn replay_records(
                 continue;
             }
         };
+        if stored_since(db, connection, &record.external_id, error.run_id).await? {
+            close_error(db, error.id, replay_run_id).await?;
+            report.superseded.push(error.id);
+            continue;
+        }
         let stored = store_page(db, &context, vec![PageItem::Record(record)], &mut totals).await?;
         if stored.failed == 0 {
-            run_error::Entity::update_many()
-                .col_expr(
-                    run_error::Column::ResolvedByRunId,
-                    Expr::value(replay_run_id),
-                )
-                .filter(run_error::Column::Id.eq(error.id))
-                .exec(db)
-                .await?;
+            close_error(db, error.id, replay_run_id).await?;
             report.resolved.push(error.id);
         } else {
             report.still_failing.push((
@@ -208,9 +211,40 @@ async fn replay_records(
     tracing::info!(
         run_id = replay_run_id,
         resolved = report.resolved.len(),
+        superseded = report.superseded.len(),
         still_failing = report.still_failing.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "Replay finished."
     );
+    Ok(())
+}
+
+/// Whether a run newer than `failed_run_id` stored the record with new content: then the
+/// error's payload is older than what `records` holds.
+async fn stored_since(
+    db: &DatabasePools,
+    connection: &connection::Model,
+    external_id: &str,
+    failed_run_id: i64,
+) -> Result<bool, DbErr> {
+    let newer = record::Entity::find()
+        .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+        .filter(record::Column::Provider.eq(connection.provider.as_str()))
+        .filter(record::Column::ExternalId.eq(external_id))
+        .filter(record::Column::LastSeenRunId.gt(failed_run_id))
+        .one(db)
+        .await?;
+    Ok(newer.is_some())
+}
+
+async fn close_error(db: &DatabasePools, error_id: i64, replay_run_id: i64) -> Result<(), DbErr> {
+    run_error::Entity::update_many()
+        .col_expr(
+            run_error::Column::ResolvedByRunId,
+            Expr::value(replay_run_id),
+        )
+        .filter(run_error::Column::Id.eq(error_id))
+        .exec(db)
+        .await?;
     Ok(())
 }

@@ -152,6 +152,13 @@ pub fn print_replay(run_id: i64, report: &crate::replay::ReplayReport) {
     for (id, reason) in &report.still_failing {
         println!("  error {id} stays open: {reason}");
     }
+    if !report.superseded.is_empty() {
+        println!(
+            "  {} error(s) superseded and closed, not replayed (a newer run stored their record since): {:?}",
+            report.superseded.len(),
+            report.superseded
+        );
+    }
     if !report.not_replayable.is_empty() {
         println!(
             "  {} page-level error(s) are not replayable (the next sync fetches those pages again): {:?}",

@@ -346,3 +346,49 @@ fn append_mode_needs_a_retention_and_the_mode_is_checked() {
     );
     assert!(parse(with("mode = \"append\"\nretention = \"7d\"")).is_ok());
 }
+
+#[tokio::test]
+async fn replay_never_puts_an_old_payload_over_a_record_a_newer_run_stored() {
+    let app = spawn_app().await;
+    app.refuse_inserts_of("poison", "poison refused").await;
+    serve(&app, json!([{"id": "a"}, {"id": "poison", "v": 1}])).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let failed = app.sync_one(&settings).await;
+    assert_eq!(
+        (failed.status, failed.counts.failed),
+        (RunStatus::Partial, 1)
+    );
+
+    // The database is fixed, and a newer run stores the record's newer version.
+    drop_refusal(&app).await;
+    serve(&app, json!([{"id": "a"}, {"id": "poison", "v": 2}])).await;
+    let newer = app.sync_one(&settings).await;
+    assert_eq!(newer.status, RunStatus::Succeeded, "{:?}", newer.error);
+    let before = app.dump_records().await;
+
+    let (code, stdout, stderr) =
+        tributary(&config, &["replay", &failed.run_id.to_string(), "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["resolved"], json!([]), "{report}");
+    assert_eq!(
+        report["superseded"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(app.dump_records().await, before, "the newer payload stays");
+    let poison = app
+        .records()
+        .await
+        .into_iter()
+        .find(|r| r.external_id == "poison")
+        .expect("stored by the newer run");
+    assert_eq!(poison.payload, r#"{"id":"poison","v":2}"#);
+    // Closed: no longer open, so a later replay does nothing.
+    let (_, stdout, _) = tributary(&config, &["errors", "--open", "--json"]);
+    let open: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(open, json!([]));
+}

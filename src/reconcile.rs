@@ -191,12 +191,16 @@ struct AuditFile {
     file: std::io::BufWriter<std::fs::File>,
 }
 
+use std::os::unix::fs::OpenOptionsExt;
+
 impl AuditFile {
     fn open(path: &Path) -> Result<AuditFile, ReconcileError> {
         let display = path.display().to_string();
+        // The removed rows hold the records' payloads: readable by the owner only.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(path)
             .map_err(|source| ReconcileError::Audit {
                 path: display.clone(),

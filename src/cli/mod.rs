@@ -119,9 +119,13 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Append one JSON line per removed row to this file (written before the deletion
-        /// commits).
+        /// commits; created readable by its owner only). Required unless --dry-run or
+        /// --no-audit-log.
         #[arg(long)]
         audit_log: Option<PathBuf>,
+        /// Delete without an audit log (no copy of the removed rows is kept).
+        #[arg(long, conflicts_with = "audit_log")]
+        no_audit_log: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -344,8 +348,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile {
             dry_run,
             audit_log,
+            no_audit_log,
             json,
         } => {
+            if !dry_run && audit_log.is_none() && !no_audit_log {
+                anyhow::bail!(
+                    "reconcile deletes rows: give --audit-log FILE to keep a copy of each \
+                     removed row, --no-audit-log to delete without one, or --dry-run to see \
+                     what would go"
+                );
+            }
             let settings = Settings::load(&cli.config)?;
             let db = crate::db::connect_and_migrate(&settings.database).await?;
             let report = crate::reconcile::reconcile(&db, dry_run, audit_log.as_deref(), |line| {

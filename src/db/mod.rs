@@ -31,10 +31,12 @@ pub use write_lane::WriteLane;
 pub enum DbSetupError {
     #[error("cannot connect to database {url}: {source}")]
     Connect { url: String, source: DbErr },
-    #[error("cannot connect to database {url}: {address}: {reason}")]
-    Unreachable {
+    /// The server's address did not accept a connection, or the SQLite file could not be
+    /// created; `target` is the address or the file.
+    #[error("cannot connect to database {url}: {target}: {reason}")]
+    Open {
         url: String,
-        address: String,
+        target: String,
         reason: String,
     },
     #[error("migrating database {url} failed: {source}")]
@@ -111,11 +113,43 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
         None => None,
     };
     probe_server(&settings.url).await?;
+    create_private_sqlite_file(&settings.url).map_err(|(target, reason)| DbSetupError::Open {
+        url: redact_url(&settings.url),
+        target,
+        reason,
+    })?;
     let main = Database::connect(options).await.map_err(failed)?;
     Ok(match sqlite_file(&settings.url) {
         Some(_) => DatabasePools::with_sqlite_readers(main),
         None => DatabasePools::single(main),
     })
+}
+
+/// Creates a SQLite file the URL allows creating (`mode=rwc`) and that does not exist
+/// yet, readable by its owner only: it will hold every record and credential. SQLite
+/// gives its `-wal` and `-shm` files the database file's permissions.
+fn create_private_sqlite_file(url: &str) -> Result<(), (String, String)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(file) = sqlite_file(url) else {
+        return Ok(());
+    };
+    let creates = url
+        .split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|pair| pair == "mode=rwc"));
+    if !creates || file.exists() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)
+    {
+        Ok(_) => Ok(()),
+        // Another process created it meanwhile.
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err((file.display().to_string(), error.to_string())),
+    }
 }
 
 /// How long a database server's address gets to accept a TCP connection at start. sqlx
@@ -130,9 +164,9 @@ async fn probe_server(url: &str) -> Result<(), DbSetupError> {
         return Ok(());
     };
     let address = format!("{host}:{port}");
-    let unreachable = |reason: String| DbSetupError::Unreachable {
+    let unreachable = |reason: String| DbSetupError::Open {
         url: redact_url(url),
-        address: address.clone(),
+        target: address.clone(),
         reason,
     };
     let connect = tokio::net::TcpStream::connect((host.as_str(), port));

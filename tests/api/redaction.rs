@@ -208,3 +208,37 @@ fn an_unreachable_database_fails_within_seconds_naming_its_address_not_its_passw
         );
     }
 }
+
+#[test]
+fn a_sqlite_database_tributary_creates_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("fresh.db");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"sqlite://{}?mode=rwc\"\n",
+            file.display()
+        ),
+    )
+    .expect("write");
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .arg("migrate")
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .output()
+        .expect("tributary runs");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mode = std::fs::metadata(&file)
+        .expect("created")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -194,11 +194,29 @@ async fn reconcile_removes_duplicates_by_the_key_with_an_audit_log_then_creates_
     assert_eq!(app.records().await.len(), 7, "a dry run changes nothing");
     assert!(!tributary::db::key_index_present(&app.db).await.unwrap());
 
+    // Deleting without a record of what went needs saying so.
+    let (code, _, stderr) = tributary(&config, &["reconcile"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("give --audit-log FILE") && stderr.contains("--no-audit-log"),
+        "{stderr}"
+    );
+    assert_eq!(
+        app.records().await.len(),
+        7,
+        "a refused reconcile changes nothing"
+    );
+
     let audit = app.dir.path().join("audit.jsonl");
     let (code, stdout, stderr) = tributary(
         &config,
         &["reconcile", "--audit-log", audit.to_str().unwrap()],
     );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&audit).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the audit log holds payloads");
+    }
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("removed 3 row(s)") && stdout.contains("Created the unique index"),
@@ -237,7 +255,7 @@ async fn reconcile_removes_duplicates_by_the_key_with_an_audit_log_then_creates_
     // Now the pipeline runs again, and a second reconcile finds nothing.
     let (code, _, stderr) = tributary(&config, &["sync", "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
-    let (code, stdout, _) = tributary(&config, &["reconcile"]);
+    let (code, stdout, _) = tributary(&config, &["reconcile", "--no-audit-log"]);
     assert_eq!(code, 0);
     assert!(
         stdout.contains("0 duplicate key(s); removed 0 row(s).")

@@ -15,15 +15,16 @@ use wiremock::{Mock, ResponseTemplate};
 use crate::helpers::{spawn_app, TestApp};
 
 /// A Strava provider whose one connection's access token has expired, so every run
-/// refreshes first. `extra` goes into the provider table.
-fn strava(app: &TestApp, extra: &str) -> String {
+/// refreshes first. `extra` goes into the provider table; `http_timeout` bounds each
+/// request.
+fn strava(app: &TestApp, extra: &str, http_timeout: &str) -> String {
     std::env::set_var("TRIBUTARY_TEST_STRAVA_SECRET", "client-secret-value");
     format!(
         "[providers.strava]\nkind = \"strava\"\nbase_url = \"{uri}\"\noauth_url = \"{uri}\"\n\
          client_id = \"4242\"\nclient_secret_env = \"TRIBUTARY_TEST_STRAVA_SECRET\"\n\
          schedule = \"0 * * * * *\"\n{extra}\n\
          [providers.strava.http]\nmax_retries = 3\nretry_initial_delay = \"1ms\"\n\
-         retry_max_delay = \"5ms\"\ntimeout = \"1s\"\n\
+         retry_max_delay = \"5ms\"\ntimeout = \"{http_timeout}\"\n\
          [[providers.strava.connections]]\nuser_id = \"alice\"\ntoken = \"old-access\"\n\
          refresh_token = \"old-refresh\"\nexpires_at = 1\n",
         uri = app.api.uri()
@@ -64,7 +65,7 @@ async fn a_slow_token_endpoint_holds_no_database_lock_while_it_answers() {
         .mount(&app.api)
         .await;
     mount_activities(&app).await;
-    let settings = app.settings(&strava(&app, "")).await;
+    let settings = app.settings(&strava(&app, "", "1s")).await;
     let id = the_row(&app).await.id;
 
     let (run, write) = tokio::join!(app.sync_one(&settings), async {
@@ -99,14 +100,13 @@ async fn a_refresh_in_flight_is_committed_though_its_run_timed_out() {
     let app = spawn_app().await;
     Mock::given(method("POST"))
         .and(path("/oauth/token"))
-        .respond_with(token_answer().set_delay(Duration::from_millis(900)))
+        .respond_with(token_answer().set_delay(Duration::from_millis(2500)))
         .expect(1)
         .mount(&app.api)
         .await;
     mount_activities(&app).await;
     // The token endpoint answers within the HTTP timeout but after the run's own limit.
-    let providers =
-        strava(&app, "run_timeout = \"300ms\"").replace("timeout = \"1s\"", "timeout = \"5s\"");
+    let providers = strava(&app, "run_timeout = \"1s\"", "5s");
     let settings = app.settings(&providers).await;
 
     let run = app.sync_one(&settings).await;
@@ -135,7 +135,7 @@ async fn a_token_post_that_reached_the_server_is_never_sent_again() {
             .mount(&app.api)
             .await;
         mount_activities(&app).await;
-        let settings = app.settings(&strava(&app, "")).await;
+        let settings = app.settings(&strava(&app, "", "1s")).await;
         let before = the_row(&app).await.credentials;
 
         let run = app.sync_one(&settings).await;

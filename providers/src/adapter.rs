@@ -119,8 +119,9 @@ pub(crate) fn missing_token(kind: &str, what: &str) -> FetchError {
 pub(crate) fn position_mismatch(kind: &str, position: &PagePosition, expected: &str) -> FetchError {
     FetchError::PositionMismatch {
         message: format!(
-            "cannot fetch the page at {position:?}: the {kind} provider pages by {expected} \
-             (was the provider's kind changed since the checkpoint?)"
+            "cannot fetch the page at {}: the {kind} provider pages by {expected} \
+             (was the provider's kind changed since the checkpoint?)",
+            position.describe()
         ),
     }
 }

@@ -24,6 +24,7 @@ pub mod bounds;
 pub mod config;
 pub mod github;
 pub mod http;
+pub mod quote;
 pub mod raw;
 pub mod record;
 pub mod rest;

@@ -3,7 +3,14 @@
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use crate::http::display_url_text;
+use crate::quote::{quote_cursor, truncated, MAX_QUOTED_CHARS};
 use crate::record::{Record, RejectedRecord};
+
+/// The longest cursor a page may hand on; a longer one stops the run after the page.
+pub const MAX_CURSOR_BYTES: usize = 4 * 1024;
+/// The longest next-page URL a page may hand on; a longer one stops the run after the page.
+pub const MAX_NEXT_URL_BYTES: usize = 8 * 1024;
 
 /// The credentials of one connection, resolved for one run. `Debug` never shows a secret.
 #[derive(Clone, Debug, Default)]
@@ -99,6 +106,41 @@ pub enum PagePosition {
     },
 }
 
+impl PagePosition {
+    /// The position for messages and logs: its kind and value, a cursor truncated, a URL
+    /// without its query string and truncated.
+    pub fn describe(&self) -> String {
+        match self {
+            PagePosition::Cursor { cursor } => format!("cursor {}", quote_cursor(cursor)),
+            PagePosition::Offset { offset } => format!("offset {offset}"),
+            PagePosition::Page { page } => format!("page {page}"),
+            PagePosition::Url { url } => {
+                let without_query = url.split('?').next().unwrap_or(url);
+                format!("URL {}", truncated(without_query, MAX_QUOTED_CHARS))
+            }
+        }
+    }
+
+    /// Why the position is too long to follow (and to keep in a checkpoint), if it is.
+    fn too_long(&self) -> Option<String> {
+        match self {
+            PagePosition::Cursor { cursor } if cursor.len() > MAX_CURSOR_BYTES => Some(format!(
+                "the next cursor is {} bytes long, more than the {MAX_CURSOR_BYTES} allowed \
+                 (it starts {})",
+                cursor.len(),
+                quote_cursor(cursor)
+            )),
+            PagePosition::Url { url } if url.len() > MAX_NEXT_URL_BYTES => Some(format!(
+                "the next-page URL is {} bytes long, more than the {MAX_NEXT_URL_BYTES} \
+                 allowed ({})",
+                url.len(),
+                display_url_text(url)
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// One item of a page: a record ready to store, or one that was set aside with its payload.
 #[derive(Clone, Debug)]
 pub enum PageItem {
@@ -126,4 +168,72 @@ pub struct Page {
     /// records, then stops the run with this reason, and the next run starts again at
     /// this page. `None` when `next` says where the listing goes.
     pub stop_after: Option<String>,
+}
+
+impl Page {
+    /// The page, with a next position too long to follow turned into [`Page::stop_after`]:
+    /// its records are stored, and the run stops with the reason.
+    pub fn refusing_oversized_next(mut self) -> Page {
+        if let Some(reason) = self.next.as_ref().and_then(PagePosition::too_long) {
+            self.next = None;
+            self.stop_after.get_or_insert(reason);
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_to(next: PagePosition) -> Page {
+        Page {
+            next: Some(next),
+            ..Page::default()
+        }
+    }
+
+    #[test]
+    fn a_next_position_too_long_to_follow_stops_the_run_after_the_page() {
+        let cursor = "c".repeat(MAX_CURSOR_BYTES + 1);
+        let page = page_to(PagePosition::Cursor { cursor }).refusing_oversized_next();
+        assert_eq!(page.next, None);
+        let reason = page.stop_after.unwrap();
+        assert!(reason.starts_with(
+            "the next cursor is 4097 bytes long, more than the 4096 allowed (it starts \"ccc"
+        ));
+        assert!(reason.len() < 400, "{reason}");
+        let url = format!(
+            "https://api.example.com/items?after={}",
+            "u".repeat(MAX_NEXT_URL_BYTES)
+        );
+        let page = page_to(PagePosition::Url { url }).refusing_oversized_next();
+        let reason = page.stop_after.unwrap();
+        assert!(reason.starts_with("the next-page URL is 8228 bytes long, more than the 8192 allowed (https://api.example.com/items?after=uuu"), "{reason}");
+        assert!(reason.ends_with("…)") && reason.len() < 400, "{reason}");
+        let fine = PagePosition::Cursor {
+            cursor: "c".repeat(MAX_CURSOR_BYTES),
+        };
+        let page = page_to(fine.clone()).refusing_oversized_next();
+        assert_eq!((page.next, page.stop_after), (Some(fine), None));
+    }
+
+    #[test]
+    fn positions_are_described_truncated_and_without_query_strings() {
+        let cursor = PagePosition::Cursor {
+            cursor: "c".repeat(1000),
+        };
+        let described = cursor.describe();
+        assert_eq!(
+            described.chars().count(),
+            "cursor ".len() + MAX_QUOTED_CHARS + 3
+        );
+        let url = PagePosition::Url {
+            url: format!("https://h/{}?token=x", "p".repeat(1000)),
+        };
+        let described = url.describe();
+        assert!(described.starts_with("URL https://h/ppp") && described.ends_with('…'));
+        assert!(!described.contains("token"));
+        assert_eq!(PagePosition::Offset { offset: 7 }.describe(), "offset 7");
+    }
 }

@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::quote::truncated;
 use crate::raw::{json_kind, lookup_raw, to_value, RawObject};
 
 /// The longest external id stored. Longer ids are rejected (stage `validate`) rather than
@@ -141,7 +142,7 @@ impl IdSpec {
             Err(message) => return (Err(reject(RecordStage::Validate, message)), extra),
         };
         if external_id.len() > MAX_EXTERNAL_ID_LEN {
-            let shown: String = external_id.chars().take(32).collect();
+            let shown = truncated(&external_id, 32);
             let message = format!(
                 "id is {} bytes long, more than the {MAX_EXTERNAL_ID_LEN} allowed (starts with {shown:?})",
                 external_id.len()

@@ -313,7 +313,8 @@ async fn fetch_and_store(
     let credential_store = ConnectionCredentials::new(db, connection.id, credentials);
     let mut position: Option<PagePosition> = None;
     if let Some(checkpoint) = resumable_checkpoint(connection, walk.since) {
-        tracing::info!(position = ?checkpoint.position, "Resuming from the checkpoint of an unfinished run.");
+        let position_text = checkpoint.position.describe();
+        tracing::info!(position = %position_text, "Resuming from the checkpoint of an unfinished run.");
         *watermark = checkpoint.watermark;
         position = Some(checkpoint.position);
     }
@@ -334,7 +335,7 @@ async fn fetch_and_store(
         if let Some(current) = &position {
             if !seen_positions.insert(current.clone()) {
                 return Err(RunFault::PaginationLoop {
-                    position: describe_position(current),
+                    position: current.describe(),
                 });
             }
         }
@@ -356,7 +357,7 @@ async fn fetch_and_store(
             });
         };
         let page = match fetched {
-            Ok(page) => page,
+            Ok(page) => page.refusing_oversized_next(),
             Err(source @ FetchError::RateLimited { .. }) => {
                 return Err(RunFault::RateLimited {
                     page: page_number,
@@ -497,18 +498,5 @@ async fn fetch_unless_cancelled(
             page
         })),
         () = walk.cancel.cancelled() => None,
-    }
-}
-
-/// A position for messages: the kind and value, with URLs' query strings left out.
-fn describe_position(position: &PagePosition) -> String {
-    match position {
-        PagePosition::Cursor { cursor } => format!("cursor {cursor:?}"),
-        PagePosition::Offset { offset } => format!("offset {offset}"),
-        PagePosition::Page { page } => format!("page {page}"),
-        PagePosition::Url { url } => {
-            let without_query = url.split('?').next().unwrap_or(url);
-            format!("URL {without_query}")
-        }
     }
 }

@@ -18,6 +18,7 @@ mod faults;
 mod helpers;
 mod keying;
 mod leases;
+mod long_values;
 mod migration_lock;
 mod oauth_refresh;
 mod pagination;

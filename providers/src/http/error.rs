@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::quote::{truncated, MAX_QUOTED_CHARS};
 use crate::RecordStage;
 
 /// The most bytes of a response body kept in an error (e.g. [`FetchError::InvalidJson`]), so
@@ -312,8 +313,9 @@ pub fn is_secret_param(name: &str) -> bool {
             .any(|part| part == "sig" || part == "auth")
 }
 
-/// The URL as text for messages and logs: without its userinfo (`user:password@`) and with
-/// the value of every secret query parameter ([`is_secret_param`]) replaced.
+/// The URL as text for messages and logs: without its userinfo (`user:password@`), with
+/// the value of every secret query parameter ([`is_secret_param`]) replaced, and at most
+/// [`MAX_QUOTED_CHARS`] characters long.
 pub(crate) fn display_url(url: &Url) -> String {
     display_url_hiding(url, &[])
 }
@@ -330,7 +332,7 @@ pub(crate) fn display_url_hiding(url: &Url, also_secret: &[String]) -> String {
     hide_query_values(&mut clean, REDACTED_PARAM, |name| {
         is_secret_param(name) || also_secret.iter().any(|s| s == name)
     });
-    clean.to_string()
+    truncated(clean.as_str(), MAX_QUOTED_CHARS)
 }
 
 /// Replaces the value of every query parameter of `url` that `secret` picks with
@@ -375,7 +377,7 @@ pub(crate) fn display_url_text(text: &str) -> String {
         shown.push('?');
         shown.push_str(&names.join("&"));
     }
-    shown
+    truncated(&shown, MAX_QUOTED_CHARS)
 }
 
 fn strip_userinfo_text(text: &str) -> String {
@@ -413,12 +415,7 @@ pub(crate) fn excerpt(bytes: &[u8]) -> String {
     if collapsed.is_empty() {
         return "the response body is empty".to_string();
     }
-    let mut chars = collapsed.chars();
-    let mut shown: String = chars.by_ref().take(MAX_MESSAGE_EXCERPT_CHARS).collect();
-    if chars.next().is_some() {
-        shown.push('…');
-    }
-    shown
+    truncated(&collapsed, MAX_MESSAGE_EXCERPT_CHARS)
 }
 
 /// The error and its chain of causes, "outer: inner: root", skipping causes whose text the
@@ -451,6 +448,28 @@ fn truncate_at_char_boundary(text: &mut String, max_bytes: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_urls_are_truncated_after_their_secrets_are_hidden() {
+        let long = format!(
+            "https://u:pw@example.com/items?token=t0p53cr3t&q={}",
+            "é".repeat(1000)
+        );
+        for shown in [
+            display_url(&Url::parse(&long).unwrap()),
+            display_url_text(&long),
+        ] {
+            assert_eq!(shown.chars().count(), MAX_QUOTED_CHARS + 1, "{shown}");
+            assert!(shown.ends_with('…'));
+            assert!(shown.starts_with("https://example.com/items?token="));
+            assert!(!shown.contains("t0p53cr3t") && !shown.contains("pw"));
+        }
+        let unparsable = format!("https://u:pw@exa mple.com/{}", "a".repeat(1000));
+        assert_eq!(
+            display_url_text(&unparsable).chars().count(),
+            MAX_QUOTED_CHARS + 1
+        );
+    }
 
     #[test]
     fn urls_lose_their_userinfo() {

@@ -14,6 +14,7 @@ use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 use crate::pipeline::WriteMode;
+use crate::secrets::SecretsSettings;
 
 /// The environment variable that overrides `database.url`.
 pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
@@ -80,6 +81,8 @@ pub struct Settings {
     pub database: DatabaseSettings,
     /// `[daemon]`.
     pub daemon: DaemonSettings,
+    /// `[secrets]`: where the key for stored credentials comes from.
+    pub secrets: SecretsSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -216,6 +219,8 @@ struct RawSettings {
     #[serde(default)]
     daemon: DaemonSettings,
     #[serde(default)]
+    secrets: SecretsSettings,
+    #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
 
@@ -239,16 +244,28 @@ fn default_run_timeout() -> Duration {
 }
 
 impl Settings {
-    /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`.
+    /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`. The environment
+    /// variables that hold secrets are not checked: a run resolves them when it starts.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        Settings::load_checking(path, &|_| true)
+    }
+
+    /// [`Settings::load`], also refusing a config whose enabled connections or providers
+    /// name environment variables that are not set (`check-config`, `sync`, `daemon`).
+    pub fn load_checking_environment(path: &Path) -> Result<Settings, ConfigError> {
+        Settings::load_checking(path, &|name| std::env::var_os(name).is_some())
+    }
+
+    fn load_checking(
+        path: &Path,
+        env_is_set: &dyn Fn(&str) -> bool,
+    ) -> Result<Settings, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
         let database_url_override = std::env::var(DATABASE_URL_ENV).ok();
-        Settings::parse(path, &text, database_url_override, &|name| {
-            std::env::var_os(name).is_some()
-        })
+        Settings::parse(path, &text, database_url_override, env_is_set)
     }
 
     /// Parses and validates `text`. `env_is_set` answers whether an environment variable
@@ -298,6 +315,7 @@ impl Settings {
             path: path_buf,
             database,
             daemon: raw.daemon,
+            secrets: raw.secrets,
             providers,
         })
     }

@@ -7,12 +7,18 @@
 //! over the source, because the API may have rotated the refresh token the source names.
 //! When the source changes (an operator put in new credentials), the refreshed part is
 //! dropped.
+//!
+//! A column that holds a secret itself (a literal or a refreshed token) is stored sealed
+//! under the secrets key ([`crate::secrets`]); one that only names environment variables
+//! is stored as plain JSON and needs no key. [`StoredCredentials::from_column`] and
+//! [`StoredCredentials::to_column_for`] are the only ways the column is read and written.
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use tributary_providers::Credentials;
 
-use crate::config::ConnectionSettings;
+use crate::config::{ConfigError, ConnectionSettings, Settings};
+use crate::secrets::{sealed_key_id, Binding, Keyring, SecretsError};
 
 /// What `Debug` output shows in place of a secret.
 pub const REDACTED: &str = "[REDACTED]";
@@ -76,7 +82,61 @@ impl StoredCredentials {
         })
     }
 
-    /// The column's JSON text.
+    /// Reads the column of `binding`'s row, opening it with `keyring` when sealed. The
+    /// message names the connection and never contains the column's text.
+    pub fn from_column(
+        keyring: &Keyring,
+        binding: Binding<'_>,
+        column: &str,
+    ) -> Result<StoredCredentials, String> {
+        let text = keyring
+            .open(binding, column)
+            .map_err(|error| error.to_string())?;
+        StoredCredentials::parse(&text).map_err(|message| format!("{binding}: {message}"))
+    }
+
+    /// The column for `binding`'s row: plain JSON when it holds no secret itself, else
+    /// sealed under the current key (refused without one unless `allow_plaintext`).
+    pub fn to_column_for(
+        &self,
+        keyring: &Keyring,
+        binding: Binding<'_>,
+    ) -> Result<String, SecretsError> {
+        let json = zeroize::Zeroizing::new(self.to_column());
+        if !self.holds_secrets() {
+            return Ok(json.to_string());
+        }
+        keyring.seal(binding, &json, &format!("the credentials of {binding}"))
+    }
+
+    /// Whether any secret is held here rather than named by an environment variable.
+    pub fn holds_secrets(&self) -> bool {
+        let oauth = self
+            .oauth
+            .as_ref()
+            .is_some_and(|o| o.token.is_some() || o.refresh_token.is_some());
+        self.token.is_some() || self.refresh_token.is_some() || oauth
+    }
+
+    /// How a stored column holds its credentials, for `connections list`: described when
+    /// it can be read, else only the key it was sealed with.
+    pub fn describe_column(keyring: &Keyring, binding: Binding<'_>, column: &str) -> String {
+        let key_id = sealed_key_id(column);
+        match (
+            StoredCredentials::from_column(keyring, binding, column),
+            key_id,
+        ) {
+            (Ok(stored), Some(id)) => format!("{}; sealed with key {id}", stored.describe()),
+            (Ok(stored), None) if stored.holds_secrets() => {
+                format!("{}; IN CLEAR", stored.describe())
+            }
+            (Ok(stored), None) => stored.describe(),
+            (Err(_), Some(id)) if !keyring.knows(id) => format!("sealed with key {id}"),
+            (Err(message), _) => message,
+        }
+    }
+
+    /// The column's JSON text, unsealed: [`StoredCredentials::to_column_for`] stores it.
     pub fn to_column(&self) -> String {
         // Serialising plain strings and integers into JSON cannot fail.
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())
@@ -175,6 +235,33 @@ impl std::fmt::Debug for RefreshedCredentials {
             .field("expires_at", &self.expires_at)
             .finish()
     }
+}
+
+/// Refuses a config that gives a literal secret (`token`, `refresh_token`) when it could
+/// not be stored: no key is configured and `allow_plaintext` is not set.
+pub fn check_storable(settings: &Settings, keyring: &Keyring) -> Result<(), ConfigError> {
+    for provider in settings.providers.values() {
+        for (index, connection) in provider.connections.iter().enumerate() {
+            let literal = [
+                ("token", connection.token.is_some()),
+                ("refresh_token", connection.refresh_token.is_some()),
+            ];
+            for (key, given) in literal {
+                if !given {
+                    continue;
+                }
+                let what = format!("a literal {key}");
+                if let Err(error) = keyring.check_can_store(&what) {
+                    return Err(ConfigError::Invalid {
+                        path: settings.path.clone(),
+                        key: format!("providers.{}.connections[{index}].{key}", provider.name),
+                        message: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn secret(

@@ -10,6 +10,7 @@
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
 //! - [`reconcile`]: removing duplicates from before the unique index, with an audit log.
 //! - [`replay`]: re-ingesting a run's failed records from their stored payloads.
+//! - [`secrets`]: the keys that encrypt stored credentials, and the sealed form.
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
 //! - [`telemetry`]: the metrics and where each is recorded.
@@ -34,5 +35,6 @@ pub mod lease;
 pub mod pipeline;
 pub mod reconcile;
 pub mod replay;
+pub mod secrets;
 pub mod sync;
 pub mod telemetry;

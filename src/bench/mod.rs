@@ -284,7 +284,14 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         None,
         &|_| true,
     )?;
-    let db = crate::db::connect_and_migrate(&settings.database).await?;
+    // A fresh database that only this run reads: a key of its own seals the tokens.
+    let keyring = crate::secrets::Keyring::with_key(
+        crate::secrets::SecretKey::generate(),
+        crate::secrets::KeySource::Ephemeral,
+    );
+    let db = crate::db::connect_and_migrate(&settings.database)
+        .await?
+        .with_keyring(keyring);
     crate::db::upsert_configured_connections(&db, &settings).await?;
     let before = verify::fingerprint(&db, PROVIDER).await?;
     anyhow::ensure!(

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
 use crate::entities::{connection, record};
 
 #[derive(Debug, Subcommand)]
@@ -98,8 +99,15 @@ struct ConnectionView {
     last_success_at: Option<chrono::DateTime<Utc>>,
 }
 
+impl ConnectionsCommand {
+    /// Whether the command may store a secret, and so needs the keys.
+    pub fn stores_credentials(&self) -> bool {
+        matches!(self, ConnectionsCommand::Add { .. })
+    }
+}
+
 pub async fn run(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
     command: ConnectionsCommand,
 ) -> anyhow::Result<()> {
@@ -157,11 +165,16 @@ pub async fn run(
                 expires_at,
                 oauth: None,
             };
+            let binding = crate::secrets::Binding {
+                user_id: &target.user,
+                provider: &target.provider,
+            };
+            let column = stored.to_column_for(db.secrets(), binding)?;
             let row = connection::ActiveModel::new_connection(
                 &target.user,
                 &target.provider,
                 !disabled,
-                stored.to_column(),
+                column,
             )
             .insert(db)
             .await?;
@@ -213,7 +226,7 @@ pub async fn run(
     }
 }
 
-async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyhow::Result<()> {
+async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let rows = connection::Entity::find()
         .order_by_asc(connection::Column::Provider)
         .order_by_asc(connection::Column::UserId)
@@ -223,9 +236,11 @@ async fn list(db: &DatabaseConnection, settings: &Settings, json: bool) -> anyho
         .into_iter()
         .map(|row| ConnectionView {
             defined_in: defined_in(settings, &row),
-            credentials: StoredCredentials::parse(&row.credentials)
-                .map(|stored| stored.describe())
-                .unwrap_or_else(|message| message),
+            credentials: StoredCredentials::describe_column(
+                db.secrets(),
+                row.binding(),
+                &row.credentials,
+            ),
             id: row.id,
             provider: row.provider,
             user_id: row.user_id,

@@ -3,6 +3,7 @@
 mod connections;
 mod history;
 pub mod progress;
+mod secrets;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -133,6 +134,10 @@ pub enum Command {
     /// Manage connections besides config.toml.
     #[command(subcommand)]
     Connections(connections::ConnectionsCommand),
+    /// The key that seals stored credentials: generate one, rotate to it, see which
+    /// rows use which key.
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// Validate the config (providers, cron expressions, URLs, referenced environment
     /// variables) without touching the database.
     CheckConfig,
@@ -184,6 +189,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             let code = if error.downcast_ref::<crate::config::ConfigError>().is_some()
+                || secrets::is_key_error(&error)
                 || error
                     .downcast_ref::<crate::sync::SyncError>()
                     .is_some_and(|e| {
@@ -230,7 +236,9 @@ fn init_tracing(format: LogFormat, filter: &str) {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig => {
-            let settings = Settings::load(&cli.config)?;
+            let settings = Settings::load_checking_environment(&cli.config)?;
+            let keyring = secrets::load_keyring(&settings)?;
+            crate::credentials::check_storable(&settings, &keyring)?;
             let connections: usize = settings
                 .providers
                 .values()
@@ -243,10 +251,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 connections,
                 crate::config::redact_url(&settings.database.url)
             );
+            match keyring.current() {
+                Some((id, source)) => println!("Secrets key {id} from {source}."),
+                None if keyring.allows_plaintext() => {
+                    println!(
+                        "No secrets key: literal secrets are stored in clear (allow_plaintext)."
+                    )
+                }
+                None => println!("No secrets key: only token_env connections can be stored."),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Daemon => {
-            let settings = Settings::load(&cli.config)?;
+            let settings = Settings::load_checking_environment(&cli.config)?;
             // Refuse a second SQLite daemon before touching the database.
             let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
             let db = open_for_writing(&settings).await?;
@@ -270,7 +287,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             full,
         } => {
-            let settings = Settings::load(&cli.config)?;
+            let settings = Settings::load_checking_environment(&cli.config)?;
             let db = open_for_writing(&settings).await?;
             let filter = SyncFilter {
                 provider,
@@ -316,7 +333,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Runs { limit, json } => {
             let settings = Settings::load(&cli.config)?;
-            let db = open(&settings).await?;
+            let db = crate::db::connect_and_migrate(&settings.database).await?;
             history::print_runs(&db, limit, json).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -326,7 +343,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let settings = Settings::load(&cli.config)?;
-            let db = open(&settings).await?;
+            let db = crate::db::connect_and_migrate(&settings.database).await?;
             match (run_id, only_open) {
                 (run_id, true) => history::print_open_errors(&db, run_id, json).await?,
                 (Some(run_id), false) => history::print_errors(&db, run_id, json).await?,
@@ -375,10 +392,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Connections(command) => {
             let settings = Settings::load(&cli.config)?;
-            let db = open(&settings).await?;
+            // Only `add` stores a secret; the others read with whatever keys are configured.
+            let db = match command.stores_credentials() {
+                true => connect_with_keys(&settings).await?,
+                false => crate::db::connect_and_migrate(&settings.database)
+                    .await?
+                    .with_keyring(secrets::load_keyring(&settings)?),
+            };
             connections::run(&db, &settings, command).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Secrets(command) => secrets::run(&cli.config, command).await,
         Command::Demo { quiet } => {
             let show_progress = !quiet && std::io::stderr().is_terminal();
             crate::demo::run(&cli.config, show_progress).await
@@ -404,25 +428,45 @@ async fn shutdown_signal() {
     }
 }
 
-/// [`open`], for commands that write records: refuses a table without the unique index,
-/// and retires the connections config.toml no longer lists. Commands that only read leave
-/// connections as they are, so inspecting with another config file changes nothing.
+/// For commands that sync or replay: loads the keys, connects and migrates, refuses a
+/// table without the unique index, loads the configured connections, retires those
+/// config.toml no longer lists, and seals in place the credentials a database still
+/// holds in clear. A bad key, a literal secret without one, or a configured connection
+/// sealed with a key not configured stop it before anything is written. Commands that
+/// only read leave connections as they are.
 async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
-    let db = open(settings).await?;
+    let db = connect_with_keys(settings).await?;
     crate::db::require_key_index(&db).await?;
-    crate::db::retire_removed_connections(&db, settings)
-        .await
-        .context("disabling the connections removed from the config")?;
-    Ok(db)
-}
-
-/// Connects, migrates and loads the configured connections.
-async fn open(settings: &Settings) -> anyhow::Result<DatabasePools> {
-    let db = crate::db::connect_and_migrate(&settings.database).await?;
+    crate::db::sealing::check_configured_keys(&db, settings).await?;
     crate::db::upsert_configured_connections(&db, settings)
         .await
         .context("loading the configured connections into the database")?;
+    crate::db::retire_removed_connections(&db, settings)
+        .await
+        .context("disabling the connections removed from the config")?;
+    let sealed = crate::db::sealing::reseal(&db, crate::db::sealing::Reseal::InClear, None)
+        .await
+        .context("sealing the credentials stored in clear")?;
+    if sealed.resealed > 0 {
+        tracing::info!(
+            connections = sealed.resealed,
+            "Credentials stored in clear were sealed under the current key."
+        );
+    }
+    for failure in &sealed.failed {
+        tracing::error!(error = %failure, "Stored credentials could not be sealed.");
+    }
     Ok(db)
+}
+
+/// Loads the keys (refusing bad ones and literal secrets that could not be stored), then
+/// connects and migrates.
+async fn connect_with_keys(settings: &Settings) -> anyhow::Result<DatabasePools> {
+    let keyring = secrets::load_keyring(settings)?;
+    crate::credentials::check_storable(settings, &keyring)?;
+    Ok(crate::db::connect_and_migrate(&settings.database)
+        .await?
+        .with_keyring(keyring))
 }
 
 /// 0 when every run succeeded or was partial, 1 when any failed or was interrupted.

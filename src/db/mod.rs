@@ -18,6 +18,7 @@ use crate::entities::connection;
 mod migration_lock;
 mod pools;
 mod readers;
+pub mod sealing;
 mod wal_checkpoints;
 mod write_lane;
 
@@ -48,6 +49,8 @@ pub enum DbSetupError {
     },
     #[error("storing the configured connections failed: {0}")]
     Connections(#[source] DbErr),
+    #[error("storing the configured connections failed: {0}")]
+    Credentials(#[from] crate::secrets::SecretsError),
     #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
     MissingKeyIndex,
 }
@@ -78,6 +81,9 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
+                // Deleted content (an old copy of rewritten credentials) is zeroed, not
+                // left in freed space of the file.
+                .pragma("secure_delete", "ON")
                 .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
         });
     } else {
@@ -262,64 +268,85 @@ pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::P
 
 /// Inserts the connections listed in config.toml, or updates their credentials and
 /// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept, and so
-/// are refreshed OAuth credentials unless the configured credentials changed.
+/// are refreshed OAuth credentials unless the configured credentials changed. Secrets
+/// are sealed with the pools' keyring; a row that cannot be opened is left as it is
+/// (its runs fail naming it).
 pub async fn upsert_configured_connections(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
 ) -> Result<(), DbSetupError> {
     for provider in settings.providers.values() {
         for configured in &provider.connections {
-            upsert_connection(db, &provider.name, configured)
-                .await
-                .map_err(DbSetupError::Connections)?;
+            upsert_connection(db, &provider.name, configured).await?;
         }
     }
     Ok(())
 }
 
 async fn upsert_connection(
-    db: &impl ConnectionTrait,
+    db: &DatabasePools,
     provider: &str,
     configured: &ConnectionSettings,
-) -> Result<(), DbErr> {
+) -> Result<(), DbSetupError> {
     let source = StoredCredentials::from_config(configured);
     let now = Utc::now();
+    let binding = crate::secrets::Binding {
+        user_id: &configured.user_id,
+        provider,
+    };
+    let column = source.to_column_for(db.secrets(), binding)?;
     // Insert-if-missing first: several instances starting at once must not race a
     // lookup against each other's inserts.
     let mut new = connection::ActiveModel::new_connection(
         &configured.user_id,
         provider,
         configured.enabled,
-        source.to_column(),
+        column.clone(),
     );
     new.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
     connection::Entity::insert(new)
         .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
-        .exec_without_returning(db)
-        .await?;
+        .exec_without_returning(db.main())
+        .await
+        .map_err(DbSetupError::Connections)?;
     let row = connection::Entity::find()
         .filter(connection::Column::UserId.eq(&configured.user_id))
         .filter(connection::Column::Provider.eq(provider))
-        .one(db)
-        .await?
+        .one(db.main())
+        .await
+        .map_err(DbSetupError::Connections)?
         .ok_or_else(|| {
-            DbErr::RecordNotFound(format!("connection {}@{provider}", configured.user_id))
+            DbSetupError::Connections(DbErr::RecordNotFound(format!(
+                "connection {}@{provider}",
+                configured.user_id
+            )))
         })?;
-    let unchanged_source = StoredCredentials::parse(&row.credentials)
-        .map(|stored| stored.same_source(&source))
-        .unwrap_or(false);
+    let unchanged_source = match StoredCredentials::from_column(
+        db.secrets(),
+        binding,
+        &row.credentials,
+    ) {
+        Ok(stored) => stored.same_source(&source),
+        Err(message) => {
+            tracing::error!(user_id = %configured.user_id, provider, error = %message, "Stored credentials cannot be opened; the row is left as it is.");
+            return Ok(());
+        }
+    };
     let listed = row.defined_in == connection::DEFINED_IN_CONFIG;
     if unchanged_source && row.enabled == configured.enabled && listed {
         return Ok(());
     }
     let mut active: connection::ActiveModel = row.into();
     if !unchanged_source {
-        active.credentials = Set(source.to_column());
+        active.credentials = Set(column);
     }
     active.enabled = Set(configured.enabled);
     active.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
     active.updated_at = Set(now);
-    active.update(db).await?;
+    active
+        .update(db.main())
+        .await
+        .map_err(DbSetupError::Connections)?;
     Ok(())
 }
 

@@ -17,6 +17,8 @@ use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
 };
 
+use crate::secrets::Keyring;
+
 use super::readers::SqliteReaders;
 use super::wal_checkpoints::WalCheckpoints;
 use super::write_lane::WriteLane;
@@ -27,14 +29,16 @@ use super::write_lane::WriteLane;
 const READERS: usize = 4;
 
 /// The main pool; on SQLite the lane all-new pages take to its writing connection; and on
-/// a SQLite file its readers and background checkpoints. Dereferences to the main pool,
-/// so it goes wherever a `&DatabaseConnection` does.
+/// a SQLite file its readers and background checkpoints; and the keys that open and seal
+/// `connections.credentials`. Dereferences to the main pool, so it goes wherever a
+/// `&DatabaseConnection` does.
 #[derive(Clone, Debug)]
 pub struct DatabasePools {
     main: DatabaseConnection,
     write_lane: Option<Arc<WriteLane>>,
     readers: Option<Arc<SqliteReaders>>,
     checkpoints: Option<Arc<WalCheckpoints>>,
+    secrets: Arc<Keyring>,
 }
 
 impl DatabasePools {
@@ -48,6 +52,7 @@ impl DatabasePools {
             write_lane,
             readers: None,
             checkpoints: None,
+            secrets: Arc::new(Keyring::none()),
         }
     }
 
@@ -65,6 +70,25 @@ impl DatabasePools {
             checkpoints: Some(Arc::new(WalCheckpoints::start(options))),
             ..DatabasePools::single(main)
         }
+    }
+
+    /// These pools with `keyring` as the keys for stored credentials (without one, no
+    /// secret can be stored and only secrets in clear can be read).
+    pub fn with_keyring(self, keyring: Keyring) -> DatabasePools {
+        DatabasePools {
+            secrets: Arc::new(keyring),
+            ..self
+        }
+    }
+
+    /// The keys that open and seal `connections.credentials`.
+    pub fn secrets(&self) -> &Keyring {
+        &self.secrets
+    }
+
+    /// The same keys, for a task that outlives the borrow of the pools.
+    pub fn shared_secrets(&self) -> Arc<Keyring> {
+        Arc::clone(&self.secrets)
     }
 
     /// The pool every write and every transaction goes through.

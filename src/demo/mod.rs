@@ -6,12 +6,15 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Deserialize;
 
 use crate::config::{redact_url, DatabaseSettings, Settings, DATABASE_URL_ENV};
-use crate::entities::run_error;
+use crate::db::DatabasePools;
+use crate::entities::{connection, run_error};
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
+use crate::secrets::{KeySource, Keyring, SecretKey, SecretsSettings};
 use crate::sync::{sync_matching, SyncFilter};
 
 /// The database used when there is no config file to name one.
@@ -19,15 +22,18 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://tributary.db?mode=rwc";
 /// The provider name the demo's records are stored under.
 const DEMO_PROVIDER: &str = "demo";
 
-/// Only the `[database]` table: the demo ignores the config's providers.
+/// Only the `[database]` and `[secrets]` tables: the demo ignores the config's providers.
 #[derive(Deserialize)]
 struct DatabaseOnly {
     database: DatabaseSettings,
+    #[serde(default)]
+    secrets: SecretsSettings,
 }
 
 /// Runs the demo against the database of `config_path` (or the default SQLite file).
 pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<ExitCode> {
-    let database_url = demo_database_url(config_path)?;
+    let (database_url, secrets) = demo_database(config_path)?;
+    let keyring = demo_keyring(&secrets)?;
     let address = emulator::start()
         .await
         .context("starting the emulated API on 127.0.0.1")?;
@@ -38,6 +44,9 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
         emulator::PAGE_SIZE
     );
     println!("Database: {}", redact_url(&database_url));
+    if let Some((id, source)) = keyring.current() {
+        println!("Tokens are sealed with key {id} ({source}).");
+    }
 
     let settings = Settings::parse(
         Path::new("(demo config)"),
@@ -45,8 +54,11 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
         None,
         &|_| true,
     )?;
-    let db = crate::db::connect_and_migrate(&settings.database).await?;
+    let db = crate::db::connect_and_migrate(&settings.database)
+        .await?
+        .with_keyring(keyring);
     crate::db::require_key_index(&db).await?;
+    forget_demo_credentials(&db).await?;
     crate::db::upsert_configured_connections(&db, &settings).await?;
 
     let bars = crate::cli::progress::BarProgress::new();
@@ -90,9 +102,11 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
             error.run_id, error.user_id, error.stage, error.message, error.payload
         );
     }
+    let sealed = show_stored_credentials(&db).await?;
     println!("\nLook around: `tributary runs` and `tributary errors RUN_ID`.");
 
-    let healthy = inserted_by_pass_2 == 0
+    let healthy = sealed
+        && inserted_by_pass_2 == 0
         && validate_errors.len() == 1
         && passes.iter().flatten().all(|o| o.error.is_none());
     Ok(if healthy {
@@ -102,25 +116,74 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
     })
 }
 
-/// The database the demo writes to: `TRIBUTARY_DATABASE_URL`, else the config file's
-/// `database.url`, else the default SQLite file when there is no config file.
-fn demo_database_url(config_path: &Path) -> anyhow::Result<String> {
-    if let Ok(url) = std::env::var(DATABASE_URL_ENV) {
-        if !url.trim().is_empty() {
-            return Ok(url);
-        }
-    }
-    match std::fs::read_to_string(config_path) {
+/// The database the demo writes to (`TRIBUTARY_DATABASE_URL`, else the config file's
+/// `database.url`, else the default SQLite file when there is no config file) and the
+/// config's `[secrets]`.
+fn demo_database(config_path: &Path) -> anyhow::Result<(String, SecretsSettings)> {
+    let (url, secrets) = match std::fs::read_to_string(config_path) {
         Ok(text) => {
-            let parsed: DatabaseOnly = toml::from_str(&text)
-                .with_context(|| format!("reading [database] from {}", config_path.display()))?;
-            Ok(parsed.database.url)
+            let parsed: DatabaseOnly = toml::from_str(&text).with_context(|| {
+                format!(
+                    "reading [database] and [secrets] from {}",
+                    config_path.display()
+                )
+            })?;
+            (parsed.database.url, parsed.secrets)
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            Ok(DEFAULT_DATABASE_URL.to_string())
+            (DEFAULT_DATABASE_URL.to_string(), SecretsSettings::default())
         }
-        Err(error) => Err(error).with_context(|| format!("reading {}", config_path.display())),
+        Err(error) => {
+            return Err(error).with_context(|| format!("reading {}", config_path.display()))
+        }
+    };
+    match std::env::var(DATABASE_URL_ENV) {
+        Ok(override_url) if !override_url.trim().is_empty() => Ok((override_url, secrets)),
+        _ => Ok((url, secrets)),
     }
+}
+
+/// The configured keys, or a key made for this run alone when none is configured: the
+/// demo's tokens are stored sealed either way, and only the demo ever reads them.
+fn demo_keyring(secrets: &SecretsSettings) -> anyhow::Result<Keyring> {
+    let configured = Keyring::load(secrets, &|name| std::env::var(name).ok())?;
+    Ok(match configured.current() {
+        Some(_) => configured,
+        None => Keyring::with_key(SecretKey::generate(), KeySource::Ephemeral),
+    })
+}
+
+/// Drops what an earlier demo stored for its own connections, which may be sealed with
+/// that demo's ephemeral key; they are stored again, sealed with this run's key.
+async fn forget_demo_credentials(db: &DatabasePools) -> anyhow::Result<()> {
+    connection::Entity::update_many()
+        .col_expr(connection::Column::Credentials, Expr::value("{}"))
+        .filter(connection::Column::Provider.eq(DEMO_PROVIDER))
+        .exec(db.main())
+        .await?;
+    Ok(())
+}
+
+/// Prints the start of each demo connection's stored credentials; `true` when none of
+/// them holds its token in clear.
+async fn show_stored_credentials(db: &DatabasePools) -> anyhow::Result<bool> {
+    let rows = connection::Entity::find()
+        .filter(connection::Column::Provider.eq(DEMO_PROVIDER))
+        .order_by_asc(connection::Column::UserId)
+        .all(db.main())
+        .await?;
+    println!("\nStored credentials (connections.credentials), no token in clear:");
+    let mut sealed = true;
+    for row in &rows {
+        let start: String = row.credentials.chars().take(48).collect();
+        println!("  {}: {start}...", row.user_id);
+        sealed &= !row.credentials.contains(&demo_token(&row.user_id));
+    }
+    Ok(sealed)
+}
+
+fn demo_token(user: &str) -> String {
+    format!("demo-token-{user}")
 }
 
 /// The demo's config: one `rest` provider on the emulator, one connection per user.
@@ -153,7 +216,8 @@ page_size = {page_size}
     );
     for user in emulator::USERS {
         text.push_str(&format!(
-            "\n[[providers.{DEMO_PROVIDER}.connections]]\nuser_id = \"{user}\"\ntoken = \"demo-token-{user}\"\n"
+            "\n[[providers.{DEMO_PROVIDER}.connections]]\nuser_id = \"{user}\"\ntoken = \"{}\"\n",
+            demo_token(user)
         ));
     }
     text

@@ -12,7 +12,8 @@ pub struct Model {
     pub user_id: String,
     pub provider: String,
     pub enabled: bool,
-    /// JSON: `{"token_env": "NAME"}` (resolved at run time) or `{"token": "..."}`.
+    /// JSON: `{"token_env": "NAME"}` (resolved at run time), or the sealed form of JSON
+    /// that holds a secret (`sealed:v1:...`, see `crate::secrets`).
     #[sea_orm(column_type = "Text")]
     pub credentials: String,
     /// The incremental-sync watermark, advanced only after the records it covers commit.
@@ -70,6 +71,16 @@ impl std::fmt::Debug for Model {
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
+    }
+}
+
+impl Model {
+    /// The row its sealed credentials are bound to.
+    pub fn binding(&self) -> crate::secrets::Binding<'_> {
+        crate::secrets::Binding {
+            user_id: &self.user_id,
+            provider: &self.provider,
+        }
     }
 }
 

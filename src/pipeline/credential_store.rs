@@ -23,8 +23,10 @@ use tokio_util::task::TaskTracker;
 use tributary_providers::{CredentialStore, Credentials, FetchError, TokenRefresher};
 
 use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::Holder;
+use crate::secrets::{Binding, Keyring};
 
 /// How long a claim holds. Longer than any token request can take (the HTTP client's
 /// timeout bounds it, and a POST is not retried once sent), so a live claim is never taken
@@ -54,19 +56,42 @@ pub async fn wait_for_refreshes(limit: Duration) -> bool {
 /// The credentials of one connection for one run, refreshed through its row.
 pub struct ConnectionCredentials {
     db: DatabaseConnection,
+    secrets: Arc<Keyring>,
     connection_id: i64,
+    owner: Owner,
     current: Mutex<Credentials>,
+}
+
+/// What the connection's sealed credentials are bound to.
+#[derive(Clone)]
+struct Owner {
+    user_id: String,
+    provider: String,
+}
+
+impl Owner {
+    fn binding(&self) -> Binding<'_> {
+        Binding {
+            user_id: &self.user_id,
+            provider: &self.provider,
+        }
+    }
 }
 
 impl ConnectionCredentials {
     pub fn new(
-        db: &DatabaseConnection,
-        connection_id: i64,
+        db: &DatabasePools,
+        connection: &connection::Model,
         credentials: Credentials,
     ) -> ConnectionCredentials {
         ConnectionCredentials {
-            db: db.clone(),
-            connection_id,
+            db: db.main().clone(),
+            secrets: db.shared_secrets(),
+            connection_id: connection.id,
+            owner: Owner {
+                user_id: connection.user_id.clone(),
+                provider: connection.provider.clone(),
+            },
             current: Mutex::new(credentials),
         }
     }
@@ -96,7 +121,9 @@ impl CredentialStore for ConnectionCredentials {
     ) -> Result<Credentials, FetchError> {
         let refresh = Refresh {
             db: self.db.clone(),
+            secrets: Arc::clone(&self.secrets),
             connection_id: self.connection_id,
+            owner: self.owner.clone(),
             holder: Holder::current(),
         };
         let stale = stale.clone();
@@ -112,7 +139,9 @@ impl CredentialStore for ConnectionCredentials {
 /// One refresh of one connection, run in its own task.
 struct Refresh {
     db: DatabaseConnection,
+    secrets: Arc<Keyring>,
     connection_id: i64,
+    owner: Owner,
     holder: Holder,
 }
 
@@ -122,6 +151,16 @@ impl Refresh {
         stale: &Credentials,
         refresher: &dyn TokenRefresher,
     ) -> Result<Credentials, FetchError> {
+        // Checked before the token endpoint is asked, which may rotate the refresh token.
+        let what = format!(
+            "the tokens an OAuth refresh of {} returns",
+            self.owner.binding()
+        );
+        self.secrets
+            .check_can_store(&what)
+            .map_err(|error| FetchError::MissingCredentials {
+                message: error.to_string(),
+            })?;
         let (stored, current) = match self.claim(stale).await? {
             Claimed::AlreadyRefreshed(current) => {
                 tracing::info!("Credentials were already refreshed by another run.");
@@ -184,7 +223,7 @@ impl Refresh {
             .await
             .map_err(claiming)?
             .ok_or_else(|| claiming(DbErr::RecordNotFound(self.row_name())))?;
-        let stored = StoredCredentials::parse(&row.credentials)
+        let stored = StoredCredentials::from_column(&self.secrets, row.binding(), &row.credentials)
             .map_err(|message| FetchError::MissingCredentials { message })?;
         let current = stored
             .resolve()
@@ -239,6 +278,11 @@ impl Refresh {
         fresh: &Credentials,
     ) -> Result<(), FetchError> {
         stored.set_refreshed(fresh);
+        let column = stored
+            .to_column_for(&self.secrets, self.owner.binding())
+            .map_err(|error| FetchError::MissingCredentials {
+                message: error.to_string(),
+            })?;
         let saving = |error: DbErr| FetchError::Client {
             message: format!("saving the refreshed credentials failed: {error}"),
         };
@@ -253,7 +297,7 @@ impl Refresh {
         } else {
             None
         };
-        let written = self.write_claimed(&stored).await;
+        let written = self.write_claimed(column).await;
         if sqlite {
             if let Err(error) = self
                 .db
@@ -273,13 +317,10 @@ impl Refresh {
         }
     }
 
-    async fn write_claimed(&self, stored: &StoredCredentials) -> Result<u64, DbErr> {
+    async fn write_claimed(&self, column: String) -> Result<u64, DbErr> {
         let txn = self.db.begin().await?;
         let written = connection::Entity::update_many()
-            .col_expr(
-                connection::Column::Credentials,
-                Expr::value(stored.to_column()),
-            )
+            .col_expr(connection::Column::Credentials, Expr::value(column))
             .col_expr(
                 connection::Column::RefreshHolder,
                 Expr::value(Option::<String>::None),

@@ -307,10 +307,11 @@ async fn fetch_and_store(
     watermark: &mut Option<Watermark>,
     progress: &dyn ProgressSink,
 ) -> Result<(), RunFault> {
-    let credentials = StoredCredentials::parse(&connection.credentials)
-        .and_then(|stored| stored.resolve())
-        .map_err(RunFault::Credentials)?;
-    let credential_store = ConnectionCredentials::new(db, connection.id, credentials);
+    let credentials =
+        StoredCredentials::from_column(db.secrets(), connection.binding(), &connection.credentials)
+            .and_then(|stored| stored.resolve())
+            .map_err(RunFault::Credentials)?;
+    let credential_store = ConnectionCredentials::new(db, connection, credentials);
     let mut position: Option<PagePosition> = None;
     if let Some(checkpoint) = resumable_checkpoint(connection, walk.since) {
         let position_text = checkpoint.position.describe();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use sea_orm::EntityTrait;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
-use tributary::credentials::StoredCredentials;
 use tributary::entities::connection;
 use tributary::pipeline::credential_store::ConnectionCredentials;
 use tributary::pipeline::RunStatus;
@@ -268,12 +267,7 @@ async fn an_expired_strava_token_is_refreshed_committed_and_then_used() {
     let run = app.sync_one(&settings).await;
     assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
     assert_eq!(run.counts.inserted, 1);
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    let stored = StoredCredentials::parse(&row.credentials).unwrap();
+    let stored = app.stored_credentials("alice", "strava").await;
     let refreshed = stored.oauth.clone().expect("the refreshed pair is stored");
     assert_eq!(refreshed.token.as_deref(), Some("new-access"));
     assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));
@@ -287,6 +281,16 @@ async fn an_expired_strava_token_is_refreshed_committed_and_then_used() {
     app.api.verify().await;
     let errors = serde_json::to_string(&again).unwrap();
     assert!(!errors.contains("new-access") && !errors.contains("client-secret-value"));
+    // Sealed at rest: no token is in the database's files (or, on a server, its column).
+    let key_id = app.db.secrets().current().unwrap().0.to_string();
+    let row = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(row.credentials.starts_with(&format!("sealed:v1:{key_id}:")));
+    let tokens = ["old-access", "old-refresh", "new-access", "new-refresh"];
+    crate::secrets::assert_nowhere_in_clear(&app, &tokens).await;
 }
 
 /// Stands in for a token endpoint: counts the refreshes it was asked for.
@@ -323,13 +327,14 @@ async fn concurrent_refreshes_of_one_connection_spend_the_refresh_token_once() {
         .await
         .unwrap()
         .unwrap();
-    let stale = StoredCredentials::parse(&row.credentials)
-        .unwrap()
+    let stale = app
+        .stored_credentials("alice", "acme")
+        .await
         .resolve()
         .unwrap();
     let refresher = std::sync::Arc::new(CountingRefresher(AtomicU32::new(0)));
-    let first = ConnectionCredentials::new(&app.db, row.id, stale.clone());
-    let second = ConnectionCredentials::new(&app.db, row.id, stale.clone());
+    let first = ConnectionCredentials::new(&app.db, &row, stale.clone());
+    let second = ConnectionCredentials::new(&app.db, &row, stale.clone());
     let (a, b) = tokio::join!(
         first.refresh(&stale, refresher.clone()),
         second.refresh(&stale, refresher.clone())
@@ -346,11 +351,6 @@ async fn concurrent_refreshes_of_one_connection_spend_the_refresh_token_once() {
         "a1",
         "the second waited and reused it"
     );
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    let stored = StoredCredentials::parse(&row.credentials).unwrap();
+    let stored = app.stored_credentials("alice", "acme").await;
     assert_eq!(stored.oauth.unwrap().refresh_token.as_deref(), Some("r1"));
 }

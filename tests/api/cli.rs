@@ -1,38 +1,10 @@
 //! The `tributary` binary: exit codes, messages, JSON output, bad configs and the demo.
 
-use assert_cmd::Command;
 use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
-
-/// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
-fn tributary(config: &std::path::Path) -> Command {
-    let mut command = Command::cargo_bin("tributary").expect("binary built");
-    command
-        .arg("--config")
-        .arg(config)
-        .env_remove("TRIBUTARY_DATABASE_URL")
-        .env_remove("TRIBUTARY_CONFIG")
-        .env_remove("RUST_LOG");
-    command
-}
-
-struct Output {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(command: &mut Command) -> Output {
-    let output = command.output().expect("binary runs");
-    Output {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
+use crate::helpers::{cursor_provider, items, run, spawn_app, tributary, TestApp};
 
 async fn mount_listing(app: &TestApp) {
     let mut data = items("c", "alice", 0..4);
@@ -139,8 +111,11 @@ async fn sync_of_an_unknown_provider_names_the_configured_ones() {
 fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("never.db");
+    let key_file = dir.path().join("secrets.key");
+    tributary::secrets::generate_key_file(&key_file).unwrap();
+    let secrets = format!("[secrets]\nkey_file = \"{}\"\n", key_file.display());
     let valid = format!(
-        "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{}",
+        "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{secrets}{}",
         db_path.display(),
         cursor_provider("acme", "http://127.0.0.1:9", &["alice"])
     );
@@ -182,6 +157,11 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             ),
             "providers.acme.connections[0].token_env",
             "TRIBUTARY_TEST_NOT_SET is not set",
+        ),
+        (
+            valid.replace(&secrets, ""),
+            "providers.acme.connections[0].token",
+            "no secrets key is configured: generate a key with `tributary secrets generate-key",
         ),
         (
             valid.replace("max_retries = 2", "max_retries = -1"),
@@ -278,10 +258,16 @@ fn demo_shows_that_the_second_pass_inserts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
     let db_path = dir.path().join("demo.db");
+    // Like the shipped config.toml: a connection whose token variable is not set, and
+    // no secrets key.
+    let acme = cursor_provider("acme", "http://127.0.0.1:9", &["alice"]).replace(
+        "token = \"token-alice\"",
+        "token_env = \"TRIBUTARY_TEST_UNSET_TOKEN\"",
+    );
     std::fs::write(
         &config,
         format!(
-            "[database]\nurl = \"sqlite://{}?mode=rwc\"\n",
+            "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{acme}",
             db_path.display()
         ),
     )
@@ -306,8 +292,22 @@ fn demo_shows_that_the_second_pass_inserts_nothing() {
         output.stdout
     );
     assert!(output.stdout.contains("grace@demo succeeded"));
+    assert!(
+        output.stdout.contains("sealed with key") && output.stdout.contains("ada: sealed:v1:"),
+        "{}",
+        output.stdout
+    );
+    let file = std::fs::read(&db_path).unwrap();
+    let wal = std::fs::read(dir.path().join("demo.db-wal")).unwrap_or_default();
+    for bytes in [&file, &wal] {
+        assert!(
+            !bytes.windows(11).any(|w| w == b"demo-token-"),
+            "a demo token in clear"
+        );
+    }
 
     let runs = run(tributary(&config).args(["runs", "--json"]));
+    assert_eq!(runs.code, 0, "the demo's hint works: {}", runs.stderr);
     let runs: serde_json::Value = serde_json::from_str(&runs.stdout).unwrap();
     let runs = runs.as_array().unwrap();
     assert_eq!(runs.len(), 6, "two passes over three users");

@@ -13,12 +13,14 @@ use wiremock::MockServer;
 
 static TRACING: Once = Once::new();
 
-/// One test's world: a database, a mock API and a folder for files.
+/// One test's world: a database, a mock API, a folder for files, and a secrets key
+/// (`key_file`, mode 0600) that the pools and the configs written here use.
 pub struct TestApp {
     pub db: tributary::db::DatabasePools,
     pub database_url: String,
     pub api: MockServer,
     pub dir: TempDir,
+    pub key_file: PathBuf,
 }
 
 /// Which database server the suite runs against: `TRIBUTARY_TEST_DB` = `sqlite` (the
@@ -105,12 +107,24 @@ async fn spawn_app_with(database_url: impl FnOnce(String) -> String) -> TestApp 
     })
     .await
     .expect("migrated test database");
-    TestApp {
-        db,
-        database_url,
-        api: MockServer::start().await,
-        dir,
-    }
+    TestApp::new(db, database_url, dir).await
+}
+
+/// Writes a new key file `secrets.key` into `dir` and returns it with a keyring holding it.
+pub fn test_key(dir: &std::path::Path) -> (PathBuf, tributary::secrets::Keyring) {
+    let key_file = dir.join("secrets.key");
+    tributary::secrets::generate_key_file(&key_file).expect("test key written");
+    let keyring = keyring_of(&key_file);
+    (key_file, keyring)
+}
+
+/// A keyring whose current key is read from `key_file`.
+pub fn keyring_of(key_file: &std::path::Path) -> tributary::secrets::Keyring {
+    let settings = tributary::secrets::SecretsSettings {
+        key_file: Some(key_file.to_path_buf()),
+        ..Default::default()
+    };
+    tributary::secrets::Keyring::load(&settings, &|_| None).expect("test key read")
 }
 
 /// A `[providers.NAME]` table for a `rest` provider on `base_url` with cursor pagination,
@@ -157,9 +171,57 @@ pub fn connections(name: &str, users: &[&str]) -> String {
 }
 
 impl TestApp {
-    /// A whole config file: this app's database plus the given provider tables.
+    /// A test's world around an open database: a mock API and a new key in `dir`.
+    pub async fn new(
+        db: tributary::db::DatabasePools,
+        database_url: String,
+        dir: TempDir,
+    ) -> TestApp {
+        let (key_file, keyring) = test_key(dir.path());
+        TestApp {
+            db: db.with_keyring(keyring),
+            database_url,
+            api: MockServer::start().await,
+            dir,
+            key_file,
+        }
+    }
+
+    /// Another keyring holding this app's key, for pools of a test's own.
+    pub fn keyring(&self) -> tributary::secrets::Keyring {
+        keyring_of(&self.key_file)
+    }
+
+    /// A whole config file: this app's database and key plus the given provider tables.
     pub fn config_text(&self, providers: &str) -> String {
-        format!("[database]\nurl = \"{}\"\n{providers}", self.database_url)
+        format!(
+            "[database]\nurl = \"{}\"\n[secrets]\nkey_file = \"{}\"\n{providers}",
+            self.database_url,
+            self.key_file.display()
+        )
+    }
+
+    /// A connection's stored credentials, opened with this app's key.
+    pub async fn stored_credentials(
+        &self,
+        user_id: &str,
+        provider: &str,
+    ) -> tributary::credentials::StoredCredentials {
+        use sea_orm::{ColumnTrait, QueryFilter};
+        use tributary::entities::connection;
+        let row = connection::Entity::find()
+            .filter(connection::Column::UserId.eq(user_id))
+            .filter(connection::Column::Provider.eq(provider))
+            .one(&self.db)
+            .await
+            .expect("query")
+            .expect("connection exists");
+        tributary::credentials::StoredCredentials::from_column(
+            self.db.secrets(),
+            row.binding(),
+            &row.credentials,
+        )
+        .expect("credentials open")
     }
 
     /// Writes the config file into the temp folder and returns its path.
@@ -368,6 +430,37 @@ impl TestApp {
             .execute_raw(Statement::from_string(self.db.get_database_backend(), sql))
             .await
             .expect("statement");
+    }
+}
+
+/// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
+pub fn tributary(config: &std::path::Path) -> assert_cmd::Command {
+    let mut command = assert_cmd::Command::cargo_bin("tributary").expect("binary built");
+    command
+        .arg("--config")
+        .arg(config)
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("TRIBUTARY_CONFIG")
+        .env_remove("TRIBUTARY_SECRETS_KEY")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// A finished command's exit code and output.
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` to the end.
+pub fn run(command: &mut assert_cmd::Command) -> Output {
+    let output = command.output().expect("binary runs");
+    Output {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
 

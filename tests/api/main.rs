@@ -28,6 +28,7 @@ mod pools;
 mod race;
 mod redaction;
 mod scripted;
+mod secrets;
 mod shortcuts;
 mod tenants;
 mod tools;

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use sea_orm::EntityTrait;
 use serde_json::json;
-use tributary::credentials::StoredCredentials;
 use tributary::entities::connection;
 use tributary::pipeline::credential_store::wait_for_refreshes;
 use tributary::pipeline::RunStatus;
@@ -85,7 +84,7 @@ async fn a_slow_token_endpoint_holds_no_database_lock_while_it_answers() {
         "a write waited {write:?} for the refresh"
     );
     let row = the_row(&app).await;
-    let stored = StoredCredentials::parse(&row.credentials).expect("stored credentials");
+    let stored = app.stored_credentials("alice", "strava").await;
     let refreshed = stored.oauth.expect("the refreshed pair is stored");
     assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));
     assert_eq!(
@@ -112,7 +111,7 @@ async fn a_refresh_in_flight_is_committed_though_its_run_timed_out() {
     let run = app.sync_one(&settings).await;
     assert_eq!(run.status, RunStatus::Failed, "{:?}", run.error);
     assert!(wait_for_refreshes(Duration::from_secs(10)).await);
-    let stored = StoredCredentials::parse(&the_row(&app).await.credentials).expect("stored");
+    let stored = app.stored_credentials("alice", "strava").await;
     let refreshed = stored.oauth.expect("the rotated pair was committed");
     assert_eq!(refreshed.token.as_deref(), Some("new-access"));
     assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));

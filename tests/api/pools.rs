@@ -181,12 +181,7 @@ async fn on_a_sqlite_file_committed_pages_reach_the_database_file_in_the_backgro
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pools.db");
     let db = sqlite_file(&dir).await;
-    let app = crate::helpers::TestApp {
-        db,
-        database_url: format!("sqlite://{}", file.display()),
-        api: wiremock::MockServer::start().await,
-        dir,
-    };
+    let app = crate::helpers::TestApp::new(db, format!("sqlite://{}", file.display()), dir).await;
     mount_cursor_listing(&app.api, "alice", "it", 4, 5, std::time::Duration::ZERO).await;
     let settings = app
         .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))

@@ -54,6 +54,7 @@ async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
     })
     .await
     .expect("writer pool")
+    .with_keyring(app.keyring())
 }
 
 /// Holds back every insert into `records` while reads go on: a SHARE lock on the table on

@@ -1,0 +1,138 @@
+//! `tributary secrets generate-key | rotate | status`: the key that seals stored
+//! credentials, and which rows use which key.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use crate::config::Settings;
+use crate::db::sealing::{self, Reseal};
+use crate::secrets::{Keyring, SecretsError};
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Write a new random key (32 bytes, base64) to FILE with mode 0600. Refuses to
+    /// overwrite an existing file.
+    GenerateKey {
+        /// Where to write the key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Re-seal every stored secret under the current key; `previous_key_files` still
+    /// open what was sealed before. Each row is rewritten on its own, so an interrupted
+    /// rotation is safe to run again.
+    Rotate {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// How many connections hold credentials sealed with each key id, and how many in
+    /// clear. Needs no key.
+    Status {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Loads `[secrets]` and the environment's keys; every key problem is an error here,
+/// before anything is written. Storing secrets in clear is warned about at every start.
+pub fn load_keyring(settings: &Settings) -> anyhow::Result<Keyring> {
+    let keyring = Keyring::load(&settings.secrets, &|name| std::env::var(name).ok())?;
+    if keyring.allows_plaintext() {
+        tracing::warn!("[secrets] allow_plaintext = true and no key is configured: tokens are stored in the database in clear. This is unsafe; configure a key (see `tributary secrets generate-key`).");
+    }
+    Ok(keyring)
+}
+
+pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        SecretsCommand::GenerateKey { out } => {
+            let id = crate::secrets::generate_key_file(&out)?;
+            println!(
+                "Wrote a new key to {} (mode 0600), key id {id}. Name it in config.toml: [secrets] key_file = \"{}\".",
+                out.display(),
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        SecretsCommand::Rotate { json } => {
+            let settings = Settings::load(config)?;
+            let keyring = load_keyring(&settings)?;
+            let db = crate::db::connect_and_migrate(&settings.database)
+                .await?
+                .with_keyring(keyring);
+            let report = sealing::reseal(&db, Reseal::NotCurrent, None).await?;
+            let key_id = db.secrets().current().map(|(id, _)| id.to_string());
+            if json {
+                let json = serde_json::json!({ "key_id": key_id, "resealed": report.resealed, "failed": report.failed });
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            } else {
+                println!(
+                    "Re-sealed {} connection(s) under key {}.",
+                    report.resealed,
+                    key_id.unwrap_or_default()
+                );
+                for failure in &report.failed {
+                    println!("not re-sealed: {failure}");
+                }
+            }
+            Ok(if report.failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        SecretsCommand::Status { json } => {
+            let settings = Settings::load(config)?;
+            let keyring = load_keyring(&settings).context("reading the configured keys")?;
+            let db = crate::db::connect_and_migrate(&settings.database)
+                .await?
+                .with_keyring(keyring);
+            let status = sealing::status(&db).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print_status(&status);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_status(status: &sealing::SealingStatus) {
+    match &status.current_key_id {
+        Some(id) => println!("current key: {id}"),
+        None => println!("current key: none configured"),
+    }
+    for (id, rows) in &status.sealed_by_key_id {
+        let current = if status.current_key_id.as_deref() == Some(id.as_str()) {
+            " (current)"
+        } else {
+            ""
+        };
+        println!("sealed with key {id}{current}: {rows} connection(s)");
+    }
+    println!("in clear: {} connection(s)", status.in_clear);
+    println!(
+        "without secrets (token_env): {} connection(s)",
+        status.without_secrets
+    );
+    if status.unreadable > 0 {
+        println!("unreadable: {} connection(s)", status.unreadable);
+    }
+}
+
+/// Whether an error is a key problem (a config mistake, exit code 2).
+pub fn is_key_error(error: &anyhow::Error) -> bool {
+    error.downcast_ref::<SecretsError>().is_some_and(|error| {
+        matches!(
+            error,
+            SecretsError::ReadKey { .. }
+                | SecretsError::KeyFileMode { .. }
+                | SecretsError::KeyEncoding { .. }
+        )
+    })
+}

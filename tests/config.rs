@@ -323,6 +323,12 @@ fn check_config_command(text: &str) -> (Option<i32>, String) {
         .env_remove("TRIBUTARY_DATABASE_URL")
         .env("BOB_TOKEN", "token")
         .env("STRAVA_CLIENT_SECRET", "secret")
+        // The literal tokens of `full_config` need a key to be storable: 32 zero bytes.
+        .env(
+            "TRIBUTARY_SECRETS_KEY",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )
+        .env_remove("CREDENTIALS_DIRECTORY")
         .output()
         .expect("binary runs");
     (
@@ -550,4 +556,49 @@ fn max_records_per_page_is_read_from_the_provider_table_with_its_default() {
     let settings = parse(&full_config()).unwrap();
     assert_eq!(settings.providers["acme"].http.max_records_per_page, 5000);
     assert_eq!(settings.providers["gh"].http.max_records_per_page, 10_000);
+}
+
+/// The shipped config.toml with every commented example table uncommented: a block of
+/// lines from a `# [` table header to the next blank line, each losing its leading "# ".
+fn shipped_config_with_examples() -> (String, usize) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let text = std::fs::read_to_string(path).expect("config.toml");
+    let mut in_example = false;
+    let mut examples = 0;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("# [") && !line.starts_with("# [[") {
+            in_example = true;
+            examples += 1;
+        } else if line.trim().is_empty() {
+            in_example = false;
+        }
+        match line.strip_prefix("# ") {
+            Some(uncommented) if in_example => lines.push(uncommented),
+            _ => lines.push(line),
+        }
+    }
+    (lines.join("\n"), examples)
+}
+
+#[test]
+fn the_shipped_configs_commented_examples_are_valid_once_uncommented() {
+    let (text, examples) = shipped_config_with_examples();
+    assert_eq!(examples, 4, "[secrets], github, stripe and strava:\n{text}");
+    let settings = Settings::parse(std::path::Path::new("config.toml"), &text, None, &|_| true)
+        .unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let kinds: Vec<&str> = settings
+        .providers
+        .values()
+        .map(|provider| provider.adapter.kind())
+        .collect();
+    assert_eq!(kinds, ["rest", "github", "strava", "stripe"]);
+    assert!(settings
+        .providers
+        .values()
+        .all(|p| p.connections.len() == 1));
+    assert_eq!(
+        settings.secrets.key_file.as_deref(),
+        Some(std::path::Path::new("/etc/tributary/secrets.key"))
+    );
 }

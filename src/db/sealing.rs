@@ -19,7 +19,7 @@ use sea_orm::{
 use crate::config::Settings;
 use crate::credentials::StoredCredentials;
 use crate::entities::connection;
-use crate::secrets::{sealed_key_id, SecretsError};
+use crate::secrets::{sealed_key_id, sealed_prefix, SecretsError};
 
 use super::DatabasePools;
 
@@ -90,13 +90,19 @@ pub async fn reseal(
     which: Reseal,
     stop_after: Option<u64>,
 ) -> Result<ResealReport, SealingError> {
-    if db.secrets().current().is_none() {
+    let Some((current_id, _)) = db.secrets().current() else {
         return match which {
             Reseal::InClear => Ok(ResealReport::default()),
             Reseal::NotCurrent => Err(SealingError::NoCurrentKey),
         };
-    }
+    };
+    // Only rows that may need rewriting are visited; each is checked again when read.
+    let done = match which {
+        Reseal::InClear => sealed_prefix(None),
+        Reseal::NotCurrent => sealed_prefix(Some(current_id)),
+    };
     let ids: Vec<i64> = connection::Entity::find()
+        .filter(connection::Column::Credentials.not_like(format!("{done}%")))
         .select_only()
         .column(connection::Column::Id)
         .order_by_asc(connection::Column::Id)

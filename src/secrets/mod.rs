@@ -16,7 +16,7 @@ mod settings;
 
 pub use key::{generate_key_file, SecretKey, KEY_ENV};
 pub use keyring::{KeySource, Keyring, CREDENTIAL_NAME};
-pub use sealed::{sealed_key_id, Binding};
+pub use sealed::{sealed_key_id, sealed_prefix, Binding};
 pub use settings::SecretsSettings;
 
 use std::path::PathBuf;

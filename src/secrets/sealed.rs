@@ -46,6 +46,14 @@ impl Binding<'_> {
     }
 }
 
+/// What a text sealed with `key_id` starts with (`sealed:v1:` for any key when `None`).
+pub fn sealed_prefix(key_id: Option<&str>) -> String {
+    match key_id {
+        Some(id) => format!("{PREFIX}{id}:"),
+        None => PREFIX.to_string(),
+    }
+}
+
 /// The key id a stored text was sealed with, or `None` when it is not sealed (clear).
 pub fn sealed_key_id(stored: &str) -> Option<&str> {
     let rest = stored.strip_prefix(PREFIX)?;

@@ -266,7 +266,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let settings = Settings::load_checking_environment(&cli.config)?;
             // Refuse a second SQLite daemon before touching the database.
             let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
-            let db = open_for_writing(&settings).await?;
+            let extender = crate::daemon::systemd::spawn_start_extender();
+            let opened = open_for_writing(&settings).await;
+            if let Some(extender) = extender {
+                extender.abort();
+            }
+            let db = opened?;
             drop(lock);
             crate::daemon::run(settings, db, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)

@@ -7,7 +7,7 @@
 
 mod endpoints;
 mod single_instance;
-mod systemd;
+pub(crate) mod systemd;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -15,6 +15,26 @@ pub fn stopping() {
     notify(&[NotifyState::Stopping]);
 }
 
+/// How often the start timeout is extended while the daemon is still starting.
+const EXTEND_EVERY: Duration = Duration::from_secs(10);
+/// How much each extension grants: three periods, so one late tick costs nothing.
+const EXTEND_BY_USEC: u32 = 30_000_000;
+
+/// While the returned task runs, asks systemd every few seconds for more time to start
+/// (`EXTEND_TIMEOUT_USEC`), so that a long migration or a wait for another instance's
+/// migration lock is not taken for a hung start and restarted in a loop. `None` outside
+/// systemd.
+pub fn spawn_start_extender() -> Option<tokio::task::JoinHandle<()>> {
+    std::env::var_os("NOTIFY_SOCKET")?;
+    Some(tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(EXTEND_EVERY);
+        loop {
+            ticks.tick().await;
+            notify(&[NotifyState::ExtendTimeoutUsec(EXTEND_BY_USEC)]);
+        }
+    }))
+}
+
 /// Pings the watchdog at half its interval for as long as the returned task runs.
 pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     let interval = sd_notify::watchdog_enabled()?;

@@ -229,10 +229,12 @@ fn dead_local_holder(holder: Option<&str>) -> Option<&str> {
     (!proc_root.join(pid.to_string()).exists()).then_some(holder)
 }
 
+/// This host's name from gethostname(2), which a sandbox cannot hide the way it can hide
+/// `/proc` (`ProtectProc=invisible`); `:` would break the holder's format.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    nix::unistd::gethostname()
         .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
+        .and_then(|name| name.into_string().ok())
         .map(|name| name.trim().replace(':', "_"))
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
@@ -241,6 +243,21 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holders_name_the_host_gethostname_returns() {
+        let name = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        let holder = Holder::current();
+        assert!(
+            holder.as_str().starts_with(&format!(
+                "{}:{}:",
+                name.replace(':', "_"),
+                std::process::id()
+            )),
+            "{}",
+            holder.as_str()
+        );
+    }
 
     #[test]
     fn an_expiry_is_now_plus_the_ttl_and_never_overflows() {

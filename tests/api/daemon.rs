@@ -651,3 +651,103 @@ async fn the_daemon_sweeps_expired_processed_keys_on_its_schedule() {
     );
     assert!(runs_of(&app, "alice").await.is_empty(), "no run was due");
 }
+
+#[tokio::test]
+async fn a_start_waiting_for_the_migration_lock_extends_systemds_start_timeout() {
+    use std::os::unix::net::UnixDatagram;
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(None),
+        cursor_provider("acme", &app.api.uri(), &["alice"])
+    ));
+    let socket_path = app.dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    // Another instance is migrating: the daemon must wait, and say it is still starting.
+    let held =
+        tributary::db::MigrationLock::acquire(&app.db, &app.database_url, Duration::from_secs(5))
+            .await
+            .expect("the lock is free");
+    let log = app.dir.path().join("daemon.log");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--log", "info", "daemon"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("daemon starts");
+    let mut daemon = Daemon { child, log };
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    let mut read_for = |limit: Duration, seen: &mut String, until: &str| {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline && !seen.contains(until) {
+            if let Ok(n) = socket.recv(&mut buf) {
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                seen.push('\n');
+            }
+        }
+    };
+    read_for(Duration::from_secs(3), &mut seen, "READY=1");
+    assert!(
+        seen.contains("EXTEND_TIMEOUT_USEC="),
+        "notifications: {seen:?}"
+    );
+    assert!(
+        !seen.contains("READY=1"),
+        "ready while the lock is held: {seen:?}"
+    );
+
+    held.release().await.expect("released");
+    read_for(Duration::from_secs(30), &mut seen, "READY=1");
+    assert!(
+        seen.contains("READY=1"),
+        "notifications: {seen:?}\n{}",
+        daemon.log()
+    );
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0);
+}
+
+/// The shipped unit keeps the hardening the README promises, and the install steps never
+/// put a secret on a command line.
+#[test]
+fn the_systemd_unit_is_hardened_and_the_install_steps_keep_secrets_off_command_lines() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unit = std::fs::read_to_string(root.join("deploy/tributary.service")).expect("unit");
+    let directives: Vec<&str> = unit
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with('#'))
+        .collect();
+    for wanted in [
+        "Type=notify",
+        "UMask=0077",
+        "ProtectProc=invisible",
+        "PrivateMounts=yes",
+        "RemoveIPC=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+    ] {
+        assert!(
+            directives.contains(&wanted),
+            "{wanted} missing from the unit"
+        );
+    }
+    assert!(directives.iter().any(|line| line.starts_with("MemoryMax=")));
+    assert!(
+        unit.contains("LoadCredential="),
+        "LoadCredential= is documented in the unit"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    assert!(
+        !readme.contains("env $("),
+        "an install step expands secrets onto a command line"
+    );
+}

@@ -130,7 +130,7 @@ impl Keyring {
         what: &str,
     ) -> Result<String, SecretsError> {
         match &self.current {
-            Some((key, _)) => Ok(sealed::seal(key, binding, plaintext.as_bytes())),
+            Some((key, _)) => sealed::seal(key, binding, plaintext.as_bytes()),
             None => {
                 self.check_can_store(what)?;
                 Ok(plaintext.to_string())

@@ -51,6 +51,8 @@ pub enum SecretsError {
     },
     #[error("the stored credentials of {connection} cannot be decrypted with key id {key_id}: they were sealed for another connection, or altered")]
     Decrypt { connection: String, key_id: String },
+    #[error("the credentials of {connection} cannot be sealed")]
+    Encrypt { connection: String },
     #[error("the stored credentials of {connection} are not in the sealed form tributary writes")]
     Malformed { connection: String },
 }

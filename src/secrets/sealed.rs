@@ -61,18 +61,27 @@ pub fn sealed_key_id(stored: &str) -> Option<&str> {
 }
 
 /// Seals `plaintext` for `binding` under `key`, with a fresh random nonce.
-pub(super) fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> String {
+pub(super) fn seal(
+    key: &SecretKey,
+    binding: Binding<'_>,
+    plaintext: &[u8],
+) -> Result<String, SecretsError> {
     let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
     let aad = binding.associated_data();
     let payload = Payload {
         msg: plaintext,
         aad: &aad,
     };
-    // Encryption fails only for messages beyond GCM's 64 GiB bound; credentials are bytes.
-    let ciphertext = key.cipher().encrypt(&nonce, payload).unwrap_or_default();
+    // GCM refuses only messages beyond its 64 GiB bound.
+    let ciphertext = key
+        .cipher()
+        .encrypt(&nonce, payload)
+        .map_err(|_| SecretsError::Encrypt {
+            connection: binding.to_string(),
+        })?;
     let mut body = nonce.to_vec();
     body.extend_from_slice(&ciphertext);
-    format!("{PREFIX}{}:{}", key.id(), STANDARD.encode(body))
+    Ok(format!("{PREFIX}{}:{}", key.id(), STANDARD.encode(body)))
 }
 
 /// Opens a sealed text with `key`, which must be the key its id names.

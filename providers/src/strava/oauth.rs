@@ -114,13 +114,24 @@ fn fresh_credentials(
         body.get("expires_in").and_then(seconds),
         now,
     )
-    .ok_or_else(|| shape("has neither expires_at nor expires_in"))?;
+    .unwrap_or_else(|| {
+        // Refusing the answer would lose the refresh token it may have rotated; a token
+        // that lives shorter than assumed costs one more refresh after its 401.
+        tracing::warn!(
+            assumed_secs = ASSUMED_TOKEN_LIFETIME_SECONDS,
+            "The token endpoint's answer has neither expires_at nor expires_in; assuming a short lifetime."
+        );
+        now.timestamp().saturating_add(ASSUMED_TOKEN_LIFETIME_SECONDS)
+    });
     Ok(Credentials {
         token: Some(SecretString::from(access_token)),
         refresh_token,
         expires_at: Some(expires_at),
     })
 }
+
+/// How long an access token is taken to live when the answer says nothing of it.
+const ASSUMED_TOKEN_LIFETIME_SECONDS: i64 = 60 * 60;
 
 /// The longest an access token is taken to live, whatever the token endpoint says.
 const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;

@@ -125,6 +125,34 @@ async fn an_unknown_expiry_is_refreshed_first_and_expires_in_is_used_when_expire
 }
 
 #[tokio::test]
+async fn an_answer_without_an_expiry_keeps_its_rotated_refresh_token() {
+    let server = MockServer::start().await;
+    token_endpoint(OLD_REFRESH)
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "token_type": "Bearer", "access_token": NEW_TOKEN, "refresh_token": NEW_REFRESH,
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    with_token(NEW_TOKEN)
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let store = FakeStore::default();
+    let stale = credentials(OLD_TOKEN, Some(OLD_REFRESH), None);
+    provider(&server)
+        .fetch_page(&context(&stale, &store), None)
+        .await
+        .unwrap();
+    let gave = store.gave.lock().unwrap();
+    let expires_at = gave[0].expires_at.unwrap();
+    assert!((expires_at - (now() + 3600)).abs() <= 2, "{expires_at}");
+    let expected = credentials(NEW_TOKEN, Some(NEW_REFRESH), Some(expires_at));
+    assert!(gave[0].same_as(&expected), "{:?}", gave[0]);
+}
+
+#[tokio::test]
 async fn a_401_refreshes_once_and_retries_with_the_new_token() {
     let server = MockServer::start().await;
     with_token(OLD_TOKEN)

@@ -486,3 +486,78 @@ async fn generate_key_writes_a_private_key_once() {
     assert!(again.stderr.contains("new.key"), "{}", again.stderr);
     assert_eq!(std::fs::read(&key).unwrap(), written, "never overwritten");
 }
+
+/// How many connections hold a secret sealed under `key_id`.
+async fn sealed_under(app: &TestApp, key_id: &str) -> usize {
+    connection::Entity::find()
+        .filter(connection::Column::Credentials.contains(format!("sealed:v1:{key_id}:")))
+        .all(&app.db)
+        .await
+        .expect("connections")
+        .len()
+}
+
+#[tokio::test]
+async fn a_rotation_killed_mid_way_and_run_again_leaves_every_row_on_the_new_key() {
+    let app = spawn_app().await;
+    let users: Vec<String> = (0..1500).map(|n| format!("u{n:04}")).collect();
+    let users: Vec<&str> = users.iter().map(String::as_str).collect();
+    let providers = cursor_provider("acme", &app.api.uri(), &users);
+    app.settings(&providers).await;
+    let old_id = app.db.secrets().current().unwrap().0.to_string();
+    let new_dir = tempfile::tempdir().unwrap();
+    let (new_key, rotated) = test_key(new_dir.path());
+    let new_id = rotated.current().unwrap().0.to_string();
+    let config = app.dir.path().join("rotating.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[secrets]\nkey_file = \"{}\"\nprevious_key_files = [\"{}\"]\n{providers}",
+            app.database_url,
+            new_key.display(),
+            app.key_file.display()
+        ),
+    )
+    .unwrap();
+
+    // SIGKILL the rotation as soon as its first rows are on the new key.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["secrets", "rotate"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("TRIBUTARY_SECRETS_KEY")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rotation starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while sealed_under(&app, &new_id).await == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    child.kill().expect("killed");
+    let _ = child.wait();
+    let (on_new, on_old) = (
+        sealed_under(&app, &new_id).await,
+        sealed_under(&app, &old_id).await,
+    );
+    assert!(on_new > 0, "the rotation never started");
+    assert_eq!(
+        on_new + on_old,
+        users.len(),
+        "every row is on one key or the other"
+    );
+    eprintln!("killed with {on_new} of {} rows rotated", users.len());
+
+    let again = run(tributary(&config).args(["secrets", "rotate"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(sealed_under(&app, &new_id).await, users.len());
+    assert_eq!(sealed_under(&app, &old_id).await, 0);
+    let status = status_json(&config).await;
+    assert_eq!(
+        status["sealed_by_key_id"],
+        json!({ new_id.clone(): users.len() }),
+        "{status}"
+    );
+}

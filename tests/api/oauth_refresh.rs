@@ -150,3 +150,74 @@ async fn a_token_post_that_reached_the_server_is_never_sent_again() {
         app.api.verify().await;
     }
 }
+
+/// The first column of every row `sql` returns, as integers.
+async fn integers(app: &TestApp, sql: &str) -> Vec<i64> {
+    use sea_orm::{ConnectionTrait, Statement};
+    let backend = app.db.get_database_backend();
+    app.db
+        .query_all_raw(Statement::from_string(backend, sql))
+        .await
+        .expect("query")
+        .iter()
+        .map(|row| row.try_get_by_index::<i64>(0).expect("an integer"))
+        .collect()
+}
+
+#[tokio::test]
+async fn rotated_tokens_are_committed_durably() {
+    let app = spawn_app().await;
+    match crate::helpers::backend() {
+        crate::helpers::Backend::Sqlite => {
+            // A trigger notes the durability level each write of the credentials ran at.
+            app.execute("CREATE TABLE durability_log (level INTEGER NOT NULL)")
+                .await;
+            app.execute(
+                "CREATE TRIGGER note_durability AFTER UPDATE OF credentials ON connections \
+                 BEGIN INSERT INTO durability_log SELECT synchronous FROM pragma_synchronous; END",
+            )
+            .await;
+        }
+        // The servers commit durably unless configured not to; the suite's servers are not.
+        crate::helpers::Backend::Postgres => {
+            use sea_orm::{ConnectionTrait, Statement};
+            let row = app
+                .db
+                .query_one_raw(Statement::from_string(
+                    app.db.get_database_backend(),
+                    "SHOW synchronous_commit",
+                ))
+                .await
+                .expect("query")
+                .expect("a row");
+            assert_eq!(row.try_get_by_index::<String>(0).expect("text"), "on");
+        }
+        crate::helpers::Backend::Mysql => {
+            let level = integers(
+                &app,
+                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)",
+            )
+            .await;
+            assert_eq!(level, [1]);
+        }
+    }
+    Mock::given(method("POST"))
+        .and(path("/oauth/token"))
+        .respond_with(token_answer())
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    mount_activities(&app).await;
+    let settings = app.settings(&strava(&app, "", "1s")).await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
+    let stored = app.stored_credentials("alice", "strava").await;
+    assert!(stored.oauth.is_some(), "the rotated pair is stored");
+    if crate::helpers::backend() == crate::helpers::Backend::Sqlite {
+        // FULL is 2, NORMAL 1: the refresh's write was the last one, at FULL, and the
+        // writer is back at NORMAL for everything else.
+        let levels = integers(&app, "SELECT level FROM durability_log ORDER BY rowid").await;
+        assert_eq!(levels.last(), Some(&2), "{levels:?}");
+        assert_eq!(integers(&app, "PRAGMA synchronous").await, [1]);
+    }
+}

@@ -712,7 +712,8 @@ async fn a_start_waiting_for_the_migration_lock_extends_systemds_start_timeout()
         daemon.log()
     );
     daemon.signal(Signal::SIGTERM);
-    assert_eq!(daemon.wait(Duration::from_secs(15)), 0);
+    let code = daemon.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{}", daemon.log());
 }
 
 /// The shipped unit keeps the hardening the README promises, and the install steps never
@@ -750,4 +751,52 @@ fn the_systemd_unit_is_hardened_and_the_install_steps_keep_secrets_off_command_l
         !readme.contains("env $("),
         "an install step expands secrets onto a command line"
     );
+}
+
+/// `ProtectProc=invisible` and similar sandboxes can hide `/proc/sys/kernel/hostname`;
+/// here a private mount namespace blanks it, and the lease holder must still name the host.
+#[tokio::test]
+async fn lease_holders_name_the_host_where_proc_does_not_show_it() {
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(None),
+        cursor_provider("acme", &app.api.uri(), &["alice"])
+    ));
+    let blank = app.dir.path().join("blank-hostname");
+    std::fs::write(&blank, "").expect("blank file");
+    let script = format!(
+        "mount --bind '{}' /proc/sys/kernel/hostname && exec \"$0\" --config \"$1\" --log info daemon",
+        blank.display()
+    );
+    let log = app.dir.path().join("daemon.log");
+    let child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .arg(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg(&config)
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("HOSTNAME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("unshare starts");
+    let mut daemon = Daemon { child, log };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemon.log().contains("Daemon ready.") {
+        assert!(Instant::now() < deadline, "not ready:\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let host = nix::unistd::gethostname()
+        .expect("gethostname")
+        .into_string()
+        .expect("a UTF-8 host name");
+    let holder = format!("{}:{}:", host.replace(':', "_"), daemon.pid());
+    assert!(
+        daemon.log().contains(&holder),
+        "{holder} not in:\n{}",
+        daemon.log()
+    );
+    daemon.signal(Signal::SIGTERM);
+    let code = daemon.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{}", daemon.log());
 }

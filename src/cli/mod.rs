@@ -263,6 +263,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Daemon => {
+            let shutdown = shutdown_signal();
             let settings = Settings::load_checking_environment(&cli.config)?;
             // Refuse a second SQLite daemon before touching the database.
             let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
@@ -273,7 +274,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let db = opened?;
             drop(lock);
-            crate::daemon::run(settings, db, shutdown_signal()).await?;
+            crate::daemon::run(settings, db, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
@@ -416,20 +417,33 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(stream) => stream,
+/// Listens for SIGTERM and SIGINT from the moment it is called, so that a signal while the
+/// daemon is still migrating is kept for when it is ready instead of killing it halfway;
+/// the future resolves on the first.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(stream) => Some(stream),
         Err(error) => {
-            tracing::error!(%error, "Cannot listen for SIGTERM; only SIGINT stops the daemon.");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+            tracing::error!(%error, signal = name, "Cannot listen for a stop signal.");
+            None
         }
     };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM received."),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
+    async fn next(stream: &mut Option<Signal>) {
+        match stream {
+            Some(stream) => {
+                stream.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM");
+    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT");
+    async move {
+        tokio::select! {
+            _ = next(&mut terminate) => tracing::info!("SIGTERM received."),
+            _ = next(&mut interrupt) => tracing::info!("SIGINT received."),
+        }
     }
 }
 

@@ -704,14 +704,22 @@ async fn a_start_waiting_for_the_migration_lock_extends_systemds_start_timeout()
         "ready while the lock is held: {seen:?}"
     );
 
-    held.release().await.expect("released");
-    read_for(Duration::from_secs(30), &mut seen, "READY=1");
+    // A stop asked for while still migrating waits for the start to finish, never kills
+    // the process halfway through it.
+    daemon.signal(Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
     assert!(
-        seen.contains("READY=1"),
+        daemon.child.try_wait().expect("wait").is_none(),
+        "SIGTERM killed the daemon while it waited to migrate:\n{}",
+        daemon.log()
+    );
+    held.release().await.expect("released");
+    read_for(Duration::from_secs(30), &mut seen, "STOPPING=1");
+    assert!(
+        seen.contains("READY=1") && seen.contains("STOPPING=1"),
         "notifications: {seen:?}\n{}",
         daemon.log()
     );
-    daemon.signal(Signal::SIGTERM);
     let code = daemon.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{}", daemon.log());
 }

@@ -254,19 +254,7 @@ impl Refresh {
     }
 
     async fn release(&self) -> Result<(), DbErr> {
-        connection::Entity::update_many()
-            .col_expr(
-                connection::Column::RefreshHolder,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                connection::Column::RefreshClaimedUntil,
-                Expr::value(Option::<chrono::DateTime<Utc>>::None),
-            )
-            .filter(connection::Column::Id.eq(self.connection_id))
-            .filter(connection::Column::RefreshHolder.eq(self.holder.as_str()))
-            .exec(&self.db)
-            .await?;
+        self.ending_our_claim().exec(&self.db).await?;
         Ok(())
     }
 
@@ -317,10 +305,10 @@ impl Refresh {
         }
     }
 
-    async fn write_claimed(&self, column: String) -> Result<u64, DbErr> {
-        let txn = self.db.begin().await?;
-        let written = connection::Entity::update_many()
-            .col_expr(connection::Column::Credentials, Expr::value(column))
+    /// An `UPDATE` of this connection's row that clears the refresh claim, matching only
+    /// while the claim is this refresh's.
+    fn ending_our_claim(&self) -> sea_orm::UpdateMany<connection::Entity> {
+        connection::Entity::update_many()
             .col_expr(
                 connection::Column::RefreshHolder,
                 Expr::value(Option::<String>::None),
@@ -329,9 +317,16 @@ impl Refresh {
                 connection::Column::RefreshClaimedUntil,
                 Expr::value(Option::<chrono::DateTime<Utc>>::None),
             )
-            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(connection::Column::Id.eq(self.connection_id))
             .filter(connection::Column::RefreshHolder.eq(self.holder.as_str()))
+    }
+
+    async fn write_claimed(&self, column: String) -> Result<u64, DbErr> {
+        let txn = self.db.begin().await?;
+        let written = self
+            .ending_our_claim()
+            .col_expr(connection::Column::Credentials, Expr::value(column))
+            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
             .exec(&txn)
             .await?
             .rows_affected;

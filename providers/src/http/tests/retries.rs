@@ -292,3 +292,50 @@ fn retry_after_reads_seconds_and_http_dates() {
     assert_eq!(retry_after(&header("soon"), now), None);
     assert_eq!(retry_after(&HeaderMap::new(), now), None);
 }
+
+async fn post(client: &HttpClient, url: Url) -> Result<JsonResponse, FetchError> {
+    client
+        .post_form_with(
+            url,
+            HeaderMap::new(),
+            &[("grant_type", "refresh_token")],
+            &DefaultPolicy,
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_post_is_retried_only_when_it_never_reached_the_server() {
+    // Refused: nothing was sent, so it is tried again like any request.
+    let address = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let refused = Url::parse(&format!("http://{address}/token")).unwrap();
+    match post(&client(fast()), refused).await.unwrap_err() {
+        FetchError::Transport { attempts, .. } => assert_eq!(attempts, 4),
+        other => panic!("expected Transport, got {other:?}"),
+    }
+    // Answered 503, or cut short after the request was written: the server may have acted
+    // on it, so it is not sent again.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).insert_header("Retry-After", "0"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    match post(&client(fast()), url(&server, "/token"))
+        .await
+        .unwrap_err()
+    {
+        FetchError::Status { attempts, .. } => assert_eq!(attempts, 1),
+        other => panic!("expected Status, got {other:?}"),
+    }
+    let (cut, served) = raw_server(vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"
+            .to_vec();
+        4
+    ]);
+    assert!(post(&client(fast()), cut).await.is_err());
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+}

@@ -244,6 +244,13 @@ fn default_run_timeout() -> Duration {
 }
 
 impl Settings {
+    /// Whether `[[providers.PROVIDER.connections]]` lists `user_id`.
+    pub fn lists_connection(&self, provider: &str, user_id: &str) -> bool {
+        self.providers
+            .get(provider)
+            .is_some_and(|p| p.connections.iter().any(|c| c.user_id == user_id))
+    }
+
     /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`. The environment
     /// variables that hold secrets are not checked: a run resolves them when it starts.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {

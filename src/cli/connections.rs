@@ -333,7 +333,7 @@ fn check_target<'a>(
 }
 
 fn defined_in(settings: &Settings, row: &connection::Model) -> &'static str {
-    if in_config(settings, &row.provider, &row.user_id) {
+    if settings.lists_connection(&row.provider, &row.user_id) {
         connection::DEFINED_IN_CONFIG
     } else if row.defined_in != connection::DEFINED_IN_CLI {
         // Retired by the next command that syncs, if it has not been already.
@@ -343,15 +343,8 @@ fn defined_in(settings: &Settings, row: &connection::Model) -> &'static str {
     }
 }
 
-fn in_config(settings: &Settings, provider: &str, user_id: &str) -> bool {
-    settings
-        .providers
-        .get(provider)
-        .is_some_and(|p| p.connections.iter().any(|c| c.user_id == user_id))
-}
-
 fn refuse_config_defined(settings: &Settings, target: &Target) -> anyhow::Result<()> {
-    if in_config(settings, &target.provider, &target.user) {
+    if settings.lists_connection(&target.provider, &target.user) {
         bail!(
             "{}@{} is defined in {} (providers.{}.connections); change it there",
             target.user,

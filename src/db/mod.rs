@@ -364,11 +364,7 @@ pub async fn retire_removed_connections(
         .map_err(DbSetupError::Connections)?;
     let mut retired = 0;
     for row in rows {
-        let listed = settings
-            .providers
-            .get(&row.provider)
-            .is_some_and(|p| p.connections.iter().any(|c| c.user_id == row.user_id));
-        if listed {
+        if settings.lists_connection(&row.provider, &row.user_id) {
             continue;
         }
         connection::Entity::update_many()

@@ -66,11 +66,7 @@ pub async fn check_configured_keys(
 ) -> Result<(), SealingError> {
     let rows = connection::Entity::find().all(db.main()).await?;
     for row in rows {
-        let configured = settings
-            .providers
-            .get(&row.provider)
-            .is_some_and(|p| p.connections.iter().any(|c| c.user_id == row.user_id));
-        if !configured {
+        if !settings.lists_connection(&row.provider, &row.user_id) {
             continue;
         }
         if let Err(error @ SecretsError::UnknownKey { .. }) =

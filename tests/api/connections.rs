@@ -43,10 +43,9 @@ fn tributary(config: &std::path::Path, args: &[&str], stdin: &str) -> Output {
     }
 }
 
-#[tokio::test]
-async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_removed() {
-    let app = spawn_app().await;
-    for user in ["alice", "bob", "carol"] {
+/// One page of `count` items per user, answered only with that user's token.
+async fn mount_listings(app: &crate::helpers::TestApp, users: &[&str], count: usize) {
+    for user in users {
         Mock::given(method("GET"))
             .and(path("/v1/items"))
             .and(header(
@@ -54,12 +53,19 @@ async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_remo
                 format!("Bearer token-{user}").as_str(),
             ))
             .respond_with(
-                ResponseTemplate::new(200)
-                    .set_body_json(json!({"data": items("c", user, 0..3), "next_cursor": null})),
+                ResponseTemplate::new(200).set_body_json(
+                    json!({"data": items("c", user, 0..count), "next_cursor": null}),
+                ),
             )
             .mount(&app.api)
             .await;
     }
+}
+
+#[tokio::test]
+async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_removed() {
+    let app = spawn_app().await;
+    mount_listings(&app, &["alice", "bob", "carol"], 3).await;
     let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
     let add = |args: &[&str], stdin: &str| {
         let mut all = vec!["connections", "add", "--provider", "acme"];
@@ -201,20 +207,7 @@ async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_remo
 #[tokio::test]
 async fn a_connection_taken_out_of_the_config_is_disabled_its_records_kept() {
     let app = spawn_app().await;
-    for user in ["alice", "bob", "carol"] {
-        Mock::given(method("GET"))
-            .and(path("/v1/items"))
-            .and(header(
-                "authorization",
-                format!("Bearer token-{user}").as_str(),
-            ))
-            .respond_with(
-                ResponseTemplate::new(200)
-                    .set_body_json(json!({"data": items("c", user, 0..2), "next_cursor": null})),
-            )
-            .mount(&app.api)
-            .await;
-    }
+    mount_listings(&app, &["alice", "bob", "carol"], 2).await;
     let both = cursor_provider("acme", &app.api.uri(), &["alice", "bob"]);
     let config = app.write_config(&both);
     let carol = tributary(

@@ -18,7 +18,7 @@ use tributary::entities::sync_run;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-/// The bound stated in the README: one page of a body at the default caps.
+/// The bound stated in docs/performance.md: one page of a body at the default caps.
 const PEAK_RSS_LIMIT_MIB: i64 = 256;
 
 /// The default `http.max_body_bytes`, less room for the shapes' ends.

@@ -724,8 +724,8 @@ async fn a_start_waiting_for_the_migration_lock_extends_systemds_start_timeout()
     assert_eq!(code, 0, "{}", daemon.log());
 }
 
-/// The shipped unit keeps the hardening the README promises, and the install steps never
-/// put a secret on a command line.
+/// The shipped unit keeps the hardening docs/operations.md promises, and the install steps
+/// (there and in the README) never put a secret on a command line.
 #[test]
 fn the_systemd_unit_is_hardened_and_the_install_steps_keep_secrets_off_command_lines() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -754,11 +754,13 @@ fn the_systemd_unit_is_hardened_and_the_install_steps_keep_secrets_off_command_l
         unit.contains("LoadCredential="),
         "LoadCredential= is documented in the unit"
     );
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
-    assert!(
-        !readme.contains("env $("),
-        "an install step expands secrets onto a command line"
-    );
+    for doc in ["README.md", "docs/operations.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+        assert!(
+            !text.contains("env $("),
+            "an install step in {doc} expands secrets onto a command line"
+        );
+    }
 }
 
 /// `ProtectProc=invisible` and similar sandboxes can hide `/proc/sys/kernel/hostname`;

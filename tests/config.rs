@@ -602,3 +602,35 @@ fn the_shipped_configs_commented_examples_are_valid_once_uncommented() {
         Some(std::path::Path::new("/etc/tributary/secrets.key"))
     );
 }
+
+/// The ```toml blocks of the README and docs/ that are whole config files (they start
+/// with `[database]`), with the file each comes from.
+fn documented_configs() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut configs = Vec::new();
+    for doc in ["README.md", "docs/configuration.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+        for block in text.split("```toml\n").skip(1) {
+            let body = block.split("```").next().unwrap_or_default();
+            if body.starts_with("[database]") {
+                configs.push((doc.to_string(), body.to_string()));
+            }
+        }
+    }
+    configs
+}
+
+#[test]
+fn the_documented_config_examples_are_valid() {
+    let configs = documented_configs();
+    assert_eq!(
+        configs.len(),
+        2,
+        "one whole example in each of README.md and docs/configuration.md"
+    );
+    for (doc, text) in configs {
+        let settings = Settings::parse(std::path::Path::new(&doc), &text, None, &|_| true)
+            .unwrap_or_else(|error| panic!("{doc}: {error}\n{text}"));
+        assert_eq!(settings.providers["acme"].connections.len(), 1, "{doc}");
+    }
+}

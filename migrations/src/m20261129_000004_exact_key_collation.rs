@@ -1,18 +1,12 @@
-//! On MySQL/MariaDB, the key columns compare byte for byte.
-//!
-//! MySQL compares text with the column's collation, by default the server's, such as
-//! `utf8mb4_general_ci`. That collation ignores case, accents and trailing spaces, and
-//! counts every character outside the Basic Multilingual Plane (emoji) as equal. Under it,
-//! `"ab"` and `"AB"` are one external id, and the second record is skipped as a duplicate.
-//! Worse, users `alice` and `Alice` are one user, so their connections and records merge.
-//! SQLite and PostgreSQL compare the bytes, and the key must mean the same on every
-//! backend. So every `user_id`, `provider` and `external_id` column gets a binary
-//! collation without padding: `utf8mb4_0900_bin` on MySQL 8, `utf8mb4_nopad_bin` on
-//! MariaDB. An older server that has neither gets `utf8mb4_bin`, which still ignores
-//! trailing spaces. SQLite and PostgreSQL are left as they are.
+//! On MySQL/MariaDB, the key columns compare byte for byte, as they do on SQLite and
+//! PostgreSQL: the default collation ignores case, accents and trailing spaces, which
+//! would merge `"ab"` with `"AB"` and user `alice` with `Alice`
+//! (docs/decisions/byte-exact-keys.md). Every `user_id`, `provider` and `external_id`
+//! column gets `utf8mb4_0900_bin` on MySQL 8, `utf8mb4_nopad_bin` on MariaDB, or
+//! `utf8mb4_bin` on an older server (which still ignores trailing spaces).
 //!
 //! The new collation only tells apart values the old one merged, so the unique indexes
-//! hold for existing rows. MySQL rebuilds them as part of the change.
+//! hold for existing rows.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement};

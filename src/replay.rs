@@ -19,8 +19,8 @@ use crate::db::DatabasePools;
 use crate::entities::{connection, record, run_error, sync_run};
 use crate::lease::{claim, release, Holder};
 use crate::pipeline::run::{finish_run, start_run, RunEnd};
-use crate::pipeline::run_errors::ErrorScope;
 use crate::pipeline::store::store_page;
+use crate::pipeline::store::ErrorScope;
 use crate::pipeline::{PageContext, RunCounts, RunStatus, Trigger};
 
 /// Why a replay could not run.

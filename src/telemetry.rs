@@ -18,6 +18,10 @@ pub const LAST_SUCCESS_TIMESTAMP: &str = "tributary_last_success_timestamp_secon
 pub const SKIPPED_TOTAL: &str = "tributary_connections_skipped_total";
 /// Runs ended by a panic, by provider.
 pub const RUN_PANICS_TOTAL: &str = "tributary_run_panics_total";
+/// Pages whose fast write path failed, by path (`all_new`, `usual`) and reason
+/// (`key_conflict`, `refused_row`, `row_gone`, `contention`: written again the careful
+/// way; `unexpected`: the page failed).
+pub const STORE_FAST_PATH_FALLBACKS_TOTAL: &str = "tributary_store_fast_path_fallbacks_total";
 
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
@@ -62,4 +66,10 @@ pub fn record_run(outcome: &RunOutcome, listing_complete: bool) {
 /// Records a connection skipped because its lease was held.
 pub fn record_skip(provider: &str) {
     metrics::counter!(SKIPPED_TOTAL, "provider" => provider.to_string()).increment(1);
+}
+
+/// Records a page whose fast write path `path` failed for `reason`.
+pub fn record_fast_path_fallback(path: &'static str, reason: &'static str) {
+    metrics::counter!(STORE_FAST_PATH_FALLBACKS_TOTAL, "path" => path, "reason" => reason)
+        .increment(1);
 }

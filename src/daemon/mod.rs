@@ -128,7 +128,7 @@ pub async fn run_with(
         let sweep = Job::new_async(settings.daemon.key_sweep_schedule.as_str(), move |_, _| {
             let db = db.clone();
             Box::pin(async move {
-                if let Err(error) = crate::pipeline::append::sweep_expired_keys(&db).await {
+                if let Err(error) = crate::pipeline::store::sweep_expired_keys(&db).await {
                     tracing::warn!(%error, "Sweeping expired processed keys failed.");
                 }
             })

@@ -5,18 +5,10 @@
 //! ([`store::store_page`]), and closes the run with its status. Tests drive it directly;
 //! the CLI and the daemon call it for each connection.
 
-pub mod append;
-pub mod bookkeeping;
 pub mod checkpoint;
 pub mod credential_store;
-pub mod insert;
-pub mod lookup;
-mod postgres_batch;
 pub mod run;
-pub mod run_errors;
-mod sqlite_batch;
 pub mod store;
-pub mod update;
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -378,8 +370,7 @@ async fn fetch_and_store(
                     };
                     let message = format!("page {page_number}: {source}");
                     if let Err(db_error) =
-                        run_errors::record_page_error(db, &context, source.stage(), &message, body)
-                            .await
+                        store::record_page_error(db, &context, source.stage(), &message, body).await
                     {
                         tracing::error!(error = %db_error, "Storing the page's error report failed.");
                     }

@@ -160,7 +160,7 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
 }
 
 /// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
-/// the ORM's updates and the batched statements (`bookkeeping.rs`) both use.
+/// the ORM's updates and the batched statements (`store/backend.rs`) both use.
 pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 8] {
     use sync_run::Column;
     [

@@ -1,10 +1,11 @@
-//! A page's bookkeeping (the run's counters and the connection's checkpoint), written in
-//! one round trip where the backend allows: both rows, or an error when either is gone.
+//! A page's bookkeeping (the run's counters and the connection's checkpoint), written by
+//! the backend's store in one round trip where it allows: both rows, or an error when
+//! either is gone.
 
 use sea_orm::{DbErr, EntityTrait, TransactionTrait};
 use tributary::entities::connection;
-use tributary::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use tributary::pipeline::run::start_run;
+use tributary::pipeline::store::{backend_for, PageBookkeeping};
 use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
 use tributary_providers::PagePosition;
 
@@ -20,7 +21,7 @@ async fn the_connection(app: &TestApp) -> connection::Model {
 
 async fn save(app: &TestApp, page: &PageBookkeeping<'_>) -> Result<(), DbErr> {
     let txn = app.db.begin().await.expect("begin");
-    let saved = save_page_bookkeeping(&txn, page).await;
+    let saved = backend_for(&app.db).save_bookkeeping(&txn, page).await;
     match saved {
         Ok(()) => txn.commit().await.expect("commit"),
         Err(_) => txn.rollback().await.expect("rollback"),

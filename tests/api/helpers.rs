@@ -375,6 +375,45 @@ impl TestApp {
         self.refuse_writes_of("INSERT", external_id, message).await
     }
 
+    /// Makes the database fail any insert of a record with this external id with an
+    /// error that is no refusal of the row (an internal error), as a broken trigger or a
+    /// failing server would.
+    pub async fn fail_inserts_of(&self, external_id: &str) {
+        match backend() {
+            Backend::Sqlite => {
+                self.execute(&format!(
+                    "CREATE TRIGGER fail_insert BEFORE INSERT ON records \
+                     WHEN NEW.external_id = '{external_id}' \
+                     BEGIN SELECT json('an internal error'); END"
+                ))
+                .await
+            }
+            Backend::Postgres => {
+                self.execute(&format!(
+                    "CREATE FUNCTION fail_insert() RETURNS trigger AS $$ BEGIN \
+                     IF NEW.external_id = '{external_id}' THEN \
+                     RAISE EXCEPTION 'an internal error' USING ERRCODE = 'XX000'; END IF; \
+                     RETURN NEW; END $$ LANGUAGE plpgsql"
+                ))
+                .await;
+                self.execute(
+                    "CREATE TRIGGER fail_insert BEFORE INSERT ON records \
+                     FOR EACH ROW EXECUTE FUNCTION fail_insert()",
+                )
+                .await
+            }
+            Backend::Mysql => {
+                self.execute(&format!(
+                    "CREATE TRIGGER fail_insert BEFORE INSERT ON records FOR EACH ROW \
+                     BEGIN IF NEW.external_id = '{external_id}' THEN \
+                     SIGNAL SQLSTATE 'HY000' SET MESSAGE_TEXT = 'an internal error', \
+                     MYSQL_ERRNO = 1105; END IF; END"
+                ))
+                .await
+            }
+        }
+    }
+
     /// Makes the database itself refuse to rewrite the record with this external id.
     pub async fn refuse_updates_of(&self, external_id: &str, message: &str) {
         self.refuse_writes_of("UPDATE", external_id, message).await

@@ -3,9 +3,8 @@
 use sea_orm::{EntityTrait, Iden};
 use serde_json::json;
 use tributary::entities::{connection, record};
-use tributary::pipeline::insert::{insert_new, StatementLimits};
 use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::PageContext;
+use tributary::pipeline::store::{backend_for, PageContext};
 use tributary::pipeline::{RunStatus, Trigger};
 use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};
@@ -181,38 +180,37 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
     };
     // Once as one statement for the page, once as a statement per record: each write
     // shape meets the unique index the same way.
-    let shapes = [
-        (
-            "it_new_a",
-            StatementLimits {
-                rows: 500,
-                bytes: usize::MAX,
-            },
-        ),
-        (
-            "it_new_b",
-            StatementLimits {
-                rows: 500,
-                bytes: 1,
-            },
-        ),
-    ];
-    for (round, (new_id, limits)) in shapes.into_iter().enumerate() {
+    let store = backend_for(&app.db);
+    for (round, (new_id, per_record)) in [("it_new_a", false), ("it_new_b", true)]
+        .into_iter()
+        .enumerate()
+    {
         let stale = ["it_0", "it_1", new_id].map(|id| Record {
             external_id: id.to_string(),
             payload: format!("{{\"id\":\"{id}\",\"late\":true}}"),
             content_hash: "0".repeat(64),
         });
+        let stale: Vec<&Record> = stale.iter().collect();
+        let statements: Vec<&[&Record]> = if per_record {
+            stale.chunks(1).collect()
+        } else {
+            vec![&stale[..]]
+        };
         let txn = sea_orm::TransactionTrait::begin(app.db.main())
             .await
             .unwrap();
-        let outcome = insert_new(&txn, &context, stale.to_vec(), chrono::Utc::now(), limits)
-            .await
-            .unwrap();
+        let mut inserted = 0;
+        for records in statements {
+            // A conflict is not an error: the row is skipped.
+            inserted += store
+                .insert(&txn, &context, records, chrono::Utc::now())
+                .await
+                .expect("a conflict is not an error");
+        }
         txn.commit().await.unwrap();
 
-        assert_eq!((outcome.inserted, outcome.duplicate), (1, 2), "{limits:?}");
-        assert!(outcome.failed.is_empty(), "a conflict is not an error");
+        let duplicate = stale.len() as u64 - inserted;
+        assert_eq!((inserted, duplicate), (1, 2), "per record: {per_record}");
         let records = app.records().await;
         assert_eq!(records.len(), 4 + round, "no second row for it_0 or it_1");
         let after = app.dump_records().await;

@@ -316,3 +316,63 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
     assert_eq!(totals, before);
     assert_eq!(app.run_row(run_id).await.records_inserted, 2);
 }
+
+/// A page whose write fails for a reason the careful path does not handle (no key
+/// conflict, no refused row, no row gone) fails, logged and counted, instead of being
+/// written again another way with the record set aside.
+#[tokio::test]
+async fn a_page_write_that_fails_unexpectedly_fails_the_run_and_is_counted() {
+    let app = spawn_app().await;
+    app.fail_inserts_of("broken").await;
+    let pages = [
+        (
+            json!([{"id": "a", "v": 1}, {"id": "b", "v": 1}]),
+            Some("p2"),
+        ),
+        (json!([{"id": "c", "v": 1}, {"id": "broken", "v": 1}]), None),
+    ];
+    for (index, (data, next)) in pages.into_iter().enumerate() {
+        let mock = Mock::given(method("GET")).and(path("/v1/items"));
+        let mock = match index {
+            0 => mock.and(query_param_is_missing("cursor")),
+            _ => mock.and(query_param("cursor", "p2")),
+        };
+        mock.respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": next})),
+        )
+        .mount(&app.api)
+        .await;
+    }
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+
+    let run = app.sync_one(&settings).await;
+
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    let error = run.error.as_deref().unwrap_or("");
+    assert!(error.contains("storing page 2 failed"), "{error}");
+    let stored: Vec<String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|record| record.external_id)
+        .collect();
+    assert_eq!(stored, ["a", "b"], "page 2 wrote nothing");
+    assert!(
+        app.run_errors(run.run_id).await.is_empty(),
+        "no record was set aside as refused"
+    );
+    let rendered = metrics.render();
+    assert!(
+        rendered.lines().any(
+            |line| line.starts_with("tributary_store_fast_path_fallbacks_total")
+                && line.contains(r#"reason="unexpected""#)
+                && line.ends_with(" 1")
+        ),
+        "{rendered}"
+    );
+}

@@ -313,7 +313,7 @@ async fn append_mode_rejects_a_late_retry_inside_the_retention_and_sweeps_expire
     let mut expired: processed_key::ActiveModel = keys[0].clone().into();
     expired.expires_at = Set(Utc::now() - Duration::seconds(1));
     expired.update(&app.db).await.unwrap();
-    let swept = tributary::pipeline::append::sweep_expired_keys(&app.db)
+    let swept = tributary::pipeline::store::sweep_expired_keys(&app.db)
         .await
         .unwrap();
     assert_eq!(swept, 1);

@@ -4,12 +4,13 @@
 //! limit on bound parameters.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
+use super::backend::{chunks_by_size, StatementLimits};
+use super::{backend_for, PageContext};
+use crate::db::DatabasePools;
 use crate::entities::run_error;
-use crate::pipeline::insert::{chunks_by_size, StatementLimits};
-use crate::pipeline::store::PageContext;
 
 /// What a `run_errors` row holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +33,7 @@ impl ErrorScope {
 /// Records one page-level error (a body that could not be read as records) outside any
 /// page transaction, with the raw body as its payload.
 pub async fn record_page_error(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     context: &PageContext<'_>,
     stage: RecordStage,
     message: &str,
@@ -44,7 +45,7 @@ pub async fn record_page_error(
         message: message.into(),
         payload: body.to_string(),
     }];
-    let limits = StatementLimits::for_database(db);
+    let limits = backend_for(db).limits();
     insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now(), limits).await
 }
 

@@ -1,35 +1,43 @@
-//! Storing one page: the triple lookup, insert / update / skip, the error report, the
-//! run's counters and the connection's checkpoint, all in one transaction.
+//! Storing one page: the policy. It drops repeated keys, picks the page's write path
+//! (see [`PageExpectation`]), and counts what each record came to; the statements are
+//! written by the database's [`StoreBackend`] (`sqlite.rs`, `postgres.rs`, `mysql.rs`).
 //!
-//! Per page there is one lookup (`lookup.rs`), one insert of the new records with `ON
-//! CONFLICT (user_id, provider, external_id) DO NOTHING` (`insert.rs`), one update of the
-//! changed ones (`update.rs`), one multi-row insert into `run_errors`, and the bookkeeping
-//! (`bookkeeping.rs`); with TLS to a server, the writes are split below one TLS record.
-//! Pages like the one before take a shortcut (`PageExpectation`). The page is written
-//! without savepoints first; if a record write fails, that transaction is rolled back and
-//! the page is written again with savepoints, where a failing multi-row write is retried
+//! A page is one transaction: one lookup, one insert of the new records with `ON
+//! CONFLICT DO NOTHING`, one update of the changed ones, the error report and the
+//! bookkeeping. It is written without savepoints first; if a record write fails for a
+//! reason the careful path handles ([`Refusal`]), that transaction is rolled back and the
+//! page is written again with savepoints, where a failing multi-row write is retried
 //! record by record, so one record that cannot be written costs that record only.
+
+mod append;
+mod backend;
+mod mysql;
+mod postgres;
+mod run_errors;
+mod sqlite;
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, TransactionTrait,
 };
 use tributary_providers::{PageItem, Record, RejectedRecord};
 
 use crate::db::DatabasePools;
 use crate::entities::connection;
-use crate::pipeline::bookkeeping::{save_page_bookkeeping, PageBookkeeping};
 use crate::pipeline::checkpoint::Checkpoint;
-use crate::pipeline::insert::{insert_fast, insert_sorted, StatementLimits};
-use crate::pipeline::lookup::{all_stored_unchanged, lookup_existing};
-use crate::pipeline::postgres_batch;
 use crate::pipeline::run::RunCounts;
-use crate::pipeline::run_errors::{insert_run_errors, persist_failure, ErrorScope};
-use crate::pipeline::sqlite_batch::NewPageBatch;
-use crate::pipeline::update::{update_batch, ChangedRecord};
+
+pub use append::sweep_expired_keys;
+pub(crate) use backend::{chunks_by_size, record_size};
+pub use backend::{
+    ChangedRecord, Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+};
+pub use run_errors::{record_page_error, ErrorScope};
+
+use backend::begin_page_transaction;
+use run_errors::{insert_run_errors, persist_failure};
 
 /// What the store needs to know about the page being stored.
 pub struct PageContext<'a> {
@@ -87,20 +95,40 @@ pub struct PageStoreCounts {
     pub deferred: bool,
 }
 
+/// The store strategy of the database `db` is on.
+pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
+    match db.get_database_backend() {
+        DbBackend::Sqlite => Box::new(sqlite::SqliteStore::new(db)),
+        DbBackend::Postgres => Box::new(postgres::PostgresStore::new(db)),
+        _ => Box::new(mysql::MySqlStore::new(db)),
+    }
+}
+
+/// How many keys one lookup carries (well under every backend's parameter limit).
+const LOOKUP_CHUNK: usize = 500;
+
 /// Stores one page in one transaction and adds its counts to `totals` (which are saved to
 /// the run's row in the same transaction).
 ///
-/// The page is first written without savepoints, which on a server costs two round trips
-/// per statement less. If a record write fails there, that transaction is rolled back
-/// and the page is written again with a savepoint around each multi-row insert and each
-/// update, so only the records the database refuses are set aside. A page like the one
-/// before may first take a shortcut (see [`PageExpectation`]).
+/// The write paths, in the order they are tried:
+/// 1. [`PageExpectation::Unchanged`]: every record stored with the same hash, found
+///    outside any transaction, and nothing is written.
+/// 2. [`PageExpectation::New`]: the page and its bookkeeping in the backend's fewest
+///    round trips, without a lookup ([`StoreBackend::write_new_page`]).
+/// 3. The usual way: lookup, insert, update, error rows and bookkeeping in one
+///    transaction without savepoints ([`Mode::Fast`]);
+/// 4. and if a record write of it fails, again with savepoints ([`Mode::Careful`]).
+///
+/// A shortcut that fails goes on to the usual way only when it failed for a reason the
+/// usual way handles ([`Refusal`]); any other error fails the page, logged and counted.
 pub async fn store_page(
     db: &DatabasePools,
     context: &PageContext<'_>,
     items: Vec<PageItem>,
     totals: &mut RunCounts,
 ) -> Result<PageStoreCounts, DbErr> {
+    let backend = backend_for(db);
+    let backend = backend.as_ref();
     let mut counts = PageStoreCounts::default();
     let fetched = items.len() as u64;
     let mut rejected: Vec<RejectedRecord> = Vec::new();
@@ -117,7 +145,7 @@ pub async fn store_page(
     let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
-        && all_stored_unchanged(db, context.connection, &records).await?
+        && all_stored_unchanged(backend, context.connection, &records).await?
     {
         counts.unchanged += records.len() as u64;
         counts.deferred = true;
@@ -127,38 +155,75 @@ pub async fn store_page(
         return Ok(counts);
     }
     let page = PageWrite {
+        backend,
         context,
-        limits: StatementLimits::for_database(db),
+        limits: backend.limits(),
         records: &records,
         rejected: &rejected,
         fetched,
         counts,
     };
-    // MySQL cannot tell a row it inserted from one it skipped, so it has no shortcut.
-    if shortcut
-        && context.expect == PageExpectation::New
-        && db.get_database_backend() != DbBackend::MySql
-    {
-        if let Some(counts) = page.write_all_new(db, totals).await? {
-            db.wal_written();
+    if shortcut && context.expect == PageExpectation::New && backend.counts_inserted_rows() {
+        if let Some(counts) = page.write_all_new(totals).await? {
+            backend.committed();
             return Ok(counts);
         }
     }
-    let stored = match page.write(db, totals, Mode::Fast).await {
-        Ok(counts) => Ok(counts),
+    let counts = match page.write(db, totals, Mode::Fast).await {
+        Ok(counts) => counts,
         Err(PageFailure::Record(error)) => {
-            tracing::warn!(%error, "Writing a record failed; writing the page again record by record where needed.");
+            let reason = careful_path_handles(backend, "usual", error)?;
+            tracing::warn!(
+                reason = reason.as_str(),
+                "Writing a record failed; writing the page again record by record where needed."
+            );
             match page.write(db, totals, Mode::Careful).await {
-                Ok(counts) => Ok(counts),
-                Err(PageFailure::Record(error) | PageFailure::Database(error)) => Err(error),
+                Ok(counts) => counts,
+                Err(PageFailure::Record(error) | PageFailure::Database(error)) => {
+                    return Err(error)
+                }
             }
         }
-        Err(PageFailure::Database(error)) => Err(error),
+        Err(PageFailure::Database(error)) => return Err(error),
     };
-    if stored.is_ok() {
-        db.wal_written();
+    backend.committed();
+    Ok(counts)
+}
+
+/// The reason a fast path failed with `error`, if the careful path handles it; counted
+/// either way. Anything else is logged with the path's name and returned.
+fn careful_path_handles(
+    backend: &dyn StoreBackend,
+    path: &'static str,
+    error: DbErr,
+) -> Result<Refusal, DbErr> {
+    match Refusal::of(backend, &error) {
+        Some(reason) => {
+            crate::telemetry::record_fast_path_fallback(path, reason.as_str());
+            Ok(reason)
+        }
+        None => {
+            crate::telemetry::record_fast_path_fallback(path, "unexpected");
+            tracing::warn!(path, %error, "A page's write failed unexpectedly; it is not written again another way.");
+            Err(error)
+        }
     }
-    stored
+}
+
+/// Whether every one of `records` is stored already with the same content hash. Read
+/// outside any transaction: if so, the page writes no record, which is exactly what its
+/// transaction would have done at the moment of this read.
+async fn all_stored_unchanged(
+    backend: &dyn StoreBackend,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<bool, DbErr> {
+    let mut unchanged = 0;
+    for chunk in records.chunks(LOOKUP_CHUNK) {
+        unchanged += backend.count_unchanged(connection, chunk).await?;
+    }
+    // The page's keys are distinct and the key is unique, so each counts at most once.
+    Ok(unchanged == records.len() as u64)
 }
 
 /// How a page's records are written.
@@ -171,7 +236,7 @@ enum Mode {
 }
 
 enum PageFailure {
-    /// Writing a record failed (in [`Mode::Fast`]): worth another, careful attempt.
+    /// Writing a record failed (in [`Mode::Fast`]): perhaps worth a careful attempt.
     Record(DbErr),
     /// Anything else: the page could not be stored.
     Database(DbErr),
@@ -185,6 +250,7 @@ impl From<DbErr> for PageFailure {
 
 /// One page, ready to be written (perhaps twice).
 struct PageWrite<'a> {
+    backend: &'a dyn StoreBackend,
     context: &'a PageContext<'a>,
     /// How large each write statement may be.
     limits: StatementLimits,
@@ -206,6 +272,7 @@ impl PageWrite<'_> {
         mode: Mode,
     ) -> Result<PageStoreCounts, PageFailure> {
         let context = self.context;
+        let backend = self.backend;
         let mut counts = self.counts;
         // Records the database refuses; those set aside before any write are in `self`.
         let mut failed = Vec::new();
@@ -215,14 +282,16 @@ impl PageWrite<'_> {
             // Events are never updated: keys seen within the retention are duplicates.
             let records = self.records.to_vec();
             let written =
-                super::append::write_new_keys(&txn, context, records, retention, now, self.limits)
-                    .await?;
+                append::write_new_keys(backend, &txn, context, records, retention, now).await?;
             counts.inserted += written.inserted;
             counts.duplicate += written.duplicate;
             failed.extend(written.failed);
             return self.finish(txn, counts, failed, totals, now).await;
         }
-        let existing = lookup_existing(&txn, context.connection, self.records).await?;
+        let mut existing = Existing::with_capacity(self.records.len());
+        for chunk in self.records.chunks(LOOKUP_CHUNK) {
+            existing.extend(backend.lookup(&txn, context.connection, chunk).await?);
+        }
         let mut new_records = Vec::new();
         let mut changed_records: Vec<ChangedRecord> = Vec::new();
         for record in self.records {
@@ -234,10 +303,10 @@ impl PageWrite<'_> {
         }
 
         let insert = match mode {
-            Mode::Fast => insert_fast(&txn, context, &new_records, now, self.limits)
+            Mode::Fast => insert_fast(backend, &txn, context, &new_records, now)
                 .await
                 .map_err(PageFailure::Record)?,
-            Mode::Careful => insert_sorted(&txn, context, &new_records, now, self.limits).await?,
+            Mode::Careful => insert_carefully(backend, &txn, context, &new_records, now).await?,
         };
         counts.inserted += insert.inserted;
         counts.duplicate += insert.duplicate;
@@ -245,16 +314,21 @@ impl PageWrite<'_> {
 
         match mode {
             Mode::Fast => {
-                counts.updated +=
-                    update_batch(&txn, context.run_id, &changed_records, now, self.limits)
+                let chunks = chunks_by_size(&changed_records, self.limits, |(_, record)| {
+                    record_size(record)
+                });
+                for chunk in chunks {
+                    counts.updated += backend
+                        .update(&txn, context.run_id, chunk, now)
                         .await
                         .map_err(PageFailure::Record)?;
+                }
             }
             Mode::Careful => {
                 for changed in changed_records {
                     let savepoint = txn.begin().await?;
                     let one = std::slice::from_ref(&changed);
-                    match update_batch(&savepoint, context.run_id, one, now, self.limits).await {
+                    match backend.update(&savepoint, context.run_id, one, now).await {
                         Ok(_) => {
                             savepoint.commit().await?;
                             counts.updated += 1;
@@ -271,67 +345,34 @@ impl PageWrite<'_> {
         self.finish(txn, counts, failed, totals, now).await
     }
 
-    /// The page as all new: one insert and the bookkeeping, without a lookup, in one
-    /// round trip on SQLite (`sqlite_batch.rs`) and on PostgreSQL without TLS
-    /// (`postgres_batch.rs`), in a transaction elsewhere. `None`, with nothing written,
-    /// when any row was not inserted, whether it existed or the database refused it: the
-    /// caller then writes the page the usual way, which decides and counts each record
-    /// exactly as if this had not been tried.
+    /// The page as all new: its records and bookkeeping without a lookup, by
+    /// [`StoreBackend::write_new_page`]. `None`, with nothing written, when that failed
+    /// for a reason the usual way handles (a key existed, a row was refused, the run's
+    /// row or the connection is gone): the caller then writes the page the usual way,
+    /// which decides and counts each record exactly as if this had not been tried.
     async fn write_all_new(
         &self,
-        db: &DatabasePools,
         totals: &mut RunCounts,
     ) -> Result<Option<PageStoreCounts>, DbErr> {
-        let now = Utc::now();
         let mut counts = self.counts;
-        if let Some(lane) = db.sqlite_write_lane() {
-            counts.inserted += self.records.len() as u64;
-            let after = self.totals_after(totals, &counts);
-            let batch = NewPageBatch::new(
-                self.context,
-                self.records,
-                &self.bookkeeping(&after, now),
-                now,
-            )?;
-            if !batch.write(lane).await? {
-                return Ok(None);
+        counts.inserted += self.records.len() as u64;
+        let after = self.totals_after(totals, &counts);
+        let bookkeeping = self.bookkeeping(&after, Utc::now());
+        match self
+            .backend
+            .write_new_page(self.context, self.records, &bookkeeping)
+            .await
+        {
+            Ok(()) => {
+                *totals = after;
+                Ok(Some(counts))
             }
-            *totals = after;
-            return Ok(Some(counts));
-        }
-        // Without TLS a page may be one statement; a replay leaves the checkpoint alone
-        // and takes the transaction below.
-        let one_statement = db.get_database_backend() == DbBackend::Postgres
-            && self.limits.whole_pages()
-            && !self.context.leave_checkpoint;
-        if one_statement {
-            counts.inserted += self.records.len() as u64;
-            let after = self.totals_after(totals, &counts);
-            let stored = postgres_batch::write_new_page(
-                db,
-                self.context,
-                self.records,
-                &self.bookkeeping(&after, now),
-            )
-            .await?;
-            if !stored {
-                return Ok(None);
-            }
-            *totals = after;
-            return Ok(Some(counts));
-        }
-        let txn = begin_page_transaction(db).await?;
-        let records: Vec<&Record> = self.records.iter().collect();
-        match insert_fast(&txn, self.context, &records, now, self.limits).await {
-            Ok(insert) if insert.inserted == records.len() as u64 => {
-                counts.inserted += insert.inserted;
-                match self.finish(txn, counts, Vec::new(), totals, now).await {
-                    Ok(counts) => Ok(Some(counts)),
-                    Err(PageFailure::Record(error) | PageFailure::Database(error)) => Err(error),
-                }
-            }
-            _ => {
-                txn.rollback().await?;
+            Err(error) => {
+                let reason = careful_path_handles(self.backend, "all_new", error)?;
+                tracing::debug!(
+                    reason = reason.as_str(),
+                    "A page guessed new was not; writing it the usual way."
+                );
                 Ok(None)
             }
         }
@@ -364,7 +405,7 @@ impl PageWrite<'_> {
 
         let after = self.totals_after(totals, &counts);
         let bookkeeping = self.bookkeeping(&after, now);
-        save_page_bookkeeping(&txn, &bookkeeping).await?;
+        self.backend.save_bookkeeping(&txn, &bookkeeping).await?;
         txn.commit().await?;
         *totals = after;
         Ok(counts)
@@ -394,19 +435,78 @@ impl PageWrite<'_> {
     }
 }
 
-/// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
-/// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read
-/// the lookup's snapshot first and ask for the write lock only at the insert; if another
-/// process (a `sync` beside the daemon, or two `sync`s for different users) committed in
-/// between, SQLite refuses the upgrade at once with `SQLITE_BUSY` ("database is locked"),
-/// and the whole page would fail. Taking the lock first also means no other writer can
-/// insert a key between our lookup and our insert. Other backends ignore the mode.
-async fn begin_page_transaction(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
-    db.begin_with_options(TransactionOptions {
-        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-        ..TransactionOptions::default()
-    })
-    .await
+/// What inserting a page's new records did.
+#[derive(Default)]
+pub(crate) struct InsertOutcome {
+    pub inserted: u64,
+    /// Rows the unique index turned away because another writer inserted the key first.
+    pub duplicate: u64,
+    pub failed: Vec<RejectedRecord>,
+}
+
+/// Inserts records not found by the lookup, without savepoints: the first failing
+/// statement fails the whole insert (and, on PostgreSQL, the transaction).
+async fn insert_fast(
+    backend: &dyn StoreBackend,
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, DbErr> {
+    let mut outcome = InsertOutcome::default();
+    for chunk in chunks_by_size(records, backend.limits(), |record| record_size(record)) {
+        let inserted = backend.insert(txn, context, chunk, now).await?;
+        outcome.inserted += inserted;
+        outcome.duplicate += chunk.len() as u64 - inserted;
+    }
+    Ok(outcome)
+}
+
+/// Inserts records not found by the lookup, in key order. The unique index is the
+/// backstop: a key a concurrent writer inserted in the meantime is skipped and counted
+/// as a duplicate, never an error and never a second row. Each multi-row insert runs in
+/// a savepoint; if it fails, its records are inserted one by one, each in its own
+/// savepoint, and those the database refuses are returned as failed.
+pub(crate) async fn insert_carefully(
+    backend: &dyn StoreBackend,
+    txn: &DatabaseTransaction,
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, DbErr> {
+    let mut outcome = InsertOutcome::default();
+    for chunk in chunks_by_size(records, backend.limits(), |record| record_size(record)) {
+        let savepoint = txn.begin().await?;
+        match backend.insert(&savepoint, context, chunk, now).await {
+            Ok(inserted) => {
+                savepoint.commit().await?;
+                outcome.inserted += inserted;
+                outcome.duplicate += chunk.len() as u64 - inserted;
+            }
+            Err(batch_error) => {
+                savepoint.rollback().await?;
+                tracing::warn!(error = %batch_error, rows = chunk.len(), "A multi-row insert failed; writing its records one by one.");
+                for record in chunk {
+                    let savepoint = txn.begin().await?;
+                    let one = std::slice::from_ref(record);
+                    match backend.insert(&savepoint, context, one, now).await {
+                        Ok(inserted) => {
+                            savepoint.commit().await?;
+                            outcome.inserted += inserted;
+                            outcome.duplicate += 1 - inserted;
+                        }
+                        Err(error) => {
+                            savepoint.rollback().await?;
+                            outcome
+                                .failed
+                                .push(persist_failure((*record).clone(), &error));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(outcome)
 }
 
 /// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.

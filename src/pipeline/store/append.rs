@@ -17,9 +17,9 @@ use sea_orm::{
 };
 use tributary_providers::Record;
 
+use super::backend::StoreBackend;
+use super::{insert_carefully, InsertOutcome, PageContext};
 use crate::entities::processed_key;
-use crate::pipeline::insert::{insert_new, InsertOutcome, StatementLimits};
-use crate::pipeline::store::PageContext;
 
 /// How many keys one lookup carries.
 const LOOKUP_CHUNK: usize = 500;
@@ -27,19 +27,20 @@ const LOOKUP_CHUNK: usize = 500;
 /// Writes the page's records whose keys were not processed within the retention, and
 /// records their keys. Keys already processed count as duplicates.
 pub(crate) async fn write_new_keys(
+    backend: &dyn StoreBackend,
     txn: &DatabaseTransaction,
     context: &PageContext<'_>,
     records: Vec<Record>,
     retention: Duration,
     now: DateTime<Utc>,
-    limits: StatementLimits,
 ) -> Result<InsertOutcome, DbErr> {
     let processed = processed_keys(txn, context, &records, now).await?;
     let (seen, fresh): (Vec<Record>, Vec<Record>) = records
         .into_iter()
         .partition(|record| processed.contains(&record.external_id));
     let keys: Vec<String> = fresh.iter().map(|r| r.external_id.clone()).collect();
-    let mut outcome = insert_new(txn, context, fresh, now, limits).await?;
+    let fresh: Vec<&Record> = fresh.iter().collect();
+    let mut outcome = insert_carefully(backend, txn, context, &fresh, now).await?;
     outcome.duplicate += seen.len() as u64;
     let failed: HashSet<&str> = outcome
         .failed

@@ -1,0 +1,480 @@
+//! The seam between the store's policy (`mod.rs`) and a database: [`StoreBackend`], the
+//! few statements each backend writes its own way, and the types they share.
+//!
+//! Every method is one statement (or one round trip) the policy composes; none decides
+//! what a page is or retries anything. The statements the backends share, built with
+//! sea-query, are here too.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{
+    CaseStatement, Expr, InsertStatement, OnConflict, Query, UpdateStatement,
+};
+use sea_orm::sqlx::error::DatabaseError;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    QueryFilter, QueryTrait, RuntimeErr, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait, Value,
+};
+use tributary_providers::Record;
+
+use crate::entities::{connection, record, sync_run};
+use crate::pipeline::checkpoint::Checkpoint;
+use crate::pipeline::run::{counter_columns, RunCounts};
+use crate::pipeline::store::PageContext;
+
+/// What the lookup found: each stored key's row id and content hash, by external id.
+pub type Existing = HashMap<String, (i64, String)>;
+
+/// A stored record (its row id) and its new content.
+pub type ChangedRecord<'r> = (i64, &'r Record);
+
+/// One backend's way of writing the statements of the store path. The policy in
+/// [`super::store_page`] decides which of them a page takes and in which transaction;
+/// an implementation only writes each statement as its database wants it.
+#[async_trait::async_trait]
+pub trait StoreBackend: Send + Sync {
+    /// How large one write statement may be on this connection.
+    fn limits(&self) -> StatementLimits;
+
+    /// Whether an insert's row count tells inserted rows from skipped ones, which the
+    /// all-new shortcut needs (MySQL's counts skipped rows too).
+    fn counts_inserted_rows(&self) -> bool {
+        true
+    }
+
+    /// How many of `records` (at most one lookup's worth) are stored with the same
+    /// content hash, read outside any transaction.
+    async fn count_unchanged(
+        &self,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<u64, DbErr>;
+
+    /// The stored row id and hash of those of `records` (at most one lookup's worth)
+    /// whose key exists.
+    async fn lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<Existing, DbErr>;
+
+    /// Inserts `records` in one statement, first seen by the page's run at `now`; a key
+    /// that exists is skipped, not an error. Returns how many rows went in.
+    async fn insert(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[&Record],
+        now: DateTime<Utc>,
+    ) -> Result<u64, DbErr>;
+
+    /// Rewrites `changed` in one statement. Returns how many records it rewrote.
+    async fn update(
+        &self,
+        txn: &DatabaseTransaction,
+        run_id: i64,
+        changed: &[ChangedRecord<'_>],
+        now: DateTime<Utc>,
+    ) -> Result<u64, DbErr> {
+        txn.execute(&update_statement(run_id, changed, now)).await?;
+        Ok(changed.len() as u64)
+    }
+
+    /// Saves the run's counters and the connection's checkpoint. Fails with
+    /// [`DbErr::RecordNotUpdated`] when the run's row or the connection is gone.
+    async fn save_bookkeeping(
+        &self,
+        txn: &DatabaseTransaction,
+        page: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr>;
+
+    /// Stores `records`, all new, with the page's bookkeeping, in the fewest round trips
+    /// the backend allows. On any error nothing is written: [`DbErr::RecordNotUpdated`]
+    /// when the run's row or the connection is gone, [`DbErr::RecordNotInserted`] when a
+    /// key existed, else the database's own error.
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr>;
+
+    /// Why the database refused a statement of a page, if that is a refusal the careful
+    /// path can narrow down to records (see [`Refusal`]); `None` for anything else.
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal>;
+
+    /// A page committed.
+    fn committed(&self) {}
+}
+
+/// An error of a page's write that the careful path handles, by its cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A key existed (another writer inserted it, or a page guessed new was not).
+    KeyConflict,
+    /// The database refused a row: a constraint, a trigger, a value it cannot hold.
+    RefusedRow,
+    /// The run's row or the connection is gone.
+    RowGone,
+    /// Another transaction held what the page needed (a deadlock, a lock timeout).
+    Contention,
+}
+
+impl Refusal {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::KeyConflict => "key_conflict",
+            Refusal::RefusedRow => "refused_row",
+            Refusal::RowGone => "row_gone",
+            Refusal::Contention => "contention",
+        }
+    }
+
+    /// The refusal `error` stands for on `backend`, if it is one.
+    pub fn of(backend: &dyn StoreBackend, error: &DbErr) -> Option<Refusal> {
+        match error {
+            DbErr::RecordNotUpdated => Some(Refusal::RowGone),
+            DbErr::RecordNotInserted => Some(Refusal::KeyConflict),
+            _ => {
+                let database = database_error(error)?;
+                if database.is_unique_violation() {
+                    return Some(Refusal::KeyConflict);
+                }
+                backend.refusal(database)
+            }
+        }
+    }
+}
+
+/// The database's own error inside `error`, if the database answered with one.
+fn database_error(error: &DbErr) -> Option<&dyn DatabaseError> {
+    let runtime = match error {
+        DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
+        _ => return None,
+    };
+    match runtime {
+        RuntimeErr::SqlxError(sqlx) => sqlx.as_database_error(),
+        _ => None,
+    }
+}
+
+/// The SQL standard's refusals by SQLSTATE class: a data exception (`22`), an integrity
+/// constraint (`23`), and a serialization failure or deadlock (`40`).
+pub(crate) fn refusal_by_sqlstate(code: &str) -> Option<Refusal> {
+    match code.get(..2)? {
+        "22" | "23" => Some(Refusal::RefusedRow),
+        "40" => Some(Refusal::Contention),
+        _ => None,
+    }
+}
+
+/// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
+/// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read
+/// the lookup's snapshot first and ask for the write lock only at the insert; if another
+/// process committed in between, SQLite refuses the upgrade at once with `SQLITE_BUSY`,
+/// and the whole page would fail. Taking the lock first also means no other writer can
+/// insert a key between our lookup and our insert. Other backends ignore the mode.
+pub(crate) async fn begin_page_transaction(
+    db: &DatabaseConnection,
+) -> Result<DatabaseTransaction, DbErr> {
+    db.begin_with_options(TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    })
+    .await
+}
+
+/// [`StoreBackend::write_new_page`] as a transaction: the inserts without savepoints, then
+/// the bookkeeping, committed only if every row went in.
+pub(crate) async fn write_new_page_in_transaction(
+    backend: &dyn StoreBackend,
+    db: &DatabaseConnection,
+    context: &PageContext<'_>,
+    records: &[Record],
+    bookkeeping: &PageBookkeeping<'_>,
+) -> Result<(), DbErr> {
+    let txn = begin_page_transaction(db).await?;
+    let records: Vec<&Record> = records.iter().collect();
+    let mut inserted = 0;
+    for chunk in chunks_by_size(&records, backend.limits(), |record| record_size(record)) {
+        inserted += backend
+            .insert(&txn, context, chunk, bookkeeping.now)
+            .await?;
+    }
+    if inserted != records.len() as u64 {
+        txn.rollback().await?;
+        return Err(DbErr::RecordNotInserted);
+    }
+    backend.save_bookkeeping(&txn, bookkeeping).await?;
+    txn.commit().await
+}
+
+/// How many rows one multi-row write carries.
+const INSERT_CHUNK: usize = 500;
+/// Over a connection that may use TLS, about how many bytes of ids and payloads one write
+/// carries. sqlx does not set `TCP_NODELAY`, so a statement written as several TLS
+/// records (16 KiB each) leaves its tail to Nagle's algorithm, which waits for the
+/// server's delayed ACK. Statements below one TLS record go out in one write.
+const INSERT_CHUNK_BYTES: usize = 12 * 1024;
+
+/// How large one write statement of a page may be on a database connection.
+#[derive(Clone, Copy, Debug)]
+pub struct StatementLimits {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl StatementLimits {
+    /// As many rows as one statement carries, whatever their size.
+    pub(crate) const WHOLE_PAGES: StatementLimits = StatementLimits {
+        rows: INSERT_CHUNK,
+        bytes: usize::MAX,
+    };
+
+    /// Statements below one TLS record.
+    pub(crate) const BELOW_ONE_TLS_RECORD: StatementLimits = StatementLimits {
+        rows: INSERT_CHUNK,
+        bytes: INSERT_CHUNK_BYTES,
+    };
+
+    /// Whether a page may go as one statement, however large.
+    pub fn whole_pages(&self) -> bool {
+        self.bytes == usize::MAX
+    }
+}
+
+/// The bytes of a record a write carries: its id and payload.
+pub(crate) fn record_size(record: &Record) -> usize {
+    record.payload.len() + record.external_id.len()
+}
+
+/// Consecutive runs of `items` of at most `limits.rows` items and, unless a single item
+/// is larger, at most `limits.bytes` as `size` counts them.
+pub(crate) fn chunks_by_size<T>(
+    items: &[T],
+    limits: StatementLimits,
+    size: impl Fn(&T) -> usize,
+) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0usize;
+        let mut end = 0;
+        for item in rest.iter().take(limits.rows) {
+            let size = size(item);
+            if end > 0 && bytes.saturating_add(size) > limits.bytes {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            end += 1;
+        }
+        let (chunk, tail) = rest.split_at(end);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
+/// What a page's transaction writes besides its records.
+pub struct PageBookkeeping<'a> {
+    pub run_id: i64,
+    pub counts: &'a RunCounts,
+    pub connection_id: i64,
+    /// `None`: leave the connection's checkpoint as it is (a replay). `Some(None)`: clear
+    /// it (the last page). `Some(Some(next))`: the page after this one.
+    pub checkpoint: Option<Option<&'a Checkpoint>>,
+    pub now: DateTime<Utc>,
+}
+
+impl PageBookkeeping<'_> {
+    /// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.
+    pub(crate) fn counts_update(&self) -> UpdateStatement {
+        Query::update()
+            .table(sync_run::Entity)
+            .values(
+                self.counter_values()
+                    .into_iter()
+                    .map(|(column, value)| (column, Expr::val(value))),
+            )
+            .and_where(sync_run::Column::Id.eq(self.run_id))
+            .to_owned()
+    }
+
+    /// `UPDATE connections SET checkpoint, updated_at WHERE id = connection_id`.
+    pub(crate) fn checkpoint_update(
+        &self,
+        checkpoint: Option<&Checkpoint>,
+    ) -> Result<UpdateStatement, DbErr> {
+        Ok(Query::update()
+            .table(connection::Entity)
+            .value(
+                connection::Column::Checkpoint,
+                checkpoint_column(checkpoint)?,
+            )
+            .value(connection::Column::UpdatedAt, self.now)
+            .and_where(connection::Column::Id.eq(self.connection_id))
+            .to_owned())
+    }
+
+    /// The run's columns a page sets, in [`counter_columns`] order: its counters, then
+    /// its heartbeat.
+    pub(crate) fn counter_values(&self) -> Vec<(sync_run::Column, Value)> {
+        let mut values = counter_columns(self.counts).to_vec();
+        values.push((sync_run::Column::HeartbeatAt, self.now.into()));
+        values
+    }
+}
+
+/// The `connections.checkpoint` value: the next page's position as JSON, or `NULL` after
+/// the last page.
+pub(crate) fn checkpoint_column(checkpoint: Option<&Checkpoint>) -> Result<Option<String>, DbErr> {
+    checkpoint
+        .map(|checkpoint| {
+            checkpoint
+                .to_column()
+                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))
+        })
+        .transpose()
+}
+
+/// `INSERT INTO records (...) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`, one row
+/// per record, first seen by the page's run at `now`. On MySQL, which has no `DO
+/// NOTHING`, sea-query writes `ON DUPLICATE KEY UPDATE id = id`.
+pub(crate) fn insert_statement(
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertStatement, DbErr> {
+    let mut insert = Query::insert();
+    insert.into_table(record::Entity).columns([
+        record::Column::UserId,
+        record::Column::Provider,
+        record::Column::ExternalId,
+        record::Column::Payload,
+        record::Column::ContentHash,
+        record::Column::FirstSeenRunId,
+        record::Column::LastSeenRunId,
+        record::Column::CreatedAt,
+        record::Column::UpdatedAt,
+    ]);
+    for record in records {
+        insert
+            .values([
+                context.connection.user_id.as_str().into(),
+                context.connection.provider.as_str().into(),
+                record.external_id.as_str().into(),
+                record.payload.as_str().into(),
+                record.content_hash.as_str().into(),
+                context.run_id.into(),
+                context.run_id.into(),
+                now.into(),
+                now.into(),
+            ])
+            .map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+    }
+    insert.on_conflict(
+        OnConflict::columns(record::KEY_COLUMNS)
+            .do_nothing_on([record::Column::Id])
+            .to_owned(),
+    );
+    Ok(insert)
+}
+
+/// `UPDATE records SET payload = CASE id WHEN ... END, content_hash = CASE ... END,
+/// last_seen_run_id, updated_at WHERE id IN (...)`.
+fn update_statement(
+    run_id: i64,
+    changed: &[ChangedRecord<'_>],
+    now: DateTime<Utc>,
+) -> UpdateStatement {
+    let mut payload = CaseStatement::new();
+    let mut content_hash = CaseStatement::new();
+    for (id, record) in changed {
+        payload = payload.case(
+            record::Column::Id.eq(*id),
+            Expr::value(record.payload.clone()),
+        );
+        content_hash = content_hash.case(
+            record::Column::Id.eq(*id),
+            Expr::value(record.content_hash.clone()),
+        );
+    }
+    // The `ELSE` never applies (the `WHERE` names the same ids); it keeps the column as
+    // it is rather than NULL should it ever.
+    let payload = payload.finally(Expr::col(record::Column::Payload));
+    let content_hash = content_hash.finally(Expr::col(record::Column::ContentHash));
+    record::Entity::update_many()
+        .col_expr(record::Column::Payload, payload.into())
+        .col_expr(record::Column::ContentHash, content_hash.into())
+        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
+        .col_expr(record::Column::UpdatedAt, Expr::value(now))
+        .filter(record::Column::Id.is_in(changed.iter().map(|(id, _)| *id)))
+        .into_query()
+}
+
+/// The names of the entities' tables and columns, for statements written as SQL text.
+pub(crate) mod names {
+    use sea_orm::{EntityName, IdenStatic, Iterable};
+
+    use crate::entities::{connection, record, sync_run};
+
+    /// `template` with each table and column named as its entity names it: `{records}`,
+    /// `{sync_runs}` and `{connections}`, and `{record::ExternalId}`, `{sync_run::Id}` or
+    /// `{connection::Checkpoint}` (the columns' variants).
+    pub fn sql(template: &str) -> String {
+        let mut sql = template
+            .replace("{records}", record::Entity.table_name())
+            .replace("{sync_runs}", sync_run::Entity.table_name())
+            .replace("{connections}", connection::Entity.table_name());
+        for column in record::Column::iter() {
+            sql = sql.replace(&format!("{{record::{column:?}}}"), column.as_str());
+        }
+        for column in sync_run::Column::iter() {
+            sql = sql.replace(&format!("{{sync_run::{column:?}}}"), column.as_str());
+        }
+        for column in connection::Column::iter() {
+            sql = sql.replace(&format!("{{connection::{column:?}}}"), column.as_str());
+        }
+        sql
+    }
+
+    /// The columns of a new row, in the order the inserts written as SQL text give their
+    /// values: the key, payload, hash, first and last run, created and updated.
+    pub fn new_record_columns() -> String {
+        use record::Column;
+        [
+            Column::UserId,
+            Column::Provider,
+            Column::ExternalId,
+            Column::Payload,
+            Column::ContentHash,
+            Column::FirstSeenRunId,
+            Column::LastSeenRunId,
+            Column::CreatedAt,
+            Column::UpdatedAt,
+        ]
+        .map(|column| column.as_str())
+        .join(", ")
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn every_name_in_a_template_is_the_entitys() {
+            let sql = super::sql(
+                "SELECT {record::ExternalId} FROM {records}, {sync_runs} \
+                 WHERE {sync_run::HeartbeatAt} IS NULL AND {connection::Checkpoint} = 1",
+            );
+            assert_eq!(
+                sql,
+                "SELECT external_id FROM records, sync_runs \
+                 WHERE heartbeat_at IS NULL AND checkpoint = 1"
+            );
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! MySQL and MariaDB's store strategy: every statement built by sea-query, statements
+//! below one TLS record, and no all-new shortcut.
+//!
+//! MySQL has no `DO NOTHING`: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
+//! and with the found-rows flag sqlx sets, a skipped row counts as affected too. So the
+//! rows an insert took are counted by a query of their own, and the all-new shortcut,
+//! which trusts an insert's row count, is not taken.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sqlx::error::DatabaseError;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QuerySelect,
+};
+use tributary_providers::Record;
+
+use super::backend::{
+    insert_statement, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal, StatementLimits,
+    StoreBackend,
+};
+use super::PageContext;
+use crate::db::DatabasePools;
+use crate::entities::{connection, record};
+use crate::pipeline::run::save_counts;
+
+/// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
+/// `SIGNAL` in a trigger, an incorrect string value, a failed check constraint, a lock
+/// wait timeout.
+const SIGNAL_SQLSTATE: &str = "45000";
+const ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
+const ER_CHECK_CONSTRAINT_VIOLATED: u16 = 3819;
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+
+/// The store on a MySQL or MariaDB database.
+pub(crate) struct MySqlStore<'a> {
+    db: &'a DatabasePools,
+}
+
+impl<'a> MySqlStore<'a> {
+    pub(crate) fn new(db: &'a DatabasePools) -> MySqlStore<'a> {
+        MySqlStore { db }
+    }
+}
+
+/// The stored (id, external id, content hash) of `records`' keys.
+async fn stored_keys(
+    db: &impl ConnectionTrait,
+    connection: &connection::Model,
+    records: &[Record],
+) -> Result<Existing, DbErr> {
+    let ids = records.iter().map(|record| record.external_id.as_str());
+    let rows: Vec<(i64, String, String)> = record::Entity::find()
+        .select_only()
+        .columns([
+            record::Column::Id,
+            record::Column::ExternalId,
+            record::Column::ContentHash,
+        ])
+        .filter(record::Column::UserId.eq(connection.user_id.as_str()))
+        .filter(record::Column::Provider.eq(connection.provider.as_str()))
+        .filter(record::Column::ExternalId.is_in(ids))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, external_id, hash)| (external_id, (id, hash)))
+        .collect())
+}
+
+#[async_trait::async_trait]
+impl StoreBackend for MySqlStore<'_> {
+    fn limits(&self) -> StatementLimits {
+        StatementLimits::BELOW_ONE_TLS_RECORD
+    }
+
+    fn counts_inserted_rows(&self) -> bool {
+        false
+    }
+
+    async fn count_unchanged(
+        &self,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<u64, DbErr> {
+        let existing = stored_keys(self.db, connection, records).await?;
+        let unchanged = records.iter().filter(|record| {
+            existing
+                .get(&record.external_id)
+                .is_some_and(|(_, hash)| *hash == record.content_hash)
+        });
+        Ok(unchanged.count() as u64)
+    }
+
+    async fn lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        stored_keys(txn, connection, records).await
+    }
+
+    /// The keys were all missing at the lookup, so the rows of this run among them are
+    /// the ones this insert took.
+    async fn insert(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[&Record],
+        now: DateTime<Utc>,
+    ) -> Result<u64, DbErr> {
+        txn.execute(&insert_statement(context, records, now)?)
+            .await?;
+        let ids = records.iter().map(|record| record.external_id.as_str());
+        record::Entity::find()
+            .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
+            .filter(record::Column::Provider.eq(context.connection.provider.as_str()))
+            .filter(record::Column::ExternalId.is_in(ids))
+            .filter(record::Column::FirstSeenRunId.eq(context.run_id))
+            .count(txn)
+            .await
+    }
+
+    /// Two statements: MySQL's prepared statements take neither a `WITH` that writes nor
+    /// several statements at once.
+    async fn save_bookkeeping(
+        &self,
+        txn: &DatabaseTransaction,
+        page: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        let Some(checkpoint) = page.checkpoint else {
+            return save_counts(txn, page.run_id, page.counts).await;
+        };
+        for statement in [page.counts_update(), page.checkpoint_update(checkpoint)?] {
+            if txn.execute(&statement).await?.rows_affected() == 0 {
+                return Err(DbErr::RecordNotUpdated);
+            }
+        }
+        Ok(())
+    }
+
+    /// Never asked for ([`StoreBackend::counts_inserted_rows`] is false): declined as if
+    /// a key existed, with nothing written.
+    async fn write_new_page(
+        &self,
+        _context: &PageContext<'_>,
+        _records: &[Record],
+        _bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        Err(DbErr::RecordNotInserted)
+    }
+
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
+        let number = error
+            .try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
+            .map(|error| error.number());
+        match number {
+            Some(ER_TRUNCATED_WRONG_VALUE_FOR_FIELD | ER_CHECK_CONSTRAINT_VIOLATED) => {
+                return Some(Refusal::RefusedRow)
+            }
+            Some(ER_LOCK_WAIT_TIMEOUT) => return Some(Refusal::Contention),
+            _ => {}
+        }
+        match &*error.code()? {
+            SIGNAL_SQLSTATE => Some(Refusal::RefusedRow),
+            code => refusal_by_sqlstate(code),
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! PostgreSQL's store strategy: keys as arrays (`unnest`), one probe of the unique index
+//! per key, and without TLS an all-new page as one statement.
+//!
+//! A statement outside a transaction is a transaction of its own, so an all-new page
+//! whose checkpoint moves is one statement ([`NEW_PAGE`]): it locks the run's row and the
+//! connection's, and writes the records and both bookkeeping rows only if it found them,
+//! in data-modifying `WITH` queries. The insert has no conflict clause, so an existing key
+//! or a refused row fails the whole statement with nothing written. The statement returns
+//! whether the rows were found; if not, nothing was written either. With TLS, pages are
+//! split into statements below one TLS record, and the page takes a transaction.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{
+    Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, WithClause,
+};
+use sea_orm::sqlx::error::DatabaseError;
+use sea_orm::sqlx::postgres::PgSslMode;
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
+};
+use tributary_providers::Record;
+
+use super::backend::{
+    checkpoint_column, names, refusal_by_sqlstate, write_new_page_in_transaction, Existing,
+    PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+};
+use super::PageContext;
+use crate::db::DatabasePools;
+use crate::entities::{connection, record, sync_run};
+use crate::pipeline::run::{save_counts, RunCounts};
+
+/// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
+/// `$2`. `external_id IN (...)` lets the planner scan every record of the (user_id,
+/// provider) prefix and filter, which it does while the table's statistics are young (and
+/// a prepared statement's generic plan keeps doing it); `LIMIT 1` in the lateral subquery
+/// keeps it from being flattened into such a join, so each id is one unique-index probe.
+static LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "SELECT r.{record::Id}, r.{record::ExternalId}, r.{record::ContentHash} \
+         FROM unnest($3::text[]) AS k(external_id) \
+         CROSS JOIN LATERAL (SELECT {record::Id}, {record::ExternalId}, {record::ContentHash} \
+         FROM {records} WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
+         AND {record::ExternalId} = k.external_id LIMIT 1) AS r",
+    )
+});
+
+/// How many of the pairs (`$3`, `$4`) are stored with that hash, each id one probe as in
+/// [`LOOKUP`].
+static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "SELECT count(*) AS unchanged \
+         FROM unnest($3::text[], $4::text[]) AS k(external_id, content_hash) \
+         CROSS JOIN LATERAL (SELECT {record::ContentHash} FROM {records} \
+         WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
+         AND {record::ExternalId} = k.external_id LIMIT 1) AS r \
+         WHERE r.{record::ContentHash} = k.content_hash",
+    )
+});
+
+/// The new records as rows: user `$1`, provider `$2`, run `$3`, time `$4`, and the ids,
+/// payloads and hashes as arrays `$5` to `$7`, so the statement has the same parameters
+/// whatever the page size and is prepared and planned once.
+static NEW_ROWS: LazyLock<String> = LazyLock::new(|| {
+    let columns = names::new_record_columns();
+    names::sql(&format!(
+        "INSERT INTO {{records}} ({columns}) \
+         SELECT $1, $2, r.external_id, r.payload, r.content_hash, $3, $3, $4, $4 \
+         FROM unnest($5::text[], $6::text[], $7::text[]) AS r(external_id, payload, content_hash)"
+    ))
+});
+
+/// [`NEW_ROWS`], a key that exists skipped.
+static INSERT: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "{} ON CONFLICT ({{record::UserId}}, {{record::Provider}}, {{record::ExternalId}}) \
+         DO NOTHING",
+        *NEW_ROWS
+    ))
+});
+
+/// Where the run's counters start among [`NEW_PAGE`]'s parameters.
+const FIRST_COUNTER: usize = 8;
+
+/// An all-new page in one statement: [`NEW_ROWS`] (no conflict clause), the run's
+/// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
+/// checkpoint and connection id that follow them, written only while the run's row and
+/// the connection's exist, which it locks first. Returns how many of the two it found.
+static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
+    let page = PageBookkeeping {
+        run_id: 0,
+        counts: &RunCounts::default(),
+        connection_id: 0,
+        checkpoint: None,
+        now: DateTime::<Utc>::UNIX_EPOCH,
+    };
+    let counters = page.counter_values();
+    let set_counters = counters
+        .iter()
+        .enumerate()
+        .map(|(offset, (column, _))| format!("{} = ${}", column.as_str(), FIRST_COUNTER + offset))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let checkpoint = FIRST_COUNTER + counters.len();
+    let connection_id = checkpoint + 1;
+    names::sql(&format!(
+        "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c \
+         WHERE r.{{sync_run::Id}} = $3 AND c.{{connection::Id}} = ${connection_id} \
+         FOR NO KEY UPDATE), \
+         inserted AS ({new_rows} WHERE EXISTS (SELECT 1 FROM page_rows)), \
+         saved_run AS (UPDATE {{sync_runs}} SET {set_counters} \
+         WHERE {{sync_run::Id}} = $3 AND EXISTS (SELECT 1 FROM page_rows)), \
+         saved_connection AS (UPDATE {{connections}} \
+         SET {{connection::Checkpoint}} = ${checkpoint}, {{connection::UpdatedAt}} = $4 \
+         WHERE {{connection::Id}} = ${connection_id} AND EXISTS (SELECT 1 FROM page_rows)) \
+         SELECT count(*) AS found FROM page_rows",
+        new_rows = *NEW_ROWS,
+    ))
+});
+
+/// PostgreSQL's own refusals outside the standard classes: `RAISE EXCEPTION` in a trigger,
+/// and a lock not available at once.
+const RAISE_EXCEPTION: &str = "P0001";
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The store on a PostgreSQL database.
+pub(crate) struct PostgresStore<'a> {
+    db: &'a DatabasePools,
+    limits: StatementLimits,
+}
+
+impl<'a> PostgresStore<'a> {
+    /// Without TLS (`sslmode=disable` or a Unix socket) one statement a page; where TLS
+    /// may be used (sqlx's default `sslmode=prefer`), statements below one TLS record.
+    pub(crate) fn new(db: &'a DatabasePools) -> PostgresStore<'a> {
+        let options = db.get_postgres_connection_pool().connect_options();
+        let unix_socket = options.get_socket().is_some() || options.get_host().starts_with('/');
+        let limits = if matches!(options.get_ssl_mode(), PgSslMode::Disable) || unix_socket {
+            StatementLimits::WHOLE_PAGES
+        } else {
+            StatementLimits::BELOW_ONE_TLS_RECORD
+        };
+        PostgresStore { db, limits }
+    }
+}
+
+/// One field of every record, as a `text[]` value.
+fn text_array<'r>(
+    records: impl Iterator<Item = &'r Record>,
+    field: fn(&Record) -> &String,
+) -> Value {
+    let column: Vec<String> = records.map(|record| field(record).clone()).collect();
+    column.into()
+}
+
+/// The values of [`NEW_ROWS`], `$1` to `$7`.
+fn new_rows_values(
+    context: &PageContext<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Vec<Value> {
+    let records = || records.iter().copied();
+    vec![
+        context.connection.user_id.as_str().into(),
+        context.connection.provider.as_str().into(),
+        context.run_id.into(),
+        now.into(),
+        text_array(records(), |record| &record.external_id),
+        text_array(records(), |record| &record.payload),
+        text_array(records(), |record| &record.content_hash),
+    ]
+}
+
+#[async_trait::async_trait]
+impl StoreBackend for PostgresStore<'_> {
+    fn limits(&self) -> StatementLimits {
+        self.limits
+    }
+
+    async fn count_unchanged(
+        &self,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<u64, DbErr> {
+        let values = vec![
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            text_array(records.iter(), |record| &record.external_id),
+            text_array(records.iter(), |record| &record.content_hash),
+        ];
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, COUNT_UNCHANGED.as_str(), values);
+        let count: i64 = match self.db.query_one_raw(statement).await? {
+            Some(row) => row.try_get("", "unchanged")?,
+            None => 0,
+        };
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        let values = vec![
+            connection.user_id.as_str().into(),
+            connection.provider.as_str().into(),
+            text_array(records.iter(), |record| &record.external_id),
+        ];
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, LOOKUP.as_str(), values);
+        let mut existing = Existing::with_capacity(records.len());
+        for row in txn.query_all_raw(statement).await? {
+            let id: i64 = row.try_get("", record::Column::Id.as_str())?;
+            let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
+            let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
+            existing.insert(external_id, (id, hash));
+        }
+        Ok(existing)
+    }
+
+    async fn insert(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[&Record],
+        now: DateTime<Utc>,
+    ) -> Result<u64, DbErr> {
+        let values = new_rows_values(context, records, now);
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, INSERT.as_str(), values);
+        Ok(txn.execute_raw(statement).await?.rows_affected())
+    }
+
+    /// One statement: the run's update in a `WITH`, and the connection updated only if
+    /// the run's row was, so one row changed means both.
+    async fn save_bookkeeping(
+        &self,
+        txn: &DatabaseTransaction,
+        page: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        let Some(checkpoint) = page.checkpoint else {
+            return save_counts(txn, page.run_id, page.counts).await;
+        };
+        let run = page
+            .counts_update()
+            .returning_col(sync_run::Column::Id)
+            .to_owned();
+        let saved = Alias::new("saved_run");
+        let mut next = page.checkpoint_update(checkpoint)?;
+        next.and_where(Expr::exists(
+            Query::select()
+                .expr(Expr::val(1))
+                .from(saved.clone())
+                .to_owned(),
+        ));
+        let cte = CommonTableExpression::new()
+            .query(run)
+            .table_name(saved)
+            .to_owned();
+        let (sql, values) = WithClause::new()
+            .cte(cte)
+            .to_owned()
+            .query(next)
+            .build(PostgresQueryBuilder);
+        let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+        if txn.execute_raw(statement).await?.rows_affected() != 1 {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        Ok(())
+    }
+
+    /// One statement ([`NEW_PAGE`]) when a page goes in one statement and its checkpoint
+    /// moves; a transaction otherwise.
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        let Some(checkpoint) = bookkeeping.checkpoint.filter(|_| self.limits.whole_pages()) else {
+            return write_new_page_in_transaction(self, self.db, context, records, bookkeeping)
+                .await;
+        };
+        let records: Vec<&Record> = records.iter().collect();
+        let mut values = new_rows_values(context, &records, bookkeeping.now);
+        values.extend(
+            bookkeeping
+                .counter_values()
+                .into_iter()
+                .map(|(_, value)| value),
+        );
+        values.push(checkpoint_column(checkpoint)?.into());
+        values.push(bookkeeping.connection_id.into());
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, NEW_PAGE.as_str(), values);
+        let found: i64 = match self.db.query_one_raw(statement).await? {
+            Some(row) => row.try_get("", "found")?,
+            None => 0,
+        };
+        if found != 1 {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
+        let code = error.code()?;
+        match &*code {
+            RAISE_EXCEPTION => Some(Refusal::RefusedRow),
+            LOCK_NOT_AVAILABLE => Some(Refusal::Contention),
+            code => refusal_by_sqlstate(code),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::run::counter_columns;
+
+    #[test]
+    fn every_statement_names_its_tables_and_columns() {
+        for sql in [&*LOOKUP, &*COUNT_UNCHANGED, &*INSERT, &*NEW_PAGE] {
+            assert!(!sql.contains('{'), "{sql}");
+        }
+    }
+
+    #[test]
+    fn the_new_page_statement_sets_every_counter_and_the_heartbeat() {
+        let counters = counter_columns(&RunCounts::default()).len();
+        for column in counter_columns(&RunCounts::default()).map(|(column, _)| column) {
+            assert!(NEW_PAGE.contains(&format!("{} = $", column.as_str())));
+        }
+        assert!(NEW_PAGE.contains(&format!(
+            "{} = ${}",
+            sync_run::Column::HeartbeatAt.as_str(),
+            FIRST_COUNTER + counters
+        )));
+    }
+}

@@ -1,0 +1,390 @@
+//! SQLite's store strategy: lookups with the keys as one JSON array, unchanged pages
+//! counted on the file's read-only readers, and an all-new page in one batch.
+//!
+//! sqlx runs SQLite on a worker thread, and every statement is a hand-off there and back,
+//! so an all-new page is built in full before the writing connection is taken (through
+//! the [`WriteLane`]) and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the
+//! checkpoint, and a plain `INSERT` without `ON CONFLICT`, so an existing key or a refused
+//! row fails it. The batch's row counts are then read back: the page commits only if
+//! each update found its row and the insert took every record, and is rolled back
+//! otherwise. The batch runs in a task of its own, so a caller dropped halfway cannot
+//! leave the connection inside an open transaction.
+
+use std::sync::{Arc, LazyLock};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::TryStreamExt;
+use sea_orm::sea_query::SqliteQueryBuilder;
+use sea_orm::sqlx::error::DatabaseError;
+use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use sea_orm::sqlx::{self, Arguments, Either, Executor, IntoArguments, Sqlite};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, RuntimeErr, Statement};
+use sea_query_sqlx::SqlxValues;
+use tributary_providers::Record;
+
+use super::backend::{
+    insert_statement, names, Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+};
+use super::PageContext;
+use crate::db::{DatabasePools, WriteLane};
+use crate::entities::connection;
+
+/// How many of a page's (external id, content hash) pairs, given as one JSON array, are
+/// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
+/// probe of the unique index, whatever the planner thinks of the table's size.
+static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {records} AS r \
+         WHERE r.{record::UserId} = ?2 AND r.{record::Provider} = ?3 \
+         AND r.{record::ExternalId} = page.value ->> 0 \
+         AND r.{record::ContentHash} = page.value ->> 1",
+    )
+});
+
+/// The stored (id, external id, content hash) of a page's external ids, given as one JSON
+/// array, returned as one JSON array: sqlx hands each result row from its SQLite thread to
+/// ours separately, and one row costs one hand-off.
+static LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "SELECT json_group_array(json_array({record::Id}, {record::ExternalId}, \
+         {record::ContentHash})) AS found \
+         FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2 \
+         AND {record::ExternalId} IN (SELECT value FROM json_each(?3))",
+    )
+});
+
+/// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
+/// and no conflict clause.
+static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
+    let columns = names::new_record_columns();
+    names::sql(&format!("INSERT INTO {{records}} ({columns}) VALUES "))
+});
+
+/// One new record's values in [`INSERT_NEW_RECORDS`].
+const NEW_RECORD_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// SQLite's primary result codes a page's write can be refused with.
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+const SQLITE_TOOBIG: i32 = 18;
+const SQLITE_CONSTRAINT: i32 = 19;
+const SQLITE_MISMATCH: i32 = 20;
+
+/// The store on a SQLite database.
+pub(crate) struct SqliteStore<'a> {
+    db: &'a DatabasePools,
+}
+
+impl<'a> SqliteStore<'a> {
+    pub(crate) fn new(db: &'a DatabasePools) -> SqliteStore<'a> {
+        SqliteStore { db }
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreBackend for SqliteStore<'_> {
+    /// One statement a page: there is no network between us and the database.
+    fn limits(&self) -> StatementLimits {
+        StatementLimits::WHOLE_PAGES
+    }
+
+    /// Asked on a read-only reader of the file where there is one (see `db/pools.rs`),
+    /// else on the main pool.
+    async fn count_unchanged(
+        &self,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<u64, DbErr> {
+        let pairs: Vec<[&str; 2]> = records
+            .iter()
+            .map(|record| [record.external_id.as_str(), record.content_hash.as_str()])
+            .collect();
+        let pairs = serde_json::to_string(&pairs)
+            .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
+        let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(COUNT_UNCHANGED.as_str()))
+            .bind(pairs)
+            .bind(connection.user_id.as_str())
+            .bind(connection.provider.as_str());
+        let count = match self.db.sqlite_readers() {
+            Some(readers) => {
+                let mut reader = readers.acquire().await.map_err(query_error)?;
+                let count = query
+                    .fetch_one(reader.connection())
+                    .await
+                    .map_err(query_error)?;
+                reader.give_back();
+                count
+            }
+            None => query
+                .fetch_one(self.db.get_sqlite_connection_pool())
+                .await
+                .map_err(query_error)?,
+        };
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        connection: &connection::Model,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        let ids: Vec<&str> = records
+            .iter()
+            .map(|record| record.external_id.as_str())
+            .collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            LOOKUP.as_str(),
+            [
+                connection.user_id.as_str().into(),
+                connection.provider.as_str().into(),
+                ids.into(),
+            ],
+        );
+        let Some(row) = txn.query_one_raw(statement).await? else {
+            return Ok(Existing::new());
+        };
+        let found: String = row.try_get("", "found")?;
+        let rows: Vec<(i64, String, String)> = serde_json::from_str(&found)
+            .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, external_id, hash)| (external_id, (id, hash)))
+            .collect())
+    }
+
+    async fn insert(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[&Record],
+        now: DateTime<Utc>,
+    ) -> Result<u64, DbErr> {
+        let insert = insert_statement(context, records, now)?;
+        Ok(txn.execute(&insert).await?.rows_affected())
+    }
+
+    /// Both updates sent at once; sqlx runs statements joined by `;` in turn and adds up
+    /// their row counts.
+    async fn save_bookkeeping(
+        &self,
+        txn: &DatabaseTransaction,
+        page: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        let (statements, values) = bookkeeping_statements(page)?;
+        let expected = statements.len() as u64;
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Sqlite, statements.join("; "), values);
+        if txn.execute_raw(statement).await?.rows_affected() != expected {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        Ok(())
+    }
+
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), DbErr> {
+        let Some(lane) = self.db.sqlite_write_lane() else {
+            return Err(DbErr::Custom(
+                "a SQLite database without its write lane".to_string(),
+            ));
+        };
+        let batch = NewPageBatch::new(context, records, bookkeeping)?;
+        batch.write(lane).await
+    }
+
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
+        let code: i32 = error.code()?.parse().ok()?;
+        match code & 0xff {
+            SQLITE_CONSTRAINT | SQLITE_TOOBIG | SQLITE_MISMATCH => Some(Refusal::RefusedRow),
+            SQLITE_BUSY | SQLITE_LOCKED => Some(Refusal::Contention),
+            _ => None,
+        }
+    }
+
+    /// The background checkpoints copy what was committed into the database file.
+    fn committed(&self) {
+        self.db.wal_written();
+    }
+}
+
+/// A page's bookkeeping as `UPDATE` statements that must each change one row (the run's,
+/// and the connection's when the checkpoint moves), and their values in order.
+fn bookkeeping_statements(
+    page: &PageBookkeeping<'_>,
+) -> Result<(Vec<String>, sea_orm::sea_query::Values), DbErr> {
+    let (run_sql, mut values) = page.counts_update().build(SqliteQueryBuilder);
+    let mut statements = vec![run_sql];
+    if let Some(checkpoint) = page.checkpoint {
+        let (next_sql, next_values) = page
+            .checkpoint_update(checkpoint)?
+            .build(SqliteQueryBuilder);
+        statements.push(next_sql);
+        values.0.extend(next_values.0);
+    }
+    Ok((statements, values))
+}
+
+/// An all-new page's whole write, ready to send: `BEGIN IMMEDIATE`, the bookkeeping's
+/// updates, and the insert; `COMMIT` or `ROLLBACK` follow once its row counts are read.
+struct NewPageBatch {
+    sql: String,
+    arguments: SqliteArguments,
+    /// The row count each statement after `BEGIN` must report for the page to commit.
+    expected: Vec<u64>,
+}
+
+impl NewPageBatch {
+    fn new(
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<NewPageBatch, DbErr> {
+        let (updates, values) = bookkeeping_statements(bookkeeping)?;
+        let mut expected = vec![1; updates.len()];
+        let mut sql = "BEGIN IMMEDIATE".to_string();
+        for update in &updates {
+            sql.push_str("; ");
+            sql.push_str(update);
+        }
+        // The values are converted here, before the connection is taken, so the one
+        // writing connection waits only for SQLite.
+        let mut arguments: SqliteArguments =
+            IntoArguments::<Sqlite>::into_arguments(SqlxValues(values));
+        // The insert comes last, so its values follow the bookkeeping's. An empty page
+        // (the end of a listing paged until empty) writes its bookkeeping only.
+        if !records.is_empty() {
+            sql.push_str("; ");
+            push_records_insert(&mut sql, &mut arguments, context, records, bookkeeping.now)?;
+            expected.push(records.len() as u64);
+        }
+        Ok(NewPageBatch {
+            sql,
+            arguments,
+            expected,
+        })
+    }
+
+    /// Sends the batch, then commits it if every row count is as expected; otherwise, or
+    /// when a statement failed, rolls it back with nothing written.
+    async fn write(self, lane: &WriteLane) -> Result<(), DbErr> {
+        let lane = lane.clone();
+        tokio::spawn(async move {
+            let mut turn = lane.turn().await.map_err(connection_error)?;
+            let connection = turn.connection();
+            let outcome = match statement_changes(connection, self.sql, self.arguments).await {
+                // The first count is `BEGIN`'s, which reports no rows of its own.
+                Ok(changes) if changes.get(1..) == Some(&self.expected[..]) => {
+                    match sqlx::query("COMMIT").execute(&mut **connection).await {
+                        Ok(_) => {
+                            turn.pass_on();
+                            return Ok(());
+                        }
+                        Err(error) => Err(query_error(error)),
+                    }
+                }
+                // The insert has no conflict clause, so only an update can come up short.
+                Ok(_) => Err(DbErr::RecordNotUpdated),
+                Err(error) => Err(query_error(error)),
+            };
+            // This fails when no transaction is open (`BEGIN` itself failed), or when the
+            // connection is broken, which is then closed. Either way the connection goes
+            // back to the pool, which checks it, rather than to the next batch.
+            if sqlx::query("ROLLBACK")
+                .execute(&mut **connection)
+                .await
+                .is_err()
+            {
+                connection.close_on_drop();
+            }
+            outcome
+        })
+        .await
+        .map_err(|error| DbErr::Custom(format!("the page's write task failed: {error}")))?
+    }
+}
+
+/// Runs the statements of `sql` in turn and returns each one's row count. Several
+/// statements in one query: only sqlx's SQLite driver runs them, and it is what lets the
+/// page go in one hand-off.
+async fn statement_changes(
+    connection: &mut SqliteConnection,
+    sql: String,
+    arguments: SqliteArguments,
+) -> Result<Vec<u64>, sqlx::Error> {
+    let query = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments);
+    let mut results = connection.fetch_many(query);
+    let mut changes = Vec::with_capacity(4);
+    while let Some(step) = results.try_next().await? {
+        if let Either::Left(done) = step {
+            changes.push(done.rows_affected());
+        }
+    }
+    Ok(changes)
+}
+
+/// [`INSERT_NEW_RECORDS`] with one row per record, first seen by the page's run at `now`,
+/// and its values added to `arguments`. Written here rather than through sea-query, which
+/// copied every payload three times and formatted the time twice a row: here a payload
+/// is copied once, and what every row shares (the user, the provider, the run and the
+/// time) is one value referenced by each row.
+fn push_records_insert(
+    sql: &mut String,
+    arguments: &mut SqliteArguments,
+    context: &PageContext<'_>,
+    records: &[Record],
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    sql.push_str(&INSERT_NEW_RECORDS);
+    // The text sqlx itself writes for a `DateTime` on SQLite, so these rows read back
+    // exactly as rows written through sea-orm do.
+    let now: Arc<str> = now.to_rfc3339_opts(SecondsFormat::AutoSi, false).into();
+    let user: Arc<str> = context.connection.user_id.as_str().into();
+    let provider: Arc<str> = context.connection.provider.as_str().into();
+    arguments.reserve(records.len() * 9, 0);
+    for (index, record) in records.iter().enumerate() {
+        if index > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(NEW_RECORD_VALUES);
+        let added = (|| {
+            arguments.add(user.clone())?;
+            arguments.add(provider.clone())?;
+            arguments.add(Arc::<str>::from(record.external_id.as_str()))?;
+            arguments.add(Arc::<str>::from(record.payload.as_str()))?;
+            arguments.add(Arc::<str>::from(record.content_hash.as_str()))?;
+            arguments.add(context.run_id)?;
+            arguments.add(context.run_id)?;
+            arguments.add(now.clone())?;
+            arguments.add(now.clone())
+        })();
+        added.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+    }
+    Ok(())
+}
+
+fn query_error(error: sqlx::Error) -> DbErr {
+    DbErr::Query(RuntimeErr::SqlxError(error.into()))
+}
+
+fn connection_error(error: sqlx::Error) -> DbErr {
+    DbErr::Conn(RuntimeErr::SqlxError(error.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_names_its_tables_and_columns() {
+        for sql in [&*COUNT_UNCHANGED, &*LOOKUP, &*INSERT_NEW_RECORDS] {
+            assert!(!sql.contains('{'), "{sql}");
+        }
+    }
+}

@@ -31,6 +31,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
+use crate::config::ProviderKind;
 use crate::http::{asked_wait, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::rest::link;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
@@ -190,6 +191,16 @@ fn next_page(url: &Url, headers: &HeaderMap) -> Result<Option<PagePosition>, Str
     Ok(Some(PagePosition::Url {
         url: next.to_string(),
     }))
+}
+
+impl ProviderKind for GithubConfig {
+    fn validate(&self) -> Result<(), String> {
+        GithubConfig::validate(self)
+    }
+
+    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
+        Ok(Box::new(GithubProvider::new(self.clone(), client)))
+    }
 }
 
 #[async_trait::async_trait]

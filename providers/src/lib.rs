@@ -36,7 +36,7 @@ mod page;
 #[cfg(test)]
 mod test_support;
 
-pub use config::{build_provider, ProviderConfig};
+pub use config::{build_provider, ProviderConfig, ProviderKind};
 pub use http::{FetchError, HttpClient, HttpSettings};
 pub use page::{Credentials, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};

@@ -31,6 +31,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
+use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::raw::{array_items, lookup_raw, text_kind, to_value, ListShape, RawList, RawObject};
 use crate::record::json_type_name;
@@ -258,6 +259,16 @@ fn read_list(answered: &Answered<'_>) -> Result<Page, FetchError> {
     };
     let created = adapter::WatermarkField::Epoch("created");
     Ok(adapter::page_by_id(&records, created, next))
+}
+
+impl ProviderKind for StripeConfig {
+    fn validate(&self) -> Result<(), String> {
+        StripeConfig::validate(self)
+    }
+
+    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
+        Ok(Box::new(StripeProvider::new(self.clone(), client)))
+    }
 }
 
 #[async_trait::async_trait]

@@ -31,6 +31,7 @@ use secrecy::ExposeSecret;
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 
 use crate::adapter::unreadable_records;
+use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
 use crate::raw::{array_items, lookup_raw};
 use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
@@ -142,6 +143,24 @@ impl RestProvider {
                 self.config.auth
             ),
         })
+    }
+}
+
+impl ProviderKind for RestConfig {
+    fn validate(&self) -> Result<(), String> {
+        RestConfig::validate(self)
+    }
+
+    fn needs_token(&self) -> bool {
+        RestConfig::needs_token(self)
+    }
+
+    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
+        let client = match self.auth_query_param() {
+            Some(name) => client.hiding_query_param(name),
+            None => client,
+        };
+        Ok(Box::new(RestProvider::new(self.clone(), client)))
     }
 }
 

@@ -39,6 +39,7 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
+use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient};
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
 use limits::{Clock, RateLimits, Wait};
@@ -236,6 +237,23 @@ impl StravaProvider {
         self.client.record_rate_limit_wait();
         tokio::time::sleep(duration).await;
         Ok(())
+    }
+}
+
+impl ProviderKind for StravaConfig {
+    fn validate(&self) -> Result<(), String> {
+        StravaConfig::validate(self)
+    }
+
+    fn required_env_vars(&self) -> Vec<(String, String)> {
+        vec![(
+            "client_secret_env".to_string(),
+            self.client_secret_env.clone(),
+        )]
+    }
+
+    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
+        Ok(Box::new(StravaProvider::from_env(self.clone(), client)?))
     }
 }
 

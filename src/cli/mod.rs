@@ -339,7 +339,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Runs { limit, json } => {
             let settings = Settings::load(&cli.config)?;
-            let db = crate::db::connect_and_migrate(&settings.database).await?;
+            let db = crate::db::connect_for_reading(&settings.database).await?;
             history::print_runs(&db, limit, json).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -349,7 +349,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let settings = Settings::load(&cli.config)?;
-            let db = crate::db::connect_and_migrate(&settings.database).await?;
+            let db = crate::db::connect_for_reading(&settings.database).await?;
             match (run_id, only_open) {
                 (run_id, true) => history::print_open_errors(&db, run_id, json).await?,
                 (Some(run_id), false) => history::print_errors(&db, run_id, json).await?,

@@ -1,19 +1,20 @@
 //! Instances that start at once take turns migrating, one database at a time, and none
 //! waits for another forever.
 //!
-//! - PostgreSQL: `pg_try_advisory_lock` on one key. Advisory locks belong to the
-//!   database they are taken in, so instances of other databases on the server never
-//!   wait for it.
-//! - MySQL/MariaDB: a named lock (`GET_LOCK`). Its names are the server's, not a
-//!   database's, so the name carries the database: `tributary_migrations_` and the MD5
-//!   of `DATABASE()` (a database name can be 64 characters, and so can a lock name).
+//! - PostgreSQL: `pg_advisory_lock` on one key, under a `lock_timeout`. Advisory locks
+//!   belong to the database they are taken in, so instances of other databases on the
+//!   server never wait for it.
+//! - MySQL/MariaDB: a named lock (`GET_LOCK` with a timeout). Its names are the server's,
+//!   not a database's, so the name carries the database: `tributary_migrations_` and the
+//!   MD5 of `DATABASE()` (a database name can be 64 characters, and so can a lock name).
 //! - SQLite: an exclusive lock on `<file>.migrate.lock`, the file that also serialises
-//!   opening the database (see [`super::connect`]). An in-memory database has no lock.
+//!   opening the database (see [`super::connect`]), tried again every [`RETRY_EVERY`].
+//!   An in-memory database has no lock.
 //!
-//! Each is tried, and tried again every [`RETRY_EVERY`], until it is taken or the wait is
-//! over ([`MIGRATION_LOCK_WAIT`] unless the caller says otherwise). A lock still held
-//! then is an instance stuck migrating, or a person holding it, and the error says which
-//! lock and how long it waited rather than migrating without it.
+//! The servers wake a waiting session as soon as the lock is free. The wait is bounded
+//! ([`MIGRATION_LOCK_WAIT`] unless the caller says otherwise): a lock still held then is
+//! an instance stuck migrating, or a person holding it, and the error says which lock and
+//! how long it waited rather than migrating without it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ use super::{lock_path, sqlite_file};
 /// the tables this project has take seconds; a lock held longer is someone stuck.
 pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
 
-/// How often a lock held by someone else is tried again.
+/// How often a lock file held by someone else is tried again.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// The PostgreSQL advisory-lock key ("trib" in ASCII).
@@ -79,7 +80,7 @@ impl MigrationLock {
     ) -> Result<MigrationLock, MigrationLockError> {
         let deadline = Instant::now() + wait;
         let held = match db.get_database_backend() {
-            DbBackend::Postgres | DbBackend::MySql => server_lock(db, deadline, wait).await?,
+            DbBackend::Postgres | DbBackend::MySql => server_lock(db, wait).await?,
             _ => match sqlite_file(url) {
                 Some(file) => Held::File {
                     _open: file_lock(&file, SQLITE_LOCK_PURPOSE, deadline, wait).await?,
@@ -105,23 +106,29 @@ impl MigrationLock {
     }
 }
 
-async fn server_lock(
-    db: &DatabaseConnection,
-    deadline: Instant,
-    wait: Duration,
-) -> Result<Held, MigrationLockError> {
+async fn server_lock(db: &DatabaseConnection, wait: Duration) -> Result<Held, MigrationLockError> {
     let backend = db.get_database_backend();
-    let (lock, try_lock, unlock) = match backend {
+    let (lock, timeout, take, unlock) = match backend {
         DbBackend::Postgres => (
             format!("PostgreSQL advisory lock {POSTGRES_KEY}"),
-            format!("SELECT pg_try_advisory_lock({POSTGRES_KEY}) AS taken"),
+            // Local to the session's transaction, which ends when the lock is released.
+            Some(format!(
+                "SET LOCAL lock_timeout = {}",
+                wait.as_millis().clamp(1, i32::MAX as u128)
+            )),
+            format!("SELECT pg_advisory_lock({POSTGRES_KEY}) IS NOT NULL AS taken"),
             format!("SELECT pg_advisory_unlock({POSTGRES_KEY})"),
         ),
         _ => {
             let name = "CONCAT('tributary_migrations_', MD5(DATABASE()))";
             (
                 "MySQL named lock tributary_migrations_ + MD5(DATABASE())".to_string(),
-                format!("SELECT GET_LOCK({name}, 0) = 1 AS taken"),
+                None,
+                // GET_LOCK counts its timeout in whole seconds.
+                format!(
+                    "SELECT GET_LOCK({name}, {}) = 1 AS taken",
+                    wait.as_secs_f64().ceil()
+                ),
                 format!("SELECT RELEASE_LOCK({name})"),
             )
         }
@@ -132,26 +139,43 @@ async fn server_lock(
     };
     // A transaction pins one pooled connection: the session that holds the lock.
     let session = db.begin().await.map_err(failed)?;
-    loop {
-        let row = session
-            .query_one_raw(Statement::from_string(backend, try_lock.clone()))
+    if let Some(timeout) = timeout {
+        session
+            .execute_raw(Statement::from_string(backend, timeout))
             .await
             .map_err(failed)?;
-        // GET_LOCK answers NULL on an error, and `NULL = 1` is NULL: not taken.
-        let taken = match row {
-            Some(row) => row.try_get::<Option<bool>>("", "taken").map_err(failed)?,
-            None => None,
-        };
-        if taken == Some(true) {
-            return Ok(Held::Session {
-                session,
-                unlock: Statement::from_string(backend, unlock),
-            });
-        }
-        if !wait_for_next_try(deadline).await {
-            let _ = session.rollback().await;
-            return Err(MigrationLockError::Timeout { lock, waited: wait });
-        }
+    }
+    let taken = match session
+        .query_one_raw(Statement::from_string(backend, take))
+        .await
+    {
+        // GET_LOCK answers 0 when the wait is over, NULL on an error, and `NULL = 1` is
+        // NULL: neither is taken.
+        Ok(Some(row)) => row.try_get::<Option<bool>>("", "taken").map_err(failed)?,
+        Ok(None) => None,
+        Err(error) if is_lock_timeout(&error) => None,
+        Err(error) => return Err(failed(error)),
+    };
+    if taken == Some(true) {
+        return Ok(Held::Session {
+            session,
+            unlock: Statement::from_string(backend, unlock),
+        });
+    }
+    let _ = session.rollback().await;
+    Err(MigrationLockError::Timeout { lock, waited: wait })
+}
+
+/// PostgreSQL's `lock_not_available`: the wait for a lock outlasted `lock_timeout`.
+fn is_lock_timeout(error: &DbErr) -> bool {
+    const LOCK_NOT_AVAILABLE: &str = "55P03";
+    match error {
+        DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))
+        | DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error)) => sqlx_error
+            .as_database_error()
+            .and_then(|database_error| database_error.code())
+            .is_some_and(|code| code == LOCK_NOT_AVAILABLE),
+        _ => false,
     }
 }
 

@@ -219,6 +219,33 @@ pub async fn connect_and_migrate(
     Ok(db)
 }
 
+/// Connects for a command that only reads. When no migration is pending it takes no
+/// migration lock, so it neither waits behind an instance that holds it nor pays for the
+/// lock's session, and it keeps to one pooled connection: such a command runs one
+/// statement at a time, and each further connection costs a handshake. Otherwise it
+/// connects and migrates like [`connect_and_migrate`].
+pub async fn connect_for_reading(
+    settings: &DatabaseSettings,
+) -> Result<DatabasePools, DbSetupError> {
+    let reading = DatabaseSettings {
+        max_connections: 1,
+        ..settings.clone()
+    };
+    let db = connect(&reading).await?;
+    let pending = Migrator::get_pending_migrations_read_only(db.main())
+        .await
+        .map_err(|source| DbSetupError::Migrate {
+            url: redact_url(&settings.url),
+            source,
+        })?;
+    if pending.is_empty() {
+        return Ok(db);
+    }
+    // Migrating takes a session for the lock and another for the migrations.
+    let _ = db.close().await;
+    connect_and_migrate(settings).await
+}
+
 /// Applies every pending migration, under the database's migration lock so that only
 /// one of the instances starting at once creates the tables (see [`MigrationLock`]);
 /// waits at most [`MIGRATION_LOCK_WAIT`] for another instance's migrations.

@@ -14,6 +14,7 @@ use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
 };
 
+use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, sync_run};
 
 /// The reason written on runs found `running` whose holder is gone.
@@ -117,7 +118,7 @@ pub async fn renew(
         .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
         .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
         .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
-        .filter(sync_run::Column::Status.eq("running"))
+        .filter(sync_run::Column::Status.eq(RunStatus::Running))
         .exec(db)
         .await?;
     Ok(true)
@@ -185,12 +186,15 @@ async fn mark_abandoned_runs(
 ) -> Result<u64, DbErr> {
     let now = Utc::now();
     let result = sync_run::Entity::update_many()
-        .col_expr(sync_run::Column::Status, Expr::value("interrupted"))
+        .col_expr(
+            sync_run::Column::Status,
+            Expr::value(RunStatus::Interrupted),
+        )
         .col_expr(sync_run::Column::FinishedAt, Expr::value(now))
         .col_expr(sync_run::Column::Error, Expr::value(ABANDONED))
         .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
         .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
-        .filter(sync_run::Column::Status.eq("running"))
+        .filter(sync_run::Column::Status.eq(RunStatus::Running))
         .exec(db)
         .await?;
     if result.rows_affected > 0 {

@@ -85,7 +85,7 @@ pub async fn replay_run(
     let mut report = ReplayReport::default();
     let (records, pages): (Vec<_>, Vec<_>) = open
         .into_iter()
-        .partition(|error| error.scope == ErrorScope::Record.as_str());
+        .partition(|error| error.scope == ErrorScope::Record);
     report.not_replayable = pages.iter().map(|error| error.id).collect();
     if records.is_empty() {
         return Ok(report);

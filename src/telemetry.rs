@@ -39,7 +39,7 @@ pub fn install_prometheus() -> Result<PrometheusHandle, String> {
 /// Records one finished run.
 pub fn record_run(outcome: &RunOutcome, listing_complete: bool) {
     let provider = outcome.provider.clone();
-    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => outcome.status.as_str())
+    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => outcome.status.to_string())
         .increment(1);
     let counts = &outcome.counts;
     for (name, value) in [

@@ -15,6 +15,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sea_orm::{ColumnTrait, Database, EntityTrait, QueryFilter};
 use tributary::entities::sync_run;
+use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -37,7 +38,7 @@ fn fill(head: &str, unit: &str, tail: &str) -> String {
 }
 
 /// The shapes, each with what the run should end as.
-fn shapes() -> Vec<(&'static str, String, &'static str)> {
+fn shapes() -> Vec<(&'static str, String, RunStatus)> {
     let padding = "x".repeat(3_300);
     let at_the_cap: Vec<String> = (0..10_000)
         .map(|i| format!(r#"{{"id":"r{i}","p":"{padding}"}}"#))
@@ -46,17 +47,17 @@ fn shapes() -> Vec<(&'static str, String, &'static str)> {
         (
             "millions of tiny items",
             fill(r#"{"next_cursor":null,"data":["#, "0,", "]}"),
-            "failed",
+            RunStatus::Failed,
         ),
         (
             "one record of millions of fields",
             fill(r#"{"next_cursor":null,"data":[{"#, r#""a":0,"#, "}]}"),
-            "partial",
+            RunStatus::Partial,
         ),
         (
             "millions of top-level fields",
             fill(r#"{"next_cursor":null,"#, r#""a":0,"#, r#","data":[]}"#),
-            "succeeded",
+            RunStatus::Succeeded,
         ),
         (
             "one record of the whole body",
@@ -65,7 +66,7 @@ fn shapes() -> Vec<(&'static str, String, &'static str)> {
                 "xx",
                 r#""}]}"#,
             ),
-            "succeeded",
+            RunStatus::Succeeded,
         ),
         (
             "the most records a page may hold",
@@ -73,7 +74,7 @@ fn shapes() -> Vec<(&'static str, String, &'static str)> {
                 r#"{{"next_cursor":null,"data":[{}]}}"#,
                 at_the_cap.join(",")
             ),
-            "succeeded",
+            RunStatus::Succeeded,
         ),
     ]
 }

@@ -48,8 +48,8 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
             run.id.to_string(),
             run.provider.clone(),
             run.user_id.clone(),
-            run.trigger.clone(),
-            run.status.clone(),
+            run.trigger.to_string(),
+            run.status.to_string(),
             run.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             seconds,
             run.pages_fetched.to_string(),
@@ -95,7 +95,7 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
         vec![
             error.id.to_string(),
             error.external_id.clone().unwrap_or_default(),
-            error.stage.clone(),
+            error.stage.to_string(),
             shorten(&error.message),
             shorten(&error.payload),
         ]
@@ -131,8 +131,8 @@ pub async fn print_open_errors(
             error.provider.clone(),
             error.user_id.clone(),
             error.external_id.clone().unwrap_or_default(),
-            error.stage.clone(),
-            error.scope.clone(),
+            error.stage.to_string(),
+            error.scope.to_string(),
             shorten(&error.message),
             shorten(&error.payload),
         ]

@@ -508,7 +508,7 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
         outcome.run_id,
         outcome.user_id,
         outcome.provider,
-        outcome.status.as_str(),
+        outcome.status,
         c.pages_fetched,
         c.fetched,
         c.inserted,

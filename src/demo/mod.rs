@@ -85,7 +85,7 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
     let first_pass_runs: Vec<i64> = passes[0].iter().map(|o| o.run_id).collect();
     let validate_errors = run_error::Entity::find()
         .filter(run_error::Column::RunId.is_in(first_pass_runs))
-        .filter(run_error::Column::Stage.eq("validate"))
+        .filter(run_error::Column::Stage.eq(run_error::Stage::Validate))
         .order_by_asc(run_error::Column::Id)
         .all(&db)
         .await?;

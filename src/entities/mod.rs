@@ -6,3 +6,15 @@ pub mod processed_key;
 pub mod record;
 pub mod run_error;
 pub mod sync_run;
+
+/// Displays enum columns as the strings they are stored as (the CLI prints those).
+macro_rules! display_as_stored {
+    ($($enum:ty),+) => {
+        $(impl std::fmt::Display for $enum {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&sea_orm::ActiveEnum::to_value(self))
+            }
+        })+
+    };
+}
+use display_as_stored;

@@ -9,10 +9,8 @@ pub struct Model {
     pub id: i64,
     pub user_id: String,
     pub provider: String,
-    /// `manual`, `schedule` or `replay`.
-    pub trigger: String,
-    /// `running`, `succeeded`, `partial`, `failed` or `interrupted`.
-    pub status: String,
+    pub trigger: Trigger,
+    pub status: RunStatus,
     pub started_at: DateTimeUtc,
     pub finished_at: Option<DateTimeUtc>,
     /// Refreshed with every committed page while the run works.
@@ -33,6 +31,43 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,
 }
+
+/// What started a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum, serde::Serialize)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    #[sea_orm(string_value = "manual")]
+    Manual,
+    #[sea_orm(string_value = "schedule")]
+    Schedule,
+    #[sea_orm(string_value = "replay")]
+    Replay,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum, serde::Serialize)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Still going (or its process died; see `interrupted`).
+    #[sea_orm(string_value = "running")]
+    Running,
+    /// Every page fetched and every record stored.
+    #[sea_orm(string_value = "succeeded")]
+    Succeeded,
+    /// Every page fetched; some records failed and sit in `run_errors`.
+    #[sea_orm(string_value = "partial")]
+    Partial,
+    /// A run-level fault stopped it; the reason is in `sync_runs.error`.
+    #[sea_orm(string_value = "failed")]
+    Failed,
+    /// Stopped by a shutdown or a crash before it finished.
+    #[sea_orm(string_value = "interrupted")]
+    Interrupted,
+}
+
+super::display_as_stored!(Trigger, RunStatus);
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}

@@ -120,7 +120,7 @@ pub async fn sync_connection(
     );
     async move {
         tracing::info!(
-            trigger = trigger.as_str(),
+            trigger = %trigger,
             full = options.full,
             "Run started."
         );
@@ -240,14 +240,14 @@ fn log_outcome(outcome: &RunOutcome) {
             "Run failed."
         ),
         (status, Some(reason)) => tracing::warn!(
-            status = status.as_str(),
+            status = %status,
             reason = reason.as_str(),
             pages = counts.pages_fetched,
             inserted = counts.inserted,
             "Run stopped early."
         ),
         (status, None) => tracing::info!(
-            status = status.as_str(),
+            status = %status,
             pages = counts.pages_fetched,
             fetched = counts.fetched,
             inserted = counts.inserted,

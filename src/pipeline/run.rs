@@ -11,54 +11,8 @@ use serde::Serialize;
 
 use tributary_providers::Watermark;
 
+pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, sync_run};
-
-/// What started a run. Stored in `sync_runs.trigger`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trigger {
-    Manual,
-    Schedule,
-    Replay,
-}
-
-impl Trigger {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Manual => "manual",
-            Trigger::Schedule => "schedule",
-            Trigger::Replay => "replay",
-        }
-    }
-}
-
-/// How a run ended. Stored in `sync_runs.status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    /// Still going (or its process died; see `interrupted`).
-    Running,
-    /// Every page fetched and every record stored.
-    Succeeded,
-    /// Every page fetched; some records failed and sit in `run_errors`.
-    Partial,
-    /// A run-level fault stopped it; the reason is in `sync_runs.error`.
-    Failed,
-    /// Stopped by a shutdown or a crash before it finished.
-    Interrupted,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Partial => "partial",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "interrupted",
-        }
-    }
-}
 
 /// A run's counters, as stored in `sync_runs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -109,8 +63,8 @@ pub async fn start_run(
     let row = sync_run::ActiveModel {
         user_id: Set(connection.user_id.clone()),
         provider: Set(connection.provider.clone()),
-        trigger: Set(trigger.as_str().to_string()),
-        status: Set(RunStatus::Running.as_str().to_string()),
+        trigger: Set(trigger),
+        status: Set(RunStatus::Running),
         started_at: Set(now),
         finished_at: Set(None),
         heartbeat_at: Set(now),
@@ -205,7 +159,7 @@ pub async fn finish_run(
     let txn = db.begin().await?;
     let now = Utc::now();
     let mut row = counts_model(run_id, counts);
-    row.status = Set(end.status.as_str().to_string());
+    row.status = Set(end.status);
     row.finished_at = Set(Some(now));
     row.heartbeat_at = Set(now);
     row.error = Set(end.error.map(str::to_string));

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use serde_json::{json, Value};
 use tributary::config::Settings;
+use tributary::entities::run_error::Stage;
 use tributary::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus};
 use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
@@ -98,7 +99,7 @@ async fn reported(app: &TestApp, run_id: i64) -> Vec<(String, String)> {
         .run_errors(run_id)
         .await
         .into_iter()
-        .map(|e| (e.stage, e.payload))
+        .map(|e| (e.stage.to_string(), e.payload))
         .collect();
     errors.sort();
     errors
@@ -303,7 +304,7 @@ async fn a_body_that_is_not_utf8_is_a_parse_error_row_and_the_pages_before_it_ar
     );
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
-    assert_eq!(errors[0].stage, "parse");
+    assert_eq!(errors[0].stage, Stage::Parse);
     assert_eq!(errors[0].payload, String::from_utf8_lossy(&broken));
     assert!(errors[0].payload.contains('\u{fffd}'));
 }

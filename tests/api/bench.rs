@@ -7,6 +7,7 @@ use assert_cmd::Command;
 use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
 use tributary::bench::{run_scale, ScaleOptions};
 use tributary::entities::{connection, sync_run};
+use tributary::pipeline::RunStatus;
 
 use crate::helpers::{scratch_database_url, spawn_app};
 
@@ -80,7 +81,7 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
         .expect("runs");
     assert_eq!(store_runs.len(), 3);
     for run in store_runs {
-        assert_eq!(run.status, "succeeded", "{run:?}");
+        assert_eq!(run.status, RunStatus::Succeeded, "{run:?}");
         assert_eq!(
             (run.records_fetched, run.records_inserted, run.pages_fetched),
             (250, 250, 3),

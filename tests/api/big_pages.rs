@@ -3,6 +3,7 @@
 
 use sea_orm::EntityTrait;
 use serde_json::{json, Value};
+use tributary::entities::run_error::{Scope, Stage};
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
@@ -80,12 +81,17 @@ async fn pages_of_thousands_of_bad_records_commit_and_the_listing_goes_on() {
         );
         assert!(errors[..5_000]
             .iter()
-            .all(|e| e.stage == "validate" && e.message.contains("no id field `id`")));
-        assert_eq!(errors[5_000].stage, "parse", "{}", errors[5_000].message);
+            .all(|e| e.stage == Stage::Validate && e.message.contains("no id field `id`")));
+        assert_eq!(
+            errors[5_000].stage,
+            Stage::Parse,
+            "{}",
+            errors[5_000].message
+        );
         let row = app.run_row(run.run_id).await;
         assert_eq!(
-            (row.status.as_str(), row.records_failed),
-            ("partial", 8_500)
+            (row.status, row.records_failed),
+            (RunStatus::Partial, 8_500)
         );
     }
     assert_eq!(app.record_ids().await, ["ok_0", "ok_1"]);
@@ -114,10 +120,7 @@ async fn a_page_past_max_records_per_page_is_one_page_error_and_the_run_fails_na
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1, "one row for the page, none per record");
     let page = &errors[0];
-    assert_eq!(
-        (page.stage.as_str(), page.scope.as_str()),
-        ("parse", "page")
-    );
+    assert_eq!((page.stage, page.scope), (Stage::Parse, Scope::Page));
     assert!(page.message.contains("max_records_per_page = 10000"));
     assert!(page.payload.starts_with(r#"{"data":[0,0,0,"#));
     assert_eq!(page.payload.len(), 64 * 1024, "the start of the body only");

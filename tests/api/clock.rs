@@ -192,7 +192,7 @@ async fn a_rate_limit_reset_past_any_clock_ends_the_run_cleanly_and_releases_the
     assert_eq!(first.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     let run = app.run_row(1).await;
-    assert_eq!(run.status, "partial", "{run:?}");
+    assert_eq!(run.status, RunStatus::Partial, "{run:?}");
     let error = run.error.unwrap_or_default();
     assert!(
         error.contains("rate limited") && error.contains("86400s"),
@@ -207,6 +207,6 @@ async fn a_rate_limit_reset_past_any_clock_ends_the_run_cleanly_and_releases_the
 
     let second = sync();
     assert_eq!(second.status.code(), Some(0), "{second:?}");
-    assert_eq!(app.run_row(2).await.status, "succeeded");
+    assert_eq!(app.run_row(2).await.status, RunStatus::Succeeded);
     assert_eq!(app.records().await.len(), 1);
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, QueryOrder, Statement};
 use tributary::entities::{connection, record, sync_run};
+use tributary::pipeline::RunStatus;
 
 use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
 
@@ -262,14 +263,19 @@ async fn a_sync_killed_at_two_dozen_points_resumes_each_time_and_ends_identical(
         "the table of an uninterrupted run"
     );
     let runs = runs(&app).await;
-    assert!(runs.iter().all(|r| r.status != "running"), "{runs:?}");
-    let interrupted: Vec<&sync_run::Model> =
-        runs.iter().filter(|r| r.status == "interrupted").collect();
+    assert!(
+        runs.iter().all(|r| r.status != RunStatus::Running),
+        "{runs:?}"
+    );
+    let interrupted: Vec<&sync_run::Model> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Interrupted)
+        .collect();
     assert_eq!(interrupted.len(), killed, "every killed run is marked");
     assert!(interrupted
         .iter()
         .all(|r| r.error.as_deref().unwrap_or("").contains("stopped")));
-    assert_eq!(runs.last().unwrap().status, "succeeded");
+    assert_eq!(runs.last().unwrap().status, RunStatus::Succeeded);
     for run in &runs {
         // A run's counters commit with its pages, so even a killed run's add up.
         assert_eq!(

@@ -8,6 +8,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
 use tributary::entities::{connection, processed_key, sync_run};
+use tributary::pipeline::{RunStatus, Trigger};
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, Backend, TestApp};
 
@@ -127,7 +128,7 @@ async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
         runs_of(&app, "alice")
             .await
             .iter()
-            .filter(|r| r.trigger == "schedule" && r.status == "succeeded")
+            .filter(|r| r.trigger == Trigger::Schedule && r.status == RunStatus::Succeeded)
             .count()
             >= 2
     })
@@ -168,7 +169,10 @@ async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
     let runs = runs_of(&app, "alice").await;
-    assert!(runs.iter().all(|r| r.status != "running"), "{runs:?}");
+    assert!(
+        runs.iter().all(|r| r.status != RunStatus::Running),
+        "{runs:?}"
+    );
     assert_eq!(
         app.records().await.len(),
         4,
@@ -217,7 +221,7 @@ async fn sigterm_mid_run_commits_the_page_in_flight_and_marks_the_run_interrupte
         daemon.log()
     );
     let run = &runs[0];
-    assert_eq!(run.status, "interrupted");
+    assert_eq!(run.status, RunStatus::Interrupted);
     let committed = app.records().await.len();
     assert_eq!(
         committed,
@@ -318,7 +322,7 @@ async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
             runs_of(&app, "sloth")
                 .await
                 .iter()
-                .any(|r| r.status == "succeeded")
+                .any(|r| r.status == RunStatus::Succeeded)
         },
     )
     .await;
@@ -335,16 +339,19 @@ async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
     let sloth = runs_of(&app, "sloth").await;
     let killed = sloth
         .iter()
-        .find(|r| r.status == "interrupted")
+        .find(|r| r.status == RunStatus::Interrupted)
         .expect("the killed run is marked");
-    let resumed = sloth.iter().find(|r| r.status == "succeeded").unwrap();
+    let resumed = sloth
+        .iter()
+        .find(|r| r.status == RunStatus::Succeeded)
+        .unwrap();
     assert!(resumed.id > killed.id);
     assert!(
         resumed.pages_fetched < 6,
         "the taker resumed from the checkpoint: {resumed:?}"
     );
     assert_eq!(killed.pages_fetched + resumed.pages_fetched, 6);
-    assert!(sloth.iter().all(|r| r.status != "running"));
+    assert!(sloth.iter().all(|r| r.status != RunStatus::Running));
 
     // No two runs of one connection ever overlapped, though three daemons fired each tick.
     for user in ["alice", "bob", "sloth"] {
@@ -521,7 +528,7 @@ async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_field
         runs_of(&app, "alice")
             .await
             .iter()
-            .any(|r| r.status == "succeeded")
+            .any(|r| r.status == RunStatus::Succeeded)
     })
     .await;
     daemon.signal(Signal::SIGTERM);
@@ -576,7 +583,7 @@ async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
     assert!((3..30).contains(&committed), "{committed}");
     assert_eq!(committed, run.counts.pages_fetched as usize * 3);
     let row = app.run_row(run.run_id).await;
-    assert_eq!(row.status, "failed");
+    assert_eq!(row.status, RunStatus::Failed);
     assert_eq!(
         row.records_inserted as usize, committed,
         "the run's counters match what it committed"

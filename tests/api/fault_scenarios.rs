@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tributary::entities::run_error::Stage;
 use tributary::pipeline::{RunOutcome, RunStatus};
 
 use crate::helpers::{connections, spawn_app, TestApp};
@@ -153,7 +154,7 @@ async fn assert_good_stored_once_and_bad_reported(
     let mut reported: Vec<(String, String)> = Vec::new();
     for run in runs {
         for error in app.run_errors(*run).await {
-            reported.push((error.stage, error.payload));
+            reported.push((error.stage.to_string(), error.payload));
         }
     }
     let mut wanted: Vec<(String, String)> = (0..PAGES)
@@ -391,7 +392,7 @@ async fn every_fault_at_once_then_a_page_that_stays_broken_until_the_api_recover
         .run_errors(first.run_id)
         .await
         .into_iter()
-        .filter(|e| e.stage == "parse")
+        .filter(|e| e.stage == Stage::Parse)
         .collect();
     assert_eq!(parse_errors.len(), 1);
     assert!(

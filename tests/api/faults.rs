@@ -6,6 +6,7 @@ use std::time::Instant;
 use sea_orm::EntityTrait;
 use serde_json::json;
 use tributary::entities::connection;
+use tributary::entities::run_error::Stage;
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -101,7 +102,7 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
     assert!(error.contains("page 2") && error.contains("500"), "{error}");
     assert_eq!(app.records().await.len(), 3, "page 1 stays committed");
     let row = app.run_row(run.run_id).await;
-    assert_eq!(row.status, "failed");
+    assert_eq!(row.status, RunStatus::Failed);
     assert_eq!(row.error.as_deref(), Some(error.as_str()));
     app.api.verify().await;
 
@@ -175,7 +176,7 @@ async fn a_malformed_json_body_fails_the_run_and_keeps_the_body_in_the_report() 
     assert!(app.records().await.is_empty());
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
-    assert_eq!(errors[0].stage, "parse");
+    assert_eq!(errors[0].stage, Stage::Parse);
     assert_eq!(errors[0].payload, body);
     assert_eq!(errors[0].external_id, None);
 }

@@ -64,7 +64,7 @@ async fn running_the_same_sync_twice_leaves_the_records_table_identical() {
 
     let row = app.run_row(second.run_id).await;
     assert_eq!((row.records_inserted, row.records_unchanged), (0, 25));
-    assert_eq!(row.status, "succeeded");
+    assert_eq!(row.status, RunStatus::Succeeded);
 }
 
 #[tokio::test]

@@ -50,7 +50,7 @@ async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_take
     assert!(report.outcomes.is_empty());
     assert_eq!(report.skipped.len(), 1);
     assert_eq!(report.skipped[0].holder, "other-host:4242:cafe");
-    assert_eq!(app.run_row(abandoned).await.status, "running");
+    assert_eq!(app.run_row(abandoned).await.status, RunStatus::Running);
     assert!(app.records().await.is_empty());
 
     // The holder stops renewing: once the lease expires, the next sync takes over.
@@ -66,7 +66,7 @@ async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_take
     assert_eq!(run.status, RunStatus::Succeeded);
     assert_eq!(app.records().await.len(), 2);
     let abandoned = app.run_row(abandoned).await;
-    assert_eq!(abandoned.status, "interrupted");
+    assert_eq!(abandoned.status, RunStatus::Interrupted);
     assert!(abandoned.finished_at.is_some());
 
     // The lease is released when the run ends.
@@ -81,7 +81,7 @@ async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_take
         .await
         .unwrap()
         .into_iter()
-        .filter(|r| r.status == "running")
+        .filter(|r| r.status == RunStatus::Running)
         .count();
     assert_eq!(running, 0);
 }

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 use tributary::config::Settings;
+use tributary::entities::run_error::Stage;
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
@@ -52,7 +53,7 @@ async fn a_record_with_an_over_long_id_is_a_validate_error_with_its_payload() {
     assert_eq!(app.record_ids().await, ["ok"]);
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
-    assert_eq!(errors[0].stage, "validate");
+    assert_eq!(errors[0].stage, Stage::Validate);
     assert_eq!(errors[0].payload, long.to_string());
     let message = &errors[0].message;
     assert!(

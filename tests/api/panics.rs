@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sea_orm::EntityTrait;
 use tributary::entities::connection;
+use tributary::pipeline::RunStatus;
 use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider};
 
 use crate::daemon::{daemon_table, eventually, every_second, free_port, runs_of};
@@ -62,18 +63,22 @@ async fn a_panicking_run_fails_releases_its_lease_and_the_daemon_fires_on_and_re
             runs_of(&app, "alice")
                 .await
                 .iter()
-                .any(|run| run.status == "succeeded")
+                .any(|run| run.status == RunStatus::Succeeded)
         })
         .await;
         let runs = runs_of(&app, "alice").await;
-        assert_eq!(runs[0].status, "failed", "{runs:?}");
+        assert_eq!(runs[0].status, RunStatus::Failed, "{runs:?}");
         let error = runs[0].error.as_deref().unwrap_or_default();
         assert!(
             error.contains("panicked") && error.contains("injected panic in the adapter"),
             "{error}"
         );
         assert!(runs[0].finished_at.is_some(), "{runs:?}");
-        assert_eq!(runs[1].status, "succeeded", "the next firing ran: {runs:?}");
+        assert_eq!(
+            runs[1].status,
+            RunStatus::Succeeded,
+            "the next firing ran: {runs:?}"
+        );
         // A lease still held would keep the next run out until it expired (lease_ttl 5s).
         let gap = runs[1].started_at - runs[0].finished_at.unwrap_or(runs[0].started_at);
         assert!(

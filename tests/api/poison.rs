@@ -2,6 +2,7 @@
 //! the good ones of the same page commit, and the run ends `partial`.
 
 use serde_json::json;
+use tributary::entities::run_error::Stage;
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
@@ -47,24 +48,18 @@ async fn bad_records_go_to_run_errors_with_their_payload_and_the_page_commits() 
     assert_eq!(ids, ["good_1", "good_2"]);
 
     let errors = app.run_errors(run.run_id).await;
-    let report: Vec<(&str, &str, Option<&str>)> = errors
+    let report: Vec<(Stage, &str, Option<&str>)> = errors
         .iter()
-        .map(|e| {
-            (
-                e.stage.as_str(),
-                e.payload.as_str(),
-                e.external_id.as_deref(),
-            )
-        })
+        .map(|e| (e.stage, e.payload.as_str(), e.external_id.as_deref()))
         .collect();
     assert_eq!(
         report,
         [
-            ("validate", r#"{"v":"no id at all"}"#, None),
-            ("validate", r#"{"id":"","v":"empty id"}"#, None),
-            ("validate", r#"{"id":true,"v":"boolean id"}"#, None),
-            ("validate", r#"{"id":1.5,"v":"fractional id"}"#, None),
-            ("parse", r#""not an object""#, None),
+            (Stage::Validate, r#"{"v":"no id at all"}"#, None),
+            (Stage::Validate, r#"{"id":"","v":"empty id"}"#, None),
+            (Stage::Validate, r#"{"id":true,"v":"boolean id"}"#, None),
+            (Stage::Validate, r#"{"id":1.5,"v":"fractional id"}"#, None),
+            (Stage::Parse, r#""not an object""#, None),
         ]
     );
     assert!(
@@ -76,7 +71,7 @@ async fn bad_records_go_to_run_errors_with_their_payload_and_the_page_commits() 
         .iter()
         .all(|e| e.user_id == "alice" && e.provider == "acme"));
     let row = app.run_row(run.run_id).await;
-    assert_eq!((row.status.as_str(), row.records_failed), ("partial", 5));
+    assert_eq!((row.status, row.records_failed), (RunStatus::Partial, 5));
 }
 
 /// Changed records are rewritten in one statement per page; when the database refuses one
@@ -137,8 +132,8 @@ async fn a_rewrite_the_database_refuses_costs_that_record_only() {
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
     assert_eq!(
-        (errors[0].stage.as_str(), errors[0].external_id.as_deref()),
-        ("persist", Some("poison"))
+        (errors[0].stage, errors[0].external_id.as_deref()),
+        (Stage::Persist, Some("poison"))
     );
     assert_eq!(errors[0].payload, r#"{"id":"poison","version":2}"#);
     assert!(errors[0].message.contains("poison rewrite refused"));
@@ -175,7 +170,7 @@ async fn a_record_the_database_refuses_is_reported_and_its_page_mates_commit() {
     assert_eq!(ids, ["a", "b"]);
     let errors = app.run_errors(run.run_id).await;
     assert_eq!(errors.len(), 1);
-    assert_eq!(errors[0].stage, "persist");
+    assert_eq!(errors[0].stage, Stage::Persist);
     assert_eq!(errors[0].external_id.as_deref(), Some("poison"));
     assert_eq!(errors[0].payload, r#"{"id":"poison","x":1}"#);
     assert!(errors[0].message.contains("poison refused by the database"));

@@ -165,7 +165,7 @@ fn assert_raced_totals(counts: &[RunCounts]) -> u64 {
 async fn assert_run_rows(app: &TestApp, expected: &[(i64, RunCounts)]) {
     for (run_id, counts) in expected {
         let row = app.run_row(*run_id).await;
-        assert_eq!(row.status, "succeeded", "{row:?}");
+        assert_eq!(row.status, RunStatus::Succeeded, "{row:?}");
         assert_eq!(
             (
                 row.records_inserted,
@@ -380,7 +380,7 @@ async fn eight_sync_processes_on_one_connection_run_it_once_and_skip_the_rest() 
         1,
         "the skipped processes opened no run: {runs:?}"
     );
-    assert_eq!(runs[0].status, "succeeded");
+    assert_eq!(runs[0].status, RunStatus::Succeeded);
     assert_listing_stored_once(&app).await;
     let row = alice(&app).await;
     assert_eq!((row.lease_holder, row.checkpoint), (None, None));

@@ -3,8 +3,10 @@
 use chrono::{Duration, Utc};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set};
 use serde_json::json;
+use tributary::entities::run_error::Stage;
 use tributary::entities::{processed_key, record};
 use tributary::pipeline::RunStatus;
+use tributary::pipeline::Trigger;
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
@@ -85,13 +87,13 @@ async fn replay_resolves_what_now_goes_through_and_is_idempotent() {
         .expect("the poison error is resolved");
     let replay = app.run_row(replay_run).await;
     assert_eq!(
-        (replay.trigger.as_str(), replay.status.as_str()),
-        ("replay", "partial")
+        (replay.trigger, replay.status),
+        (Trigger::Replay, RunStatus::Partial)
     );
     assert_eq!((replay.records_inserted, replay.records_failed), (1, 1));
     assert!(errors
         .iter()
-        .any(|e| e.resolved_by_run_id.is_none() && e.stage == "validate"));
+        .any(|e| e.resolved_by_run_id.is_none() && e.stage == Stage::Validate));
 
     // A second replay changes nothing: the table is the same, the open error stays open.
     let before = app.dump_records().await;

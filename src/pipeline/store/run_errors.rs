@@ -12,23 +12,7 @@ use super::{backend_for, PageContext};
 use crate::db::DatabasePools;
 use crate::entities::run_error;
 
-/// What a `run_errors` row holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorScope {
-    /// One record: replayable from its payload.
-    Record,
-    /// A page body that could not be read as records: fetch the page again instead.
-    Page,
-}
-
-impl ErrorScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorScope::Record => "record",
-            ErrorScope::Page => "page",
-        }
-    }
-}
+pub use crate::entities::run_error::Scope as ErrorScope;
 
 /// Records one page-level error (a body that could not be read as records) outside any
 /// page transaction, with the raw body as its payload.
@@ -74,12 +58,12 @@ pub(crate) async fn insert_run_errors(
             user_id: Set(context.connection.user_id.clone()),
             provider: Set(context.connection.provider.clone()),
             external_id: Set(reject.external_id.clone()),
-            stage: Set(reject.stage.as_str().to_string()),
+            stage: Set(reject.stage.into()),
             message: Set(reject.message.to_string()),
             payload: Set(reject.payload.clone()),
             created_at: Set(now),
             resolved_by_run_id: Set(None),
-            scope: Set(scope.as_str().to_string()),
+            scope: Set(scope),
             ..Default::default()
         });
         run_error::Entity::insert_many(rows)

@@ -1,0 +1,333 @@
+//! Walking a listing: fetch a page, store it while the next one is fetched, and go on from
+//! the checkpoint it committed, until the listing ends or the run has to stop.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider, Watermark};
+
+use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
+use super::credential_store::ConnectionCredentials;
+use super::store::{self, PageContext, PageExpectation, PageStoreCounts};
+use super::{ProgressSink, RunCounts, RunFault};
+use crate::config::ProviderSettings;
+use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
+use crate::entities::connection;
+
+/// What a run carries from its start to its end.
+pub(super) struct RunContext<'a> {
+    pub db: &'a DatabasePools,
+    pub provider: &'a dyn Provider,
+    pub settings: &'a ProviderSettings,
+    pub connection: &'a connection::Model,
+    pub run_id: i64,
+    /// The incremental watermark asked from (`None`: a full pass).
+    pub since: Option<Watermark>,
+    /// Stops the walk between pages or during a fetch (shutdown, lost lease, timeout).
+    pub cancel: CancellationToken,
+    pub progress: &'a dyn ProgressSink,
+}
+
+/// What a walk has committed so far. The caller keeps it, so that a run that stops early
+/// (or panics) still closes with the counters of the pages that committed.
+#[derive(Default)]
+pub(super) struct Committed {
+    pub counts: RunCounts,
+    /// The newest watermark of the pages committed.
+    pub watermark: Option<Watermark>,
+}
+
+/// How long an unchanged run may go without committing its counters and checkpoint
+/// (see ARCHITECTURE.md, "Shortcuts for unchanged and new pages").
+const MAX_UNCOMMITTED_UNCHANGED: Duration = Duration::from_secs(1);
+
+/// A page asked for while the run may be cancelled.
+enum Fetched {
+    Answer(Result<Page, FetchError>),
+    Cancelled,
+}
+
+/// Where the walk goes after a page committed.
+enum AfterPage {
+    Next(PagePosition),
+    /// The listing ended with this page.
+    End,
+    /// The page said the listing cannot go on from it.
+    Stopped(String),
+}
+
+/// Walks the listing from the connection's checkpoint (or the first page) to its end,
+/// committing each page with the next checkpoint.
+pub(super) async fn walk_listing(
+    run: &RunContext<'_>,
+    committed: &mut Committed,
+) -> Result<(), RunFault> {
+    let mut walker = Walker::start(run, committed)?;
+    loop {
+        walker.check_before_fetch(committed)?;
+        let page_number = committed.counts.pages_fetched + 1;
+        let page = walker.next_page(page_number).await?;
+        match walker.store(page, page_number, committed).await? {
+            AfterPage::Next(position) => walker.position = Some(position),
+            AfterPage::End => return Ok(()),
+            AfterPage::Stopped(reason) => {
+                return Err(RunFault::ListingStopped {
+                    page: page_number,
+                    reason,
+                })
+            }
+        }
+    }
+}
+
+/// The state of one walk between pages.
+struct Walker<'r, 'a> {
+    run: &'r RunContext<'a>,
+    credentials: ConnectionCredentials,
+    /// The page to fetch next (`None`: the first page).
+    position: Option<PagePosition>,
+    seen_positions: HashSet<PagePosition>,
+    /// What the next page most likely holds, judged by the one before.
+    expect: PageExpectation,
+    last_commit: Instant,
+    /// The next page, fetched while the current one was being stored: at most one page
+    /// ahead, so memory stays bounded by two pages.
+    prefetched: Option<Fetched>,
+}
+
+impl<'r, 'a> Walker<'r, 'a> {
+    /// Resolves the connection's credentials and resumes from its checkpoint, if any.
+    fn start(run: &'r RunContext<'a>, committed: &mut Committed) -> Result<Self, RunFault> {
+        let connection = run.connection;
+        let credentials = StoredCredentials::from_column(
+            run.db.secrets(),
+            connection.binding(),
+            &connection.credentials,
+        )
+        .and_then(|stored| stored.resolve())
+        .map_err(RunFault::Credentials)?;
+        let mut position = None;
+        if let Some(checkpoint) = resumable_checkpoint(connection, run.since.as_ref()) {
+            let position_text = checkpoint.position.describe();
+            tracing::info!(position = %position_text, "Resuming from the checkpoint of an unfinished run.");
+            committed.watermark = checkpoint.watermark;
+            position = Some(checkpoint.position);
+        }
+        Ok(Walker {
+            run,
+            credentials: ConnectionCredentials::new(run.db, connection, credentials),
+            position,
+            seen_positions: HashSet::new(),
+            // The first page of a run is looked up outside a transaction first, since
+            // most runs of a daemon change nothing.
+            expect: PageExpectation::Unchanged,
+            last_commit: Instant::now(),
+            prefetched: None,
+        })
+    }
+
+    /// The checks that stop a run before it asks for another page.
+    fn check_before_fetch(&mut self, committed: &Committed) -> Result<(), RunFault> {
+        let max_pages = self.run.settings.max_pages;
+        if committed.counts.pages_fetched >= max_pages {
+            return Err(RunFault::MaxPages { max_pages });
+        }
+        if let Some(current) = &self.position {
+            if !self.seen_positions.insert(current.clone()) {
+                return Err(RunFault::PaginationLoop {
+                    position: current.describe(),
+                });
+            }
+        }
+        if self.run.cancel.is_cancelled() {
+            return Err(RunFault::Interrupted {
+                pages: committed.counts.pages_fetched,
+            });
+        }
+        Ok(())
+    }
+
+    /// The page at the current position: the one fetched ahead, or a fetch now.
+    async fn next_page(&mut self, page_number: u64) -> Result<Page, RunFault> {
+        let fetched = match self.prefetched.take() {
+            Some(fetched) => fetched,
+            None => {
+                fetch_unless_cancelled(self.run, &self.credentials, self.position.as_ref()).await
+            }
+        };
+        match fetched {
+            Fetched::Answer(Ok(page)) => Ok(page.refusing_oversized_next()),
+            Fetched::Answer(Err(source)) => Err(self.fetch_failed(page_number, source).await),
+            Fetched::Cancelled => Err(RunFault::Interrupted {
+                pages: page_number - 1,
+            }),
+        }
+    }
+
+    /// The fault for a failed fetch; a body that came with it goes to the error report.
+    async fn fetch_failed(&self, page: u64, source: FetchError) -> RunFault {
+        if matches!(source, FetchError::RateLimited { .. }) {
+            return RunFault::RateLimited { page, source };
+        }
+        if let Some(body) = source.body() {
+            // The page's body is the only copy of its records: keep it in the report.
+            let context = PageContext {
+                run_id: self.run.run_id,
+                connection: self.run.connection,
+                next_checkpoint: None,
+                mode: self.run.settings.write_mode,
+                leave_checkpoint: false,
+                expect: PageExpectation::Unknown,
+            };
+            let message = format!("page {page}: {source}");
+            let stage = source.stage();
+            if let Err(db_error) =
+                store::record_page_error(self.run.db, &context, stage, &message, body).await
+            {
+                tracing::error!(error = %db_error, "Storing the page's error report failed.");
+            }
+        }
+        RunFault::Fetch { page, source }
+    }
+
+    /// Stores `page` in one transaction, fetching the next page meanwhile, and says where
+    /// the walk goes on.
+    async fn store(
+        &mut self,
+        page: Page,
+        page_number: u64,
+        committed: &mut Committed,
+    ) -> Result<AfterPage, RunFault> {
+        let run = self.run;
+        if page.watermarks_ahead > 0 {
+            tracing::warn!(
+                run_id = run.run_id,
+                page = page_number,
+                count = page.watermarks_ahead,
+                "Watermarks beyond the clock skew were clamped to the fetch time."
+            );
+        }
+        committed.watermark = newest(committed.watermark.take(), page.watermark.clone());
+        let next_checkpoint = page.next.clone().map(|next| Checkpoint {
+            position: next,
+            since: run.since.clone(),
+            watermark: committed.watermark.clone(),
+        });
+        let context = PageContext {
+            run_id: run.run_id,
+            connection: run.connection,
+            next_checkpoint: next_checkpoint.as_ref(),
+            mode: run.settings.write_mode,
+            // A page the listing cannot go on from leaves the checkpoint at itself.
+            leave_checkpoint: page.stop_after.is_some(),
+            expect: self.expectation(),
+        };
+        let mut totals_after = committed.counts;
+        totals_after.pages_fetched += 1;
+        totals_after.watermark_anomalies = totals_after
+            .watermark_anomalies
+            .saturating_add(page.watermarks_ahead);
+        // Ask for the next page while this one is stored, unless the checks before the
+        // next fetch are going to stop the run first.
+        let ahead = next_checkpoint
+            .as_ref()
+            .map(|next| &next.position)
+            .filter(|next| {
+                totals_after.pages_fetched < run.settings.max_pages
+                    && !self.seen_positions.contains(*next)
+            });
+        let store = store::store_page(run.db, &context, page.items, &mut totals_after);
+        let stored = match ahead {
+            Some(next) => {
+                let fetch_next = fetch_unless_cancelled(run, &self.credentials, Some(next));
+                let (stored, next_page) = tokio::join!(store, fetch_next);
+                self.prefetched = Some(next_page);
+                stored
+            }
+            None => store.await,
+        };
+        let stored = stored.map_err(|source| RunFault::Database {
+            page: page_number,
+            source,
+        })?;
+        committed.counts = totals_after;
+        self.page_committed(page_number, &stored, committed);
+        Ok(match (page.stop_after, next_checkpoint) {
+            (Some(reason), _) => AfterPage::Stopped(reason),
+            (None, Some(next)) => AfterPage::Next(next.position),
+            (None, None) => AfterPage::End,
+        })
+    }
+
+    /// What the page about to be stored most likely holds. An unchanged page writes
+    /// nothing, so after [`MAX_UNCOMMITTED_UNCHANGED`] without a commit the next one is
+    /// not guessed unchanged and commits the counters and checkpoint.
+    fn expectation(&self) -> PageExpectation {
+        match self.expect {
+            PageExpectation::Unchanged
+                if self.last_commit.elapsed() >= MAX_UNCOMMITTED_UNCHANGED =>
+            {
+                PageExpectation::Unknown
+            }
+            other => other,
+        }
+    }
+
+    fn page_committed(&mut self, page: u64, stored: &PageStoreCounts, committed: &Committed) {
+        if !stored.deferred {
+            self.last_commit = Instant::now();
+        }
+        self.expect = expect_after(stored);
+        tracing::debug!(
+            page,
+            inserted = stored.inserted,
+            updated = stored.updated,
+            unchanged = stored.unchanged,
+            failed = stored.failed,
+            deferred = stored.deferred,
+            "Page stored."
+        );
+        self.run
+            .progress
+            .page_committed(self.run.connection, &committed.counts);
+    }
+}
+
+/// What the next page most likely holds, judged by the page just stored.
+fn expect_after(stored: &PageStoreCounts) -> PageExpectation {
+    let some_written = stored.inserted + stored.updated + stored.failed > 0;
+    if !some_written {
+        PageExpectation::Unchanged
+    } else if stored.updated + stored.unchanged + stored.duplicate + stored.failed == 0 {
+        PageExpectation::New
+    } else {
+        PageExpectation::Unknown
+    }
+}
+
+/// Fetches the page at `position` unless the run is cancelled first. The page's
+/// watermark is clamped to the moment it was asked for: a record stamped later (a clock
+/// years ahead) must not carry the cursor past changes that happen after this fetch.
+async fn fetch_unless_cancelled(
+    run: &RunContext<'_>,
+    credential_store: &ConnectionCredentials,
+    position: Option<&PagePosition>,
+) -> Fetched {
+    let credentials = credential_store.current();
+    let fetch_context = FetchContext {
+        credentials: &credentials,
+        since: run.since.as_ref(),
+        credential_store,
+    };
+    let asked_at = Utc::now();
+    tokio::select! {
+        fetched = run.provider.fetch_page(&fetch_context, position) => Fetched::Answer(fetched.map(|mut page| {
+            page.watermark = page.watermark.map(|watermark| watermark.at_most(asked_at));
+            page
+        })),
+        () = run.cancel.cancelled() => Fetched::Cancelled,
+    }
+}

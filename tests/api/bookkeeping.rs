@@ -5,7 +5,7 @@
 use sea_orm::{DbErr, EntityTrait, TransactionTrait};
 use tributary::entities::connection;
 use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{backend_for, PageBookkeeping};
+use tributary::pipeline::store::{backend_for, CheckpointMove, PageBookkeeping};
 use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
 use tributary_providers::PagePosition;
 
@@ -58,7 +58,7 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
         run_id,
         counts: &counts,
         connection_id: connection.id,
-        checkpoint: Some(Some(&checkpoint)),
+        checkpoint: CheckpointMove::Write(Some(&checkpoint)),
         now: chrono::Utc::now(),
     };
     save(&app, &page).await.expect("saved");
@@ -78,7 +78,7 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
     // A run row that is gone: an error, and the checkpoint is not cleared.
     let gone_run = PageBookkeeping {
         run_id: run_id + 1000,
-        checkpoint: Some(None),
+        checkpoint: CheckpointMove::Write(None),
         ..page
     };
     assert!(matches!(

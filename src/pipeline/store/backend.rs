@@ -285,10 +285,17 @@ pub struct PageBookkeeping<'a> {
     pub run_id: i64,
     pub counts: &'a RunCounts,
     pub connection_id: i64,
-    /// `None`: leave the connection's checkpoint as it is (a replay). `Some(None)`: clear
-    /// it (the last page). `Some(Some(next))`: the page after this one.
-    pub checkpoint: Option<Option<&'a Checkpoint>>,
+    pub checkpoint: CheckpointMove<'a>,
     pub now: DateTime<Utc>,
+}
+
+/// What a page does to the connection's checkpoint.
+#[derive(Clone, Copy, Debug)]
+pub enum CheckpointMove<'a> {
+    /// Leave it as it is (a replay, or a page the listing cannot go on from).
+    Keep,
+    /// Write it: the page after this one, or `None` (NULL) after the last page.
+    Write(Option<&'a Checkpoint>),
 }
 
 impl PageBookkeeping<'_> {

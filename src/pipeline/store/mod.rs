@@ -32,7 +32,8 @@ use crate::pipeline::run::RunCounts;
 pub use append::sweep_expired_keys;
 pub(crate) use backend::{chunks_by_size, record_size};
 pub use backend::{
-    ChangedRecord, Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StatementLimits,
+    StoreBackend,
 };
 pub use run_errors::{record_page_error, ErrorScope};
 
@@ -429,7 +430,10 @@ impl PageWrite<'_> {
             run_id: self.context.run_id,
             counts: after,
             connection_id: self.context.connection.id,
-            checkpoint: (!self.context.leave_checkpoint).then_some(self.context.next_checkpoint),
+            checkpoint: match self.context.leave_checkpoint {
+                true => CheckpointMove::Keep,
+                false => CheckpointMove::Write(self.context.next_checkpoint),
+            },
             now,
         }
     }

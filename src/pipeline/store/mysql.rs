@@ -15,8 +15,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal, StatementLimits,
-    StoreBackend,
+    insert_statement, refusal_by_sqlstate, CheckpointMove, Existing, PageBookkeeping, Refusal,
+    StatementLimits, StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -129,7 +129,7 @@ impl StoreBackend for MySqlStore<'_> {
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
     ) -> Result<(), DbErr> {
-        let Some(checkpoint) = page.checkpoint else {
+        let CheckpointMove::Write(checkpoint) = page.checkpoint else {
             return save_counts(txn, page.run_id, page.counts).await;
         };
         for statement in [page.counts_update(), page.checkpoint_update(checkpoint)?] {

@@ -23,8 +23,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    checkpoint_column, names, refusal_by_sqlstate, write_new_page_in_transaction, Existing,
-    PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+    checkpoint_column, names, refusal_by_sqlstate, write_new_page_in_transaction, CheckpointMove,
+    Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -92,7 +92,7 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
         run_id: 0,
         counts: &RunCounts::default(),
         connection_id: 0,
-        checkpoint: None,
+        checkpoint: CheckpointMove::Keep,
         now: DateTime::<Utc>::UNIX_EPOCH,
     };
     let counters = page.counter_values();
@@ -241,7 +241,7 @@ impl StoreBackend for PostgresStore<'_> {
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
     ) -> Result<(), DbErr> {
-        let Some(checkpoint) = page.checkpoint else {
+        let CheckpointMove::Write(checkpoint) = page.checkpoint else {
             return save_counts(txn, page.run_id, page.counts).await;
         };
         let run = page
@@ -280,9 +280,12 @@ impl StoreBackend for PostgresStore<'_> {
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
     ) -> Result<(), DbErr> {
-        let Some(checkpoint) = bookkeeping.checkpoint.filter(|_| self.limits.whole_pages()) else {
-            return write_new_page_in_transaction(self, self.db, context, records, bookkeeping)
-                .await;
+        let checkpoint = match bookkeeping.checkpoint {
+            CheckpointMove::Write(checkpoint) if self.limits.whole_pages() => checkpoint,
+            _ => {
+                return write_new_page_in_transaction(self, self.db, context, records, bookkeeping)
+                    .await
+            }
         };
         let records: Vec<&Record> = records.iter().collect();
         let mut values = new_rows_values(context, &records, bookkeeping.now);

@@ -23,7 +23,8 @@ use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, names, Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+    insert_statement, names, CheckpointMove, Existing, PageBookkeeping, Refusal, StatementLimits,
+    StoreBackend,
 };
 use super::PageContext;
 use crate::db::{DatabasePools, WriteLane};
@@ -221,7 +222,7 @@ fn bookkeeping_statements(
 ) -> Result<(Vec<String>, sea_orm::sea_query::Values), DbErr> {
     let (run_sql, mut values) = page.counts_update().build(SqliteQueryBuilder);
     let mut statements = vec![run_sql];
-    if let Some(checkpoint) = page.checkpoint {
+    if let CheckpointMove::Write(checkpoint) = page.checkpoint {
         let (next_sql, next_values) = page
             .checkpoint_update(checkpoint)?
             .build(SqliteQueryBuilder);

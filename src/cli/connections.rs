@@ -91,7 +91,7 @@ struct ConnectionView {
     enabled: bool,
     /// `config` when config.toml lists it, `removed` when it listed it and no longer does
     /// (disabled, credentials dropped), else `cli`.
-    defined_in: &'static str,
+    defined_in: connection::DefinedIn,
     credentials: String,
     cursor: Option<String>,
     unfinished_run: bool,
@@ -332,14 +332,15 @@ fn check_target<'a>(
     Ok(provider)
 }
 
-fn defined_in(settings: &Settings, row: &connection::Model) -> &'static str {
+fn defined_in(settings: &Settings, row: &connection::Model) -> connection::DefinedIn {
+    use connection::DefinedIn;
     if settings.lists_connection(&row.provider, &row.user_id) {
-        connection::DEFINED_IN_CONFIG
-    } else if row.defined_in != connection::DEFINED_IN_CLI {
+        DefinedIn::Config
+    } else if row.defined_in != DefinedIn::Cli {
         // Retired by the next command that syncs, if it has not been already.
-        connection::DEFINED_IN_REMOVED
+        DefinedIn::Removed
     } else {
-        connection::DEFINED_IN_CLI
+        DefinedIn::Cli
     }
 }
 

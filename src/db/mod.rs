@@ -330,7 +330,7 @@ async fn upsert_connection(
         configured.enabled,
         column.clone(),
     );
-    new.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
+    new.defined_in = Set(connection::DefinedIn::Config);
     connection::Entity::insert(new)
         .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
         .exec_without_returning(db.main())
@@ -359,7 +359,7 @@ async fn upsert_connection(
             return Ok(());
         }
     };
-    let listed = row.defined_in == connection::DEFINED_IN_CONFIG;
+    let listed = row.defined_in == connection::DefinedIn::Config;
     if unchanged_source && row.enabled == configured.enabled && listed {
         return Ok(());
     }
@@ -368,7 +368,7 @@ async fn upsert_connection(
         active.credentials = Set(column);
     }
     active.enabled = Set(configured.enabled);
-    active.defined_in = Set(connection::DEFINED_IN_CONFIG.to_string());
+    active.defined_in = Set(connection::DefinedIn::Config);
     active.updated_at = Set(now);
     active
         .update(db.main())
@@ -385,7 +385,7 @@ pub async fn retire_removed_connections(
     settings: &Settings,
 ) -> Result<u64, DbSetupError> {
     let rows = connection::Entity::find()
-        .filter(connection::Column::DefinedIn.eq(connection::DEFINED_IN_CONFIG))
+        .filter(connection::Column::DefinedIn.eq(connection::DefinedIn::Config))
         .all(db)
         .await
         .map_err(DbSetupError::Connections)?;
@@ -402,11 +402,11 @@ pub async fn retire_removed_connections(
             )
             .col_expr(
                 connection::Column::DefinedIn,
-                Expr::value(connection::DEFINED_IN_REMOVED),
+                Expr::value(connection::DefinedIn::Removed),
             )
             .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(connection::Column::Id.eq(row.id))
-            .filter(connection::Column::DefinedIn.eq(connection::DEFINED_IN_CONFIG))
+            .filter(connection::Column::DefinedIn.eq(connection::DefinedIn::Config))
             .exec(db)
             .await
             .map_err(DbSetupError::Connections)?;

@@ -33,18 +33,28 @@ pub struct Model {
     pub refresh_holder: Option<String>,
     /// Until when that claim holds; an expired claim may be taken over.
     pub refresh_claimed_until: Option<DateTimeUtc>,
-    /// [`DEFINED_IN_CONFIG`], [`DEFINED_IN_CLI`] or [`DEFINED_IN_REMOVED`].
-    pub defined_in: String,
+    pub defined_in: DefinedIn,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
 
-/// `defined_in`: config.toml lists the connection.
-pub const DEFINED_IN_CONFIG: &str = "config";
-/// `defined_in`: added with `tributary connections add`.
-pub const DEFINED_IN_CLI: &str = "cli";
-/// `defined_in`: config.toml listed it and no longer does; disabled, credentials dropped.
-pub const DEFINED_IN_REMOVED: &str = "removed";
+/// Where a connection was defined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum, serde::Serialize)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "lowercase")]
+pub enum DefinedIn {
+    /// config.toml lists the connection.
+    #[sea_orm(string_value = "config")]
+    Config,
+    /// Added with `tributary connections add`.
+    #[sea_orm(string_value = "cli")]
+    Cli,
+    /// config.toml listed it and no longer does; disabled, credentials dropped.
+    #[sea_orm(string_value = "removed")]
+    Removed,
+}
+
+super::display_as_stored!(DefinedIn);
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
@@ -106,7 +116,7 @@ impl ActiveModel {
             lease_expires_at: Set(None),
             refresh_holder: Set(None),
             refresh_claimed_until: Set(None),
-            defined_in: Set(DEFINED_IN_CLI.to_string()),
+            defined_in: Set(DefinedIn::Cli),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

@@ -1,10 +1,11 @@
-//! The history tables' enum columns (`sync_runs.trigger` and `status`, `run_errors.stage`
-//! and `scope`) hold the text they always held: rows written as text read back as the
-//! enums, and the enums are stored as that text, on every backend.
+//! The enum columns (`sync_runs.trigger` and `status`, `run_errors.stage` and `scope`,
+//! `connections.defined_in`) hold the text they always held: rows written as text read
+//! back as the enums, and the enums are stored as that text, on every backend.
 
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QuerySelect, Set};
+use tributary::entities::connection::DefinedIn;
 use tributary::entities::run_error::{Scope, Stage};
 use tributary::entities::{connection, run_error, sync_run};
 use tributary::pipeline::run::start_run;
@@ -158,5 +159,49 @@ async fn error_stages_and_scopes_are_stored_as_their_names() {
             .expect("written as text");
         let row = app.run_errors(run_id).await.remove(0);
         assert_eq!((row.stage, row.scope), (stage, scope));
+    }
+}
+
+#[tokio::test]
+async fn connection_origins_are_stored_as_their_names() {
+    let app = spawn_app().await;
+    let (connection, _) = a_run(&app).await;
+    let origins = [
+        (DefinedIn::Config, "config"),
+        (DefinedIn::Cli, "cli"),
+        (DefinedIn::Removed, "removed"),
+    ];
+    for (index, &(origin, origin_text)) in origins.iter().enumerate() {
+        connection::ActiveModel {
+            id: Set(connection.id),
+            defined_in: Set(origin),
+            ..Default::default()
+        }
+        .update(&app.db)
+        .await
+        .expect("written as an enum");
+        let stored: Option<String> = connection::Entity::find_by_id(connection.id)
+            .select_only()
+            .column(connection::Column::DefinedIn)
+            .into_tuple()
+            .one(&app.db)
+            .await
+            .expect("read as text");
+        assert_eq!(stored.as_deref(), Some(origin_text));
+        assert_eq!(origin.to_string(), origin_text);
+
+        let (origin, origin_text) = origins[(index + 1) % origins.len()];
+        connection::Entity::update_many()
+            .col_expr(connection::Column::DefinedIn, Expr::value(origin_text))
+            .filter(connection::Column::Id.eq(connection.id))
+            .exec(&app.db)
+            .await
+            .expect("written as text");
+        let row = connection::Entity::find_by_id(connection.id)
+            .one(&app.db)
+            .await
+            .expect("read")
+            .expect("the connection");
+        assert_eq!(row.defined_in, origin);
     }
 }

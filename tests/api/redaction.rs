@@ -139,7 +139,7 @@ refresh_token = "{}"
         lease_expires_at: None,
         refresh_holder: None,
         refresh_claimed_until: None,
-        defined_in: "config".into(),
+        defined_in: tributary::entities::connection::DefinedIn::Config,
         created_at: now,
         updated_at: now,
     };

@@ -13,8 +13,8 @@ use tributary_providers::bounds::{count_in, duration_in};
 use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
-use crate::pipeline::WriteMode;
-use crate::secrets::SecretsSettings;
+/// What `Debug` output shows in place of a secret.
+pub const REDACTED: &str = "[REDACTED]";
 
 /// The environment variable that overrides `database.url`.
 pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
@@ -85,6 +85,32 @@ pub struct Settings {
     pub secrets: SecretsSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
+}
+
+/// `[secrets]`: where the key that encrypts stored credentials comes from.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsSettings {
+    /// The current key: a file holding 32 random bytes in base64 (mode 0600). New and
+    /// rotated secrets are sealed with it. `TRIBUTARY_SECRETS_KEY` overrides it.
+    pub key_file: Option<PathBuf>,
+    /// Keys that still open secrets sealed before a rotation; `tributary secrets rotate`
+    /// re-seals those under the current key.
+    pub previous_key_files: Vec<PathBuf>,
+    /// Unsafe: store literal secrets in clear when no key is configured. Warned about at
+    /// every start.
+    pub allow_plaintext: bool,
+}
+
+/// How a provider's records are written (`mode` in its config).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Insert new keys, update changed content, skip unchanged records.
+    #[default]
+    Upsert,
+    /// An event log: records are never updated in place. A key written within
+    /// `retention` (tracked in `processed_keys`) is a duplicate, whatever its content.
+    Append { retention: std::time::Duration },
 }
 
 /// `[database]`. Its `Debug` shows the URL redacted ([`redact_url`]).

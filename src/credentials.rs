@@ -17,11 +17,21 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use tributary_providers::Credentials;
 
-use crate::config::{ConfigError, ConnectionSettings, Settings};
+use crate::config::{ConfigError, ConnectionSettings, Settings, REDACTED};
+use crate::entities::connection;
 use crate::secrets::{sealed_key_id, Binding, Keyring, SecretsError};
 
-/// What `Debug` output shows in place of a secret.
-pub const REDACTED: &str = "[REDACTED]";
+// Written here rather than beside the entity, so that `entities` names nothing of ours
+// but the config.
+impl connection::Model {
+    /// The row its sealed credentials are bound to.
+    pub fn binding(&self) -> Binding<'_> {
+        Binding {
+            user_id: &self.user_id,
+            provider: &self.provider,
+        }
+    }
+}
 
 /// The JSON stored in `connections.credentials`. Its `Debug` shows which parts are set,
 /// never a token.

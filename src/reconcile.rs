@@ -18,6 +18,7 @@ use sea_orm::{
 use serde::Serialize;
 
 use crate::entities::record;
+use crate::pipeline::records::delete_records_by_id;
 
 /// How many duplicate keys one batch handles.
 const BATCH: u64 = 500;
@@ -157,10 +158,7 @@ pub async fn reconcile(
             continue;
         }
         for chunk in doomed.chunks(BATCH as usize) {
-            record::Entity::delete_many()
-                .filter(record::Column::Id.is_in(chunk.to_vec()))
-                .exec(&txn)
-                .await?;
+            delete_records_by_id(&txn, chunk).await?;
         }
         txn.commit().await?;
     }

@@ -1,10 +1,11 @@
 //! Metrics: their names, labels and the one place each is recorded. They go through the
 //! `metrics` facade, so they cost nothing unless a recorder is installed (the daemon
-//! installs a Prometheus one when `[daemon] listen` is set).
+//! installs a Prometheus one when `[daemon] listen` is set). The events are plain structs,
+//! so this module depends on nothing of ours and every layer may record.
+
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::pipeline::RunOutcome;
 
 /// Runs by provider and final status.
 pub const RUNS_TOTAL: &str = "tributary_runs_total";
@@ -36,28 +37,45 @@ pub fn install_prometheus() -> Result<PrometheusHandle, String> {
         .map_err(|error| error.to_string())
 }
 
+/// A finished run, as the metrics see it.
+#[derive(Clone, Debug)]
+pub struct RunFinished<'a> {
+    pub provider: &'a str,
+    /// The final status (`succeeded`, `partial`, `failed`, `interrupted`).
+    pub status: String,
+    pub inserted: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub duplicate: u64,
+    pub failed: u64,
+    /// The run was ended by a panic.
+    pub panicked: bool,
+    pub elapsed: Duration,
+    /// The run walked its whole listing.
+    pub listing_complete: bool,
+}
+
 /// Records one finished run.
-pub fn record_run(outcome: &RunOutcome, listing_complete: bool) {
-    let provider = outcome.provider.clone();
-    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => outcome.status.to_string())
+pub fn record_run(run: &RunFinished<'_>) {
+    let provider = run.provider.to_string();
+    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => run.status.clone())
         .increment(1);
-    let counts = &outcome.counts;
     for (name, value) in [
-        ("inserted", counts.inserted),
-        ("updated", counts.updated),
-        ("unchanged", counts.unchanged),
-        ("duplicate", counts.duplicate),
-        ("failed", counts.failed),
+        ("inserted", run.inserted),
+        ("updated", run.updated),
+        ("unchanged", run.unchanged),
+        ("duplicate", run.duplicate),
+        ("failed", run.failed),
     ] {
         metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "outcome" => name)
             .increment(value);
     }
-    if outcome.panicked {
+    if run.panicked {
         metrics::counter!(RUN_PANICS_TOTAL, "provider" => provider.clone()).increment(1);
     }
     metrics::histogram!(RUN_DURATION_SECONDS, "provider" => provider.clone())
-        .record(outcome.elapsed.as_secs_f64());
-    if listing_complete {
+        .record(run.elapsed.as_secs_f64());
+    if run.listing_complete {
         metrics::gauge!(LAST_SUCCESS_TIMESTAMP, "provider" => provider)
             .set(chrono::Utc::now().timestamp() as f64);
     }

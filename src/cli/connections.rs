@@ -3,6 +3,8 @@
 //! upserted on every start), so these commands only change the ones added here.
 
 use std::io::BufRead;
+use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
@@ -16,7 +18,10 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
-use crate::entities::{connection, record};
+use crate::entities::connection;
+
+use super::open::connect_with_keys;
+use super::secrets::load_keyring;
 
 #[derive(Debug, Subcommand)]
 pub enum ConnectionsCommand {
@@ -101,12 +106,26 @@ struct ConnectionView {
 
 impl ConnectionsCommand {
     /// Whether the command may store a secret, and so needs the keys.
-    pub fn stores_credentials(&self) -> bool {
+    fn stores_credentials(&self) -> bool {
         matches!(self, ConnectionsCommand::Add { .. })
     }
 }
 
-pub async fn run(
+/// `tributary connections ...`.
+pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(config)?;
+    // Only `add` stores a secret; the others read with whatever keys are configured.
+    let db = match command.stores_credentials() {
+        true => connect_with_keys(&settings).await?,
+        false => crate::db::connect_and_migrate(&settings.database)
+            .await?
+            .with_keyring(load_keyring(&settings)?),
+    };
+    run(&db, &settings, command).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(
     db: &DatabasePools,
     settings: &Settings,
     command: ConnectionsCommand,
@@ -199,12 +218,12 @@ pub async fn run(
             })?;
             let txn = db.begin().await?;
             let deleted = if delete_records {
-                record::Entity::delete_many()
-                    .filter(record::Column::UserId.eq(row.user_id.as_str()))
-                    .filter(record::Column::Provider.eq(row.provider.as_str()))
-                    .exec(&txn)
-                    .await?
-                    .rows_affected
+                crate::pipeline::records::delete_connection_records(
+                    &txn,
+                    &row.user_id,
+                    &row.provider,
+                )
+                .await?
             } else {
                 0
             };

@@ -1,13 +1,61 @@
 //! `tributary runs` and `tributary errors`: the run history and a run's error report.
 
+use std::path::Path;
+use std::process::ExitCode;
+
 use anyhow::bail;
+use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
+use crate::config::Settings;
 use crate::entities::{run_error, sync_run};
 
 /// The longest payload or message shown in a table cell; `--json` shows them whole.
 const CELL_LIMIT: usize = 80;
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// How many runs to show.
+    #[arg(long, default_value_t = 20)]
+    limit: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ErrorsArgs {
+    /// The run's id (from `tributary runs`).
+    #[arg(required_unless_present = "open")]
+    run_id: Option<i64>,
+    /// Only errors not yet resolved by a replay (across all runs unless RUN_ID is given).
+    #[arg(long)]
+    open: bool,
+    /// Print JSON (with whole payloads) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tributary runs`.
+pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(config)?;
+    let db = crate::db::connect_for_reading(&settings.database).await?;
+    print_runs(&db, args.limit, args.json).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tributary errors`.
+pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(config)?;
+    let db = crate::db::connect_for_reading(&settings.database).await?;
+    match (args.run_id, args.open) {
+        (run_id, true) => print_open_errors(&db, run_id, args.json).await?,
+        (Some(run_id), false) => print_errors(&db, run_id, args.json).await?,
+        (None, false) => bail!("give a RUN_ID, or --open"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Prints the newest `limit` runs.
 pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyhow::Result<()> {
@@ -137,58 +185,6 @@ pub async fn print_open_errors(
             shorten(&error.payload),
         ]
     })
-}
-
-/// The outcome of `tributary replay`.
-pub fn print_replay(run_id: i64, report: &crate::replay::ReplayReport) {
-    match report.replay_run_id {
-        None => println!("Run {run_id} has no open record errors: nothing to replay."),
-        Some(replay) => println!(
-            "Replay run {replay} of run {run_id}: {} resolved, {} still failing.",
-            report.resolved.len(),
-            report.still_failing.len()
-        ),
-    }
-    for (id, reason) in &report.still_failing {
-        println!("  error {id} stays open: {reason}");
-    }
-    if !report.superseded.is_empty() {
-        println!(
-            "  {} error(s) superseded and closed, not replayed (a newer run stored their record since): {:?}",
-            report.superseded.len(),
-            report.superseded
-        );
-    }
-    if !report.not_replayable.is_empty() {
-        println!(
-            "  {} page-level error(s) are not replayable (the next sync fetches those pages again): {:?}",
-            report.not_replayable.len(),
-            report.not_replayable
-        );
-    }
-}
-
-/// The outcome of `tributary reconcile`.
-pub fn print_reconcile(report: &crate::reconcile::ReconcileReport) {
-    let verb = if report.dry_run {
-        "would remove"
-    } else {
-        "removed"
-    };
-    println!(
-        "{} duplicate key(s); {verb} {} row(s).",
-        report.duplicate_keys, report.rows_removed
-    );
-    match (report.index_existed, report.index_created, report.dry_run) {
-        (true, _, _) => {
-            println!("The unique index on (user_id, provider, external_id) was already there.")
-        }
-        (false, true, _) => {
-            println!("Created the unique index on (user_id, provider, external_id).")
-        }
-        (false, false, true) => println!("The unique index is missing; a real run creates it."),
-        (false, false, false) => println!("The unique index is still missing."),
-    }
 }
 
 /// Prints `rows` as pretty JSON, or as a table with `header` and one `row` per item (or

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use crate::config::Settings;
-use crate::db::sealing::{self, Reseal};
+use crate::connections::sealing::{self, Reseal};
 use crate::secrets::{Keyring, SecretsError};
 
 #[derive(Debug, Subcommand)]

@@ -122,7 +122,7 @@ pub async fn run_with(
     if settings
         .providers
         .values()
-        .any(|p| matches!(p.write_mode, crate::pipeline::WriteMode::Append { .. }))
+        .any(|p| matches!(p.write_mode, crate::config::WriteMode::Append { .. }))
     {
         let db = db.clone();
         let sweep = Job::new_async(settings.daemon.key_sweep_schedule.as_str(), move |_, _| {

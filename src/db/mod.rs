@@ -1,24 +1,17 @@
-//! Opening the database, running migrations and loading configured connections into it.
+//! Opening the database and running migrations: infrastructure that knows the schema but
+//! no domain rule (configured connections are loaded by `connections`).
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use sea_orm::sea_query::Expr;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
-    DbBackend, DbErr, EntityTrait, QueryFilter, Set,
-};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
 use tributary_migrations::{Migrator, MigratorTrait};
 
-use crate::config::{redact_url, ConnectionSettings, DatabaseSettings, Settings};
-use crate::credentials::StoredCredentials;
-use crate::entities::connection;
+use crate::config::{redact_url, DatabaseSettings};
 
 mod migration_lock;
 mod pools;
 mod readers;
-pub mod sealing;
 mod wal_checkpoints;
 mod write_lane;
 
@@ -49,8 +42,6 @@ pub enum DbSetupError {
     },
     #[error("storing the configured connections failed: {0}")]
     Connections(#[source] DbErr),
-    #[error("storing the configured connections failed: {0}")]
-    Credentials(#[from] crate::secrets::SecretsError),
     #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
     MissingKeyIndex,
 }
@@ -291,133 +282,6 @@ pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::P
     let mut path = database_file.as_os_str().to_owned();
     path.push(format!(".{purpose}.lock"));
     std::path::PathBuf::from(path)
-}
-
-/// Inserts the connections listed in config.toml, or updates their credentials and
-/// `enabled` flag; the sync state (cursor, checkpoint) of existing rows is kept, and so
-/// are refreshed OAuth credentials unless the configured credentials changed. Secrets
-/// are sealed with the pools' keyring; a row that cannot be opened is left as it is
-/// (its runs fail naming it).
-pub async fn upsert_configured_connections(
-    db: &DatabasePools,
-    settings: &Settings,
-) -> Result<(), DbSetupError> {
-    for provider in settings.providers.values() {
-        for configured in &provider.connections {
-            upsert_connection(db, &provider.name, configured).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn upsert_connection(
-    db: &DatabasePools,
-    provider: &str,
-    configured: &ConnectionSettings,
-) -> Result<(), DbSetupError> {
-    let source = StoredCredentials::from_config(configured);
-    let now = Utc::now();
-    let binding = crate::secrets::Binding {
-        user_id: &configured.user_id,
-        provider,
-    };
-    let column = source.to_column_for(db.secrets(), binding)?;
-    // Insert-if-missing first: several instances starting at once must not race a
-    // lookup against each other's inserts.
-    let mut new = connection::ActiveModel::new_connection(
-        &configured.user_id,
-        provider,
-        configured.enabled,
-        column.clone(),
-    );
-    new.defined_in = Set(connection::DefinedIn::Config);
-    connection::Entity::insert(new)
-        .on_conflict_do_nothing_on([connection::Column::UserId, connection::Column::Provider])
-        .exec_without_returning(db.main())
-        .await
-        .map_err(DbSetupError::Connections)?;
-    let row = connection::Entity::find()
-        .filter(connection::Column::UserId.eq(&configured.user_id))
-        .filter(connection::Column::Provider.eq(provider))
-        .one(db.main())
-        .await
-        .map_err(DbSetupError::Connections)?
-        .ok_or_else(|| {
-            DbSetupError::Connections(DbErr::RecordNotFound(format!(
-                "connection {}@{provider}",
-                configured.user_id
-            )))
-        })?;
-    let unchanged_source = match StoredCredentials::from_column(
-        db.secrets(),
-        binding,
-        &row.credentials,
-    ) {
-        Ok(stored) => stored.same_source(&source),
-        Err(message) => {
-            tracing::error!(user_id = %configured.user_id, provider, error = %message, "Stored credentials cannot be opened; the row is left as it is.");
-            return Ok(());
-        }
-    };
-    let listed = row.defined_in == connection::DefinedIn::Config;
-    if unchanged_source && row.enabled == configured.enabled && listed {
-        return Ok(());
-    }
-    let mut active: connection::ActiveModel = row.into();
-    if !unchanged_source {
-        active.credentials = Set(column);
-    }
-    active.enabled = Set(configured.enabled);
-    active.defined_in = Set(connection::DefinedIn::Config);
-    active.updated_at = Set(now);
-    active
-        .update(db.main())
-        .await
-        .map_err(DbSetupError::Connections)?;
-    Ok(())
-}
-
-/// Disables the connections config.toml defined and no longer lists, and drops their
-/// credentials, so a connection taken out of the file stops syncing with its old token.
-/// Their records and history are kept. Returns how many were retired.
-pub async fn retire_removed_connections(
-    db: &DatabaseConnection,
-    settings: &Settings,
-) -> Result<u64, DbSetupError> {
-    let rows = connection::Entity::find()
-        .filter(connection::Column::DefinedIn.eq(connection::DefinedIn::Config))
-        .all(db)
-        .await
-        .map_err(DbSetupError::Connections)?;
-    let mut retired = 0;
-    for row in rows {
-        if settings.lists_connection(&row.provider, &row.user_id) {
-            continue;
-        }
-        connection::Entity::update_many()
-            .col_expr(connection::Column::Enabled, Expr::value(false))
-            .col_expr(
-                connection::Column::Credentials,
-                Expr::value(StoredCredentials::default().to_column()),
-            )
-            .col_expr(
-                connection::Column::DefinedIn,
-                Expr::value(connection::DefinedIn::Removed),
-            )
-            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
-            .filter(connection::Column::Id.eq(row.id))
-            .filter(connection::Column::DefinedIn.eq(connection::DefinedIn::Config))
-            .exec(db)
-            .await
-            .map_err(DbSetupError::Connections)?;
-        tracing::warn!(
-            provider = %row.provider,
-            user_id = %row.user_id,
-            "A connection config.toml no longer lists was disabled and its credentials dropped; its records are kept."
-        );
-        retired += 1;
-    }
-    Ok(retired)
 }
 
 /// Whether `records` has a unique index on exactly the key columns, read from the

@@ -13,7 +13,7 @@ pub struct Model {
     pub provider: String,
     pub enabled: bool,
     /// JSON: `{"token_env": "NAME"}` (resolved at run time), or the sealed form of JSON
-    /// that holds a secret (`sealed:v1:...`, see `crate::secrets`).
+    /// that holds a secret (`sealed:v1:...`, see the `secrets` module).
     #[sea_orm(column_type = "Text")]
     pub credentials: String,
     /// The incremental-sync watermark, advanced only after the records it covers commit.
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Model {
             .field("user_id", &self.user_id)
             .field("provider", &self.provider)
             .field("enabled", &self.enabled)
-            .field("credentials", &crate::credentials::REDACTED)
+            .field("credentials", &crate::config::REDACTED)
             .field("cursor", &self.cursor)
             .field("checkpoint", &self.checkpoint)
             .field("last_success_run_id", &self.last_success_run_id)
@@ -81,16 +81,6 @@ impl std::fmt::Debug for Model {
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
-    }
-}
-
-impl Model {
-    /// The row its sealed credentials are bound to.
-    pub fn binding(&self) -> crate::secrets::Binding<'_> {
-        crate::secrets::Binding {
-            user_id: &self.user_id,
-            provider: &self.provider,
-        }
     }
 }
 

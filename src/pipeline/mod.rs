@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod credential_store;
+pub mod records;
 pub mod run;
 pub mod store;
 mod walk;
@@ -28,7 +29,7 @@ use crate::entities::connection;
 
 pub use checkpoint::Checkpoint;
 pub use run::{RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
-pub use store::{PageContext, PageExpectation, PageStoreCounts, WriteMode};
+pub use store::{PageContext, PageExpectation, PageStoreCounts};
 
 use checkpoint::{newest, stored_cursor};
 use walk::{walk_listing, Committed, RunContext};
@@ -160,7 +161,7 @@ pub async fn sync_connection(
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
-        crate::telemetry::record_run(&outcome, listing_complete);
+        crate::telemetry::record_run(&outcome.metrics(listing_complete));
         Ok(outcome)
     }
     .instrument(span)

@@ -48,6 +48,24 @@ pub struct RunOutcome {
     pub elapsed: Duration,
 }
 
+impl RunOutcome {
+    /// The run as the metrics record it.
+    pub fn metrics(&self, listing_complete: bool) -> crate::telemetry::RunFinished<'_> {
+        crate::telemetry::RunFinished {
+            provider: &self.provider,
+            status: self.status.to_string(),
+            inserted: self.counts.inserted,
+            updated: self.counts.updated,
+            unchanged: self.counts.unchanged,
+            duplicate: self.counts.duplicate,
+            failed: self.counts.failed,
+            panicked: self.panicked,
+            elapsed: self.elapsed,
+            listing_complete,
+        }
+    }
+}
+
 /// Counters are stored as signed 64-bit integers; saturate rather than wrap.
 pub(crate) fn to_db(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)

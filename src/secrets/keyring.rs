@@ -7,7 +7,8 @@ use zeroize::Zeroizing;
 
 use super::key::{SecretKey, KEY_ENV};
 use super::sealed::{self, sealed_key_id, Binding};
-use super::{SecretsError, SecretsSettings};
+use super::SecretsError;
+use crate::config::SecretsSettings;
 
 /// The name of the systemd credential (`LoadCredential=tributary-secrets-key:FILE`) read
 /// from `$CREDENTIALS_DIRECTORY` when neither the variable nor `key_file` gives a key.

@@ -6,18 +6,16 @@
 //! version and the connection's (user_id, provider), so a ciphertext copied onto another
 //! row fails to open. The sealed text names the key by an id derived from it
 //! ([`key::SecretKey::id`]), so several keys can be read during a rotation. This module
-//! knows nothing of the database; `credentials` seals the column and `db::sealing`
-//! rewrites rows.
+//! knows nothing of the database; `credentials` seals the column and
+//! `connections::sealing` rewrites rows.
 
 mod key;
 mod keyring;
 mod sealed;
-mod settings;
 
 pub use key::{generate_key_file, SecretKey, KEY_ENV};
 pub use keyring::{KeySource, Keyring, CREDENTIAL_NAME};
 pub use sealed::{sealed_key_id, sealed_prefix, Binding};
-pub use settings::SecretsSettings;
 
 use std::path::PathBuf;
 

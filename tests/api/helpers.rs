@@ -23,57 +23,9 @@ pub struct TestApp {
     pub key_file: PathBuf,
 }
 
-/// Which database server the suite runs against: `TRIBUTARY_TEST_DB` = `sqlite` (the
-/// default), `postgres` or `mysql`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
-
-pub fn backend() -> Backend {
-    match std::env::var("TRIBUTARY_TEST_DB").as_deref() {
-        Ok("postgres") => Backend::Postgres,
-        Ok("mysql") => Backend::Mysql,
-        Ok("sqlite") | Err(_) => Backend::Sqlite,
-        Ok(other) => panic!("TRIBUTARY_TEST_DB={other}: expected sqlite, postgres or mysql"),
-    }
-}
-
-/// A fresh, empty database for one test: a file in `dir` for SQLite, a scratch database
-/// (`tributary_test_*`, dropped by scripts/test before each run) on the servers.
-pub async fn scratch_database_url(dir: &std::path::Path) -> String {
-    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let server = match backend() {
-        Backend::Sqlite => {
-            return format!("sqlite://{}?mode=rwc", dir.join("test.db").display());
-        }
-        Backend::Postgres => std::env::var("TRIBUTARY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string()),
-        Backend::Mysql => std::env::var("TRIBUTARY_TEST_MYSQL_URL")
-            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_string()),
-    };
-    let name = format!(
-        "tributary_test_{}_{}_{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
-        chrono::Utc::now().timestamp_subsec_nanos()
-    );
-    let admin_url = match backend() {
-        Backend::Postgres => format!("{server}/postgres"),
-        _ => server.clone(),
-    };
-    let admin = sea_orm::Database::connect(&admin_url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot reach the test database server {admin_url}: {e}"));
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("create scratch database");
-    admin.close().await.expect("close admin connection");
-    format!("{server}/{name}")
-}
+#[path = "../common/scratch.rs"]
+mod scratch;
+pub use scratch::{backend, scratch_database_url, Backend};
 
 /// Starts a wiremock server and opens a fresh, migrated database (see [`backend`]).
 pub async fn spawn_app() -> TestApp {
@@ -120,7 +72,7 @@ pub fn test_key(dir: &std::path::Path) -> (PathBuf, tributary::secrets::Keyring)
 
 /// A keyring whose current key is read from `key_file`.
 pub fn keyring_of(key_file: &std::path::Path) -> tributary::secrets::Keyring {
-    let settings = tributary::secrets::SecretsSettings {
+    let settings = tributary::config::SecretsSettings {
         key_file: Some(key_file.to_path_buf()),
         ..Default::default()
     };
@@ -240,7 +192,7 @@ impl TestApp {
             &|_| true,
         )
         .expect("valid config");
-        tributary::db::upsert_configured_connections(&self.db, &settings)
+        tributary::connections::upsert_configured(&self.db, &settings)
             .await
             .expect("connections stored");
         settings

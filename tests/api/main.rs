@@ -4,7 +4,6 @@
 
 mod adapters;
 mod bad_input;
-mod bench;
 mod big_pages;
 mod bookkeeping;
 mod cli;

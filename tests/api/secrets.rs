@@ -5,8 +5,8 @@
 
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 use serde_json::json;
+use tributary::connections::sealing::{reseal, Reseal};
 use tributary::credentials::StoredCredentials;
-use tributary::db::sealing::{reseal, Reseal};
 use tributary::entities::{connection, sync_run};
 use tributary::pipeline::RunStatus;
 use tributary::secrets::Keyring;
@@ -221,7 +221,7 @@ async fn a_rotation_stopped_halfway_and_run_again_leaves_every_row_on_the_new_ke
     let new_dir = tempfile::tempdir().unwrap();
     let (new_key, _) = test_key(new_dir.path());
     let rotated = Keyring::load(
-        &tributary::secrets::SecretsSettings {
+        &tributary::config::SecretsSettings {
             key_file: Some(new_key.clone()),
             previous_key_files: vec![app.key_file.clone()],
             ..Default::default()

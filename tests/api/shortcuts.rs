@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement};
 use tributary::config::Settings;
+use tributary::config::WriteMode;
 use tributary::entities::{connection, sync_run};
 use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{store_page, PageContext, PageExpectation, WriteMode};
+use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
 use tributary::pipeline::{Checkpoint, RunCounts, RunOutcome, RunStatus, Trigger};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};

@@ -24,6 +24,7 @@ use sea_orm::{
 };
 use tributary_providers::{PageItem, Record, RejectedRecord};
 
+use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::pipeline::checkpoint::Checkpoint;
@@ -70,17 +71,6 @@ pub enum PageExpectation {
     /// Every record new: insert first, and commit without a lookup if every row went in;
     /// otherwise roll back and take the usual way.
     New,
-}
-
-/// How a provider's records are written (`mode` in its config).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WriteMode {
-    /// Insert new keys, update changed content, skip unchanged records.
-    #[default]
-    Upsert,
-    /// An event log: records are never updated in place. A key written within
-    /// `retention` (tracked in `processed_keys`) is a duplicate, whatever its content.
-    Append { retention: std::time::Duration },
 }
 
 /// What one page did.

@@ -1,23 +1,27 @@
-//! `tributary bench` at a tiny scale against the test database: its correctness checks and
-//! its JSON output (never its timings).
+//! `tributary-bench` at a tiny scale against the test database (`TRIBUTARY_TEST_DB`): its
+//! correctness checks and its JSON output (never its timings).
+
+#[path = "../../tests/common/scratch.rs"]
+mod scratch;
 
 use std::time::Duration;
 
 use assert_cmd::Command;
 use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
-use tributary::bench::{run_scale, ScaleOptions};
-use tributary::entities::{connection, sync_run};
+use tributary::entities::{connection, record, sync_run};
 use tributary::pipeline::RunStatus;
+use tributary_bench::{run_scale, ScaleOptions};
 
-use crate::helpers::{scratch_database_url, spawn_app};
+use scratch::scratch_database_url;
 
 #[tokio::test]
 async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing() {
-    let app = spawn_app().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = scratch_database_url(dir.path()).await;
     let report = run_scale(&ScaleOptions {
         users: 3,
         records_per_user: 250,
-        database_url: app.database_url.clone(),
+        database_url: database_url.clone(),
         latency: Duration::ZERO,
         concurrency: 2,
         seed: 7,
@@ -55,7 +59,16 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
 
     // The harness's own verification agrees with the table: the synced charges, and
     // beside them the store_only phase's records under keys of their own.
-    let records = app.records().await;
+    let db = sea_orm::Database::connect(&database_url)
+        .await
+        .expect("database");
+    let records = record::Entity::find()
+        .order_by_asc(record::Column::UserId)
+        .order_by_asc(record::Column::Provider)
+        .order_by_asc(record::Column::ExternalId)
+        .all(&db)
+        .await
+        .expect("records");
     let (stored_alone, synced): (Vec<_>, Vec<_>) = records
         .iter()
         .partition(|r| r.external_id.starts_with("store-"));
@@ -76,7 +89,7 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
     let store_runs = sync_run::Entity::find()
         .order_by_desc(sync_run::Column::Id)
         .limit(3)
-        .all(&app.db)
+        .all(&db)
         .await
         .expect("runs");
     assert_eq!(store_runs.len(), 3);
@@ -90,7 +103,7 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
     }
     // ... and leave no checkpoint behind for the next sync of these connections.
     let connections = connection::Entity::find()
-        .all(&app.db)
+        .all(&db)
         .await
         .expect("connections");
     assert_eq!(connections.len(), 3);
@@ -105,18 +118,10 @@ async fn the_command_writes_its_results_as_json() {
     let dir = tempfile::tempdir().expect("temp dir");
     let database_url = scratch_database_url(dir.path()).await;
     let json = dir.path().join("bench.json");
-    let output = Command::cargo_bin("tributary")
+    let output = Command::cargo_bin("tributary-bench")
         .expect("binary built")
         .env_remove("RUST_LOG")
-        .args([
-            "bench",
-            "--users",
-            "2",
-            "--records",
-            "120",
-            "--concurrency",
-            "2",
-        ])
+        .args(["--users", "2", "--records", "120", "--concurrency", "2"])
         .arg("--database-url")
         .arg(&database_url)
         .arg("--json")

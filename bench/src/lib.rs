@@ -1,4 +1,5 @@
-//! `tributary bench`: throughput, memory and correctness at scale.
+//! `tributary-bench`: throughput, memory and correctness at scale, through the library's
+//! public API only.
 //!
 //! An in-process emulated Stripe ([`emulator`]) serves `users` x `records` charges, and the
 //! real pipeline syncs them (`kind = "stripe"` pointed at the emulator, through
@@ -26,12 +27,12 @@ use anyhow::Context;
 use sea_orm::ConnectionTrait;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{redact_url, Settings};
-use crate::db::DatabasePools;
-use crate::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus, Trigger};
-use crate::sync::{sync_matching, SyncFilter};
 use emulator::{Dataset, Emulator, TOKEN_PREFIX};
 use report::{PhaseReport, ScaleReport};
+use tributary::config::{redact_url, Settings};
+use tributary::db::DatabasePools;
+use tributary::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus, Trigger};
+use tributary::sync::{sync_matching, SyncFilter};
 use verify::Check;
 
 /// The provider name the benchmark's records are stored under.
@@ -50,9 +51,15 @@ pub enum BenchDatabase {
     Postgres,
 }
 
-/// `tributary bench` options.
-#[derive(Clone, Debug, clap::Args)]
+/// Benchmark tributary: sync an emulated Stripe of USERS x RECORDS charges into a fresh
+/// database (first sync, unchanged re-sync, 10 % changed, then as many new records stored
+/// with nothing fetched), check the table, report records/s and peak RSS.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "tributary-bench", version, about)]
 pub struct BenchArgs {
+    /// Log filter (tracing's EnvFilter syntax). Defaults to "warn" (env RUST_LOG).
+    #[arg(long, env = "RUST_LOG")]
+    pub log: Option<String>,
     /// Connections (users) to sync.
     #[arg(long, default_value_t = 10)]
     pub users: u32,
@@ -106,7 +113,7 @@ pub struct ScaleOptions {
     pub seed: u64,
 }
 
-/// Runs `tributary bench`.
+/// Runs the benchmark `args` asks for.
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.matrix {
         return matrix::run(&args).await;
@@ -285,14 +292,14 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         &|_| true,
     )?;
     // A fresh database that only this run reads: a key of its own seals the tokens.
-    let keyring = crate::secrets::Keyring::with_key(
-        crate::secrets::SecretKey::generate(),
-        crate::secrets::KeySource::Ephemeral,
+    let keyring = tributary::secrets::Keyring::with_key(
+        tributary::secrets::SecretKey::generate(),
+        tributary::secrets::KeySource::Ephemeral,
     );
-    let db = crate::db::connect_and_migrate(&settings.database)
+    let db = tributary::db::connect_and_migrate(&settings.database)
         .await?
         .with_keyring(keyring);
-    crate::db::upsert_configured_connections(&db, &settings).await?;
+    tributary::connections::upsert_configured(&db, &settings).await?;
     let before = verify::fingerprint(&db, PROVIDER).await?;
     anyhow::ensure!(
         before.rows == 0,

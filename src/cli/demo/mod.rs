@@ -2,6 +2,7 @@
 
 mod emulator;
 
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -10,11 +11,11 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Deserialize;
 
-use crate::config::{redact_url, DatabaseSettings, Settings, DATABASE_URL_ENV};
+use crate::config::{redact_url, DatabaseSettings, SecretsSettings, Settings, DATABASE_URL_ENV};
 use crate::db::DatabasePools;
 use crate::entities::{connection, run_error};
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
-use crate::secrets::{KeySource, Keyring, SecretKey, SecretsSettings};
+use crate::secrets::{KeySource, Keyring, SecretKey};
 use crate::sync::{sync_matching, SyncFilter};
 
 /// The database used when there is no config file to name one.
@@ -30,8 +31,16 @@ struct DatabaseOnly {
     secrets: SecretsSettings,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// No progress display.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
 /// Runs the demo against the database of `config_path` (or the default SQLite file).
-pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let (database_url, secrets) = demo_database(config_path)?;
     let keyring = demo_keyring(&secrets)?;
     let address = emulator::start()
@@ -59,9 +68,9 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
         .with_keyring(keyring);
     crate::db::require_key_index(&db).await?;
     forget_demo_credentials(&db).await?;
-    crate::db::upsert_configured_connections(&db, &settings).await?;
+    crate::connections::upsert_configured(&db, &settings).await?;
 
-    let bars = crate::cli::progress::BarProgress::new();
+    let bars = super::progress::BarProgress::new();
     let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
     let filter = SyncFilter {
         provider: Some(DEMO_PROVIDER.to_string()),
@@ -76,7 +85,7 @@ pub async fn run(config_path: &Path, show_progress: bool) -> anyhow::Result<Exit
         outcomes.sort_by(|a, b| a.user_id.cmp(&b.user_id));
         println!("\nPass {pass}:");
         for outcome in &outcomes {
-            println!("  {}", crate::cli::summary_line(outcome));
+            println!("  {}", super::summary_line(outcome));
         }
         passes.push(outcomes);
     }

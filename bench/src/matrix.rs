@@ -1,4 +1,4 @@
-//! `tributary bench --matrix`: the standard configurations, each run by a fresh copy of
+//! `tributary-bench --matrix`: the standard configurations, each run by a fresh copy of
 //! this binary (`std::env::current_exe()`), because the peak RSS (VmHWM) is process-wide.
 
 use std::process::ExitCode;
@@ -188,7 +188,6 @@ fn run_config(
     );
     // The parent waits for each child and does nothing else meanwhile.
     let status = std::process::Command::new(exe)
-        .arg("bench")
         .args(["--users", &config.users.to_string()])
         .args(["--records", &config.records.to_string()])
         .args(["--database", database])

@@ -1,4 +1,4 @@
-//! `tributary bench --matrix --repeat N`: one configuration run N times, summed up as its
+//! `tributary-bench --matrix --repeat N`: one configuration run N times, summed up as its
 //! median. One phase at 100k records lasts under a second, and on a shared machine a
 //! single run of it strays by ±15 %, so a figure worth quoting is a median with its range.
 
@@ -80,7 +80,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::verify::Check;
+    use crate::verify::Check;
 
     fn run(rates: [f64; 2], rss: u64, checks_passed: bool) -> ScaleReport {
         let phase = |name: &str, rate: f64| PhaseReport {
@@ -167,7 +167,7 @@ mod tests {
         report.phases[0].latency_floor_seconds = 5.0;
         // As `store_only` reports it: no page came from the API.
         report.phases[1].name = "store_only".to_string();
-        let notes = crate::bench::report::latency_notes(&[report]);
+        let notes = crate::report::latency_notes(&[report]);
         assert_eq!(
             notes,
             ["100k (10x10000) on sqlite, first: 1000 pages x 20 ms = 20 s of latency one after the \

@@ -21,7 +21,7 @@ use crate::credentials::StoredCredentials;
 use crate::entities::connection;
 use crate::secrets::{sealed_key_id, sealed_prefix, SecretsError};
 
-use super::DatabasePools;
+use crate::db::DatabasePools;
 
 /// How many times a row changed by a concurrent refresh is read again.
 const ATTEMPTS_PER_ROW: usize = 3;

@@ -25,12 +25,13 @@ use super::emulator::Dataset;
 use super::report::{self, PhaseReport};
 use super::verify::{self, Check};
 use super::PROVIDER;
-use crate::db::DatabasePools;
-use crate::entities::connection;
-use crate::pipeline::run::{finish_run, start_run};
-use crate::pipeline::store::store_page;
-use crate::pipeline::{
-    Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus, Trigger, WriteMode,
+use tributary::config::WriteMode;
+use tributary::db::DatabasePools;
+use tributary::entities::connection;
+use tributary::pipeline::run::{finish_run, start_run};
+use tributary::pipeline::store::store_page;
+use tributary::pipeline::{
+    Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus, Trigger,
 };
 
 /// Records per stored page, as the emulator serves them.

@@ -1,0 +1,49 @@
+//! Opening the database as a command needs it: with the keys, and for commands that
+//! write, with the configured connections loaded first.
+
+use anyhow::Context;
+
+use crate::config::Settings;
+use crate::connections::sealing::{self, Reseal};
+use crate::db::DatabasePools;
+
+/// For commands that sync or replay: loads the keys, connects and migrates, refuses a
+/// table without the unique index, loads the configured connections, retires those
+/// config.toml no longer lists, and seals in place the credentials a database still
+/// holds in clear. A bad key, a literal secret without one, or a configured connection
+/// sealed with a key not configured stop it before anything is written. Commands that
+/// only read leave connections as they are.
+pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
+    let db = connect_with_keys(settings).await?;
+    crate::db::require_key_index(&db).await?;
+    sealing::check_configured_keys(&db, settings).await?;
+    crate::connections::upsert_configured(&db, settings)
+        .await
+        .context("loading the configured connections into the database")?;
+    crate::connections::retire_removed(&db, settings)
+        .await
+        .context("disabling the connections removed from the config")?;
+    let sealed = sealing::reseal(&db, Reseal::InClear, None)
+        .await
+        .context("sealing the credentials stored in clear")?;
+    if sealed.resealed > 0 {
+        tracing::info!(
+            connections = sealed.resealed,
+            "Credentials stored in clear were sealed under the current key."
+        );
+    }
+    for failure in &sealed.failed {
+        tracing::error!(error = %failure, "Stored credentials could not be sealed.");
+    }
+    Ok(db)
+}
+
+/// Loads the keys (refusing bad ones and literal secrets that could not be stored), then
+/// connects and migrates.
+pub async fn connect_with_keys(settings: &Settings) -> anyhow::Result<DatabasePools> {
+    let keyring = super::secrets::load_keyring(settings)?;
+    crate::credentials::check_storable(settings, &keyring)?;
+    Ok(crate::db::connect_and_migrate(&settings.database)
+        .await?
+        .with_keyring(keyring))
+}

@@ -1,0 +1,45 @@
+//! `tributary check-config` and `tributary migrate`: validating the config, and applying
+//! the migrations.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config::{redact_url, Settings};
+
+/// `tributary check-config`: the config and the keys, without touching the database.
+pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load_checking_environment(config)?;
+    let keyring = super::secrets::load_keyring(&settings)?;
+    crate::credentials::check_storable(&settings, &keyring)?;
+    let connections: usize = settings
+        .providers
+        .values()
+        .map(|p| p.connections.len())
+        .sum();
+    println!(
+        "{} is valid: {} provider(s), {} connection(s), database {}",
+        settings.path.display(),
+        settings.providers.len(),
+        connections,
+        redact_url(&settings.database.url)
+    );
+    match keyring.current() {
+        Some((id, source)) => println!("Secrets key {id} from {source}."),
+        None if keyring.allows_plaintext() => {
+            println!("No secrets key: literal secrets are stored in clear (allow_plaintext).")
+        }
+        None => println!("No secrets key: only token_env connections can be stored."),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tributary migrate`.
+pub async fn migrate(config: &Path) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(config)?;
+    crate::db::connect_and_migrate(&settings.database).await?;
+    println!(
+        "Migrations applied to {}.",
+        redact_url(&settings.database.url)
+    );
+    Ok(ExitCode::SUCCESS)
+}

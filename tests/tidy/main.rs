@@ -1,0 +1,399 @@
+//! Tidy checks: rules about the source itself, run as ordinary tests (as rust-analyzer
+//! does), so breaking one fails CI like any other test.
+//!
+//! - The layers: each top-level module of `src/` imports only what its row in
+//!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it.
+//! - Only `cli` prints.
+//! - Only `pipeline` writes `records`.
+//! - The providers crate cannot reach the database.
+
+mod scan;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Macros that write to the terminal.
+const PRINTING: [&str; 4] = ["println", "eprintln", "print", "eprint"];
+
+/// The functions of a SeaORM entity that write rows.
+const ENTITY_WRITES: [&str; 7] = [
+    "insert",
+    "insert_many",
+    "update",
+    "update_many",
+    "delete",
+    "delete_many",
+    "delete_by_id",
+];
+
+/// Crates whose presence would let the providers crate reach the database.
+const DATABASE_CRATES: [&str; 5] = [
+    "sea-orm",
+    "sea-query",
+    "sqlx",
+    "tributary",
+    "tributary-migrations",
+];
+
+/// One source file: its path as shown in messages, and its text.
+struct SourceFile {
+    path: String,
+    text: String,
+}
+
+/// The allowed imports of each top-level module, in the table's order.
+#[derive(Debug)]
+struct Layers {
+    rows: Vec<(String, BTreeSet<String>)>,
+}
+
+impl Layers {
+    /// Reads the table of the `## Layers` section: `| `module` | `a`, `b` |` rows, where
+    /// `—` allows nothing.
+    fn parse(markdown: &str) -> Result<Layers, String> {
+        let section = format!("\n{markdown}");
+        let section = section
+            .split("\n## ")
+            .find(|section| section.starts_with("Layers\n"))
+            .ok_or("ARCHITECTURE.md has no `## Layers` section")?;
+        let mut rows = Vec::new();
+        for line in section.lines().filter(|line| line.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let [module, imports] = cells[..] else {
+                return Err(format!("a Layers row has other than two cells: {line}"));
+            };
+            let names = |cell: &str| -> BTreeSet<String> {
+                cell.split(',')
+                    .map(|name| name.trim().trim_matches('`').to_string())
+                    .filter(|name| !name.is_empty() && name != "—")
+                    .collect()
+            };
+            let module = names(module).into_iter().next().unwrap_or_default();
+            rows.push((module, names(imports)));
+        }
+        Ok(Layers { rows })
+    }
+
+    /// Each row names only modules of rows above it, so the graph is a line.
+    fn check_order(&self) -> Vec<String> {
+        let mut above = BTreeSet::new();
+        let mut problems = Vec::new();
+        for (module, imports) in &self.rows {
+            for import in imports.iter().filter(|import| !above.contains(*import)) {
+                problems.push(format!(
+                    "ARCHITECTURE.md, Layers: `{module}` may import `{import}`, which is not a row above it"
+                ));
+            }
+            above.insert(module.clone());
+        }
+        problems
+    }
+
+    fn allows(&self, from: &str, to: &str) -> Option<bool> {
+        self.rows
+            .iter()
+            .find(|(module, _)| module == from)
+            .map(|(_, imports)| imports.contains(to))
+    }
+
+    fn modules(&self) -> BTreeSet<&str> {
+        self.rows
+            .iter()
+            .map(|(module, _)| module.as_str())
+            .collect()
+    }
+}
+
+/// The module path of a file under `src/`: `pipeline/store.rs` is `["pipeline", "store"]`,
+/// `pipeline/mod.rs` is `["pipeline"]`, `lib.rs` is `[]`.
+fn module_path(path: &str) -> Vec<String> {
+    let relative = path.strip_prefix("src/").unwrap_or(path);
+    let relative = relative.strip_suffix(".rs").unwrap_or(relative);
+    relative
+        .split('/')
+        .filter(|part| !matches!(*part, "mod" | "lib" | "main"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Everything wrong with `files` against `layers`, one message per problem, each naming
+/// the file and line.
+fn check(layers: &Layers, files: &[SourceFile]) -> Vec<String> {
+    let mut problems = layers.check_order();
+    let known = layers.modules();
+    for file in files {
+        let module = module_path(&file.path);
+        let scan = match scan::scan(&module, &file.text) {
+            Ok(scan) => scan,
+            Err(error) => {
+                problems.push(format!("{}: cannot be parsed: {error}", file.path));
+                continue;
+            }
+        };
+        // `src/main.rs` is the binary's own crate root; its `crate::` is not the library.
+        let binary = file.path == "src/main.rs";
+        let top = module.first().map(String::as_str);
+        if let (Some(from), false) = (top, binary) {
+            if !known.contains(from) {
+                problems.push(format!(
+                    "{}: module `{from}` has no row in ARCHITECTURE.md's Layers table",
+                    file.path
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            for (line, to) in &scan.modules {
+                // One message per line and edge, however many names a group imports.
+                if !seen.insert((line, to)) {
+                    continue;
+                }
+                if to != from && layers.allows(from, to) == Some(false) {
+                    problems.push(format!(
+                        "{}:{line}: `{from}` imports `{to}`, which ARCHITECTURE.md's Layers table does not allow",
+                        file.path
+                    ));
+                }
+            }
+        }
+        if top != Some("cli") {
+            for (line, name) in &scan.macros {
+                if PRINTING.contains(&name.as_str()) {
+                    problems.push(format!(
+                        "{}:{line}: `{name}!` outside `cli` (only `cli` prints)",
+                        file.path
+                    ));
+                }
+            }
+        }
+        if !matches!(top, Some("pipeline" | "entities")) {
+            problems.extend(records_writes(&file.path, &scan));
+        }
+    }
+    problems
+}
+
+/// Writes to `records` in a file outside the pipeline: a path naming
+/// `record::Entity::<write>` or `record::ActiveModel`, or SQL text that inserts into,
+/// updates or deletes from `records`.
+fn records_writes(path: &str, scan: &scan::Scan) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (line, segments) in &scan.paths {
+        let writes = segments.windows(3).any(|w| {
+            w[0] == "record" && w[1] == "Entity" && ENTITY_WRITES.contains(&w[2].as_str())
+        }) || segments
+            .windows(2)
+            .any(|w| w[0] == "record" && w[1] == "ActiveModel");
+        if writes {
+            problems.push(format!(
+                "{path}:{line}: `{}` writes `records` outside `pipeline` (only the pipeline writes `records`)",
+                segments.join("::")
+            ));
+        }
+    }
+    for (line, text) in &scan.strings {
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .filter(|word| !word.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let writes = words.windows(2).any(|w| {
+            matches!(
+                (w[0].as_str(), w[1].as_str()),
+                ("into" | "update" | "from", "records")
+            )
+        }) && words
+            .iter()
+            .any(|word| matches!(word.as_str(), "insert" | "update" | "delete"));
+        if writes {
+            problems.push(format!(
+                "{path}:{line}: SQL that writes `records` outside `pipeline` (only the pipeline writes `records`)"
+            ));
+        }
+    }
+    problems
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`, sorted, with paths relative to the workspace root.
+fn source_files(dir: &Path) -> Vec<SourceFile> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source file");
+                let shown = path.strip_prefix(root()).unwrap_or(&path);
+                files.push(SourceFile {
+                    path: shown.display().to_string(),
+                    text,
+                });
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
+fn layers() -> Layers {
+    let markdown =
+        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    Layers::parse(&markdown).unwrap_or_else(|message| panic!("{message}"))
+}
+
+#[test]
+fn the_source_keeps_the_layers_and_the_invariants() {
+    let problems = check(&layers(), &source_files(&root().join("src")));
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn every_module_of_the_library_has_a_row_and_every_row_a_module() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
+    let declared: BTreeSet<&str> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub mod ").or(line.strip_prefix("mod ")))
+        .map(|rest| rest.trim_end_matches(';'))
+        .collect();
+    assert_eq!(declared, layers().modules());
+}
+
+#[test]
+fn the_providers_crate_cannot_reach_the_database() {
+    let manifest = std::fs::read_to_string(root().join("providers/Cargo.toml")).expect("manifest");
+    let manifest: toml::Table = manifest.parse().expect("providers/Cargo.toml is TOML");
+    let mut named = Vec::new();
+    for table in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        if let Some(dependencies) = manifest.get(table).and_then(toml::Value::as_table) {
+            named.extend(dependencies.keys().cloned());
+        }
+    }
+    let reaching: Vec<&String> = named
+        .iter()
+        .filter(|name| DATABASE_CRATES.contains(&name.as_str()))
+        .collect();
+    assert!(reaching.is_empty(), "providers depends on {reaching:?}");
+}
+
+/// The checker itself, on a small tree with a line `config → db → cli`.
+mod checker {
+    use super::*;
+
+    const TABLE: &str = "# A\n\n## Layers\n\n| Module | May import |\n|---|---|\n| `config` | — |\n| `db` | `config` |\n| `cli` | `config`, `db` |\n\n## Next\n";
+
+    fn files(files: &[(&str, &str)]) -> Vec<SourceFile> {
+        files
+            .iter()
+            .map(|(path, text)| SourceFile {
+                path: path.to_string(),
+                text: text.to_string(),
+            })
+            .collect()
+    }
+
+    fn problems(sources: &[(&str, &str)]) -> Vec<String> {
+        let layers = Layers::parse(TABLE).expect("table");
+        check(&layers, &files(sources))
+    }
+
+    #[test]
+    fn edges_down_the_line_pass() {
+        let found = problems(&[
+            (
+                "src/config.rs",
+                "pub struct Settings;\nmod tests { use super::*; }\n",
+            ),
+            (
+                "src/db/mod.rs",
+                "use crate::config::Settings;\nmod pools;\n",
+            ),
+            (
+                "src/db/pools.rs",
+                "use super::super::config::Settings;\nuse super::X;\n",
+            ),
+            (
+                "src/cli/mod.rs",
+                "use crate::{config, db::X};\nfn f() { println!(\"{}\", crate::db::y()); }\n",
+            ),
+        ]);
+        assert_eq!(found, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_back_edge_fails_naming_file_line_and_edge() {
+        let found = problems(&[("src/config.rs", "//! Settings.\n\nuse crate::cli;\n")]);
+        assert_eq!(
+            found,
+            ["src/config.rs:3: `config` imports `cli`, which ARCHITECTURE.md's Layers table does not allow"]
+        );
+    }
+
+    #[test]
+    fn grouped_uses_super_chains_and_macro_bodies_are_read() {
+        let found = problems(&[
+            ("src/db/mod.rs", "use crate::{config::A, cli::{B, C}};\n"),
+            ("src/db/pools.rs", "\nuse super::super::cli::X;\n"),
+            (
+                "src/db/lane.rs",
+                "fn f() {\n    tracing::info!(x = ?crate::cli::y());\n}\nmod tests {\n    use super::super::super::cli;\n}\n",
+            ),
+            ("src/config.rs", "fn f() -> crate::db::Pools { todo() }\n"),
+        ]);
+        assert_eq!(
+            found,
+            [
+                "src/db/mod.rs:1: `db` imports `cli`, which ARCHITECTURE.md's Layers table does not allow",
+                "src/db/pools.rs:2: `db` imports `cli`, which ARCHITECTURE.md's Layers table does not allow",
+                "src/db/lane.rs:2: `db` imports `cli`, which ARCHITECTURE.md's Layers table does not allow",
+                "src/db/lane.rs:5: `db` imports `cli`, which ARCHITECTURE.md's Layers table does not allow",
+                "src/config.rs:1: `config` imports `db`, which ARCHITECTURE.md's Layers table does not allow",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_table_row_that_names_a_row_below_it_fails() {
+        let table = "## Layers\n\n| `config` | `db` |\n| `db` | `config` |\n";
+        let layers = Layers::parse(table).expect("table");
+        assert_eq!(
+            check(&layers, &[]),
+            ["ARCHITECTURE.md, Layers: `config` may import `db`, which is not a row above it"]
+        );
+    }
+
+    #[test]
+    fn printing_outside_cli_fails() {
+        let found = problems(&[(
+            "src/db/mod.rs",
+            "fn f() {\n    tokio::spawn(async { eprintln!(\"x\") });\n    println!();\n}\n",
+        )]);
+        assert_eq!(
+            found,
+            [
+                "src/db/mod.rs:2: `eprintln!` outside `cli` (only `cli` prints)",
+                "src/db/mod.rs:3: `println!` outside `cli` (only `cli` prints)",
+            ]
+        );
+    }
+
+    #[test]
+    fn writing_records_outside_the_pipeline_fails() {
+        let found = problems(&[(
+            "src/cli/mod.rs",
+            "fn f() {\n    record::Entity::delete_many();\n    let _ = record::Entity::find();\n    db.execute_unprepared(\"DELETE FROM records WHERE id = 1\");\n    let a = record::ActiveModel { ..Default::default() };\n}\n",
+        )]);
+        assert_eq!(
+            found,
+            [
+                "src/cli/mod.rs:2: `record::Entity::delete_many` writes `records` outside `pipeline` (only the pipeline writes `records`)",
+                "src/cli/mod.rs:5: `record::ActiveModel` writes `records` outside `pipeline` (only the pipeline writes `records`)",
+                "src/cli/mod.rs:4: SQL that writes `records` outside `pipeline` (only the pipeline writes `records`)",
+            ]
+        );
+    }
+}

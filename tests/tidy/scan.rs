@@ -1,0 +1,210 @@
+//! Reading one source file: the top-level modules of ours it names, the macros it calls,
+//! and the paths and strings that write `records`. Parsed with `syn`, so comments, doc
+//! links and strings never count as imports, and a `super::` is resolved from the module
+//! it is written in (inline `mod tests { use super::*; }` included).
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::visit::Visit;
+
+/// What one file's code names.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Each top-level module named, with the line: `crate::db::X`, `use crate::{db, sync::Y}`,
+    /// or a `super::` path that climbs to the crate root.
+    pub modules: Vec<(usize, String)>,
+    /// Each macro called (its last path segment), with the line, macros inside macros included.
+    pub macros: Vec<(usize, String)>,
+    /// Each path of two or more segments, as written (`record::Entity::delete_many`).
+    pub paths: Vec<(usize, Vec<String>)>,
+    /// Each string literal, with the line.
+    pub strings: Vec<(usize, String)>,
+}
+
+/// Scans `source`, the file of module `module` (`["pipeline", "store"]` for
+/// `src/pipeline/store.rs`, empty for `src/lib.rs`).
+pub fn scan(module: &[String], source: &str) -> syn::Result<Scan> {
+    let file = syn::parse_file(source)?;
+    let mut visitor = Visitor {
+        module: module.to_vec(),
+        scan: Scan::default(),
+    };
+    visitor.visit_file(&file);
+    Ok(visitor.scan)
+}
+
+struct Visitor {
+    module: Vec<String>,
+    scan: Scan,
+}
+
+fn line(span: Span) -> usize {
+    span.start().line
+}
+
+impl Visitor {
+    /// Records the top-level module a path starting with `segments` reaches, if it leaves
+    /// the module it is written in through the crate root.
+    fn reference(&mut self, line: usize, segments: &[String]) {
+        let Some(first) = segments.first() else {
+            return;
+        };
+        let rest = match first.as_str() {
+            "crate" => &segments[1..],
+            "super" | "self" => {
+                let mut module = self.module.clone();
+                let mut rest = segments;
+                while let Some(head) = rest.first() {
+                    match head.as_str() {
+                        "super" => {
+                            module.pop();
+                        }
+                        "self" => {}
+                        _ => break,
+                    }
+                    rest = &rest[1..];
+                }
+                if !module.is_empty() {
+                    return;
+                }
+                rest
+            }
+            _ => return,
+        };
+        if let Some(target) = rest.first().filter(|name| *name != "self") {
+            self.scan.modules.push((line, target.clone()));
+        }
+    }
+
+    fn path(&mut self, line: usize, segments: Vec<String>) {
+        self.reference(line, &segments);
+        if segments.len() > 1 {
+            self.scan.paths.push((line, segments));
+        }
+    }
+
+    /// Every path of a `use` tree, groups expanded.
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(path) => {
+                prefix.push(path.ident.to_string());
+                self.use_tree(prefix, &path.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(name) => {
+                let mut segments = prefix.clone();
+                segments.push(name.ident.to_string());
+                self.path(line(name.ident.span()), segments);
+            }
+            syn::UseTree::Rename(rename) => {
+                let mut segments = prefix.clone();
+                segments.push(rename.ident.to_string());
+                self.path(line(rename.ident.span()), segments);
+            }
+            syn::UseTree::Glob(glob) => {
+                let mut segments = prefix.clone();
+                segments.push("*".to_string());
+                self.path(line(glob.star_token.span), segments);
+            }
+            syn::UseTree::Group(group) => {
+                for tree in &group.items {
+                    self.use_tree(prefix, tree);
+                }
+            }
+        }
+    }
+
+    /// A macro's tokens are not parsed, so paths and nested macro calls are found in the
+    /// token stream: `a::b::c` sequences and `name!`.
+    fn tokens(&mut self, tokens: TokenStream) {
+        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            match &tokens[i] {
+                TokenTree::Group(group) => self.tokens(group.stream()),
+                TokenTree::Literal(literal) => {
+                    if let Ok(syn::Lit::Str(text)) =
+                        syn::parse_str::<syn::Lit>(&literal.to_string())
+                    {
+                        self.scan.strings.push((line(literal.span()), text.value()));
+                    }
+                }
+                TokenTree::Ident(ident) => {
+                    let after_path_separator = i >= 2 && is_punct(&tokens[i - 1], ':');
+                    if is_punct_at(&tokens, i + 1, '!') {
+                        self.scan
+                            .macros
+                            .push((line(ident.span()), ident.to_string()));
+                    } else if !after_path_separator {
+                        let mut segments = vec![ident.to_string()];
+                        let mut next = i + 1;
+                        while is_punct_at(&tokens, next, ':') && is_punct_at(&tokens, next + 1, ':')
+                        {
+                            let Some(TokenTree::Ident(segment)) = tokens.get(next + 2) else {
+                                break;
+                            };
+                            segments.push(segment.to_string());
+                            next += 3;
+                        }
+                        self.path(line(ident.span()), segments);
+                        i = next;
+                        continue;
+                    }
+                }
+                TokenTree::Punct(_) => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+fn is_punct(token: &TokenTree, ch: char) -> bool {
+    matches!(token, TokenTree::Punct(punct) if punct.as_char() == ch)
+}
+
+fn is_punct_at(tokens: &[TokenTree], at: usize, ch: char) -> bool {
+    tokens.get(at).is_some_and(|token| is_punct(token, ch))
+}
+
+impl<'ast> Visit<'ast> for Visitor {
+    // Attributes are skipped: doc comments are prose, and derive and serde arguments
+    // name no module of ours.
+    fn visit_attribute(&mut self, _attribute: &'ast syn::Attribute) {}
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if item.content.is_some() {
+            self.module.push(item.ident.to_string());
+            syn::visit::visit_item_mod(self, item);
+            self.module.pop();
+        }
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &item.tree);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let at = path
+            .segments
+            .first()
+            .map_or(0, |segment| line(segment.ident.span()));
+        self.path(at, segments);
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        if let Some(name) = mac.path.segments.last() {
+            self.scan
+                .macros
+                .push((line(name.ident.span()), name.ident.to_string()));
+        }
+        self.tokens(mac.tokens.clone());
+        syn::visit::visit_macro(self, mac);
+    }
+
+    fn visit_lit_str(&mut self, literal: &'ast syn::LitStr) {
+        self.scan
+            .strings
+            .push((line(literal.span()), literal.value()));
+    }
+}

@@ -21,8 +21,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-pub use sync::{exit_for, summary_line};
-
 /// Exit code for a bad config or command line.
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when a run failed or the database could not be used.

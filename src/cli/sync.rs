@@ -82,7 +82,7 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// 0 when every run succeeded or was partial, 1 when any failed or was interrupted.
-pub fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
+fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
     if outcomes
         .iter()
         .any(|o| matches!(o.status, RunStatus::Failed | RunStatus::Interrupted))

@@ -85,7 +85,7 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
         outcomes.sort_by(|a, b| a.user_id.cmp(&b.user_id));
         println!("\nPass {pass}:");
         for outcome in &outcomes {
-            println!("  {}", super::summary_line(outcome));
+            println!("  {}", super::sync::summary_line(outcome));
         }
         passes.push(outcomes);
     }

@@ -36,7 +36,7 @@ pub use backend::{
     ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StatementLimits,
     StoreBackend,
 };
-pub use run_errors::{record_page_error, ErrorScope};
+pub(crate) use run_errors::{record_page_error, ErrorScope};
 
 use backend::begin_page_transaction;
 use run_errors::{insert_run_errors, persist_failure};

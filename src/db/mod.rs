@@ -13,12 +13,10 @@ mod migration_lock;
 mod pools;
 mod readers;
 mod wal_checkpoints;
-mod write_lane;
 
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};
-pub(crate) use write_lane::WriteLane;
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]

@@ -21,35 +21,28 @@ use crate::secrets::Keyring;
 
 use super::readers::SqliteReaders;
 use super::wal_checkpoints::WalCheckpoints;
-use super::write_lane::WriteLane;
 
 /// How many reader connections a SQLite file gets. A lookup spends most of its time in
 /// hand-offs between threads rather than in SQLite, so more readers than cores still pay
 /// off: in the benchmark, 4 readers beat 2 by about 8 % on 2 cores, and 8 were no better.
 const READERS: usize = 4;
 
-/// The main pool; on SQLite the lane all-new pages take to its writing connection; and on
-/// a SQLite file its readers and background checkpoints; and the keys that open and seal
+/// The main pool; on a SQLite file its readers and background checkpoints; and the keys that open and seal
 /// `connections.credentials`. Dereferences to the main pool, so it goes wherever a
 /// `&DatabaseConnection` does.
 #[derive(Clone, Debug)]
 pub struct DatabasePools {
     main: DatabaseConnection,
-    write_lane: Option<Arc<WriteLane>>,
     readers: Option<Arc<SqliteReaders>>,
     checkpoints: Option<Arc<WalCheckpoints>>,
     secrets: Arc<Keyring>,
 }
 
 impl DatabasePools {
-    /// `main` alone: every statement, reads included, goes through it (on SQLite, all-new
-    /// pages through its [`WriteLane`]).
+    /// `main` alone: every statement, reads included, goes through it.
     pub fn single(main: DatabaseConnection) -> DatabasePools {
-        let write_lane = (main.get_database_backend() == DbBackend::Sqlite)
-            .then(|| Arc::new(WriteLane::new(main.get_sqlite_connection_pool().clone())));
         DatabasePools {
             main,
-            write_lane,
             readers: None,
             checkpoints: None,
             secrets: Arc::new(Keyring::none()),
@@ -99,11 +92,6 @@ impl DatabasePools {
     /// The read-only connections for lookups outside transactions, on a SQLite file.
     pub fn sqlite_readers(&self) -> Option<&SqliteReaders> {
         self.readers.as_deref()
-    }
-
-    /// On SQLite, the way all-new pages take to the writing connection.
-    pub(crate) fn sqlite_write_lane(&self) -> Option<&WriteLane> {
-        self.write_lane.as_deref()
     }
 
     /// Something was committed: on a SQLite file, the background checkpoints copy it into

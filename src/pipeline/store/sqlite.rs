@@ -2,8 +2,8 @@
 //! counted on the file's read-only readers, and an all-new page in one batch.
 //!
 //! sqlx runs SQLite on a worker thread, and every statement is a hand-off there and back,
-//! so an all-new page is built in full before the writing connection is taken (through
-//! the [`WriteLane`]) and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the
+//! so an all-new page is built in full before the writing connection is taken from the
+//! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the
 //! checkpoint, and a plain `INSERT` without `ON CONFLICT`, so an existing key or a refused
 //! row fails it. The batch's row counts are then read back: the page commits only if
 //! each update found its row and the insert took every record, and is rolled back
@@ -16,7 +16,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use futures::TryStreamExt;
 use sea_orm::sea_query::SqliteQueryBuilder;
 use sea_orm::sqlx::error::DatabaseError;
-use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteConnection, SqlitePool};
 use sea_orm::sqlx::{self, Arguments, Either, Executor, IntoArguments, Sqlite};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, RuntimeErr, Statement};
 use sea_query_sqlx::SqlxValues;
@@ -27,7 +27,7 @@ use super::backend::{
     StoreBackend,
 };
 use super::PageContext;
-use crate::db::{DatabasePools, WriteLane};
+use crate::db::DatabasePools;
 use crate::entities::connection;
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
@@ -191,13 +191,10 @@ impl StoreBackend for SqliteStore<'_> {
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
     ) -> Result<(), DbErr> {
-        let Some(lane) = self.db.sqlite_write_lane() else {
-            return Err(DbErr::Custom(
-                "a SQLite database without its write lane".to_string(),
-            ));
-        };
         let batch = NewPageBatch::new(context, records, bookkeeping)?;
-        batch.write(lane).await
+        batch
+            .write(self.db.get_sqlite_connection_pool().clone())
+            .await
     }
 
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
@@ -274,19 +271,14 @@ impl NewPageBatch {
 
     /// Sends the batch, then commits it if every row count is as expected; otherwise, or
     /// when a statement failed, rolls it back with nothing written.
-    async fn write(self, lane: &WriteLane) -> Result<(), DbErr> {
-        let lane = lane.clone();
+    async fn write(self, pool: SqlitePool) -> Result<(), DbErr> {
         tokio::spawn(async move {
-            let mut turn = lane.turn().await.map_err(connection_error)?;
-            let connection = turn.connection();
-            let outcome = match statement_changes(connection, self.sql, self.arguments).await {
+            let mut connection = pool.acquire().await.map_err(connection_error)?;
+            let outcome = match statement_changes(&mut connection, self.sql, self.arguments).await {
                 // The first count is `BEGIN`'s, which reports no rows of its own.
                 Ok(changes) if changes.get(1..) == Some(&self.expected[..]) => {
-                    match sqlx::query("COMMIT").execute(&mut **connection).await {
-                        Ok(_) => {
-                            turn.pass_on();
-                            return Ok(());
-                        }
+                    match sqlx::query("COMMIT").execute(&mut *connection).await {
+                        Ok(_) => return Ok(()),
                         Err(error) => Err(query_error(error)),
                     }
                 }
@@ -295,10 +287,9 @@ impl NewPageBatch {
                 Err(error) => Err(query_error(error)),
             };
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
-            // connection is broken, which is then closed. Either way the connection goes
-            // back to the pool, which checks it, rather than to the next batch.
+            // connection is broken, which is then closed rather than given back.
             if sqlx::query("ROLLBACK")
-                .execute(&mut **connection)
+                .execute(&mut *connection)
                 .await
                 .is_err()
             {

@@ -106,21 +106,11 @@ impl StoreBackend for SqliteStore<'_> {
             .bind(pairs)
             .bind(connection.user_id.as_str())
             .bind(connection.provider.as_str());
-        let count = match self.db.sqlite_readers() {
-            Some(readers) => {
-                let mut reader = readers.acquire().await.map_err(query_error)?;
-                let count = query
-                    .fetch_one(reader.connection())
-                    .await
-                    .map_err(query_error)?;
-                reader.give_back();
-                count
-            }
-            None => query
-                .fetch_one(self.db.get_sqlite_connection_pool())
-                .await
-                .map_err(query_error)?,
+        let pool = match self.db.sqlite_readers() {
+            Some(readers) => readers,
+            None => self.db.get_sqlite_connection_pool(),
         };
+        let count = query.fetch_one(pool).await.map_err(query_error)?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 

@@ -17,12 +17,13 @@
 //! how long it waited rather than migrating without it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
     TransactionTrait,
 };
+use tokio::time::Instant;
 
 use super::{lock_path, sqlite_file};
 
@@ -211,14 +212,55 @@ pub(super) async fn file_lock(
     }
 }
 
-/// Sleeps until the next try, [`RETRY_EVERY`] or less; `false` once `deadline` has passed
-/// (the last try was made at it).
+/// Sleeps until the next try, [`RETRY_EVERY`] or less; `false` once `deadline` has come
+/// (the last try was made at it). On tokio's clock, so tests can pause it.
 async fn wait_for_next_try(deadline: Instant) -> bool {
     match deadline.checked_duration_since(Instant::now()) {
-        Some(left) => {
+        Some(left) if !left.is_zero() => {
             tokio::time::sleep(left.min(RETRY_EVERY)).await;
             true
         }
-        None => false,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With the clock paused, the wait for a lock file someone else holds ends exactly
+    /// when told, naming the file; a free lock file is taken at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_lock_file_is_waited_for_no_longer_than_told() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database = dir.path().join("app.db");
+        let other = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path(&database, SQLITE_LOCK_PURPOSE))
+            .expect("lock file");
+        other.lock().expect("held by the other");
+
+        let wait = MIGRATION_LOCK_WAIT;
+        let started = Instant::now();
+        let refused = file_lock(&database, SQLITE_LOCK_PURPOSE, started + wait, wait).await;
+        let waited = started.elapsed();
+        let message = refused.expect_err("the lock is held").to_string();
+        assert!(
+            message.starts_with("waited 300 s for the migration lock (lock file "),
+            "{message}"
+        );
+        assert!(message.contains("app.db.migrate.lock"), "{message}");
+        assert!(
+            waited >= wait && waited < wait + RETRY_EVERY,
+            "waited {waited:?}"
+        );
+
+        drop(other);
+        let started = Instant::now();
+        let taken = file_lock(&database, SQLITE_LOCK_PURPOSE, started + wait, wait).await;
+        assert!(taken.is_ok(), "{taken:?}");
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 }

@@ -1,7 +1,7 @@
 //! Opening the database and running migrations: infrastructure that knows the schema but
 //! no domain rule (configured connections are loaded by `connections`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
@@ -89,7 +89,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
     // goes on without it, and SQLite itself refuses what would conflict.
     let _guard = match sqlite_file(&settings.url) {
         Some(file) => {
-            let deadline = Instant::now() + MIGRATION_LOCK_WAIT;
+            let deadline = tokio::time::Instant::now() + MIGRATION_LOCK_WAIT;
             let purpose = migration_lock::SQLITE_LOCK_PURPOSE;
             match migration_lock::file_lock(&file, purpose, deadline, MIGRATION_LOCK_WAIT).await {
                 Ok(guard) => Some(guard),

@@ -35,9 +35,6 @@ pub type ChangedRecord<'r> = (i64, &'r Record);
 /// an implementation only writes each statement as its database wants it.
 #[async_trait::async_trait]
 pub trait StoreBackend: Send + Sync {
-    /// How large one write statement may be on this connection.
-    fn limits(&self) -> StatementLimits;
-
     /// Whether an insert's row count tells inserted rows from skipped ones, which the
     /// all-new shortcut needs (MySQL's counts skipped rows too).
     fn counts_inserted_rows(&self) -> bool {
@@ -200,7 +197,7 @@ pub(crate) async fn write_new_page_in_transaction(
     let txn = begin_page_transaction(db).await?;
     let records: Vec<&Record> = records.iter().collect();
     let mut inserted = 0;
-    for chunk in chunks_by_size(&records, backend.limits(), |record| record_size(record)) {
+    for chunk in records.chunks(INSERT_CHUNK) {
         inserted += backend
             .insert(&txn, context, chunk, bookkeeping.now)
             .await?;
@@ -213,72 +210,9 @@ pub(crate) async fn write_new_page_in_transaction(
     txn.commit().await
 }
 
-/// How many rows one multi-row write carries.
-const INSERT_CHUNK: usize = 500;
-/// Over a connection that may use TLS, about how many bytes of ids and payloads one write
-/// carries. sqlx does not set `TCP_NODELAY`, so a statement written as several TLS
-/// records (16 KiB each) leaves its tail to Nagle's algorithm, which waits for the
-/// server's delayed ACK. Statements below one TLS record go out in one write.
-const INSERT_CHUNK_BYTES: usize = 12 * 1024;
-
-/// How large one write statement of a page may be on a database connection.
-#[derive(Clone, Copy, Debug)]
-pub struct StatementLimits {
-    pub rows: usize,
-    pub bytes: usize,
-}
-
-impl StatementLimits {
-    /// As many rows as one statement carries, whatever their size.
-    pub(crate) const WHOLE_PAGES: StatementLimits = StatementLimits {
-        rows: INSERT_CHUNK,
-        bytes: usize::MAX,
-    };
-
-    /// Statements below one TLS record.
-    pub(crate) const BELOW_ONE_TLS_RECORD: StatementLimits = StatementLimits {
-        rows: INSERT_CHUNK,
-        bytes: INSERT_CHUNK_BYTES,
-    };
-
-    /// Whether a page may go as one statement, however large.
-    pub fn whole_pages(&self) -> bool {
-        self.bytes == usize::MAX
-    }
-}
-
-/// The bytes of a record a write carries: its id and payload.
-pub(crate) fn record_size(record: &Record) -> usize {
-    record.payload.len() + record.external_id.len()
-}
-
-/// Consecutive runs of `items` of at most `limits.rows` items and, unless a single item
-/// is larger, at most `limits.bytes` as `size` counts them.
-pub(crate) fn chunks_by_size<T>(
-    items: &[T],
-    limits: StatementLimits,
-    size: impl Fn(&T) -> usize,
-) -> impl Iterator<Item = &[T]> {
-    let mut rest = items;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut bytes = 0usize;
-        let mut end = 0;
-        for item in rest.iter().take(limits.rows) {
-            let size = size(item);
-            if end > 0 && bytes.saturating_add(size) > limits.bytes {
-                break;
-            }
-            bytes = bytes.saturating_add(size);
-            end += 1;
-        }
-        let (chunk, tail) = rest.split_at(end);
-        rest = tail;
-        Some(chunk)
-    })
-}
+/// How many rows one multi-row write carries, below every backend's limit on bound
+/// parameters.
+pub(crate) const INSERT_CHUNK: usize = 500;
 
 /// What a page's transaction writes besides its records.
 pub struct PageBookkeeping<'a> {

@@ -31,14 +31,12 @@ use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::RunCounts;
 
 pub use append::sweep_expired_keys;
-pub(crate) use backend::{chunks_by_size, record_size};
 pub use backend::{
-    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StatementLimits,
-    StoreBackend,
+    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
 };
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
-use backend::begin_page_transaction;
+use backend::{begin_page_transaction, INSERT_CHUNK};
 use run_errors::{insert_run_errors, persist_failure};
 
 /// What the store needs to know about the page being stored.
@@ -148,7 +146,6 @@ pub async fn store_page(
     let page = PageWrite {
         backend,
         context,
-        limits: backend.limits(),
         records: &records,
         rejected: &rejected,
         fetched,
@@ -243,8 +240,6 @@ impl From<DbErr> for PageFailure {
 struct PageWrite<'a> {
     backend: &'a dyn StoreBackend,
     context: &'a PageContext<'a>,
-    /// How large each write statement may be.
-    limits: StatementLimits,
     /// The page's records, one per key, sorted by external id.
     records: &'a [Record],
     /// Records set aside before any write.
@@ -305,10 +300,7 @@ impl PageWrite<'_> {
 
         match mode {
             Mode::Fast => {
-                let chunks = chunks_by_size(&changed_records, self.limits, |(_, record)| {
-                    record_size(record)
-                });
-                for chunk in chunks {
+                for chunk in changed_records.chunks(INSERT_CHUNK) {
                     counts.updated += backend
                         .update(&txn, context.run_id, chunk, now)
                         .await
@@ -383,15 +375,7 @@ impl PageWrite<'_> {
         let context = self.context;
         counts.failed = (self.rejected.len() + failed.len()) as u64;
         for rejected in [self.rejected, &failed] {
-            insert_run_errors(
-                &txn,
-                context,
-                rejected,
-                ErrorScope::Record,
-                now,
-                self.limits,
-            )
-            .await?;
+            insert_run_errors(&txn, context, rejected, ErrorScope::Record, now).await?;
         }
 
         let after = self.totals_after(totals, &counts);
@@ -448,7 +432,7 @@ async fn insert_fast(
     now: DateTime<Utc>,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    for chunk in chunks_by_size(records, backend.limits(), |record| record_size(record)) {
+    for chunk in records.chunks(INSERT_CHUNK) {
         let inserted = backend.insert(txn, context, chunk, now).await?;
         outcome.inserted += inserted;
         outcome.duplicate += chunk.len() as u64 - inserted;
@@ -469,7 +453,7 @@ pub(crate) async fn insert_carefully(
     now: DateTime<Utc>,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    for chunk in chunks_by_size(records, backend.limits(), |record| record_size(record)) {
+    for chunk in records.chunks(INSERT_CHUNK) {
         let savepoint = txn.begin().await?;
         match backend.insert(&savepoint, context, chunk, now).await {
             Ok(inserted) => {

@@ -1,5 +1,5 @@
-//! MySQL and MariaDB's store strategy: every statement built by sea-query, statements
-//! below one TLS record, and no all-new shortcut.
+//! MySQL and MariaDB's store strategy: every statement built by sea-query, and no
+//! all-new shortcut.
 //!
 //! MySQL has no `DO NOTHING`: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
 //! and with the found-rows flag sqlx sets, a skipped row counts as affected too. So the
@@ -16,7 +16,7 @@ use tributary_providers::Record;
 
 use super::backend::{
     insert_statement, refusal_by_sqlstate, CheckpointMove, Existing, PageBookkeeping, Refusal,
-    StatementLimits, StoreBackend,
+    StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -70,10 +70,6 @@ async fn stored_keys(
 
 #[async_trait::async_trait]
 impl StoreBackend for MySqlStore<'_> {
-    fn limits(&self) -> StatementLimits {
-        StatementLimits::BELOW_ONE_TLS_RECORD
-    }
-
     fn counts_inserted_rows(&self) -> bool {
         false
     }

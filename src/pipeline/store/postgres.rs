@@ -1,13 +1,12 @@
 //! PostgreSQL's store strategy: keys as arrays (`unnest`), one probe of the unique index
-//! per key, and without TLS an all-new page as one statement.
+//! per key, and an all-new page as one statement.
 //!
 //! A statement outside a transaction is a transaction of its own, so an all-new page
 //! whose checkpoint moves is one statement ([`NEW_PAGE`]): it locks the run's row and the
 //! connection's, and writes the records and both bookkeeping rows only if it found them,
 //! in data-modifying `WITH` queries. The insert has no conflict clause, so an existing key
 //! or a refused row fails the whole statement with nothing written. The statement returns
-//! whether the rows were found; if not, nothing was written either. With TLS, pages are
-//! split into statements below one TLS record, and the page takes a transaction.
+//! whether the rows were found; if not, nothing was written either.
 
 use std::sync::LazyLock;
 
@@ -16,7 +15,6 @@ use sea_orm::sea_query::{
     Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, WithClause,
 };
 use sea_orm::sqlx::error::DatabaseError;
-use sea_orm::sqlx::postgres::PgSslMode;
 use sea_orm::{
     ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
 };
@@ -24,7 +22,7 @@ use tributary_providers::Record;
 
 use super::backend::{
     checkpoint_column, names, refusal_by_sqlstate, write_new_page_in_transaction, CheckpointMove,
-    Existing, PageBookkeeping, Refusal, StatementLimits, StoreBackend,
+    Existing, PageBookkeeping, Refusal, StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -127,21 +125,11 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// The store on a PostgreSQL database.
 pub(crate) struct PostgresStore<'a> {
     db: &'a DatabasePools,
-    limits: StatementLimits,
 }
 
 impl<'a> PostgresStore<'a> {
-    /// Without TLS (`sslmode=disable` or a Unix socket) one statement a page; where TLS
-    /// may be used (sqlx's default `sslmode=prefer`), statements below one TLS record.
     pub(crate) fn new(db: &'a DatabasePools) -> PostgresStore<'a> {
-        let options = db.get_postgres_connection_pool().connect_options();
-        let unix_socket = options.get_socket().is_some() || options.get_host().starts_with('/');
-        let limits = if matches!(options.get_ssl_mode(), PgSslMode::Disable) || unix_socket {
-            StatementLimits::WHOLE_PAGES
-        } else {
-            StatementLimits::BELOW_ONE_TLS_RECORD
-        };
-        PostgresStore { db, limits }
+        PostgresStore { db }
     }
 }
 
@@ -174,10 +162,6 @@ fn new_rows_values(
 
 #[async_trait::async_trait]
 impl StoreBackend for PostgresStore<'_> {
-    fn limits(&self) -> StatementLimits {
-        self.limits
-    }
-
     async fn count_unchanged(
         &self,
         connection: &connection::Model,
@@ -272,8 +256,8 @@ impl StoreBackend for PostgresStore<'_> {
         Ok(())
     }
 
-    /// One statement ([`NEW_PAGE`]) when a page goes in one statement and its checkpoint
-    /// moves; a transaction otherwise.
+    /// One statement ([`NEW_PAGE`]) when the page's checkpoint moves; a transaction
+    /// otherwise (a replay).
     async fn write_new_page(
         &self,
         context: &PageContext<'_>,
@@ -281,7 +265,7 @@ impl StoreBackend for PostgresStore<'_> {
         bookkeeping: &PageBookkeeping<'_>,
     ) -> Result<(), DbErr> {
         let checkpoint = match bookkeeping.checkpoint {
-            CheckpointMove::Write(checkpoint) if self.limits.whole_pages() => checkpoint,
+            CheckpointMove::Write(checkpoint) => checkpoint,
             _ => {
                 return write_new_page_in_transaction(self, self.db, context, records, bookkeeping)
                     .await

@@ -1,14 +1,14 @@
 //! Writing `run_errors`: the records a page set aside, and the page-level errors of bodies
 //! that could not be read as records. Rows go in chunked like every other multi-row write
-//! ([`chunks_by_size`]), so a page of thousands of bad records stays below every backend's
+//! ([`INSERT_CHUNK`]), so a page of thousands of bad records stays below every backend's
 //! limit on bound parameters.
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
-use super::backend::{chunks_by_size, StatementLimits};
-use super::{backend_for, PageContext};
+use super::backend::INSERT_CHUNK;
+use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::run_error;
 
@@ -29,8 +29,7 @@ pub async fn record_page_error(
         message: message.into(),
         payload: body.to_string(),
     }];
-    let limits = backend_for(db).limits();
-    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now(), limits).await
+    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now()).await
 }
 
 /// The error row of a record the database refused to write.
@@ -43,16 +42,15 @@ pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
     }
 }
 
-/// Inserts one row per rejected record, in statements of at most `limits`.
+/// Inserts one row per rejected record, [`INSERT_CHUNK`] rows a statement.
 pub(crate) async fn insert_run_errors(
     db: &impl ConnectionTrait,
     context: &PageContext<'_>,
     rejected: &[RejectedRecord],
     scope: ErrorScope,
     now: DateTime<Utc>,
-    limits: StatementLimits,
 ) -> Result<(), DbErr> {
-    for chunk in chunks_by_size(rejected, limits, error_row_size) {
+    for chunk in rejected.chunks(INSERT_CHUNK) {
         let rows = chunk.iter().map(|reject| run_error::ActiveModel {
             run_id: Set(context.run_id),
             user_id: Set(context.connection.user_id.clone()),
@@ -71,9 +69,4 @@ pub(crate) async fn insert_run_errors(
             .await?;
     }
     Ok(())
-}
-
-/// The bytes of an error row a write carries: its message and payload.
-fn error_row_size(reject: &RejectedRecord) -> usize {
-    reject.message.len() + reject.payload.len()
 }

@@ -23,8 +23,7 @@ use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, names, CheckpointMove, Existing, PageBookkeeping, Refusal, StatementLimits,
-    StoreBackend,
+    insert_statement, names, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -84,11 +83,6 @@ impl<'a> SqliteStore<'a> {
 
 #[async_trait::async_trait]
 impl StoreBackend for SqliteStore<'_> {
-    /// One statement a page: there is no network between us and the database.
-    fn limits(&self) -> StatementLimits {
-        StatementLimits::WHOLE_PAGES
-    }
-
     /// Asked on a read-only reader of the file where there is one (see `db/pools.rs`),
     /// else on the main pool.
     async fn count_unchanged(

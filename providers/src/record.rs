@@ -28,7 +28,7 @@ pub struct Record {
     pub content_hash: String,
 }
 
-/// Where in the pipeline a record failed. Stored in `run_errors.stage`.
+/// Where in the pipeline a record failed (the `run_errors.stage` column).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordStage {
     /// The page could not be fetched.
@@ -39,18 +39,6 @@ pub enum RecordStage {
     Validate,
     /// Writing the record to the database failed.
     Persist,
-}
-
-impl RecordStage {
-    /// The value stored in `run_errors.stage`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordStage::Fetch => "fetch",
-            RecordStage::Parse => "parse",
-            RecordStage::Validate => "validate",
-            RecordStage::Persist => "persist",
-        }
-    }
 }
 
 /// A record set aside: the reason and the raw payload as received.

@@ -36,8 +36,8 @@ pub enum DbSetupError {
         url: String,
         source: MigrationLockError,
     },
-    #[error("storing the configured connections failed: {0}")]
-    Connections(#[source] DbErr),
+    #[error("reading the indexes of the records table failed: {0}")]
+    KeyIndex(#[source] DbErr),
     #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
     MissingKeyIndex,
 }
@@ -329,7 +329,7 @@ pub async fn require_key_index(db: &DatabaseConnection) -> Result<(), DbSetupErr
     match key_index_present(db).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(DbSetupError::MissingKeyIndex),
-        Err(source) => Err(DbSetupError::Connections(source)),
+        Err(source) => Err(DbSetupError::KeyIndex(source)),
     }
 }
 
@@ -340,5 +340,22 @@ pub fn backend_name(db: &DatabaseConnection) -> &'static str {
         DbBackend::Postgres => "postgres",
         DbBackend::MySql => "mysql",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_read_of_the_indexes_says_so_not_that_connections_failed() {
+        let db = Database::connect("sqlite::memory:").await.unwrap();
+        let closed = db.clone();
+        closed.close().await.unwrap();
+        let message = require_key_index(&db).await.unwrap_err().to_string();
+        assert!(
+            message.starts_with("reading the indexes of the records table failed: "),
+            "{message}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! `tributary-bench --matrix --repeat N`: one configuration run N times, summed up as its
-//! median. One phase at 100k records lasts under a second, and on a shared machine a
-//! single run of it strays by ±15 %, so a figure worth quoting is a median with its range.
+//! median. One phase at 100k records lasts under a second and a single run of it strays
+//! widely on a shared machine, so a figure worth quoting is a median with its range.
 
 use super::report::{PhaseReport, ScaleReport};
 

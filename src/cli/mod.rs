@@ -152,8 +152,8 @@ const REFRESH_DRAIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The size of tokio's blocking pool, where page bodies are parsed and hashed: twice the
 /// cores, at least 4. Parsing more pages at once than there are cores gains nothing, and
-/// each extra thread keeps freed memory in a malloc arena of its own (at 64 concurrent
-/// runs, tokio's default of 512 threads cost about 4 MiB of peak RSS and 8 % of speed).
+/// each extra thread keeps freed memory in a malloc arena of its own, which with tokio's
+/// default of 512 threads shows in peak RSS at high concurrency.
 fn blocking_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     (2 * cores).max(4)

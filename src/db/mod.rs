@@ -42,9 +42,9 @@ pub enum DbSetupError {
     MissingKeyIndex,
 }
 
-/// After how many pages of WAL a SQLite commit copies them into the database file (about
-/// 40 MB; SQLite's default is 1000). Each such checkpoint syncs the WAL and the database
-/// file to disk, and at the default a first sync spent about a sixth of its time there.
+/// After how many pages of WAL a SQLite commit copies them into the database file
+/// (SQLite's default is 1000). Each such checkpoint syncs both files to disk while the
+/// writer waits, so fewer and larger ones cost a first sync less.
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 
 /// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,

@@ -3,7 +3,7 @@
 //!
 //! Left to itself, the commit that takes the WAL past `wal_autocheckpoint` pages copies
 //! all of them into the database file and syncs both files to disk, while every page
-//! waits: in a first sync, waiting on those syncs was about a sixth of the writer's time.
+//! waits for those syncs.
 //! Here a task copies what has been committed at most every [`INTERVAL`] while pages are
 //! written (`PRAGMA wal_checkpoint(PASSIVE)`, which never waits for the writer nor holds
 //! it up). When the writer's own checkpoint comes due, nearly everything is in the
@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How often, at most, the WAL is copied while pages are written. Each copy that finds
-/// new pages syncs both files; every 10 ms kept the writer's own checkpoints short in the
-/// benchmark without measurable cost to anything else.
+/// new pages syncs both files; a short interval keeps the writer's own checkpoints short
+/// (docs/performance.md has the trial that kept this task).
 const INTERVAL: Duration = Duration::from_millis(10);
 
 /// The page cache of the checkpointing connection (`PRAGMA cache_size`; negative is KiB).

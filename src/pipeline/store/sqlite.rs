@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::TryStreamExt;
-use sea_orm::sea_query::SqliteQueryBuilder;
+use sea_orm::sea_query::{Expr, SqliteQueryBuilder};
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteConnection, SqlitePool};
 use sea_orm::sqlx::{self, Arguments, Either, Executor, IntoArguments, Sqlite};
@@ -54,10 +54,22 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
-/// and no conflict clause.
+/// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause.
 static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
     let columns = names::new_record_columns();
-    names::sql(&format!("INSERT INTO {{records}} ({columns}) VALUES "))
+    names::sql(&format!(
+        "INSERT INTO {{records}} ({columns}) SELECT * FROM (VALUES "
+    ))
+});
+
+/// The condition on every write of an all-new page's batch: the run's row (`?1`) and the
+/// connection's (`?2`) both exist. The batch commits in the same round trip, so it must
+/// write the whole page or, when either row is gone, nothing.
+static PAGE_ROWS_EXIST: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "EXISTS (SELECT 1 FROM {sync_runs} WHERE {sync_run::Id} = ?) \
+         AND EXISTS (SELECT 1 FROM {connections} WHERE {connection::Id} = ?)",
+    )
 });
 
 /// One new record's values in [`INSERT_NEW_RECORDS`].
@@ -213,8 +225,32 @@ fn bookkeeping_statements(
     Ok((statements, values))
 }
 
-/// An all-new page's whole write, ready to send: `BEGIN IMMEDIATE`, the bookkeeping's
-/// updates, and the insert; `COMMIT` or `ROLLBACK` follow once its row counts are read.
+/// [`bookkeeping_statements`] for an all-new page's batch: each update written only
+/// while both of the page's rows exist ([`PAGE_ROWS_EXIST`]).
+fn guarded_bookkeeping_statements(
+    page: &PageBookkeeping<'_>,
+) -> Result<(Vec<String>, sea_orm::sea_query::Values), DbErr> {
+    let rows_exist =
+        || Expr::cust_with_values(&*PAGE_ROWS_EXIST, [page.run_id, page.connection_id]);
+    let (run_sql, mut values) = page
+        .counts_update()
+        .and_where(rows_exist())
+        .build(SqliteQueryBuilder);
+    let mut statements = vec![run_sql];
+    if let CheckpointMove::Write(checkpoint) = page.checkpoint {
+        let (next_sql, next_values) = page
+            .checkpoint_update(checkpoint)?
+            .and_where(rows_exist())
+            .build(SqliteQueryBuilder);
+        statements.push(next_sql);
+        values.0.extend(next_values.0);
+    }
+    Ok((statements, values))
+}
+
+/// An all-new page's whole write, ready to send as one batch: `BEGIN IMMEDIATE`, the
+/// bookkeeping's updates, the insert and `COMMIT`, every write conditioned on the page's
+/// rows. Its row counts, read back, say whether the page went in whole.
 struct NewPageBatch {
     sql: String,
     arguments: SqliteArguments,
@@ -228,7 +264,7 @@ impl NewPageBatch {
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
     ) -> Result<NewPageBatch, DbErr> {
-        let (updates, values) = bookkeeping_statements(bookkeeping)?;
+        let (updates, values) = guarded_bookkeeping_statements(bookkeeping)?;
         let mut expected = vec![1; updates.len()];
         let mut sql = "BEGIN IMMEDIATE".to_string();
         for update in &updates {
@@ -243,9 +279,10 @@ impl NewPageBatch {
         // (the end of a listing paged until empty) writes its bookkeeping only.
         if !records.is_empty() {
             sql.push_str("; ");
-            push_records_insert(&mut sql, &mut arguments, context, records, bookkeeping.now)?;
+            push_records_insert(&mut sql, &mut arguments, context, records, bookkeeping)?;
             expected.push(records.len() as u64);
         }
+        sql.push_str("; COMMIT");
         Ok(NewPageBatch {
             sql,
             arguments,
@@ -253,21 +290,31 @@ impl NewPageBatch {
         })
     }
 
-    /// Sends the batch, then commits it if every row count is as expected; otherwise, or
-    /// when a statement failed, rolls it back with nothing written.
+    /// Sends the batch. When a statement failed it stopped before `COMMIT` and is rolled
+    /// back with nothing written; when it committed with a row count short, a row of the
+    /// page was gone and nothing was written either.
     async fn write(self, pool: SqlitePool) -> Result<(), DbErr> {
         tokio::spawn(async move {
             let mut connection = pool.acquire().await.map_err(connection_error)?;
             let outcome = match statement_changes(&mut connection, self.sql, self.arguments).await {
-                // The first count is `BEGIN`'s, which reports no rows of its own.
-                Ok(changes) if changes.get(1..) == Some(&self.expected[..]) => {
-                    match sqlx::query("COMMIT").execute(&mut *connection).await {
-                        Ok(_) => return Ok(()),
-                        Err(error) => Err(query_error(error)),
-                    }
+                // The first count is `BEGIN`'s, which reports no rows of its own, and the
+                // last `COMMIT`'s.
+                Ok(changes) if changes.get(1..=self.expected.len()) == Some(&self.expected[..]) => {
+                    return Ok(());
                 }
-                // The insert has no conflict clause, so only an update can come up short.
-                Ok(_) => Err(DbErr::RecordNotUpdated),
+                Ok(changes) => {
+                    if changes.iter().any(|&rows| rows > 0) {
+                        // Only a trigger that ignores rows can make the insert come up
+                        // short while both rows exist; the careful path writes the page
+                        // again over what went in, and its counters are absolute.
+                        tracing::warn!(
+                            changes = ?changes,
+                            expected = ?self.expected,
+                            "An all-new page went in short of its records; writing it again with savepoints."
+                        );
+                    }
+                    return Err(DbErr::RecordNotUpdated);
+                }
                 Err(error) => Err(query_error(error)),
             };
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
@@ -305,8 +352,8 @@ async fn statement_changes(
     Ok(changes)
 }
 
-/// [`INSERT_NEW_RECORDS`] with one row per record, first seen by the page's run at `now`,
-/// and its values added to `arguments`. Written here rather than through sea-query, which
+/// [`INSERT_NEW_RECORDS`] with one row per record, first seen by the page's run at its
+/// time, written only while the page's rows exist, and its values added to `arguments`. Written here rather than through sea-query, which
 /// copied every payload three times and formatted the time twice a row: here a payload
 /// is copied once, and what every row shares (the user, the provider, the run and the
 /// time) is one value referenced by each row.
@@ -315,12 +362,15 @@ fn push_records_insert(
     arguments: &mut SqliteArguments,
     context: &PageContext<'_>,
     records: &[Record],
-    now: DateTime<Utc>,
+    page: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
     sql.push_str(&INSERT_NEW_RECORDS);
     // The text sqlx itself writes for a `DateTime` on SQLite, so these rows read back
     // exactly as rows written through sea-orm do.
-    let now: Arc<str> = now.to_rfc3339_opts(SecondsFormat::AutoSi, false).into();
+    let now: Arc<str> = page
+        .now
+        .to_rfc3339_opts(SecondsFormat::AutoSi, false)
+        .into();
     let user: Arc<str> = context.connection.user_id.as_str().into();
     let provider: Arc<str> = context.connection.provider.as_str().into();
     arguments.reserve(records.len() * 9, 0);
@@ -342,7 +392,12 @@ fn push_records_insert(
         })();
         added.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
     }
-    Ok(())
+    sql.push_str(") WHERE ");
+    sql.push_str(&PAGE_ROWS_EXIST);
+    let guard = arguments
+        .add(page.run_id)
+        .and_then(|()| arguments.add(page.connection_id));
+    guard.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))
 }
 
 fn query_error(error: sqlx::Error) -> DbErr {

@@ -1,14 +1,14 @@
 //! SQLite's store strategy: lookups with the keys as one JSON array, unchanged pages
-//! counted on the file's read-only readers, and an all-new page in one batch.
+//! counted on the file's read-only pool, and an all-new page in one batch.
 //!
 //! sqlx runs SQLite on a worker thread, and every statement is a hand-off there and back,
 //! so an all-new page is built in full before the writing connection is taken from the
-//! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the
-//! checkpoint, and a plain `INSERT` without `ON CONFLICT`, so an existing key or a refused
-//! row fails it. The batch's row counts are then read back: the page commits only if
-//! each update found its row and the insert took every record, and is rolled back
-//! otherwise. The batch runs in a task of its own, so a caller dropped halfway cannot
-//! leave the connection inside an open transaction.
+//! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the checkpoint, a
+//! plain `INSERT` without `ON CONFLICT` (an existing key or a refused row fails it before
+//! `COMMIT`, and the batch is rolled back), and `COMMIT`. Every write is conditioned on
+//! the run's and the connection's rows existing, so the batch writes the whole page or
+//! nothing, and its row counts, read back, say which. The batch runs in a task of its
+//! own, so a caller dropped halfway cannot leave the connection inside a transaction.
 
 use std::sync::{Arc, LazyLock};
 

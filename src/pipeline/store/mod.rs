@@ -422,6 +422,22 @@ pub(crate) struct InsertOutcome {
     pub failed: Vec<RejectedRecord>,
 }
 
+impl InsertOutcome {
+    /// Counts one insert of `rows` records that the database says inserted `inserted`:
+    /// the rest were turned away by the unique index. A count above `rows` is the
+    /// database contradicting itself, and fails the page instead of wrapping.
+    fn add(&mut self, rows: usize, inserted: u64) -> Result<(), DbErr> {
+        let skipped = (rows as u64).checked_sub(inserted).ok_or_else(|| {
+            DbErr::Custom(format!(
+                "the database reported {inserted} rows inserted by an insert of {rows}"
+            ))
+        })?;
+        self.inserted += inserted;
+        self.duplicate += skipped;
+        Ok(())
+    }
+}
+
 /// Inserts records not found by the lookup, without savepoints: the first failing
 /// statement fails the whole insert (and, on PostgreSQL, the transaction).
 async fn insert_fast(
@@ -434,8 +450,7 @@ async fn insert_fast(
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(INSERT_CHUNK) {
         let inserted = backend.insert(txn, context, chunk, now).await?;
-        outcome.inserted += inserted;
-        outcome.duplicate += chunk.len() as u64 - inserted;
+        outcome.add(chunk.len(), inserted)?;
     }
     Ok(outcome)
 }
@@ -458,8 +473,7 @@ pub(crate) async fn insert_carefully(
         match backend.insert(&savepoint, context, chunk, now).await {
             Ok(inserted) => {
                 savepoint.commit().await?;
-                outcome.inserted += inserted;
-                outcome.duplicate += chunk.len() as u64 - inserted;
+                outcome.add(chunk.len(), inserted)?;
             }
             Err(batch_error) => {
                 savepoint.rollback().await?;
@@ -470,8 +484,7 @@ pub(crate) async fn insert_carefully(
                     match backend.insert(&savepoint, context, one, now).await {
                         Ok(inserted) => {
                             savepoint.commit().await?;
-                            outcome.inserted += inserted;
-                            outcome.duplicate += 1 - inserted;
+                            outcome.add(1, inserted)?;
                         }
                         Err(error) => {
                             savepoint.rollback().await?;
@@ -507,4 +520,28 @@ fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> 
         .zip(keep)
         .filter_map(|(record, kept)| kept.then_some(record))
         .collect()
+}
+
+#[cfg(test)]
+mod insert_outcome_tests {
+    use super::InsertOutcome;
+
+    #[test]
+    fn rows_not_inserted_count_as_duplicates() {
+        let mut outcome = InsertOutcome::default();
+        outcome.add(100, 98).unwrap();
+        outcome.add(1, 1).unwrap();
+        assert_eq!((outcome.inserted, outcome.duplicate), (99, 2));
+    }
+
+    #[test]
+    fn a_count_above_the_rows_sent_is_an_error_not_a_wrap() {
+        let mut outcome = InsertOutcome::default();
+        let error = outcome.add(1, 2).unwrap_err().to_string();
+        assert!(
+            error.contains("reported 2 rows inserted by an insert of 1"),
+            "{error}"
+        );
+        assert_eq!((outcome.inserted, outcome.duplicate), (0, 0));
+    }
 }

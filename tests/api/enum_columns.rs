@@ -8,10 +8,9 @@ use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QuerySele
 use tributary::entities::connection::DefinedIn;
 use tributary::entities::run_error::{Scope, Stage};
 use tributary::entities::{connection, run_error, sync_run};
-use tributary::pipeline::run::start_run;
 use tributary::pipeline::{RunStatus, Trigger};
 
-use crate::helpers::{cursor_provider, spawn_app, TestApp};
+use crate::helpers::{spawn_app, TestApp};
 
 const TRIGGERS: [(Trigger, &str); 3] = [
     (Trigger::Manual, "manual"),
@@ -37,17 +36,7 @@ const STAGES: [(Stage, &str); 4] = [
 const SCOPES: [(Scope, &str); 2] = [(Scope::Record, "record"), (Scope::Page, "page")];
 
 async fn a_run(app: &TestApp) -> (connection::Model, i64) {
-    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
-        .await;
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("one connection");
-    let run_id = start_run(&app.db, &connection, Trigger::Manual)
-        .await
-        .expect("run started");
-    (connection, run_id)
+    app.alice_with_a_run().await
 }
 
 /// The run's `trigger` and `status` as the text stored.

@@ -6,7 +6,8 @@ use std::sync::Once;
 use sea_orm::{ConnectionTrait, EntityTrait, QueryOrder, Statement};
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
-use tributary::entities::{record, run_error, sync_run};
+use tributary::entities::{connection, record, run_error, sync_run};
+use tributary::pipeline::Trigger;
 use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
 use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::MockServer;
@@ -222,6 +223,22 @@ impl TestApp {
     }
 
     /// The whole records table, ordered by key.
+    /// Configures alice's connection at a cursor provider `acme` and opens a manual run
+    /// of it, for tests that drive the store directly.
+    pub async fn alice_with_a_run(&self) -> (connection::Model, i64) {
+        self.settings(&cursor_provider("acme", &self.api.uri(), &["alice"]))
+            .await;
+        let connection = connection::Entity::find()
+            .one(&self.db)
+            .await
+            .expect("connections")
+            .expect("one connection");
+        let run_id = tributary::pipeline::run::start_run(&self.db, &connection, Trigger::Manual)
+            .await
+            .expect("run started");
+        (connection, run_id)
+    }
+
     pub async fn records(&self) -> Vec<record::Model> {
         record::Entity::find()
             .order_by_asc(record::Column::UserId)
@@ -515,6 +532,28 @@ pub async fn mount_cursor_listing(
             wiremock::ResponseTemplate::new(200)
                 .set_body_json(body)
                 .set_delay(delay),
+        )
+        .mount(server)
+        .await;
+    }
+}
+
+/// Mounts a cursor listing of these pages, each `(data, next_cursor)`: the first page for a
+/// request without a cursor, page `n` for cursor `p{n+1}`, as the pages name them.
+pub async fn mount_cursor_pages(
+    server: &MockServer,
+    pages: Vec<(serde_json::Value, Option<&str>)>,
+) {
+    use wiremock::matchers::{method, path, query_param, query_param_is_missing};
+    for (index, (data, next)) in pages.into_iter().enumerate() {
+        let mock = wiremock::Mock::given(method("GET")).and(path("/v1/items"));
+        let mock = match index {
+            0 => mock.and(query_param_is_missing("cursor")),
+            n => mock.and(query_param("cursor", format!("p{}", n + 1).as_str())),
+        };
+        mock.respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!({"data": data, "next_cursor": next})),
         )
         .mount(server)
         .await;

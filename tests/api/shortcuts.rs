@@ -10,18 +10,16 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Sta
 use tributary::config::Settings;
 use tributary::config::WriteMode;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
-use tributary::pipeline::{Checkpoint, RunCounts, RunOutcome, RunStatus, Trigger};
+use tributary::pipeline::{Checkpoint, RunCounts, RunOutcome, RunStatus};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
 use serde_json::json;
-use wiremock::matchers::{method, path, query_param, query_param_is_missing};
-use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{
-    cursor_provider, mount_cursor_listing, spawn_app, spawn_app_without_tls, TestApp,
+    cursor_provider, mount_cursor_listing, mount_cursor_pages, spawn_app, spawn_app_without_tls,
+    TestApp,
 };
 
 const PAGES: usize = 5;
@@ -148,18 +146,7 @@ async fn guessed_new_but_not(app: TestApp) {
         ),
         (json!([{"id": "d", "v": 1}, {"id": "poison", "v": 1}]), None),
     ];
-    for (index, (data, next)) in pages.into_iter().enumerate() {
-        let mock = Mock::given(method("GET")).and(path("/v1/items"));
-        let mock = match index {
-            0 => mock.and(query_param_is_missing("cursor")),
-            n => mock.and(query_param("cursor", format!("p{}", n + 1).as_str())),
-        };
-        mock.respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": next})),
-        )
-        .mount(&app.api)
-        .await;
-    }
+    mount_cursor_pages(&app.api, pages.to_vec()).await;
     let settings = app
         .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
@@ -214,16 +201,7 @@ async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing_witho
 }
 
 async fn guessed_new_with_rows_gone(app: TestApp) {
-    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
-        .await;
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("one connection");
-    let run_id = start_run(&app.db, &connection, Trigger::Manual)
-        .await
-        .expect("run");
+    let (connection, run_id) = app.alice_with_a_run().await;
     let page = |ids: [&str; 2]| {
         ids.map(|id| {
             let payload = format!(r#"{{"id":"{id}"}}"#);
@@ -332,18 +310,7 @@ async fn a_page_write_that_fails_unexpectedly_fails_the_run_and_is_counted() {
         ),
         (json!([{"id": "c", "v": 1}, {"id": "broken", "v": 1}]), None),
     ];
-    for (index, (data, next)) in pages.into_iter().enumerate() {
-        let mock = Mock::given(method("GET")).and(path("/v1/items"));
-        let mock = match index {
-            0 => mock.and(query_param_is_missing("cursor")),
-            _ => mock.and(query_param("cursor", "p2")),
-        };
-        mock.respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"data": data, "next_cursor": next})),
-        )
-        .mount(&app.api)
-        .await;
-    }
+    mount_cursor_pages(&app.api, pages.to_vec()).await;
     let settings = app
         .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;

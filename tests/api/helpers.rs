@@ -423,6 +423,31 @@ impl TestApp {
         }
     }
 
+    /// Sessions of this test's database waiting for a lock. On MariaDB the transactions
+    /// shown are a copy refreshed only when it was not read for 100 ms, so poll this at
+    /// most every [`LOCK_WAITS_POLL`], from one place at a time.
+    pub async fn lock_waits(&self) -> i64 {
+        let sql = match backend() {
+            Backend::Sqlite => return 0,
+            Backend::Postgres => {
+                "SELECT count(*)::bigint AS n FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            }
+            Backend::Mysql => {
+                "SELECT count(*) AS n FROM information_schema.INNODB_TRX t \
+                 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+                 WHERE p.DB = DATABASE() AND t.trx_state = 'LOCK WAIT'"
+            }
+        };
+        let row = self
+            .db
+            .query_one_raw(Statement::from_string(self.db.get_database_backend(), sql))
+            .await
+            .expect("lock waits")
+            .expect("a count");
+        row.try_get("", "n").expect("n")
+    }
+
     /// How many requests the mock API has received.
     pub async fn received_requests(&self) -> usize {
         self.api
@@ -440,6 +465,9 @@ impl TestApp {
             .expect("statement");
     }
 }
+
+/// How often to ask [`TestApp::lock_waits`].
+pub const LOCK_WAITS_POLL: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
 pub fn tributary(config: &std::path::Path) -> assert_cmd::Command {

@@ -18,6 +18,7 @@ mod faults;
 mod helpers;
 mod keying;
 mod leases;
+mod lock_order;
 mod long_values;
 mod migration_lock;
 mod oauth_refresh;

@@ -16,18 +16,21 @@
 //!   process holds the lease.
 //!
 //! On PostgreSQL and MySQL an insert gate makes the races certain rather than likely: every
-//! insert into `records` waits while reads go on, so every writer's lookup of page 1 misses
-//! before any of them can insert. The gate opens once all of them are waiting, and all but
-//! one must then be turned away by the unique index. SQLite has one writer at a time, and a
-//! page's lookup and insert run in one transaction that holds it, so on SQLite every writer
-//! after the first finds the rows by lookup (unchanged), and the backstop is never reached
-//! (see the tests' comments for what is asserted instead).
+//! insert into `records` waits while reads go on. A page's transaction first locks its
+//! connection's row (its lookup does), so the first writer waits at the gate holding it and
+//! the others wait for it; the gate opens once all of them are waiting. On PostgreSQL each
+//! waiting lookup reads what was committed when it began, before the first writer's page,
+//! so all but one writer of page 1 must be turned away by the unique index. SQLite has one
+//! writer at a time, and on MySQL a transaction reads what was committed when its first
+//! read ran, after its wait for the row: on both, every writer after the first finds the
+//! rows by lookup (unchanged), and the backstop is never reached (see the tests' comments
+//! for what is asserted instead).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, TransactionTrait};
 use serde_json::json;
 use tributary::config::DatabaseSettings;
 use tributary::entities::{connection, sync_run};
@@ -37,6 +40,7 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{
     backend, cursor_provider, items, mount_cursor_listing, spawn_app, Backend, TestApp,
+    LOCK_WAITS_POLL,
 };
 use crate::scripted::{Reply, ScriptedApi};
 
@@ -59,7 +63,8 @@ async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
 
 /// Holds back every insert into `records` while reads go on: a SHARE lock on the table on
 /// PostgreSQL, and on MySQL a locking read of the (empty) table, which locks the gap every
-/// new row goes into. `None` on SQLite.
+/// new row goes into. `None` on SQLite. The writers stopped by it, and those waiting for
+/// the connection's row the first of them holds, are counted by [`TestApp::lock_waits`].
 struct InsertGate(Option<DatabaseTransaction>);
 
 impl InsertGate {
@@ -74,36 +79,12 @@ impl InsertGate {
         InsertGate(Some(txn))
     }
 
-    /// Sessions of this test's database waiting at the gate.
-    async fn waiting(app: &TestApp) -> i64 {
-        let sql = match backend() {
-            Backend::Sqlite => return 0,
-            Backend::Postgres => {
-                "SELECT count(*)::bigint AS n FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            }
-            // While the gate is closed, no insert into `records` can finish: every session
-            // running one is waiting at it.
-            Backend::Mysql => {
-                "SELECT count(*) AS n FROM information_schema.PROCESSLIST \
-                 WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO `records`%'"
-            }
-        };
-        let row = app
-            .db
-            .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
-            .await
-            .expect("lock waits")
-            .expect("a count");
-        row.try_get("", "n").expect("n")
-    }
-
     /// Opens the gate once `writers` inserts are waiting at it (at once on SQLite).
     async fn open_when_waiting(self, app: &TestApp, writers: usize) {
         let Some(txn) = self.0 else { return };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let waiting = InsertGate::waiting(app).await;
+            let waiting = app.lock_waits().await;
             if waiting >= writers as i64 {
                 break;
             }
@@ -111,7 +92,7 @@ impl InsertGate {
                 Instant::now() < deadline,
                 "only {waiting} of {writers} writers reached the insert gate"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(LOCK_WAITS_POLL).await;
         }
         txn.commit().await.expect("gate opened");
     }
@@ -248,17 +229,20 @@ async fn eight_concurrent_runs_of_one_connection_store_each_record_once() {
     let counts: Vec<RunCounts> = outcomes.iter().map(|o| o.counts).collect();
     let duplicates = assert_raced_totals(&counts);
     match backend() {
-        // The gate held every insert until all eight lookups of page 1 had missed: one
-        // writer inserted page 1, and the unique index turned the seven others away.
-        Backend::Postgres | Backend::Mysql => assert!(
+        // The gate held every insert until all eight lookups of page 1 had begun, and each
+        // read what was committed then: one writer inserted page 1, and the unique index
+        // turned the seven others away.
+        Backend::Postgres => assert!(
             duplicates >= ((WRITERS - 1) * PER_PAGE) as u64,
             "page 1 alone makes {} duplicate skips: {counts:?}",
             (WRITERS - 1) * PER_PAGE
         ),
-        // One pooled connection per process: the page transactions (lookup and insert
-        // together) run one after the other, so every writer after the first finds the
-        // rows by lookup, and the unique index is never reached.
-        Backend::Sqlite => assert_eq!(duplicates, 0, "{counts:?}"),
+        // SQLite: one pooled connection per process, so the page transactions (lookup and
+        // insert together) run one after the other. MySQL: the page transactions take
+        // turns at the connection's row, and each reads what committed before it got the
+        // row. Either way every writer after the first finds the rows by lookup, and the
+        // unique index is never reached.
+        Backend::Sqlite | Backend::Mysql => assert_eq!(duplicates, 0, "{counts:?}"),
     }
     let runs: Vec<(i64, RunCounts)> = outcomes.iter().map(|o| (o.run_id, o.counts)).collect();
     assert_run_rows(&app, &runs).await;
@@ -438,16 +422,18 @@ async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same
     let duplicates = assert_raced_totals(&counts);
     match backend() {
         // The gate held the process's page 1 and the seven in-process ones until every
-        // lookup had missed: the index turned seven of the eight writers of page 1 away.
-        Backend::Postgres | Backend::Mysql => assert!(
+        // lookup had begun, each reading what was committed then: the index turned seven
+        // of the eight writers of page 1 away.
+        Backend::Postgres => assert!(
             duplicates >= ((WRITERS - 1) * PER_PAGE) as u64,
             "{counts:?}"
         ),
         // SQLite's single writer serialises the two processes' page transactions, each
-        // taking the write lock before its lookup, so later writers find the rows by
-        // lookup. What this proves on SQLite: two processes writing the same keys at once
-        // neither fail on each other's locks nor store a key twice.
-        Backend::Sqlite => assert_eq!(duplicates, 0, "{counts:?}"),
+        // taking the write lock before its lookup; on MySQL they take turns at the
+        // connection's row, each reading after its turn came. So later writers find the
+        // rows by lookup. What this proves here: two processes writing the same keys at
+        // once neither fail on each other's locks nor store a key twice.
+        Backend::Sqlite | Backend::Mysql => assert_eq!(duplicates, 0, "{counts:?}"),
     }
     let mut runs: Vec<(i64, RunCounts)> = outcomes.iter().map(|o| (o.run_id, o.counts)).collect();
     runs.push((theirs["run_id"].as_i64().unwrap(), their_counts));
@@ -537,9 +523,9 @@ async fn a_page_waiting_while_another_process_commits_is_stored_not_failed() {
     match backend() {
         Backend::Sqlite => tokio::time::sleep(Duration::from_millis(800)).await,
         _ => {
-            while InsertGate::waiting(&app).await < 1 {
+            while app.lock_waits().await < 1 {
                 assert!(Instant::now() < deadline, "the page never waited");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(LOCK_WAITS_POLL).await;
             }
         }
     }

@@ -58,6 +58,18 @@ pub trait StoreBackend: Send + Sync {
         records: &[Record],
     ) -> Result<Existing, DbErr>;
 
+    /// The first statement of every page's transaction: locks the page's run row and its
+    /// connection's row, and looks up `records` (at most one lookup's worth, perhaps none)
+    /// as [`StoreBackend::lookup`] does. Every writer of a connection takes these two locks
+    /// before any other, so writers of one connection take turns and cannot deadlock. Fails
+    /// with [`DbErr::RecordNotUpdated`] when either row is gone.
+    async fn lock_and_lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[Record],
+    ) -> Result<Existing, DbErr>;
+
     /// Inserts `records` in one statement, first seen by the page's run at `now`; a key
     /// that exists is skipped, not an error. Returns how many rows went in.
     async fn insert(
@@ -195,6 +207,7 @@ pub(crate) async fn write_new_page_in_transaction(
     bookkeeping: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
     let txn = begin_page_transaction(db).await?;
+    backend.lock_and_lookup(&txn, context, &[]).await?;
     let records: Vec<&Record> = records.iter().collect();
     let mut inserted = 0;
     for chunk in records.chunks(INSERT_CHUNK) {

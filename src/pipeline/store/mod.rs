@@ -293,6 +293,13 @@ impl PageWrite<'_> {
         let mut failed = Vec::new();
         let txn = begin_page_transaction(db).await?;
         let now = Utc::now();
+        let mut chunks = self.records.chunks(LOOKUP_CHUNK);
+        // Append mode looks its keys up elsewhere, so its first statement only locks.
+        let first = match context.mode {
+            WriteMode::Upsert => chunks.next().unwrap_or_default(),
+            WriteMode::Append { .. } => &[],
+        };
+        let mut existing = backend.lock_and_lookup(&txn, context, first).await?;
         if let WriteMode::Append { retention } = context.mode {
             // Events are never updated: keys seen within the retention are duplicates.
             let records = self.records.to_vec();
@@ -303,8 +310,7 @@ impl PageWrite<'_> {
             failed.extend(written.failed);
             return self.finish(txn, counts, failed, totals, now).await;
         }
-        let mut existing = Existing::with_capacity(self.records.len());
-        for chunk in self.records.chunks(LOOKUP_CHUNK) {
+        for chunk in chunks {
             existing.extend(backend.lookup(&txn, context.connection, chunk).await?);
         }
         let mut new_records = Vec::new();

@@ -7,10 +7,13 @@
 //! which trusts an insert's row count, is not taken.
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{
+    Alias, Asterisk, Condition, Expr, ExprTrait, Func, LockType, Query, SelectStatement,
+};
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, PaginatorTrait,
-    QueryFilter, QuerySelect,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic,
+    PaginatorTrait, QueryFilter, QuerySelect,
 };
 use tributary_providers::Record;
 
@@ -20,7 +23,7 @@ use super::backend::{
 };
 use super::PageContext;
 use crate::db::DatabasePools;
-use crate::entities::{connection, record};
+use crate::entities::{connection, record, sync_run};
 use crate::pipeline::run::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
@@ -68,6 +71,55 @@ async fn stored_keys(
         .collect())
 }
 
+/// `SELECT page_rows.found, records.id, records.external_id, records.content_hash FROM
+/// (SELECT COUNT(*) AS found FROM (SELECT 1 FROM sync_runs, connections WHERE sync_runs.id
+/// = ? AND connections.id = ? FOR UPDATE) AS locked) AS page_rows LEFT JOIN records ON
+/// <the key is one of the page's>`: the page's two rows locked and counted, and the stored
+/// keys beside them. The outer read is not a locking one, so no record's row is locked;
+/// the `LEFT JOIN` returns the count even when no key is stored.
+fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> SelectStatement {
+    let locked = Query::select()
+        .expr(Expr::val(1))
+        .from(sync_run::Entity)
+        .from(connection::Entity)
+        .and_where(Expr::col((sync_run::Entity, sync_run::Column::Id)).eq(context.run_id))
+        .and_where(
+            Expr::col((connection::Entity, connection::Column::Id)).eq(context.connection.id),
+        )
+        .lock(LockType::Update)
+        .to_owned();
+    let page_rows = Query::select()
+        .expr_as(Func::count(Expr::col(Asterisk)), Alias::new("found"))
+        .from_subquery(locked, Alias::new("locked"))
+        .to_owned();
+    let key = Condition::all()
+        .add(
+            Expr::col((record::Entity, record::Column::UserId))
+                .eq(context.connection.user_id.as_str()),
+        )
+        .add(
+            Expr::col((record::Entity, record::Column::Provider))
+                .eq(context.connection.provider.as_str()),
+        )
+        .add(
+            Expr::col((record::Entity, record::Column::ExternalId))
+                .is_in(records.iter().map(|record| record.external_id.as_str())),
+        );
+    Query::select()
+        .column((Alias::new("page_rows"), Alias::new("found")))
+        .columns(
+            [
+                record::Column::Id,
+                record::Column::ExternalId,
+                record::Column::ContentHash,
+            ]
+            .map(|column| (record::Entity, column)),
+        )
+        .from_subquery(page_rows, Alias::new("page_rows"))
+        .left_join(record::Entity, key)
+        .to_owned()
+}
+
 #[async_trait::async_trait]
 impl StoreBackend for MySqlStore<'_> {
     fn counts_inserted_rows(&self) -> bool {
@@ -95,6 +147,33 @@ impl StoreBackend for MySqlStore<'_> {
         records: &[Record],
     ) -> Result<Existing, DbErr> {
         stored_keys(txn, connection, records).await
+    }
+
+    async fn lock_and_lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        let rows = txn
+            .query_all(&lock_and_lookup_statement(context, records))
+            .await?;
+        let found: i64 = match rows.first() {
+            Some(row) => row.try_get("", "found")?,
+            None => 0,
+        };
+        if found != 1 {
+            return Err(DbErr::RecordNotUpdated);
+        }
+        let mut existing = Existing::with_capacity(records.len());
+        for row in rows {
+            let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
+            let Some(id) = id else { continue };
+            let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
+            let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
+            existing.insert(external_id, (id, hash));
+        }
+        Ok(existing)
     }
 
     /// The keys were all missing at the lookup, so the rows of this run among them are

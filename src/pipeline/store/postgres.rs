@@ -16,7 +16,8 @@ use sea_orm::sea_query::{
 };
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, QueryResult, Statement,
+    Value,
 };
 use tributary_providers::Record;
 
@@ -42,6 +43,21 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
          FROM {records} WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
          AND {record::ExternalId} = k.external_id LIMIT 1) AS r",
     )
+});
+
+/// A page's first statement: the run's row `$4` and the connection's `$5` locked and
+/// counted as `found`, with [`LOOKUP`]'s rows beside the count. `FOR NO KEY UPDATE` is the
+/// lock the page's own updates of those rows take anyway. The `LEFT JOIN` returns the
+/// count even when no key is stored.
+static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "WITH page_rows AS (SELECT count(*) AS found FROM (SELECT 1 FROM {{sync_runs}} r, \
+         {{connections}} c WHERE r.{{sync_run::Id}} = $4 AND c.{{connection::Id}} = $5 \
+         FOR NO KEY UPDATE) AS locked) \
+         SELECT p.found, l.{{record::Id}}, l.{{record::ExternalId}}, l.{{record::ContentHash}} \
+         FROM page_rows AS p LEFT JOIN ({lookup}) AS l ON true",
+        lookup = *LOOKUP,
+    ))
 });
 
 /// How many of the pairs (`$3`, `$4`) are stored with that hash, each id one probe as in
@@ -160,6 +176,20 @@ fn new_rows_values(
     ]
 }
 
+/// The stored keys among the rows of [`LOOKUP`] or [`LOCK_AND_LOOKUP`]; the latter's row
+/// without a record (no id) is skipped.
+fn stored_keys(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+    let mut existing = Existing::with_capacity(rows.len());
+    for row in rows {
+        let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
+        let Some(id) = id else { continue };
+        let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
+        let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
+        existing.insert(external_id, (id, hash));
+    }
+    Ok(existing)
+}
+
 #[async_trait::async_trait]
 impl StoreBackend for PostgresStore<'_> {
     async fn count_unchanged(
@@ -195,14 +225,33 @@ impl StoreBackend for PostgresStore<'_> {
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOOKUP.as_str(), values);
-        let mut existing = Existing::with_capacity(records.len());
-        for row in txn.query_all_raw(statement).await? {
-            let id: i64 = row.try_get("", record::Column::Id.as_str())?;
-            let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
-            let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-            existing.insert(external_id, (id, hash));
+        stored_keys(txn.query_all_raw(statement).await?)
+    }
+
+    async fn lock_and_lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        let values = vec![
+            context.connection.user_id.as_str().into(),
+            context.connection.provider.as_str().into(),
+            text_array(records.iter(), |record| &record.external_id),
+            context.run_id.into(),
+            context.connection.id.into(),
+        ];
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, LOCK_AND_LOOKUP.as_str(), values);
+        let rows = txn.query_all_raw(statement).await?;
+        let found: i64 = match rows.first() {
+            Some(row) => row.try_get("", "found")?,
+            None => 0,
+        };
+        if found != 1 {
+            return Err(DbErr::RecordNotUpdated);
         }
-        Ok(existing)
+        stored_keys(rows)
     }
 
     async fn insert(
@@ -310,7 +359,13 @@ mod tests {
 
     #[test]
     fn every_statement_names_its_tables_and_columns() {
-        for sql in [&*LOOKUP, &*COUNT_UNCHANGED, &*INSERT, &*NEW_PAGE] {
+        for sql in [
+            &*LOOKUP,
+            &*LOCK_AND_LOOKUP,
+            &*COUNT_UNCHANGED,
+            &*INSERT,
+            &*NEW_PAGE,
+        ] {
             assert!(!sql.contains('{'), "{sql}");
         }
     }

@@ -153,6 +153,20 @@ impl StoreBackend for SqliteStore<'_> {
             .collect())
     }
 
+    /// `BEGIN IMMEDIATE` took the database's one write lock already, which is all the
+    /// locking a page needs on SQLite: only the lookup is left.
+    async fn lock_and_lookup(
+        &self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+        records: &[Record],
+    ) -> Result<Existing, DbErr> {
+        if records.is_empty() {
+            return Ok(Existing::new());
+        }
+        self.lookup(txn, context.connection, records).await
+    }
+
     async fn insert(
         &self,
         txn: &DatabaseTransaction,

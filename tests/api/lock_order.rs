@@ -1,0 +1,208 @@
+//! One lock order for every writer of a connection: a page's transaction locks its run's
+//! and its connection's rows before anything else, so two writers of one connection take
+//! turns instead of deadlocking.
+//!
+//! The interleaving that deadlocked while the usual path locked those rows last (after
+//! inserting its keys) and the all-new page first is forced here, not hoped for: a gate
+//! holds the usual page's run row, the all-new page is started only once the usual one
+//! waits at it, and the gate opens only once the all-new page has finished or waits too.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, TransactionTrait};
+use tributary::config::{DatabaseSettings, WriteMode};
+use tributary::entities::connection;
+use tributary::pipeline::store::{store_page, PageContext, PageExpectation, PageStoreCounts};
+use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary_providers::record::sha256_hex;
+use tributary_providers::{PageItem, PagePosition, Record};
+
+use crate::helpers::{backend, spawn_app, Backend, TestApp};
+
+const KEYS: usize = 10;
+
+/// The same page for both writers: `KEYS` records, in key order.
+fn page() -> Vec<PageItem> {
+    (0..KEYS)
+        .map(|index| {
+            let payload = format!(r#"{{"id":"k{index}"}}"#);
+            PageItem::Record(Record {
+                external_id: format!("k{index}"),
+                content_hash: sha256_hex(payload.as_bytes()),
+                payload,
+            })
+        })
+        .collect()
+}
+
+/// Holds one run's row locked from another session, so that a page of that run waits at
+/// the first statement that locks it. `None` on SQLite, whose one writer takes turns anyway.
+struct RunRowGate(Option<DatabaseTransaction>);
+
+impl RunRowGate {
+    async fn close(app: &TestApp, run_id: i64) -> RunRowGate {
+        if backend() == Backend::Sqlite {
+            return RunRowGate(None);
+        }
+        let txn = app.db.begin().await.expect("gate transaction");
+        txn.execute_unprepared(&format!(
+            "SELECT id FROM sync_runs WHERE id = {run_id} FOR UPDATE"
+        ))
+        .await
+        .expect("gate closed");
+        RunRowGate(Some(txn))
+    }
+
+    async fn open(self) {
+        if let Some(txn) = self.0 {
+            txn.commit().await.expect("gate opened");
+        }
+    }
+}
+
+/// Waits until `done()` holds, for at most 30 s. It polls less often than MariaDB
+/// refreshes what `information_schema.INNODB_TRX` shows (see [`TestApp::lock_waits`]).
+async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(crate::helpers::LOCK_WAITS_POLL).await;
+    }
+}
+
+/// The writers' own pool, with room for both page transactions at once.
+async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
+    tributary::db::connect(&DatabaseSettings {
+        url: app.database_url.clone(),
+        max_connections: 4,
+    })
+    .await
+    .expect("writer pool")
+    .with_keyring(app.keyring())
+}
+
+#[tokio::test]
+async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_deadlock() {
+    let app = spawn_app().await;
+    let (connection, run_new) = app.alice_with_a_run().await;
+    let run_usual = tributary::pipeline::run::start_run(&app.db, &connection, Trigger::Manual)
+        .await
+        .expect("second run");
+    let next = Checkpoint {
+        position: PagePosition::Cursor {
+            cursor: "p2".to_string(),
+        },
+        since: None,
+        watermark: None,
+    };
+    let context = |run_id, expect| PageContext {
+        run_id,
+        connection: &connection,
+        next_checkpoint: Some(&next),
+        mode: WriteMode::Upsert,
+        leave_checkpoint: false,
+        expect,
+    };
+    let usual_context = context(run_usual, PageExpectation::Unknown);
+    let new_context = context(run_new, PageExpectation::New);
+    let pool = writer_pool(&app).await;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+    let (mut usual_totals, mut new_totals) = (RunCounts::default(), RunCounts::default());
+    let new_done = AtomicBool::new(false);
+
+    let gate = RunRowGate::close(&app, run_usual).await;
+    let gated = backend() != Backend::Sqlite;
+    let waits = async |n| !gated || app.lock_waits().await >= n;
+    let (start_new, mut new_may_start) = tokio::sync::watch::channel(false);
+    let usual = store_page(&pool, &usual_context, page(), &mut usual_totals);
+    let all_new = async {
+        let _ = new_may_start.wait_for(|start| *start).await;
+        let stored = store_page(&pool, &new_context, page(), &mut new_totals).await;
+        new_done.store(true, Ordering::SeqCst);
+        stored
+    };
+    let driver = async {
+        wait_until("the usual page waits at the gate", async || waits(1).await).await;
+        start_new.send_replace(true);
+        // Either the all-new page went in while the usual one waited holding nothing it
+        // needs, or it waits behind the usual one's locks; before, it waited for the usual
+        // page's keys while holding the connection's row that the usual page needed next.
+        wait_until("the all-new page is stored or waits", async || {
+            new_done.load(Ordering::SeqCst) || waits(2).await
+        })
+        .await;
+        gate.open().await;
+    };
+    let (usual, all_new, ()) = tokio::join!(usual, all_new, driver);
+
+    let usual = usual.expect("the usual page is stored");
+    let all_new = all_new.expect("the all-new page is stored");
+    let rendered = metrics.render();
+    assert!(
+        !rendered.contains(r#"reason="contention""#),
+        "no page was rolled back for another's locks: {rendered}"
+    );
+    let stored = app.records().await;
+    let ids: Vec<&str> = stored.iter().map(|r| r.external_id.as_str()).collect();
+    let mut expected: Vec<String> = (0..KEYS).map(|index| format!("k{index}")).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each key stored once");
+    assert_eq!(
+        usual.inserted + all_new.inserted,
+        KEYS as u64,
+        "{usual:?} {all_new:?}"
+    );
+    for (run_id, counts, totals) in [
+        (run_usual, &usual, &usual_totals),
+        (run_new, &all_new, &new_totals),
+    ] {
+        assert_eq!(
+            counts.inserted + counts.duplicate + counts.unchanged,
+            KEYS as u64,
+            "every record inserted, skipped or unchanged: {counts:?}"
+        );
+        assert_eq!((counts.failed, counts.updated), (0, 0), "{counts:?}");
+        assert_committed(&app, run_id, counts, totals).await;
+    }
+    let checkpoint = connection_checkpoint(&app).await;
+    assert_eq!(checkpoint, Some(next.to_column().expect("json")));
+}
+
+/// The run's row holds what its page counted.
+async fn assert_committed(
+    app: &TestApp,
+    run_id: i64,
+    counts: &PageStoreCounts,
+    totals: &RunCounts,
+) {
+    let row = app.run_row(run_id).await;
+    assert_eq!(
+        (
+            row.records_fetched,
+            row.records_inserted,
+            row.records_duplicate,
+            row.records_unchanged
+        ),
+        (
+            KEYS as i64,
+            counts.inserted as i64,
+            counts.duplicate as i64,
+            counts.unchanged as i64
+        ),
+        "{row:?}"
+    );
+    assert_eq!(totals.fetched, KEYS as u64);
+}
+
+async fn connection_checkpoint(app: &TestApp) -> Option<String> {
+    use sea_orm::EntityTrait;
+    connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("alice's connection")
+        .checkpoint
+}

@@ -165,13 +165,12 @@ pub async fn store_page(
                 reason = reason.as_str(),
                 "Writing a record failed; writing the page again record by record where needed."
             );
-            page.write_carefully(db, totals).await?
-        }
-        Err(PageFailure::Database(error))
-            if Refusal::of(backend, &error) == Some(Refusal::Contention) =>
-        {
-            careful_path_handles(backend, "usual", error)?;
-            page.write_carefully(db, totals).await?
+            match page.write(db, totals, Mode::Careful).await {
+                Ok(counts) => counts,
+                Err(PageFailure::Record(error) | PageFailure::Database(error)) => {
+                    return Err(error)
+                }
+            }
         }
         Err(PageFailure::Database(error)) => return Err(error),
     };
@@ -250,35 +249,7 @@ struct PageWrite<'a> {
     counts: PageStoreCounts,
 }
 
-/// How many times the careful path writes a page whose transaction the database chose
-/// as a deadlock's victim (or timed out on a lock): it was rolled back whole, so writing
-/// it again is safe, and concurrent writers of one key set do deadlock now and then.
-const CONTENTION_ATTEMPTS: u32 = 3;
-
 impl PageWrite<'_> {
-    /// Writes the page with savepoints, again when another transaction's locks made the
-    /// database roll it back, up to [`CONTENTION_ATTEMPTS`] times.
-    async fn write_carefully(
-        &self,
-        db: &DatabaseConnection,
-        totals: &mut RunCounts,
-    ) -> Result<PageStoreCounts, DbErr> {
-        let mut attempt = 1;
-        loop {
-            match self.write(db, totals, Mode::Careful).await {
-                Ok(counts) => return Ok(counts),
-                Err(PageFailure::Record(error) | PageFailure::Database(error)) => {
-                    let contention = Refusal::of(self.backend, &error) == Some(Refusal::Contention);
-                    if !contention || attempt >= CONTENTION_ATTEMPTS {
-                        return Err(error);
-                    }
-                    attempt += 1;
-                    tracing::warn!(attempt, %error, "Another transaction's locks rolled the page back; writing it again.");
-                }
-            }
-        }
-    }
-
     /// Writes the page in one transaction; `totals` changes only when it commits.
     async fn write(
         &self,

@@ -13,6 +13,9 @@ use tributary_providers::bounds::{count_in, duration_in};
 use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
+mod notify;
+pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
+
 /// What `Debug` output shows in place of a secret.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -83,6 +86,8 @@ pub struct Settings {
     pub daemon: DaemonSettings,
     /// `[secrets]`: where the key for stored credentials comes from.
     pub secrets: SecretsSettings,
+    /// `[notify]`: the webhook after runs; `None` when the table is absent.
+    pub notify: Option<NotifySettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -188,6 +193,8 @@ pub struct ProviderSettings {
     pub connections: Vec<ConnectionSettings>,
     /// The adapter's own keys, chosen by `kind`.
     pub adapter: ProviderConfig,
+    /// Which of its runs write a notification (from `[notify]`).
+    pub notify: NotifyRuns,
 }
 
 /// One `[[providers.NAME.connections]]` entry: a user's account at the provider.
@@ -246,6 +253,7 @@ struct RawSettings {
     daemon: DaemonSettings,
     #[serde(default)]
     secrets: SecretsSettings,
+    notify: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -330,10 +338,22 @@ impl Settings {
         count_in(database.max_connections, min, max)
             .map_err(|message| invalid("database.max_connections".into(), message))?;
 
+        let notify = match raw.notify {
+            Some(value) => Some(
+                deserialize_at("notify", value)
+                    .and_then(|raw| notify::parse(raw, env_is_set))
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
+        let notify_runs = notify
+            .as_ref()
+            .map_or(NotifyRuns::None, NotifySettings::runs);
         let mut providers = BTreeMap::new();
         for (name, value) in raw.providers {
-            let settings = parse_provider(&name, value, env_is_set)
+            let mut settings = parse_provider(&name, value, env_is_set)
                 .map_err(|(key, message)| invalid(key, message))?;
+            settings.notify = notify_runs;
             providers.insert(name, settings);
         }
         let (min, max) = limits::LEASE_TTL;
@@ -349,6 +369,7 @@ impl Settings {
             database,
             daemon: raw.daemon,
             secrets: raw.secrets,
+            notify,
             providers,
         })
     }
@@ -498,6 +519,7 @@ fn parse_provider(
         http,
         connections,
         adapter,
+        notify: NotifyRuns::None,
     })
 }
 

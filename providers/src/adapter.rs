@@ -42,7 +42,7 @@ pub(crate) fn validate_base_url(key: &str, url: &Url) -> Result<(), String> {
 }
 
 /// Whether the URL's host is this machine: a loopback address or `localhost`.
-fn is_loopback(url: &Url) -> bool {
+pub fn is_loopback(url: &Url) -> bool {
     match url.host() {
         Some(url::Host::Ipv4(address)) => address.is_loopback(),
         Some(url::Host::Ipv6(address)) => address.is_loopback(),

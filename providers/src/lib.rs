@@ -36,6 +36,7 @@ mod page;
 #[cfg(test)]
 mod test_support;
 
+pub use adapter::is_loopback;
 pub use config::{build_provider, ProviderConfig, ProviderKind};
 pub use http::{FetchError, HttpClient, HttpSettings};
 pub use page::{Credentials, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};

@@ -121,7 +121,7 @@ fn counter(column: impl IntoIden) -> ColumnDef {
 }
 
 /// Unbounded text: TEXT on SQLite and PostgreSQL, LONGTEXT on MySQL (whose TEXT stops at 64 KiB).
-fn long_text(backend: DbBackend, column: impl IntoIden) -> ColumnDef {
+pub(crate) fn long_text(backend: DbBackend, column: impl IntoIden) -> ColumnDef {
     let mut def = ColumnDef::new(column);
     match backend {
         DbBackend::MySql => def.custom(Alias::new("LONGTEXT")),

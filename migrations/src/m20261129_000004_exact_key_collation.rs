@@ -20,7 +20,7 @@ impl MigrationName for Migration {
 }
 
 /// A text column: (name, length, nullable).
-type Column = (&'static str, u32, bool);
+pub(crate) type Column = (&'static str, u32, bool);
 
 /// (table, columns) for every column that holds part of a key.
 const KEY_COLUMNS: &[(&str, &[Column])] = &[
@@ -62,7 +62,7 @@ const KEY_COLUMNS: &[(&str, &[Column])] = &[
 const EXACT_COLLATIONS: [&str; 2] = ["utf8mb4_0900_bin", "utf8mb4_nopad_bin"];
 
 /// The collation to use on this server.
-async fn exact_collation(manager: &SchemaManager<'_>) -> Result<String, DbErr> {
+pub(crate) async fn exact_collation(manager: &SchemaManager<'_>) -> Result<String, DbErr> {
     let db = manager.get_connection();
     let rows = db
         .query_all_raw(Statement::from_string(
@@ -87,7 +87,7 @@ async fn exact_collation(manager: &SchemaManager<'_>) -> Result<String, DbErr> {
 
 /// `ALTER TABLE t MODIFY c VARCHAR(n) ... , MODIFY ...` with `collation` (or the table's
 /// default when `None`).
-fn alter(table: &str, columns: &[Column], collation: Option<&str>) -> String {
+pub(crate) fn alter(table: &str, columns: &[Column], collation: Option<&str>) -> String {
     let charset = collation
         .map(|name| format!(" CHARACTER SET utf8mb4 COLLATE {name}"))
         .unwrap_or_default();

@@ -2,6 +2,7 @@
 //! the migrations crate for the schema itself.
 
 pub mod connection;
+pub mod notification_delivery;
 pub mod processed_key;
 pub mod record;
 pub mod run_error;

@@ -206,6 +206,7 @@ async fn replay_records(
         listing_complete: false,
         clear_checkpoint: false,
         watermark: None,
+        notify: provider_settings.notify,
     };
     finish_run(db, connection, replay_run_id, &totals, &end).await?;
     tracing::info!(

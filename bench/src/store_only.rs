@@ -98,6 +98,7 @@ pub async fn run_store_only(
             listing_complete: false,
             clear_checkpoint: true,
             watermark: None,
+            notify: tributary::config::NotifyRuns::None,
         };
         finish_run(db, connection, *run_id, counts, &end).await?;
     }

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod credential_store;
+mod outbox;
 pub mod records;
 pub mod run;
 pub mod store;
@@ -148,6 +149,7 @@ pub async fn sync_connection(
             } else {
                 None
             },
+            notify: settings.notify,
         };
         run::finish_run(db, connection, run_id, &committed.counts, &end).await?;
         let outcome = RunOutcome {

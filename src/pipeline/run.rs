@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use tributary_providers::Watermark;
 
+use crate::config::NotifyRuns;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, sync_run};
 
@@ -162,11 +163,14 @@ pub struct RunEnd<'a> {
     pub clear_checkpoint: bool,
     /// The connection's new incremental watermark (only with `listing_complete`).
     pub watermark: Option<Watermark>,
+    /// Which runs write a notification into the outbox as they close.
+    pub notify: NotifyRuns,
 }
 
 /// Closes a run: final status, counters and error. When the listing was walked to its end
 /// the connection's checkpoint is cleared, its cursor advanced and its last successful
 /// run noted, all in the same transaction, so the cursor never runs ahead of the records.
+/// A run that notifies writes its delivery in that transaction too.
 pub async fn finish_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
@@ -203,5 +207,18 @@ pub async fn finish_run(
         }
         connection::Entity::update(conn).exec(&txn).await?;
     }
-    txn.commit().await
+    let closed = super::outbox::ClosedRun {
+        connection,
+        run_id,
+        status: end.status,
+        counts,
+        notify: end.notify,
+        now,
+    };
+    let delivery_id = super::outbox::write(&txn, &closed).await?;
+    txn.commit().await?;
+    if let Some(delivery_id) = delivery_id {
+        tracing::debug!(run_id, delivery_id, "Notification queued.");
+    }
+    Ok(())
 }

@@ -285,6 +285,22 @@ impl Settings {
             .is_some_and(|p| p.connections.iter().any(|c| c.user_id == user_id))
     }
 
+    /// The `[notify]` signing secret, read from its variable (`None` without `[notify]`).
+    /// Refused, naming the key and never the value, when unset or too short.
+    pub fn notify_secret(&self) -> Result<Option<SecretString>, ConfigError> {
+        let Some(notify) = &self.notify else {
+            return Ok(None);
+        };
+        notify
+            .signing_secret()
+            .map(Some)
+            .map_err(|message| ConfigError::Invalid {
+                path: self.path.clone(),
+                key: "notify.secret_env".to_string(),
+                message,
+            })
+    }
+
     /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`. The environment
     /// variables that hold secrets are not checked: a run resolves them when it starts.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {

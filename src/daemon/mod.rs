@@ -1,11 +1,16 @@
 //! `tributary daemon`: one cron job per provider, each firing syncing the provider's
 //! enabled connections under their leases, until a shutdown signal.
 //!
+//! With `[notify]`, a delivery worker ([`notify::Notifier`]) sends the notifications runs
+//! leave in the outbox.
+//!
 //! Shutdown: the scheduler stops firing, running syncs are cancelled between pages (the
-//! page being stored still commits), runs end `interrupted` with their checkpoints, and
-//! the process exits 0 within `[daemon] shutdown_grace`.
+//! page being stored still commits), runs end `interrupted` with their checkpoints, the
+//! delivery worker finishes the attempts in flight and starts none, and the process exits
+//! 0 within `[daemon] shutdown_grace`.
 
 mod endpoints;
+pub mod notify;
 mod single_instance;
 pub(crate) mod systemd;
 
@@ -58,6 +63,7 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     adapter: impl Fn(&ProviderSettings) -> Result<Box<dyn Provider>, SyncError>,
 ) -> anyhow::Result<()> {
+    let notify_secret = settings.notify_secret()?;
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
@@ -138,6 +144,11 @@ pub async fn run_with(
             .add(sweep)
             .await
             .context("scheduling the processed-keys sweep")?;
+    }
+    if let (Some(notify), Some(secret)) = (&settings.notify, notify_secret) {
+        let notifier = notify::Notifier::new(db.main().clone(), notify.clone(), secret)?;
+        // Tracked, so shutdown lets the attempts in flight finish.
+        tracker.spawn(notifier.run(cancel.clone()));
     }
     scheduler.start().await.context("starting the scheduler")?;
     scheduling.store(true, Ordering::SeqCst);

@@ -420,7 +420,7 @@ pub(crate) fn excerpt(bytes: &[u8]) -> String {
 
 /// The error and its chain of causes, "outer: inner: root", skipping causes whose text the
 /// outer error already repeats.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -37,10 +37,11 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::value::RawValue;
 use url::Url;
 
+use error::excerpt;
 pub(crate) use error::{cap_body, display_url, display_url_hiding, display_url_text};
-use error::{error_chain, excerpt};
 pub use error::{
-    hide_query_values, is_secret_param, FetchError, MAX_ERROR_BODY_BYTES, MAX_MESSAGE_EXCERPT_CHARS,
+    error_chain, hide_query_values, is_secret_param, FetchError, MAX_ERROR_BODY_BYTES,
+    MAX_MESSAGE_EXCERPT_CHARS,
 };
 pub(crate) use policy::asked_wait;
 use policy::default_verdict;

@@ -1,0 +1,219 @@
+//! The delivery worker: it sends the notifications runs left in `notification_deliveries`
+//! (the outbox, written where a run closes), signed, retried with exponential backoff and
+//! jitter, at least once, in order per connection, until `give_up_after`.
+//!
+//! [`Notifier::deliver_due`] is one pass: the daemon calls it every `poll_interval`, and
+//! tests call it directly.
+
+mod claim;
+mod send;
+mod signature;
+
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::StreamExt;
+use sea_orm::{DatabaseConnection, DbErr};
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::NotifySettings;
+use crate::entities::notification_delivery::Model as Delivery;
+
+use claim::Settle;
+pub use signature::{signature, DELIVERY_HEADER, SIGNATURE_HEADER};
+
+/// The most deliveries one pass reads.
+const PASS_SIZE: u64 = 64;
+/// The most deliveries in flight at once (each of another connection).
+const IN_FLIGHT: usize = 8;
+/// How long past the request's timeout a claim lasts, so that settling the attempt after
+/// the answer fits in it too.
+const CLAIM_MARGIN: Duration = Duration::from_secs(30);
+
+/// The worker could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifierError {
+    #[error("building the HTTP client for [notify]: {0}")]
+    Client(String),
+}
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryPass {
+    pub delivered: usize,
+    /// Failed attempts that will be tried again.
+    pub retrying: usize,
+    /// Failed attempts past `give_up_after`: the delivery is `failed`.
+    pub given_up: usize,
+    /// Deliveries another worker claimed first, or took over from this one.
+    pub contended: usize,
+}
+
+/// How one attempt ended, for the pass's tally.
+enum Attempted {
+    Delivered,
+    Retrying,
+    GivenUp,
+    Contended,
+}
+
+/// Sends the outbox's deliveries.
+pub struct Notifier {
+    db: DatabaseConnection,
+    settings: NotifySettings,
+    secret: SecretString,
+    client: reqwest::Client,
+}
+
+impl Notifier {
+    /// A worker over `db` with `[notify]`'s settings and the signing secret.
+    pub fn new(
+        db: DatabaseConnection,
+        settings: NotifySettings,
+        secret: SecretString,
+    ) -> Result<Notifier, NotifierError> {
+        let client = send::client(&settings).map_err(|error| {
+            NotifierError::Client(tributary_providers::http::error_chain(&error))
+        })?;
+        Ok(Notifier {
+            db,
+            settings,
+            secret,
+            client,
+        })
+    }
+
+    /// Sends every delivery due now that heads its connection's queue, a few at a time.
+    /// Once `cancel` fires no attempt starts; those in flight finish.
+    pub async fn deliver_due(&self, cancel: &CancellationToken) -> Result<DeliveryPass, DbErr> {
+        let due = claim::due(&self.db, Utc::now(), PASS_SIZE).await?;
+        let results: Vec<Result<Attempted, DbErr>> = futures::stream::iter(due)
+            .take_while(|_| std::future::ready(!cancel.is_cancelled()))
+            .map(|delivery| self.attempt(delivery))
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
+        let mut pass = DeliveryPass::default();
+        for result in results {
+            match result? {
+                Attempted::Delivered => pass.delivered += 1,
+                Attempted::Retrying => pass.retrying += 1,
+                Attempted::GivenUp => pass.given_up += 1,
+                Attempted::Contended => pass.contended += 1,
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Passes every `poll_interval` until `cancel` fires, the first one interval after
+    /// the start.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        tracing::info!(
+            url = %crate::config::redact_url(self.settings.url.as_str()),
+            "Notification worker started."
+        );
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(self.settings.poll_interval) => {}
+            }
+            if let Err(error) = self.deliver_due(&cancel).await {
+                tracing::warn!(%error, "Reading the notification outbox failed; trying again.");
+            }
+        }
+        tracing::info!("Notification worker stopped.");
+    }
+
+    /// One attempt at `delivery`: claim it, POST it, record the answer.
+    async fn attempt(&self, delivery: Delivery) -> Result<Attempted, DbErr> {
+        let now = Utc::now();
+        let until = later(now, self.settings.timeout.saturating_add(CLAIM_MARGIN));
+        let Some(attempt) = claim::claim(&self.db, &delivery, now, until).await? else {
+            return Ok(Attempted::Contended);
+        };
+        let sent = send::post(&self.client, &self.settings, &self.secret, &delivery).await;
+        let finished = Utc::now();
+        let (settle, attempted) = match sent {
+            Ok(()) => (Settle::Delivered { at: finished }, Attempted::Delivered),
+            Err(error) => self.after_failure(&delivery, attempt, finished, error),
+        };
+        if !claim::settle(&self.db, delivery.id, attempt, settle).await? {
+            tracing::warn!(
+                delivery_id = delivery.delivery_id,
+                attempt,
+                "The delivery's claim lapsed during its attempt; another worker has it."
+            );
+            return Ok(Attempted::Contended);
+        }
+        if let Attempted::Delivered = attempted {
+            tracing::info!(
+                delivery_id = delivery.delivery_id,
+                run_id = delivery.run_id,
+                attempt,
+                "Notification delivered."
+            );
+        }
+        Ok(attempted)
+    }
+
+    /// The retry, or the end, after attempt `attempt` failed with `error` at `now`.
+    fn after_failure(
+        &self,
+        delivery: &Delivery,
+        attempt: i64,
+        now: DateTime<Utc>,
+        error: String,
+    ) -> (Settle, Attempted) {
+        let deadline = later(delivery.created_at, self.settings.give_up_after);
+        if now >= deadline {
+            tracing::error!(
+                delivery_id = delivery.delivery_id,
+                run_id = delivery.run_id,
+                attempt,
+                %error,
+                "Notification given up: still failing after give_up_after."
+            );
+            return (Settle::GiveUp { error }, Attempted::GivenUp);
+        }
+        // The last attempt is made at the deadline, so the delivery is given up on time.
+        let next = later(now, self.backoff(attempt)).min(deadline);
+        tracing::warn!(
+            delivery_id = delivery.delivery_id,
+            run_id = delivery.run_id,
+            attempt,
+            %error,
+            next_attempt_at = %next,
+            "Notification attempt failed; it will be retried."
+        );
+        (Settle::Retry { error, at: next }, Attempted::Retrying)
+    }
+
+    /// The wait after failed attempt `attempt` (1 for the first): `retry_initial_delay`
+    /// doubling each attempt, plus up to as much again of jitter, at most
+    /// `retry_max_delay`.
+    fn backoff(&self, attempt: i64) -> Duration {
+        // Past this many doublings every wait is the maximum anyway.
+        let step = usize::try_from(attempt.saturating_sub(1)).map_or(0, |step| step.min(64));
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.settings.retry_initial_delay)
+            .with_max_delay(self.settings.retry_max_delay)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(step)
+            .unwrap_or(self.settings.retry_max_delay)
+            .min(self.settings.retry_max_delay)
+    }
+}
+
+/// `start + wait`. The config bounds every wait to days, so this cannot overflow; if it
+/// did, `start` keeps the row storable on every backend.
+fn later(start: DateTime<Utc>, wait: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(wait)
+        .ok()
+        .and_then(|delta| start.checked_add_signed(delta))
+        .unwrap_or(start)
+}

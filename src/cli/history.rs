@@ -216,7 +216,7 @@ pub fn print_rows<T: serde::Serialize>(
 }
 
 /// Cuts text to a table cell, marking the cut.
-fn shorten(text: &str) -> String {
+pub(super) fn shorten(text: &str) -> String {
     if text.chars().count() <= CELL_LIMIT {
         return text.to_string();
     }

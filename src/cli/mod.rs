@@ -1,6 +1,6 @@
 //! The `tributary` command line: the clap types and the dispatch here, one file per
 //! command group (`sync.rs`, `daemon.rs`, `history.rs` for runs and errors,
-//! `connections.rs`, `secrets.rs`, `replay.rs`, `reconcile.rs`, `setup.rs` for migrate
+//! `notifications.rs`, `connections.rs`, `secrets.rs`, `replay.rs`, `reconcile.rs`, `setup.rs` for migrate
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
@@ -8,6 +8,7 @@ mod connections;
 mod daemon;
 mod demo;
 mod history;
+mod notifications;
 mod open;
 pub mod progress;
 mod reconcile;
@@ -74,6 +75,9 @@ pub enum Command {
     /// Show a run's error report (each failed record with its stage, message and payload),
     /// or with `--open` the unresolved errors of every run.
     Errors(history::ErrorsArgs),
+    /// Show the webhook deliveries ([notify]), newest first: status, attempts, the last
+    /// error and the next attempt.
+    Notifications(notifications::NotificationsArgs),
     /// Re-ingest a run's failed records from their stored payloads, as a new run with
     /// trigger `replay`. Errors whose record now goes through are marked resolved.
     Replay(replay::ReplayArgs),
@@ -190,6 +194,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sync(args) => sync::run(config, args).await,
         Command::Runs(args) => history::runs(config, args).await,
         Command::Errors(args) => history::errors(config, args).await,
+        Command::Notifications(args) => notifications::run(config, args).await,
         Command::Replay(args) => replay::run(config, args).await,
         Command::Reconcile(args) => reconcile::run(config, args).await,
         Command::Connections(command) => connections::command(config, command).await,

@@ -11,6 +11,7 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
     let settings = Settings::load_checking_environment(config)?;
     let keyring = super::secrets::load_keyring(&settings)?;
     crate::credentials::check_storable(&settings, &keyring)?;
+    settings.notify_secret()?;
     let connections: usize = settings
         .providers
         .values()
@@ -23,6 +24,13 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
         connections,
         redact_url(&settings.database.url)
     );
+    if let Some(notify) = &settings.notify {
+        println!(
+            "Notifications to {}, signed with the secret in {}.",
+            redact_url(notify.url.as_str()),
+            notify.secret_env
+        );
+    }
     match keyring.current() {
         Some((id, source)) => println!("Secrets key {id} from {source}."),
         None if keyring.allows_plaintext() => {

@@ -13,19 +13,31 @@ use tributary::pipeline::{RunStatus, Trigger};
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, Backend, TestApp};
 
 /// A running `tributary daemon`, killed if the test ends without stopping it.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     log: std::path::PathBuf,
 }
 
 impl Daemon {
     fn start(config: &std::path::Path, log: std::path::PathBuf) -> Daemon {
+        Daemon::start_with(config, log, &["--log", "info"], &[])
+    }
+
+    /// A daemon started with these global arguments and environment variables.
+    pub(crate) fn start_with(
+        config: &std::path::Path,
+        log: std::path::PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let log_file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
             .arg("--config")
             .arg(config)
-            .args(["--log", "info", "daemon"])
+            .args(args)
+            .arg("daemon")
             .env_remove("TRIBUTARY_DATABASE_URL")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
@@ -37,16 +49,16 @@ impl Daemon {
         self.child.id()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         kill(Pid::from_raw(self.pid() as i32), signal).expect("signal sent");
     }
 
     /// Waits for the process to exit and returns its exit code.
-    fn wait(&mut self, limit: Duration) -> i32 {
+    pub(crate) fn wait(&mut self, limit: Duration) -> i32 {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {

@@ -21,6 +21,7 @@ mod leases;
 mod lock_order;
 mod long_values;
 mod migration_lock;
+mod notifications;
 mod oauth_refresh;
 mod pagination;
 mod panics;

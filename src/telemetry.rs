@@ -23,6 +23,8 @@ pub const RUN_PANICS_TOTAL: &str = "tributary_run_panics_total";
 /// (`key_conflict`, `refused_row`, `row_gone`, `contention`: written again the careful
 /// way; `unexpected`: the page failed).
 pub const STORE_FAST_PATH_FALLBACKS_TOTAL: &str = "tributary_store_fast_path_fallbacks_total";
+/// Notification attempts by outcome (`delivered`, `retrying`, `given_up`).
+pub const NOTIFICATION_ATTEMPTS_TOTAL: &str = "tributary_notification_attempts_total";
 
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
@@ -90,4 +92,9 @@ pub fn record_skip(provider: &str) {
 pub fn record_fast_path_fallback(path: &'static str, reason: &'static str) {
     metrics::counter!(STORE_FAST_PATH_FALLBACKS_TOTAL, "path" => path, "reason" => reason)
         .increment(1);
+}
+
+/// Records one notification attempt that ended in `outcome`.
+pub fn record_notification_attempt(outcome: &'static str) {
+    metrics::counter!(NOTIFICATION_ATTEMPTS_TOTAL, "outcome" => outcome).increment(1);
 }

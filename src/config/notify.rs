@@ -28,6 +28,11 @@ pub mod limits {
     /// `notify.poll_interval`.
     pub const POLL_INTERVAL: (Duration, Duration) =
         (Duration::from_millis(10), Duration::from_secs(HOUR));
+    /// `notify.keep_delivered` (a year of 365.25 days, as durations are written).
+    pub const KEEP_DELIVERED: (Duration, Duration) = (
+        Duration::from_secs(1),
+        Duration::from_secs(100 * 31_557_600),
+    );
 }
 
 /// Which runs write a notification.
@@ -62,6 +67,8 @@ pub struct NotifySettings {
     pub retry_max_delay: Duration,
     /// How often the daemon looks for deliveries that are due.
     pub poll_interval: Duration,
+    /// How long a delivered delivery is kept; failed ones are kept until removed.
+    pub keep_delivered: Duration,
 }
 
 impl std::fmt::Debug for NotifySettings {
@@ -75,6 +82,7 @@ impl std::fmt::Debug for NotifySettings {
             .field("retry_initial_delay", &self.retry_initial_delay)
             .field("retry_max_delay", &self.retry_max_delay)
             .field("poll_interval", &self.poll_interval)
+            .field("keep_delivered", &self.keep_delivered)
             .finish()
     }
 }
@@ -127,6 +135,8 @@ pub(super) struct RawNotifySettings {
     retry_max_delay: Duration,
     #[serde(default = "default_poll_interval", with = "humantime_serde")]
     poll_interval: Duration,
+    #[serde(default = "default_keep_delivered", with = "humantime_serde")]
+    keep_delivered: Duration,
 }
 
 fn default_timeout() -> Duration {
@@ -143,6 +153,9 @@ fn default_retry_max_delay() -> Duration {
 }
 fn default_poll_interval() -> Duration {
     Duration::from_secs(1)
+}
+fn default_keep_delivered() -> Duration {
+    Duration::from_secs(30 * 24 * 60 * 60)
 }
 
 /// Validates a `[notify]` table; errors are `(key, message)`.
@@ -181,6 +194,7 @@ pub(super) fn parse(
         ),
         ("retry_max_delay", raw.retry_max_delay, limits::RETRY_DELAY),
         ("poll_interval", raw.poll_interval, limits::POLL_INTERVAL),
+        ("keep_delivered", raw.keep_delivered, limits::KEEP_DELIVERED),
     ];
     for (key, value, (min, max)) in ranges {
         duration_in(value, min, max).map_err(at(key))?;
@@ -199,6 +213,7 @@ pub(super) fn parse(
         retry_initial_delay: raw.retry_initial_delay,
         retry_max_delay: raw.retry_max_delay,
         poll_interval: raw.poll_interval,
+        keep_delivered: raw.keep_delivered,
     })
 }
 
@@ -323,6 +338,11 @@ mod tests {
             (
                 &format!("{BASE}\npoll_interval = \"1ms\""),
                 "notify.poll_interval",
+                "must be between",
+            ),
+            (
+                &format!("{BASE}\nkeep_delivered = \"0s\""),
+                "notify.keep_delivered",
                 "must be between",
             ),
             (

@@ -31,6 +31,8 @@ const IN_FLIGHT: usize = 8;
 /// How long past the request's timeout a claim lasts, so that settling the attempt after
 /// the answer fits in it too.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
+/// How often the worker deletes deliveries older than `keep_delivered`.
+const SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// The worker could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,18 @@ enum Attempted {
     Retrying,
     GivenUp,
     Contended,
+}
+
+impl Attempted {
+    /// The outcome as the metrics label it.
+    fn label(&self) -> &'static str {
+        match self {
+            Attempted::Delivered => "delivered",
+            Attempted::Retrying => "retrying",
+            Attempted::GivenUp => "given_up",
+            Attempted::Contended => "contended",
+        }
+    }
 }
 
 /// Sends the outbox's deliveries.
@@ -114,6 +128,7 @@ impl Notifier {
             url = %crate::config::redact_url(self.settings.url.as_str()),
             "Notification worker started."
         );
+        let mut swept: Option<std::time::Instant> = None;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
@@ -122,8 +137,31 @@ impl Notifier {
             if let Err(error) = self.deliver_due(&cancel).await {
                 tracing::warn!(%error, "Reading the notification outbox failed; trying again.");
             }
+            if swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+                swept = Some(std::time::Instant::now());
+                match self.sweep_delivered().await {
+                    Ok(0) => {}
+                    Ok(deleted) => {
+                        tracing::info!(deleted, "Deleted deliveries past keep_delivered.")
+                    }
+                    Err(error) => tracing::warn!(%error, "Deleting old deliveries failed."),
+                }
+            }
         }
         tracing::info!("Notification worker stopped.");
+    }
+
+    /// Deletes the deliveries delivered longer than `keep_delivered` ago; returns how
+    /// many. Failed ones stay until an operator removes them.
+    pub async fn sweep_delivered(&self) -> Result<u64, DbErr> {
+        let before = TimeDelta::from_std(self.settings.keep_delivered)
+            .ok()
+            .and_then(|keep| Utc::now().checked_sub_signed(keep));
+        match before {
+            Some(before) => claim::sweep_delivered(&self.db, before).await,
+            // Further back than the calendar goes: nothing is that old.
+            None => Ok(0),
+        }
     }
 
     /// One attempt at `delivery`: claim it, POST it, record the answer.
@@ -147,6 +185,7 @@ impl Notifier {
             );
             return Ok(Attempted::Contended);
         }
+        crate::telemetry::record_notification_attempt(attempted.label());
         if let Attempted::Delivered = attempted {
             tracing::info!(
                 delivery_id = delivery.delivery_id,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use nix::sys::signal::Signal;
-use sea_orm::{EntityTrait, QueryOrder};
+use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, QuerySelect, Set};
 use secrecy::SecretString;
 use serde_json::Value;
 use sha2::Sha256;
@@ -404,6 +404,14 @@ async fn a_delivery_still_failing_after_give_up_after_ends_failed_and_is_listed(
     let delivery = &deliveries(&app).await[0];
     assert_eq!(delivery.status, DeliveryStatus::Failed);
     assert!(delivery.attempts >= 2, "{delivery:?}");
+    let stored: Vec<String> = notification_delivery::Entity::find()
+        .select_only()
+        .column(notification_delivery::Column::Status)
+        .into_tuple()
+        .all(&app.db)
+        .await
+        .expect("status as text");
+    assert_eq!(stored, vec!["failed".to_string()]);
     assert!(
         delivery
             .last_error
@@ -569,7 +577,11 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
     assert!(received(&receiver).await.is_empty());
     let run_id = rows[0].run_id;
 
-    let config = app.write_config(&table("50ms"));
+    let port = crate::daemon::free_port();
+    let config = app.write_config(&table("50ms").replace(
+        "[daemon]\n",
+        &format!("[daemon]\nlisten = \"127.0.0.1:{port}\"\n"),
+    ));
     let mut second = Daemon::start_with(&config, app.dir.path().join("second.log"), &args, &env);
     eventually(
         Duration::from_secs(30),
@@ -582,8 +594,25 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
         },
     )
     .await;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    for line in [
+        "tributary_notification_attempts_total{outcome=\"retrying\"} 1",
+        "tributary_notification_attempts_total{outcome=\"delivered\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
     second.signal(Signal::SIGTERM);
     assert_eq!(second.wait(Duration::from_secs(15)), 0, "{}", second.log());
+    assert!(
+        second.log().contains("Notification worker stopped."),
+        "{}",
+        second.log()
+    );
 
     let requests = received(&receiver).await;
     assert_eq!(requests.len(), 2, "refused once (echoing), then delivered");
@@ -623,4 +652,114 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
             assert!(!text.contains(v1), "a signature leaked:\n{text}");
         }
     }
+}
+
+#[tokio::test]
+async fn deliveries_delivered_longer_than_keep_delivered_ago_are_deleted_failed_ones_kept() {
+    let app = crate::helpers::spawn_app().await;
+    let receiver = MockServer::start().await;
+    answer(&receiver, 200).await;
+    let settings = app
+        .settings(&providers(
+            &app,
+            &receiver,
+            &["alice", "bob", "carol"],
+            "keep_delivered = \"1day\"",
+        ))
+        .await;
+    mount_records(&app, items("k", "u", 0..1)).await;
+    app.sync(&settings).await;
+    let worker = notifier(&app, &settings);
+    deliver_until(&app, &worker, Duration::from_secs(20), all_settled).await;
+    let mut rows = deliveries(&app).await;
+    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+    let two_days_ago = chrono::Utc::now() - chrono::TimeDelta::days(2);
+    // Alice's was delivered two days ago, bob's was given up as long ago, carol's is new.
+    notification_delivery::ActiveModel {
+        id: Set(rows[0].id),
+        delivered_at: Set(Some(two_days_ago)),
+        ..Default::default()
+    }
+    .update(&app.db)
+    .await
+    .expect("aged");
+    notification_delivery::ActiveModel {
+        id: Set(rows[1].id),
+        status: Set(DeliveryStatus::Failed),
+        delivered_at: Set(None),
+        created_at: Set(two_days_ago),
+        ..Default::default()
+    }
+    .update(&app.db)
+    .await
+    .expect("given up");
+
+    assert_eq!(worker.sweep_delivered().await.expect("sweep"), 1);
+    let mut left: Vec<(String, DeliveryStatus)> = deliveries(&app)
+        .await
+        .into_iter()
+        .map(|d| (d.user_id, d.status))
+        .collect();
+    left.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        left,
+        vec![
+            ("bob".to_string(), DeliveryStatus::Failed),
+            ("carol".to_string(), DeliveryStatus::Delivered),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn check_config_refuses_a_missing_or_short_signing_secret_without_printing_it() {
+    let app = crate::helpers::spawn_app().await;
+    let receiver = MockServer::start().await;
+    let config = app.write_config(&providers(&app, &receiver, &["alice"], ""));
+
+    let unset = run(tributary(&config)
+        .arg("check-config")
+        .env_remove(SECRET_ENV));
+    assert_eq!(unset.code, 2, "{}", unset.stderr);
+    assert!(
+        unset.stderr.contains(&format!(
+            "key `notify.secret_env`: environment variable {SECRET_ENV} is not set"
+        )),
+        "{}",
+        unset.stderr
+    );
+
+    let short = "short-secret";
+    let refused = run(tributary(&config)
+        .arg("check-config")
+        .env(SECRET_ENV, short));
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("notify.secret_env"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("at least 16"), "{}", refused.stderr);
+    assert!(!refused.stderr.contains(short), "{}", refused.stderr);
+
+    let valid = run(tributary(&config)
+        .arg("check-config")
+        .env(SECRET_ENV, SECRET));
+    assert_eq!(valid.code, 0, "{}", valid.stderr);
+    assert!(
+        valid.stdout.contains(&format!(
+            "Notifications to {}/hooks, signed with the secret in {SECRET_ENV}.",
+            receiver.uri()
+        )),
+        "{}",
+        valid.stdout
+    );
+    assert!(!valid.stdout.contains(SECRET) && !valid.stderr.contains(SECRET));
+
+    let daemon = run(tributary(&config).arg("daemon").env(SECRET_ENV, short));
+    assert_eq!(
+        daemon.code, 2,
+        "the daemon refuses it too: {}",
+        daemon.stderr
+    );
+    assert!(!daemon.stderr.contains(short), "{}", daemon.stderr);
 }

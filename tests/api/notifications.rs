@@ -425,7 +425,27 @@ async fn a_delivery_still_failing_after_give_up_after_ends_failed_and_is_listed(
         .deliver_due(&CancellationToken::new())
         .await
         .expect("pass");
-    assert_eq!(worker_again, DeliveryPass::default(), "given up is final");
+    assert_eq!(
+        worker_again,
+        DeliveryPass::default(),
+        "given up stays given up"
+    );
+    // As docs/operations.md tells: made pending again, it is tried once more.
+    app.execute(&format!(
+        "UPDATE notification_deliveries SET status = 'pending' WHERE delivery_id = '{}'",
+        delivery.delivery_id
+    ))
+    .await;
+    let once_more = worker
+        .deliver_due(&CancellationToken::new())
+        .await
+        .expect("pass");
+    assert_eq!(
+        once_more.given_up, 1,
+        "past its deadline, one attempt: {once_more:?}"
+    );
+    let delivery = &deliveries(&app).await[0];
+    assert_eq!(received(&receiver).await.len() as i64, delivery.attempts);
 
     let config = app.write_config(&text);
     let listed = run(tributary(&config).args(["notifications", "--failed"]));

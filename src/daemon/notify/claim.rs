@@ -72,9 +72,18 @@ pub(super) async fn claim(
 
 /// How an attempt ended, as the row records it.
 pub(super) enum Settle {
-    Delivered { at: DateTime<Utc> },
-    Retry { error: String, at: DateTime<Utc> },
-    GiveUp { error: String },
+    Delivered {
+        at: DateTime<Utc>,
+    },
+    Retry {
+        error: String,
+        at: DateTime<Utc>,
+    },
+    /// `at` is when it was given up: made pending again by hand, it is due at once.
+    GiveUp {
+        error: String,
+        at: DateTime<Utc>,
+    },
 }
 
 /// Records how attempt `attempt` of delivery `id` ended. Returns false when the claim was
@@ -93,9 +102,10 @@ pub(super) async fn settle(
         Settle::Retry { error, at } => update
             .col_expr(Column::LastError, Expr::value(error))
             .col_expr(Column::NextAttemptAt, Expr::value(at)),
-        Settle::GiveUp { error } => update
+        Settle::GiveUp { error, at } => update
             .col_expr(Column::Status, Expr::value(DeliveryStatus::Failed))
-            .col_expr(Column::LastError, Expr::value(error)),
+            .col_expr(Column::LastError, Expr::value(error))
+            .col_expr(Column::NextAttemptAt, Expr::value(at)),
     };
     let settled = update
         .filter(Column::Id.eq(id))

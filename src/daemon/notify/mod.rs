@@ -214,7 +214,7 @@ impl Notifier {
                 %error,
                 "Notification given up: still failing after give_up_after."
             );
-            return (Settle::GiveUp { error }, Attempted::GivenUp);
+            return (Settle::GiveUp { error, at: now }, Attempted::GivenUp);
         }
         // The last attempt is made at the deadline, so the delivery is given up on time.
         let next = later(now, self.backoff(attempt)).min(deadline);

@@ -84,7 +84,7 @@ const USER_ID_LEN: u32 = 255;
 const PROVIDER_LEN: u32 = 64;
 const EXTERNAL_ID_LEN: u32 = 255;
 
-fn id(column: impl IntoIden) -> ColumnDef {
+pub(crate) fn id(column: impl IntoIden) -> ColumnDef {
     ColumnDef::new(column)
         .big_integer()
         .not_null()
@@ -93,7 +93,7 @@ fn id(column: impl IntoIden) -> ColumnDef {
         .take()
 }
 
-fn string(column: impl IntoIden, len: u32) -> ColumnDef {
+pub(crate) fn string(column: impl IntoIden, len: u32) -> ColumnDef {
     ColumnDef::new(column).string_len(len).not_null().take()
 }
 
@@ -112,7 +112,7 @@ fn timestamp(backend: DbBackend, column: impl IntoIden) -> ColumnDef {
     instant(backend, column).not_null().take()
 }
 
-fn counter(column: impl IntoIden) -> ColumnDef {
+pub(crate) fn counter(column: impl IntoIden) -> ColumnDef {
     ColumnDef::new(column)
         .big_integer()
         .not_null()

@@ -4,7 +4,7 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
-use crate::m20261129_000001_create_tables::{instant, long_text};
+use crate::m20261129_000001_create_tables::{counter, id, instant, long_text, string};
 use crate::m20261129_000004_exact_key_collation::{alter, exact_collation, Column};
 
 pub struct Migration;
@@ -49,35 +49,19 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(T::Table)
-                    .col(
-                        ColumnDef::new(T::Id)
-                            .big_integer()
-                            .not_null()
-                            .auto_increment()
-                            .primary_key(),
-                    )
-                    .col(
-                        ColumnDef::new(T::DeliveryId)
-                            .string_len(36)
-                            .not_null()
-                            .unique_key(),
-                    )
+                    .col(id(T::Id))
+                    .col(string(T::DeliveryId, 36).unique_key())
                     .col(
                         ColumnDef::new(T::RunId)
                             .big_integer()
                             .not_null()
                             .unique_key(),
                     )
-                    .col(ColumnDef::new(T::UserId).string_len(255).not_null())
-                    .col(ColumnDef::new(T::Provider).string_len(64).not_null())
+                    .col(string(T::UserId, 255))
+                    .col(string(T::Provider, 64))
                     .col(long_text(backend, T::Body).not_null())
-                    .col(ColumnDef::new(T::Status).string_len(16).not_null())
-                    .col(
-                        ColumnDef::new(T::Attempts)
-                            .big_integer()
-                            .not_null()
-                            .default(0),
-                    )
+                    .col(string(T::Status, 16))
+                    .col(counter(T::Attempts))
                     .col(ColumnDef::new(T::LastError).text().null())
                     .col(instant(backend, T::NextAttemptAt).not_null())
                     .col(instant(backend, T::CreatedAt).not_null())

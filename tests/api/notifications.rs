@@ -67,6 +67,18 @@ fn notifier(app: &TestApp, settings: &Settings) -> Notifier {
     Notifier::new(app.db.main().clone(), notify, SecretString::from(SECRET)).expect("worker")
 }
 
+/// A test's app with alice's listing of `records` records, and a receiver.
+async fn alice_listing(records: usize) -> (TestApp, MockServer) {
+    let app = crate::helpers::spawn_app().await;
+    mount_records(&app, items("k", "alice", 0..records)).await;
+    (app, MockServer::start().await)
+}
+
+/// The settings of [`providers`], with the connections stored.
+async fn notifying(app: &TestApp, receiver: &MockServer, users: &[&str], extra: &str) -> Settings {
+    app.settings(&providers(app, receiver, users, extra)).await
+}
+
 /// Lists one page of `records` for every user.
 async fn mount_records(app: &TestApp, records: Vec<Value>) {
     app.api.reset().await;
@@ -159,13 +171,9 @@ async fn received(receiver: &MockServer) -> Vec<Request> {
 
 #[tokio::test]
 async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifies_it() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
+    let (app, receiver) = alice_listing(3).await;
     answer(&receiver, 204).await;
-    mount_records(&app, items("k", "alice", 0..3)).await;
-    let settings = app
-        .settings(&providers(&app, &receiver, &["alice"], ""))
-        .await;
+    let settings = notifying(&app, &receiver, &["alice"], "").await;
     let run = app.sync_one(&settings).await;
 
     let rows = deliveries(&app).await;
@@ -209,13 +217,9 @@ async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifie
 
 #[tokio::test]
 async fn a_run_that_changed_nothing_sends_nothing_unless_always() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
+    let (app, receiver) = alice_listing(2).await;
     answer(&receiver, 200).await;
-    mount_records(&app, items("k", "alice", 0..2)).await;
-    let settings = app
-        .settings(&providers(&app, &receiver, &["alice"], ""))
-        .await;
+    let settings = notifying(&app, &receiver, &["alice"], "").await;
     let first = app.sync_one(&settings).await;
     let unchanged = app.sync_one(&settings).await;
     assert_eq!(
@@ -239,9 +243,7 @@ async fn a_run_that_changed_nothing_sends_nothing_unless_always() {
     let partial = app.sync_one(&settings).await;
     assert_eq!((partial.counts.inserted, partial.counts.failed), (0, 1));
 
-    let always = app
-        .settings(&providers(&app, &receiver, &["alice"], "always = true"))
-        .await;
+    let always = notifying(&app, &receiver, &["alice"], "always = true").await;
     mount_records(&app, items("k", "alice", 0..2)).await;
     let quiet = app.sync_one(&always).await;
     assert_eq!((quiet.counts.inserted, quiet.counts.updated), (0, 0));
@@ -263,8 +265,7 @@ async fn a_run_that_changed_nothing_sends_nothing_unless_always() {
 
 #[tokio::test]
 async fn a_receiver_failing_three_times_gets_the_delivery_four_times_then_it_is_delivered() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
+    let (app, receiver) = alice_listing(1).await;
     Mock::given(method("POST"))
         .respond_with(ResponseTemplate::new(500).set_body_string("upstream down"))
         .up_to_n_times(3)
@@ -272,10 +273,7 @@ async fn a_receiver_failing_three_times_gets_the_delivery_four_times_then_it_is_
         .mount(&receiver)
         .await;
     answer(&receiver, 200).await;
-    mount_records(&app, items("k", "alice", 0..1)).await;
-    let settings = app
-        .settings(&providers(&app, &receiver, &["alice"], ""))
-        .await;
+    let settings = notifying(&app, &receiver, &["alice"], "").await;
     app.sync_one(&settings).await;
 
     let worker = notifier(&app, &settings);
@@ -340,9 +338,7 @@ async fn a_connections_deliveries_arrive_in_order_while_other_connections_go_on(
         .mount(&receiver)
         .await;
     answer(&receiver, 200).await;
-    let settings = app
-        .settings(&providers(&app, &receiver, &["alice", "bob"], ""))
-        .await;
+    let settings = notifying(&app, &receiver, &["alice", "bob"], "").await;
     mount_records(&app, items("k", "u", 0..2)).await;
     let first = app.sync(&settings).await;
     let mut changed = items("k", "u", 0..2);
@@ -381,13 +377,11 @@ async fn a_connections_deliveries_arrive_in_order_while_other_connections_go_on(
 
 #[tokio::test]
 async fn a_delivery_still_failing_after_give_up_after_ends_failed_and_is_listed() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
+    let (app, receiver) = alice_listing(1).await;
     Mock::given(method("POST"))
         .respond_with(ResponseTemplate::new(503).set_body_string("maintenance"))
         .mount(&receiver)
         .await;
-    mount_records(&app, items("k", "alice", 0..1)).await;
     let text = providers(
         &app,
         &receiver,
@@ -467,10 +461,8 @@ async fn a_delivery_still_failing_after_give_up_after_ends_failed_and_is_listed(
 
 #[tokio::test]
 async fn notifications_lists_every_delivery_and_failed_only_the_given_up() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
+    let (app, receiver) = alice_listing(1).await;
     answer(&receiver, 200).await;
-    mount_records(&app, items("k", "alice", 0..1)).await;
     let text = providers(&app, &receiver, &["alice"], "");
     let settings = app.settings(&text).await;
     let config = app.write_config(&text);
@@ -504,7 +496,7 @@ async fn two_workers_on_one_database_never_send_one_delivery_at_once() {
         .await;
     let users: Vec<String> = (0..6).map(|i| format!("user{i}")).collect();
     let names: Vec<&str> = users.iter().map(String::as_str).collect();
-    let settings = app.settings(&providers(&app, &receiver, &names, "")).await;
+    let settings = notifying(&app, &receiver, &names, "").await;
     mount_records(&app, items("k", "u", 0..1)).await;
     app.sync(&settings).await;
     assert_eq!(deliveries(&app).await.len(), 6);
@@ -679,14 +671,8 @@ async fn deliveries_delivered_longer_than_keep_delivered_ago_are_deleted_failed_
     let app = crate::helpers::spawn_app().await;
     let receiver = MockServer::start().await;
     answer(&receiver, 200).await;
-    let settings = app
-        .settings(&providers(
-            &app,
-            &receiver,
-            &["alice", "bob", "carol"],
-            "keep_delivered = \"1day\"",
-        ))
-        .await;
+    let users = ["alice", "bob", "carol"];
+    let settings = notifying(&app, &receiver, &users, "keep_delivered = \"1day\"").await;
     mount_records(&app, items("k", "u", 0..1)).await;
     app.sync(&settings).await;
     let worker = notifier(&app, &settings);

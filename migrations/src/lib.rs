@@ -12,6 +12,7 @@ mod m20261129_000004_exact_key_collation;
 mod m20261201_000001_watermark_anomalies;
 mod m20261201_000002_refresh_claims;
 mod m20261201_000003_connection_origin;
+mod m20261202_000002_change_feed;
 mod m20261202_000003_notifications;
 
 /// All migrations, oldest first.
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000001_watermark_anomalies::Migration),
             Box::new(m20261201_000002_refresh_claims::Migration),
             Box::new(m20261201_000003_connection_origin::Migration),
+            Box::new(m20261202_000002_change_feed::Migration),
             Box::new(m20261202_000003_notifications::Migration),
         ]
     }

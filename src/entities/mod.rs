@@ -1,6 +1,9 @@
 //! SeaORM entities, one per table. The column names are a contract with operators; see
 //! the migrations crate for the schema itself.
 
+pub mod change;
+pub mod change_batch;
+pub mod change_clock;
 pub mod connection;
 pub mod notification_delivery;
 pub mod processed_key;

@@ -1,0 +1,23 @@
+//! `change_clock`: one row (`id = 1`), the change feed's commit-order clock.
+
+use sea_orm::entity::prelude::*;
+
+/// The id of the clock's one row.
+pub const CLOCK_ROW: i64 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "change_clock")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: i64,
+    /// The seq of the newest committed change batch (0 before the first).
+    pub seq: i64,
+    /// The highest seq whose changes the retention sweep may have deleted: a cursor
+    /// older than it is expired.
+    pub swept_seq: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -5,6 +5,7 @@
 //! ([`store::store_page`]), and closes the run with its status. Tests drive it directly;
 //! the CLI and the daemon call it for each connection.
 
+pub mod changes;
 pub mod checkpoint;
 pub mod credential_store;
 mod outbox;

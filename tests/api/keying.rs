@@ -1,8 +1,10 @@
 //! The three-part key: the index matches it, a re-run inserts nothing, tenants never merge.
 
-use sea_orm::{EntityTrait, Iden};
+use sea_orm::{ColumnTrait, EntityTrait, Iden, QueryFilter};
 use serde_json::json;
-use tributary::entities::{connection, record};
+use tributary::entities::change::ChangeKind;
+use tributary::entities::{change, connection, record};
+use tributary::pipeline::changes;
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{backend_for, PageContext};
 use tributary::pipeline::{RunStatus, Trigger};
@@ -199,11 +201,14 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         let txn = sea_orm::TransactionTrait::begin(app.db.main())
             .await
             .unwrap();
+        let batch = changes::open_batch(&txn, context.batch_owner())
+            .await
+            .unwrap();
         let mut inserted = 0;
         for records in statements {
             // A conflict is not an error: the row is skipped.
             inserted += store
-                .insert(&txn, &context, records, chrono::Utc::now())
+                .insert(&txn, &context, records, chrono::Utc::now(), batch)
                 .await
                 .expect("a conflict is not an error");
         }
@@ -211,6 +216,16 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
 
         let duplicate = stale.len() as u64 - inserted;
         assert_eq!((inserted, duplicate), (1, 2), "per record: {per_record}");
+        // Only the row that went in is a change; the keys turned away are none.
+        let recorded: Vec<(String, ChangeKind)> = change::Entity::find()
+            .filter(change::Column::BatchId.eq(batch.id))
+            .all(&app.db)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|change| (change.external_id, change.kind))
+            .collect();
+        assert_eq!(recorded, vec![(new_id.to_string(), ChangeKind::Inserted)]);
         let records = app.records().await;
         assert_eq!(records.len(), 4 + round, "no second row for it_0 or it_1");
         let after = app.dump_records().await;

@@ -247,6 +247,35 @@ async fn eight_concurrent_runs_of_one_connection_store_each_record_once() {
     let runs: Vec<(i64, RunCounts)> = outcomes.iter().map(|o| (o.run_id, o.counts)).collect();
     assert_run_rows(&app, &runs).await;
     assert_listing_stored_once(&app).await;
+    assert_one_change_per_record(&app).await;
+}
+
+/// The feed holds one `inserted` change per record, from the run that inserted it: the
+/// keys the unique index turned away left none.
+async fn assert_one_change_per_record(app: &TestApp) {
+    use tributary::entities::change::ChangeKind;
+    use tributary::pipeline::changes::{read_changes, Cursor, FeedQuery};
+    let query = FeedQuery {
+        since: Cursor::START,
+        provider: None,
+        user_id: None,
+        limit: 10_000,
+    };
+    let page = read_changes(&app.db, &query).await.expect("feed read");
+    let mut changes: Vec<(String, i64)> = page
+        .changes
+        .iter()
+        .inspect(|change| assert_eq!(change.kind, ChangeKind::Inserted))
+        .map(|change| (change.external_id.clone(), change.run_id))
+        .collect();
+    changes.sort();
+    let records: Vec<(String, i64)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|record| (record.external_id, record.first_seen_run_id))
+        .collect();
+    assert_eq!(changes, records);
 }
 
 /// `tributary --config CONFIG sync ARGS` with a clean environment, output captured.

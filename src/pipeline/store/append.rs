@@ -18,71 +18,89 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::StoreBackend;
-use super::{insert_carefully, InsertOutcome, PageContext};
+use super::{insert_carefully, InsertOutcome, PageChanges, PageContext};
 use crate::entities::processed_key;
 
 /// How many keys one lookup carries.
 const LOOKUP_CHUNK: usize = 500;
 
-/// Writes the page's records whose keys were not processed within the retention, and
-/// records their keys. Keys already processed count as duplicates.
-pub(crate) async fn write_new_keys(
-    backend: &dyn StoreBackend,
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    records: Vec<Record>,
-    retention: Duration,
-    now: DateTime<Utc>,
-) -> Result<InsertOutcome, DbErr> {
-    let processed = processed_keys(txn, context, &records, now).await?;
-    let (seen, fresh): (Vec<Record>, Vec<Record>) = records
-        .into_iter()
-        .partition(|record| processed.contains(&record.external_id));
-    let keys: Vec<String> = fresh.iter().map(|r| r.external_id.clone()).collect();
-    let fresh: Vec<&Record> = fresh.iter().collect();
-    let mut outcome = insert_carefully(backend, txn, context, &fresh, now).await?;
-    outcome.duplicate += seen.len() as u64;
-    let failed: HashSet<&str> = outcome
-        .failed
-        .iter()
-        .filter_map(|reject| reject.external_id.as_deref())
-        .collect();
-    // Config validation bounds the retention; should one pass it anyway, the key is kept
-    // for as long as a timestamp can say rather than the write failing.
-    let expires_at = chrono::Duration::from_std(retention)
-        .ok()
-        .and_then(|retention| now.checked_add_signed(retention))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-    let rows: Vec<processed_key::ActiveModel> = keys
-        .iter()
-        .filter(|key| !failed.contains(key.as_str()))
-        .map(|key| processed_key::ActiveModel {
-            user_id: Set(context.connection.user_id.clone()),
-            provider: Set(context.connection.provider.clone()),
-            external_id: Set(key.clone()),
-            processed_at: Set(now),
-            expires_at: Set(expires_at),
-            ..Default::default()
-        })
-        .collect();
-    for chunk in rows.chunks(LOOKUP_CHUNK) {
-        processed_key::Entity::insert_many(chunk.to_vec())
-            .on_conflict(
-                OnConflict::columns([
-                    processed_key::Column::UserId,
-                    processed_key::Column::Provider,
-                    processed_key::Column::ExternalId,
-                ])
-                .update_columns([
-                    processed_key::Column::ProcessedAt,
-                    processed_key::Column::ExpiresAt,
-                ])
-                .to_owned(),
-            )
-            .exec_without_returning(txn)
-            .await?;
+/// A page of events being written, in its transaction.
+pub(crate) struct NewKeys<'a> {
+    pub backend: &'a dyn StoreBackend,
+    pub txn: &'a DatabaseTransaction,
+    pub context: &'a PageContext<'a>,
+    pub retention: Duration,
+    pub now: DateTime<Utc>,
+}
+
+impl NewKeys<'_> {
+    /// Writes the page's records whose keys were not processed within the retention, and
+    /// records their keys. Keys already processed count as duplicates. Each event written
+    /// is an `inserted` change of the feed: an app follows an event log as it follows any
+    /// other provider's records.
+    pub(crate) async fn write(
+        &self,
+        records: Vec<Record>,
+        changes: &mut PageChanges,
+    ) -> Result<InsertOutcome, DbErr> {
+        let (txn, context, now) = (self.txn, self.context, self.now);
+        let processed = processed_keys(txn, context, &records, now).await?;
+        let (seen, fresh): (Vec<Record>, Vec<Record>) = records
+            .into_iter()
+            .partition(|record| processed.contains(&record.external_id));
+        let keys: Vec<String> = fresh.iter().map(|r| r.external_id.clone()).collect();
+        let fresh: Vec<&Record> = fresh.iter().collect();
+        let mut outcome = match fresh.is_empty() {
+            true => InsertOutcome::default(),
+            false => {
+                let batch = changes.batch(txn, context).await?;
+                insert_carefully(self.backend, txn, context, &fresh, now, batch).await?
+            }
+        };
+        changes.recorded += outcome.inserted;
+        outcome.duplicate += seen.len() as u64;
+        let failed: HashSet<&str> = outcome
+            .failed
+            .iter()
+            .filter_map(|reject| reject.external_id.as_deref())
+            .collect();
+        // Config validation bounds the retention; should one pass it anyway, the key is
+        // kept for as long as a timestamp can say rather than the write failing.
+        let expires_at = chrono::Duration::from_std(self.retention)
+            .ok()
+            .and_then(|retention| now.checked_add_signed(retention))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        let rows: Vec<processed_key::ActiveModel> = keys
+            .iter()
+            .filter(|key| !failed.contains(key.as_str()))
+            .map(|key| processed_key::ActiveModel {
+                user_id: Set(context.connection.user_id.clone()),
+                provider: Set(context.connection.provider.clone()),
+                external_id: Set(key.clone()),
+                processed_at: Set(now),
+                expires_at: Set(expires_at),
+                ..Default::default()
+            })
+            .collect();
+        for chunk in rows.chunks(LOOKUP_CHUNK) {
+            processed_key::Entity::insert_many(chunk.to_vec())
+                .on_conflict(
+                    OnConflict::columns([
+                        processed_key::Column::UserId,
+                        processed_key::Column::Provider,
+                        processed_key::Column::ExternalId,
+                    ])
+                    .update_columns([
+                        processed_key::Column::ProcessedAt,
+                        processed_key::Column::ExpiresAt,
+                    ])
+                    .to_owned(),
+                )
+                .exec_without_returning(txn)
+                .await?;
+        }
+        Ok(outcome)
     }
-    Ok(outcome)
 }
 
 /// The page's keys that were processed and have not expired.

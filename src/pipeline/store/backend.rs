@@ -19,7 +19,9 @@ use sea_orm::{
 };
 use tributary_providers::Record;
 
+use crate::entities::change::ChangeKind;
 use crate::entities::{connection, record, sync_run};
+use crate::pipeline::changes::{self, ChangeBatch};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
 use crate::pipeline::store::PageContext;
@@ -70,26 +72,45 @@ pub trait StoreBackend: Send + Sync {
         records: &[Record],
     ) -> Result<Existing, DbErr>;
 
-    /// Inserts `records` in one statement, first seen by the page's run at `now`; a key
-    /// that exists is skipped, not an error. Returns how many rows went in.
+    /// Inserts `records`, first seen by the page's run at `now`, and records an
+    /// `inserted` change in `batch` for each row that went in; a key that exists is
+    /// skipped, not an error, and gets no change. Returns how many rows went in.
     async fn insert(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
+        batch: ChangeBatch,
     ) -> Result<u64, DbErr>;
 
-    /// Rewrites `changed` in one statement. Returns how many records it rewrote.
+    /// Rewrites `changed` and records an `updated` change in `batch` for each. Returns
+    /// how many records it rewrote.
     async fn update(
         &self,
         txn: &DatabaseTransaction,
-        run_id: i64,
+        context: &PageContext<'_>,
         changed: &[ChangedRecord<'_>],
         now: DateTime<Utc>,
+        batch: ChangeBatch,
     ) -> Result<u64, DbErr> {
-        txn.execute(&update_statement(run_id, changed, now)).await?;
-        Ok(changed.len() as u64)
+        txn.execute(&update_statement(context.run_id, changed, now))
+            .await?;
+        let keys = changed
+            .iter()
+            .map(|(_, record)| record.external_id.as_str());
+        changes::record_changes(txn, batch, ChangeKind::Updated, keys).await
+    }
+
+    /// Stamps the page's `batch` with the clock's next seq: the page's last statement
+    /// before `COMMIT` ([`changes::stamp_batch`]).
+    async fn stamp_batch(
+        &self,
+        txn: &DatabaseTransaction,
+        batch: ChangeBatch,
+        now: DateTime<Utc>,
+    ) -> Result<(), DbErr> {
+        changes::stamp_batch(txn, batch, now).await
     }
 
     /// Saves the run's counters and the connection's checkpoint. Fails with
@@ -209,10 +230,14 @@ pub(crate) async fn write_new_page_in_transaction(
     let txn = begin_page_transaction(db).await?;
     backend.lock_and_lookup(&txn, context, &[]).await?;
     let records: Vec<&Record> = records.iter().collect();
+    let batch = match records.is_empty() {
+        true => None,
+        false => Some(changes::open_batch(&txn, context.batch_owner()).await?),
+    };
     let mut inserted = 0;
-    for chunk in records.chunks(INSERT_CHUNK) {
+    for (chunk, batch) in records.chunks(INSERT_CHUNK).zip(batch.into_iter().cycle()) {
         inserted += backend
-            .insert(&txn, context, chunk, bookkeeping.now)
+            .insert(&txn, context, chunk, bookkeeping.now, batch)
             .await?;
     }
     if inserted != records.len() as u64 {
@@ -220,6 +245,9 @@ pub(crate) async fn write_new_page_in_transaction(
         return Err(DbErr::RecordNotInserted);
     }
     backend.save_bookkeeping(&txn, bookkeeping).await?;
+    if let Some(batch) = batch {
+        backend.stamp_batch(&txn, batch, bookkeeping.now).await?;
+    }
     txn.commit().await
 }
 
@@ -375,16 +403,22 @@ fn update_statement(
 pub(crate) mod names {
     use sea_orm::{EntityName, IdenStatic, Iterable};
 
-    use crate::entities::{connection, record, sync_run};
+    use crate::entities::change::ChangeKind;
+    use crate::entities::{change, change_batch, change_clock, connection, record, sync_run};
 
     /// `template` with each table and column named as its entity names it: `{records}`,
-    /// `{sync_runs}` and `{connections}`, and `{record::ExternalId}`, `{sync_run::Id}` or
-    /// `{connection::Checkpoint}` (the columns' variants).
+    /// `{sync_runs}`, `{connections}`, `{changes}`, `{change_batches}` and
+    /// `{change_clock}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
+    /// `{change_batch::Seq}` (the columns' variants), and the change kinds as quoted
+    /// literals (`{kind::Inserted}` is `'inserted'`).
     pub fn sql(template: &str) -> String {
         let mut sql = template
             .replace("{records}", record::Entity.table_name())
             .replace("{sync_runs}", sync_run::Entity.table_name())
-            .replace("{connections}", connection::Entity.table_name());
+            .replace("{connections}", connection::Entity.table_name())
+            .replace("{changes}", change::Entity.table_name())
+            .replace("{change_batches}", change_batch::Entity.table_name())
+            .replace("{change_clock}", change_clock::Entity.table_name());
         for column in record::Column::iter() {
             sql = sql.replace(&format!("{{record::{column:?}}}"), column.as_str());
         }
@@ -393,6 +427,19 @@ pub(crate) mod names {
         }
         for column in connection::Column::iter() {
             sql = sql.replace(&format!("{{connection::{column:?}}}"), column.as_str());
+        }
+        for column in change::Column::iter() {
+            sql = sql.replace(&format!("{{change::{column:?}}}"), column.as_str());
+        }
+        for column in change_batch::Column::iter() {
+            sql = sql.replace(&format!("{{change_batch::{column:?}}}"), column.as_str());
+        }
+        for column in change_clock::Column::iter() {
+            sql = sql.replace(&format!("{{change_clock::{column:?}}}"), column.as_str());
+        }
+        for kind in ChangeKind::iter() {
+            let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&kind));
+            sql = sql.replace(&format!("{{kind::{kind:?}}}"), &literal);
         }
         sql
     }
@@ -428,6 +475,21 @@ pub(crate) mod names {
                 sql,
                 "SELECT external_id FROM records, sync_runs \
                  WHERE heartbeat_at IS NULL AND checkpoint = 1"
+            );
+        }
+
+        #[test]
+        fn the_change_feeds_names_and_kinds_are_the_entitys() {
+            let sql = super::sql(
+                "UPDATE {change_clock} SET {change_clock::Seq} = 1; \
+                 INSERT INTO {changes} ({change::BatchId}, {change::Kind}) \
+                 SELECT {change_batch::Id}, {kind::Inserted} FROM {change_batches}",
+            );
+            assert_eq!(
+                sql,
+                "UPDATE change_clock SET seq = 1; \
+                 INSERT INTO changes (batch_id, kind) \
+                 SELECT id, 'inserted' FROM change_batches"
             );
         }
     }

@@ -27,10 +27,12 @@ use tributary_providers::{PageItem, Record, RejectedRecord};
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::connection;
+use crate::pipeline::changes::{self, BatchOwner, ChangeBatch};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::RunCounts;
 
 pub use append::sweep_expired_keys;
+pub(crate) use backend::names;
 pub use backend::{
     ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
 };
@@ -53,6 +55,17 @@ pub struct PageContext<'a> {
     pub leave_checkpoint: bool,
     /// What the page most likely holds (from the page before), which picks a shortcut.
     pub expect: PageExpectation,
+}
+
+impl PageContext<'_> {
+    /// Whose records the page's changes are.
+    pub fn batch_owner(&self) -> BatchOwner<'_> {
+        BatchOwner {
+            run_id: self.run_id,
+            user_id: &self.connection.user_id,
+            provider: &self.connection.provider,
+        }
+    }
 }
 
 /// What a page most likely holds; a wrong guess costs one wasted statement, never a
@@ -271,15 +284,22 @@ impl PageWrite<'_> {
             WriteMode::Append { .. } => &[],
         };
         let mut existing = backend.lock_and_lookup(&txn, context, first).await?;
+        let mut changes = PageChanges::default();
         if let WriteMode::Append { retention } = context.mode {
             // Events are never updated: keys seen within the retention are duplicates.
             let records = self.records.to_vec();
-            let written =
-                append::write_new_keys(backend, &txn, context, records, retention, now).await?;
+            let write = append::NewKeys {
+                backend,
+                txn: &txn,
+                context,
+                retention,
+                now,
+            };
+            let written = write.write(records, &mut changes).await?;
             counts.inserted += written.inserted;
             counts.duplicate += written.duplicate;
             failed.extend(written.failed);
-            return self.finish(txn, counts, failed, totals, now).await;
+            return self.finish(txn, counts, failed, changes, totals, now).await;
         }
         for chunk in chunks {
             existing.extend(backend.lookup(&txn, context.connection, chunk).await?);
@@ -294,33 +314,43 @@ impl PageWrite<'_> {
             }
         }
 
+        if new_records.is_empty() && changed_records.is_empty() {
+            return self.finish(txn, counts, failed, changes, totals, now).await;
+        }
+        let batch = changes.batch(&txn, context).await?;
         let insert = match mode {
-            Mode::Fast => insert_fast(backend, &txn, context, &new_records, now)
+            Mode::Fast => insert_fast(backend, &txn, context, &new_records, now, batch)
                 .await
                 .map_err(PageFailure::Record)?,
-            Mode::Careful => insert_carefully(backend, &txn, context, &new_records, now).await?,
+            Mode::Careful => {
+                insert_carefully(backend, &txn, context, &new_records, now, batch).await?
+            }
         };
         counts.inserted += insert.inserted;
         counts.duplicate += insert.duplicate;
+        changes.recorded += insert.inserted;
         failed.extend(insert.failed);
 
         match mode {
             Mode::Fast => {
                 for chunk in changed_records.chunks(INSERT_CHUNK) {
-                    counts.updated += backend
-                        .update(&txn, context.run_id, chunk, now)
+                    let updated = backend
+                        .update(&txn, context, chunk, now, batch)
                         .await
                         .map_err(PageFailure::Record)?;
+                    counts.updated += updated;
+                    changes.recorded += updated;
                 }
             }
             Mode::Careful => {
                 for changed in changed_records {
                     let savepoint = txn.begin().await?;
                     let one = std::slice::from_ref(&changed);
-                    match backend.update(&savepoint, context.run_id, one, now).await {
+                    match backend.update(&savepoint, context, one, now, batch).await {
                         Ok(_) => {
                             savepoint.commit().await?;
                             counts.updated += 1;
+                            changes.recorded += 1;
                         }
                         Err(error) => {
                             savepoint.rollback().await?;
@@ -331,7 +361,7 @@ impl PageWrite<'_> {
             }
         }
 
-        self.finish(txn, counts, failed, totals, now).await
+        self.finish(txn, counts, failed, changes, totals, now).await
     }
 
     /// The page as all new: its records and bookkeeping without a lookup, by
@@ -369,12 +399,13 @@ impl PageWrite<'_> {
 
     /// The end of every page: its error rows (the records set aside before any write,
     /// then those in `failed` the database refused), the run's counters and the
-    /// checkpoint, then the commit.
+    /// checkpoint, the change batch's stamp, then the commit.
     async fn finish(
         &self,
         txn: DatabaseTransaction,
         mut counts: PageStoreCounts,
         failed: Vec<RejectedRecord>,
+        changes: PageChanges,
         totals: &mut RunCounts,
         now: DateTime<Utc>,
     ) -> Result<PageStoreCounts, PageFailure> {
@@ -387,6 +418,7 @@ impl PageWrite<'_> {
         let after = self.totals_after(totals, &counts);
         let bookkeeping = self.bookkeeping(&after, now);
         self.backend.save_bookkeeping(&txn, &bookkeeping).await?;
+        changes.close(self.backend, &txn, now).await?;
         txn.commit().await?;
         *totals = after;
         Ok(counts)
@@ -415,6 +447,48 @@ impl PageWrite<'_> {
                 false => CheckpointMove::Write(self.context.next_checkpoint),
             },
             now,
+        }
+    }
+}
+
+/// The change batch of a page's transaction: opened with its first record write, and
+/// stamped as its last statement, or removed if every write was refused.
+#[derive(Default)]
+pub(crate) struct PageChanges {
+    batch: Option<ChangeBatch>,
+    /// Changes recorded in it (by writes that were not rolled back).
+    recorded: u64,
+}
+
+impl PageChanges {
+    /// The page's batch, opened in `txn` on the first call.
+    pub(crate) async fn batch(
+        &mut self,
+        txn: &DatabaseTransaction,
+        context: &PageContext<'_>,
+    ) -> Result<ChangeBatch, DbErr> {
+        match self.batch {
+            Some(batch) => Ok(batch),
+            None => {
+                let batch = changes::open_batch(txn, context.batch_owner()).await?;
+                self.batch = Some(batch);
+                Ok(batch)
+            }
+        }
+    }
+
+    /// The page's last statement: the batch stamped, or removed when it holds nothing,
+    /// so that a page that changed no record takes no seq.
+    async fn close(
+        self,
+        backend: &dyn StoreBackend,
+        txn: &DatabaseTransaction,
+        now: DateTime<Utc>,
+    ) -> Result<(), DbErr> {
+        match self.batch {
+            Some(batch) if self.recorded > 0 => backend.stamp_batch(txn, batch, now).await,
+            Some(batch) => changes::discard_batch(txn, batch).await,
+            None => Ok(()),
         }
     }
 }
@@ -452,10 +526,11 @@ async fn insert_fast(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
+    batch: ChangeBatch,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(INSERT_CHUNK) {
-        let inserted = backend.insert(txn, context, chunk, now).await?;
+        let inserted = backend.insert(txn, context, chunk, now, batch).await?;
         outcome.add(chunk.len(), inserted)?;
     }
     Ok(outcome)
@@ -465,18 +540,20 @@ async fn insert_fast(
 /// backstop: a key a concurrent writer inserted in the meantime is skipped and counted
 /// as a duplicate, never an error and never a second row. Each multi-row insert runs in
 /// a savepoint; if it fails, its records are inserted one by one, each in its own
-/// savepoint, and those the database refuses are returned as failed.
+/// savepoint, and those the database refuses are returned as failed. Each insert's
+/// changes go in with it, in its savepoint.
 pub(crate) async fn insert_carefully(
     backend: &dyn StoreBackend,
     txn: &DatabaseTransaction,
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
+    batch: ChangeBatch,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(INSERT_CHUNK) {
         let savepoint = txn.begin().await?;
-        match backend.insert(&savepoint, context, chunk, now).await {
+        match backend.insert(&savepoint, context, chunk, now, batch).await {
             Ok(inserted) => {
                 savepoint.commit().await?;
                 outcome.add(chunk.len(), inserted)?;
@@ -487,7 +564,7 @@ pub(crate) async fn insert_carefully(
                 for record in chunk {
                     let savepoint = txn.begin().await?;
                     let one = std::slice::from_ref(record);
-                    match backend.insert(&savepoint, context, one, now).await {
+                    match backend.insert(&savepoint, context, one, now, batch).await {
                         Ok(inserted) => {
                             savepoint.commit().await?;
                             outcome.add(1, inserted)?;

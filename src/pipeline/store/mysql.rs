@@ -3,8 +3,8 @@
 //!
 //! MySQL has no `DO NOTHING`: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
 //! and with the found-rows flag sqlx sets, a skipped row counts as affected too. So the
-//! rows an insert took are counted by a query of their own, and the all-new shortcut,
-//! which trusts an insert's row count, is not taken.
+//! rows an insert took are read back by a query of their own, which names their changes,
+//! and the all-new shortcut, which trusts an insert's row count, is not taken.
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{
@@ -12,8 +12,8 @@ use sea_orm::sea_query::{
 };
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic,
-    PaginatorTrait, QueryFilter, QuerySelect,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, QueryFilter,
+    QuerySelect,
 };
 use tributary_providers::Record;
 
@@ -23,7 +23,9 @@ use super::backend::{
 };
 use super::PageContext;
 use crate::db::DatabasePools;
+use crate::entities::change::ChangeKind;
 use crate::entities::{connection, record, sync_run};
+use crate::pipeline::changes::{record_changes, ChangeBatch};
 use crate::pipeline::run::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
@@ -177,24 +179,32 @@ impl StoreBackend for MySqlStore<'_> {
     }
 
     /// The keys were all missing at the lookup, so the rows of this run among them are
-    /// the ones this insert took.
+    /// the ones this insert took: read back (a plain read, which locks nothing, unlike
+    /// `INSERT ... SELECT`, whose next-key locks on `records` would hold off concurrent
+    /// inserts of neighbouring keys), they are the changes recorded and the row count.
     async fn insert(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
+        batch: ChangeBatch,
     ) -> Result<u64, DbErr> {
         txn.execute(&insert_statement(context, records, now)?)
             .await?;
         let ids = records.iter().map(|record| record.external_id.as_str());
-        record::Entity::find()
+        let inserted: Vec<String> = record::Entity::find()
+            .select_only()
+            .column(record::Column::ExternalId)
             .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
             .filter(record::Column::Provider.eq(context.connection.provider.as_str()))
             .filter(record::Column::ExternalId.is_in(ids))
             .filter(record::Column::FirstSeenRunId.eq(context.run_id))
-            .count(txn)
-            .await
+            .into_tuple()
+            .all(txn)
+            .await?;
+        let keys = inserted.iter().map(String::as_str);
+        record_changes(txn, batch, ChangeKind::Inserted, keys).await
     }
 
     /// Two statements: MySQL's prepared statements take neither a `WITH` that writes nor

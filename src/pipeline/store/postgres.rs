@@ -3,10 +3,12 @@
 //!
 //! A statement outside a transaction is a transaction of its own, so an all-new page
 //! whose checkpoint moves is one statement ([`NEW_PAGE`]): it locks the run's row and the
-//! connection's, and writes the records and both bookkeeping rows only if it found them,
-//! in data-modifying `WITH` queries. The insert has no conflict clause, so an existing key
-//! or a refused row fails the whole statement with nothing written. The statement returns
-//! whether the rows were found; if not, nothing was written either.
+//! connection's, and writes the records, their changes and both bookkeeping rows only if
+//! it found them, in data-modifying `WITH` queries. The insert has no conflict clause, so
+//! an existing key or a refused row fails the whole statement with nothing written. The
+//! statement returns whether the rows were found; if not, nothing was written either.
+//! An insert's changes ride in its statement too (`RETURNING` names the rows that went
+//! in), and a batch is stamped in one statement.
 
 use std::sync::LazyLock;
 
@@ -27,7 +29,9 @@ use super::backend::{
 };
 use super::PageContext;
 use crate::db::DatabasePools;
+use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{connection, record, sync_run};
+use crate::pipeline::changes::{self, ChangeBatch, TICK};
 use crate::pipeline::run::{save_counts, RunCounts};
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
@@ -85,12 +89,17 @@ static NEW_ROWS: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// [`NEW_ROWS`], a key that exists skipped.
+/// [`NEW_ROWS`], a key that exists skipped, and an `inserted` change in batch `$8` for
+/// each row that went in (those `RETURNING` gives back). Its row count is the changes',
+/// which is the rows inserted.
 static INSERT: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
-        "{} ON CONFLICT ({{record::UserId}}, {{record::Provider}}, {{record::ExternalId}}) \
-         DO NOTHING",
-        *NEW_ROWS
+        "WITH inserted AS ({new_rows} \
+         ON CONFLICT ({{record::UserId}}, {{record::Provider}}, {{record::ExternalId}}) \
+         DO NOTHING RETURNING {{record::ExternalId}}) \
+         INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, {{change::Kind}}) \
+         SELECT $8, {{record::ExternalId}}, {{kind::Inserted}} FROM inserted",
+        new_rows = *NEW_ROWS
     ))
 });
 
@@ -100,7 +109,10 @@ const FIRST_COUNTER: usize = 8;
 /// An all-new page in one statement: [`NEW_ROWS`] (no conflict clause), the run's
 /// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
 /// checkpoint and connection id that follow them, written only while the run's row and
-/// the connection's exist, which it locks first. Returns how many of the two it found.
+/// the connection's (which it locks first) and the change clock's exist. Once every row
+/// is in (the tick counts them), the clock ticks and a batch stamped with its seq
+/// records an `inserted` change per row. Returns how many of the page's rows it found
+/// (1 when all three exist).
 static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
     let page = PageBookkeeping {
         run_id: 0,
@@ -119,17 +131,38 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
     let checkpoint = FIRST_COUNTER + counters.len();
     let connection_id = checkpoint + 1;
     names::sql(&format!(
-        "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c \
+        "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c, {{change_clock}} k \
          WHERE r.{{sync_run::Id}} = $3 AND c.{{connection::Id}} = ${connection_id} \
-         FOR NO KEY UPDATE), \
-         inserted AS ({new_rows} WHERE EXISTS (SELECT 1 FROM page_rows)), \
+         AND k.{{change_clock::Id}} = {CLOCK_ROW} FOR NO KEY UPDATE OF r, c), \
+         inserted AS ({new_rows} WHERE EXISTS (SELECT 1 FROM page_rows) \
+         RETURNING {{record::ExternalId}}), \
          saved_run AS (UPDATE {{sync_runs}} SET {set_counters} \
          WHERE {{sync_run::Id}} = $3 AND EXISTS (SELECT 1 FROM page_rows)), \
          saved_connection AS (UPDATE {{connections}} \
          SET {{connection::Checkpoint}} = ${checkpoint}, {{connection::UpdatedAt}} = $4 \
-         WHERE {{connection::Id}} = ${connection_id} AND EXISTS (SELECT 1 FROM page_rows)) \
+         WHERE {{connection::Id}} = ${connection_id} AND EXISTS (SELECT 1 FROM page_rows)), \
+         tick AS ({tick} AND (SELECT count(*) FROM inserted) > 0 \
+         RETURNING {{change_clock::Seq}}), \
+         batch AS (INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
+         {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
+         SELECT {{change_clock::Seq}}, $3, $1, $2, $4 FROM tick RETURNING {{change_batch::Id}}), \
+         logged AS (INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, \
+         {{change::Kind}}) SELECT batch.{{change_batch::Id}}, inserted.{{record::ExternalId}}, \
+         {{kind::Inserted}} FROM batch CROSS JOIN inserted) \
          SELECT count(*) AS found FROM page_rows",
         new_rows = *NEW_ROWS,
+        tick = *TICK,
+    ))
+});
+
+/// [`changes::stamp_batch`] in one statement: the tick in a `WITH`, and batch `$1`
+/// stamped with its seq and the time `$2`.
+static STAMP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "WITH tick AS ({tick} RETURNING {{change_clock::Seq}}) \
+         UPDATE {{change_batches}} SET {{change_batch::Seq}} = tick.{{change_clock::Seq}}, \
+         {{change_batch::CommittedAt}} = $2 FROM tick WHERE {{change_batch::Id}} = $1",
+        tick = *TICK,
     ))
 });
 
@@ -260,8 +293,10 @@ impl StoreBackend for PostgresStore<'_> {
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
+        batch: ChangeBatch,
     ) -> Result<u64, DbErr> {
-        let values = new_rows_values(context, records, now);
+        let mut values = new_rows_values(context, records, now);
+        values.push(batch.id.into());
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, INSERT.as_str(), values);
         Ok(txn.execute_raw(statement).await?.rows_affected())
@@ -342,6 +377,21 @@ impl StoreBackend for PostgresStore<'_> {
         Ok(())
     }
 
+    async fn stamp_batch(
+        &self,
+        txn: &DatabaseTransaction,
+        batch: ChangeBatch,
+        now: DateTime<Utc>,
+    ) -> Result<(), DbErr> {
+        let values: Vec<Value> = vec![batch.id.into(), now.into()];
+        let statement = Statement::from_sql_and_values(DbBackend::Postgres, STAMP.as_str(), values);
+        // No row when the clock's row is gone (the batch is this transaction's own).
+        if txn.execute_raw(statement).await?.rows_affected() != 1 {
+            return Err(changes::clock_missing());
+        }
+        Ok(())
+    }
+
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
         let code = error.code()?;
         match &*code {
@@ -365,6 +415,7 @@ mod tests {
             &*COUNT_UNCHANGED,
             &*INSERT,
             &*NEW_PAGE,
+            &*STAMP,
         ] {
             assert!(!sql.contains('{'), "{sql}");
         }

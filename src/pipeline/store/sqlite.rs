@@ -3,12 +3,15 @@
 //!
 //! sqlx runs SQLite on a worker thread, and every statement is a hand-off there and back,
 //! so an all-new page is built in full before the writing connection is taken from the
-//! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the checkpoint, a
-//! plain `INSERT` without `ON CONFLICT` (an existing key or a refused row fails it before
-//! `COMMIT`, and the batch is rolled back), and `COMMIT`. Every write is conditioned on
-//! the run's and the connection's rows existing, so the batch writes the whole page or
-//! nothing, and its row counts, read back, say which. The batch runs in a task of its
-//! own, so a caller dropped halfway cannot leave the connection inside a transaction.
+//! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the checkpoint, the
+//! change clock's tick and the stamped change batch, a plain `INSERT` without `ON
+//! CONFLICT` (an existing key or a refused row fails it before `COMMIT`, and the batch is
+//! rolled back), the records' changes, and `COMMIT`. Every write is conditioned on the
+//! run's, the connection's and the clock's rows existing, so the batch writes the whole
+//! page or nothing, and its row counts, read back, say which. The batch runs in a task of
+//! its own, so a caller dropped halfway cannot leave the connection inside a transaction.
+//! (SQLite has one writer at a time, so where the tick sits in the batch makes no other
+//! writer wait longer.)
 
 use std::sync::{Arc, LazyLock};
 
@@ -27,7 +30,9 @@ use super::backend::{
 };
 use super::PageContext;
 use crate::db::DatabasePools;
+use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::connection;
+use crate::pipeline::changes::{self, inserted_changes_statement, ChangeBatch, CLOCK_SEQ, TICK};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
@@ -62,14 +67,52 @@ static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// The condition on every write of an all-new page's batch: the run's row (`?1`) and the
-/// connection's (`?2`) both exist. The batch commits in the same round trip, so it must
-/// write the whole page or, when either row is gone, nothing.
+/// The condition on every write of an all-new page's batch: the run's row (`?1`), the
+/// connection's (`?2`) and the change clock's all exist. The batch commits in the same
+/// round trip, so it must write the whole page or, when a row is gone, nothing.
 static PAGE_ROWS_EXIST: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "EXISTS (SELECT 1 FROM {sync_runs} WHERE {sync_run::Id} = ?) \
-         AND EXISTS (SELECT 1 FROM {connections} WHERE {connection::Id} = ?)",
-    )
+    names::sql(&format!(
+        "EXISTS (SELECT 1 FROM {{sync_runs}} WHERE {{sync_run::Id}} = ?) \
+         AND EXISTS (SELECT 1 FROM {{connections}} WHERE {{connection::Id}} = ?) \
+         AND EXISTS (SELECT 1 FROM {{change_clock}} WHERE {{change_clock::Id}} = {CLOCK_ROW})"
+    ))
+});
+
+/// An all-new page's change batch, inserted stamped: the clock has just ticked, and the
+/// write lock is the batch's, so the clock's seq is this batch's. Run, user, provider and
+/// time, then [`PAGE_ROWS_EXIST`].
+static INSERT_STAMPED_BATCH: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
+         {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
+         SELECT {{change_clock::Seq}}, ?, ?, ?, ? FROM {{change_clock}} \
+         WHERE {{change_clock::Id}} = {CLOCK_ROW} AND {}",
+        *PAGE_ROWS_EXIST
+    ))
+});
+
+/// An all-new page's changes: one `inserted` change per external id of the JSON array
+/// given, in the batch stamped with the clock's seq, then [`PAGE_ROWS_EXIST`].
+static INSERT_NEW_CHANGES: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, {{change::Kind}}) \
+         SELECT (SELECT {{change_batch::Id}} FROM {{change_batches}} \
+         WHERE {{change_batch::Seq}} = {clock_seq}), value, {{kind::Inserted}} \
+         FROM json_each(?) WHERE {rows_exist}",
+        clock_seq = *CLOCK_SEQ,
+        rows_exist = *PAGE_ROWS_EXIST,
+    ))
+});
+
+/// [`changes::stamp_batch`] in one round trip: the tick, then the stamp of batch `?2` at
+/// time `?1`.
+static STAMP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "{tick}; UPDATE {{change_batches}} SET {{change_batch::Seq}} = {clock_seq}, \
+         {{change_batch::CommittedAt}} = ? WHERE {{change_batch::Id}} = ?",
+        tick = *TICK,
+        clock_seq = *CLOCK_SEQ,
+    ))
 });
 
 /// One new record's values in [`INSERT_NEW_RECORDS`].
@@ -167,15 +210,30 @@ impl StoreBackend for SqliteStore<'_> {
         self.lookup(txn, context.connection, records).await
     }
 
+    /// The insert, then its changes selected from the rows of this run among the page's
+    /// keys (which the lookup found missing): two statements, and no row sent back.
     async fn insert(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
+        batch: ChangeBatch,
     ) -> Result<u64, DbErr> {
         let insert = insert_statement(context, records, now)?;
-        Ok(txn.execute(&insert).await?.rows_affected())
+        let inserted = txn.execute(&insert).await?.rows_affected();
+        if inserted == 0 {
+            return Ok(0);
+        }
+        let keys = records.iter().map(|record| record.external_id.as_str());
+        let changes = inserted_changes_statement(batch, context.batch_owner(), keys)?;
+        let recorded = txn.execute(&changes).await?.rows_affected();
+        if recorded != inserted {
+            return Err(DbErr::Custom(format!(
+                "an insert took {inserted} rows but {recorded} of them were found for their changes"
+            )));
+        }
+        Ok(inserted)
     }
 
     /// Both updates sent at once; sqlx runs statements joined by `;` in turn and adds up
@@ -191,6 +249,25 @@ impl StoreBackend for SqliteStore<'_> {
             Statement::from_sql_and_values(DbBackend::Sqlite, statements.join("; "), values);
         if txn.execute_raw(statement).await?.rows_affected() != expected {
             return Err(DbErr::RecordNotUpdated);
+        }
+        Ok(())
+    }
+
+    /// Both statements sent at once, their row counts added up: 1 for the tick and 1 for
+    /// the stamp.
+    async fn stamp_batch(
+        &self,
+        txn: &DatabaseTransaction,
+        batch: ChangeBatch,
+        now: DateTime<Utc>,
+    ) -> Result<(), DbErr> {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            STAMP.as_str(),
+            [now.into(), batch.id.into()],
+        );
+        if txn.execute_raw(statement).await?.rows_affected() != 2 {
+            return Err(changes::clock_missing());
         }
         Ok(())
     }
@@ -289,11 +366,16 @@ impl NewPageBatch {
         // writing connection waits only for SQLite.
         let mut arguments: SqliteArguments =
             IntoArguments::<Sqlite>::into_arguments(SqlxValues(values));
-        // The insert comes last, so its values follow the bookkeeping's. An empty page
-        // (the end of a listing paged until empty) writes its bookkeeping only.
+        // The change batch and the inserts come last, so their values follow the
+        // bookkeeping's. An empty page (the end of a listing paged until empty) writes
+        // its bookkeeping only, and takes no seq.
         if !records.is_empty() {
+            push_stamped_batch(&mut sql, &mut arguments, context, bookkeeping)?;
+            expected.extend([1, 1]);
             sql.push_str("; ");
             push_records_insert(&mut sql, &mut arguments, context, records, bookkeeping)?;
+            expected.push(records.len() as u64);
+            push_changes_insert(&mut sql, &mut arguments, records, bookkeeping)?;
             expected.push(records.len() as u64);
         }
         sql.push_str("; COMMIT");
@@ -379,12 +461,7 @@ fn push_records_insert(
     page: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
     sql.push_str(&INSERT_NEW_RECORDS);
-    // The text sqlx itself writes for a `DateTime` on SQLite, so these rows read back
-    // exactly as rows written through sea-orm do.
-    let now: Arc<str> = page
-        .now
-        .to_rfc3339_opts(SecondsFormat::AutoSi, false)
-        .into();
+    let now: Arc<str> = sqlite_time(page.now).into();
     let user: Arc<str> = context.connection.user_id.as_str().into();
     let provider: Arc<str> = context.connection.provider.as_str().into();
     arguments.reserve(records.len() * 9, 0);
@@ -414,6 +491,61 @@ fn push_records_insert(
     guard.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))
 }
 
+/// The tick and the stamped batch of an all-new page ([`INSERT_STAMPED_BATCH`]), each
+/// written only while the page's rows exist, and their values added to `arguments`.
+fn push_stamped_batch(
+    sql: &mut String,
+    arguments: &mut SqliteArguments,
+    context: &PageContext<'_>,
+    page: &PageBookkeeping<'_>,
+) -> Result<(), DbErr> {
+    sql.push_str("; ");
+    sql.push_str(&TICK);
+    sql.push_str(" AND ");
+    sql.push_str(&PAGE_ROWS_EXIST);
+    sql.push_str("; ");
+    sql.push_str(&INSERT_STAMPED_BATCH);
+    let added = (|| {
+        arguments.add(page.run_id)?;
+        arguments.add(page.connection_id)?;
+        arguments.add(page.run_id)?;
+        arguments.add(context.connection.user_id.clone())?;
+        arguments.add(context.connection.provider.clone())?;
+        arguments.add(sqlite_time(page.now))?;
+        arguments.add(page.run_id)?;
+        arguments.add(page.connection_id)
+    })();
+    added.map_err(|error| DbErr::Custom(format!("building the page's change batch: {error}")))
+}
+
+/// [`INSERT_NEW_CHANGES`] for `records`, and its values added to `arguments`.
+fn push_changes_insert(
+    sql: &mut String,
+    arguments: &mut SqliteArguments,
+    records: &[Record],
+    page: &PageBookkeeping<'_>,
+) -> Result<(), DbErr> {
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|record| record.external_id.as_str())
+        .collect();
+    let ids = serde_json::to_string(&ids)
+        .map_err(|error| DbErr::Custom(format!("writing the page's change keys: {error}")))?;
+    sql.push_str("; ");
+    sql.push_str(&INSERT_NEW_CHANGES);
+    let added = arguments
+        .add(ids)
+        .and_then(|()| arguments.add(page.run_id))
+        .and_then(|()| arguments.add(page.connection_id));
+    added.map_err(|error| DbErr::Custom(format!("building the page's changes: {error}")))
+}
+
+/// The text sqlx itself writes for a `DateTime` on SQLite, so rows written in a batch
+/// read back exactly as rows written through sea-orm do.
+fn sqlite_time(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
 fn query_error(error: sqlx::Error) -> DbErr {
     DbErr::Query(RuntimeErr::SqlxError(error.into()))
 }
@@ -428,7 +560,14 @@ mod tests {
 
     #[test]
     fn every_statement_names_its_tables_and_columns() {
-        for sql in [&*COUNT_UNCHANGED, &*LOOKUP, &*INSERT_NEW_RECORDS] {
+        for sql in [
+            &*COUNT_UNCHANGED,
+            &*LOOKUP,
+            &*INSERT_NEW_RECORDS,
+            &*INSERT_STAMPED_BATCH,
+            &*INSERT_NEW_CHANGES,
+            &*STAMP,
+        ] {
             assert!(!sql.contains('{'), "{sql}");
         }
     }

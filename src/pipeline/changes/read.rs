@@ -1,0 +1,367 @@
+//! Reading the feed: the changes after a cursor in commit order, the head, and the
+//! cursors around one run.
+//!
+//! A read is one snapshot (a read-only `REPEATABLE READ` transaction; on SQLite, a read
+//! transaction), so the clock's seq, the swept seq and the batches it reads agree: every
+//! batch stamped at or below the snapshot's seq is in it, and none above.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::{
+    AccessMode, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait,
+    FromQueryResult, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+};
+
+use super::cursor::Cursor;
+use crate::entities::change::ChangeKind;
+use crate::entities::change_clock::CLOCK_ROW;
+use crate::entities::{change, change_batch, change_clock, record};
+
+/// The most changes one read returns.
+pub const MAX_LIMIT: u64 = 10_000;
+
+/// How many batches one step of a read looks at: the changes of so many batches are
+/// ordered by the database in one statement, without their payloads.
+const BATCHES_PER_STEP: u64 = 64;
+
+/// How many keys one payload lookup carries.
+const PAYLOAD_CHUNK: usize = 500;
+
+/// What to read.
+#[derive(Clone, Copy, Debug)]
+pub struct FeedQuery<'a> {
+    /// Read the changes after this position.
+    pub since: Cursor,
+    pub provider: Option<&'a str>,
+    pub user_id: Option<&'a str>,
+    /// At most this many changes (1 to [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+/// One change, with its record as it is now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedChange {
+    /// Its position: a reader that stops after it resumes from here.
+    pub cursor: Cursor,
+    pub user_id: String,
+    pub provider: String,
+    pub external_id: String,
+    pub kind: ChangeKind,
+    pub run_id: i64,
+    /// When its batch was stamped, just before its transaction committed.
+    pub committed_at: Option<DateTime<Utc>>,
+    /// The record is deleted now (or no longer stored at all).
+    pub deleted: bool,
+    /// The record's current payload; `None` when it is deleted.
+    pub payload: Option<String>,
+}
+
+/// What one read found, and where the next read starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedPage {
+    pub changes: Vec<FeedChange>,
+    /// The cursor to read from next: after the last change returned, or, when the read
+    /// reached the end of the feed, the head it saw.
+    pub next: Cursor,
+}
+
+/// Why a read could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error(
+        "the cursor {cursor} is older than the change feed's retention: changes up to \
+         seq {swept} were swept, so some changes after the cursor are gone. Resync: take \
+         the head (`tributary changes --head`), copy the records table again, then follow \
+         the feed from that head"
+    )]
+    Expired { cursor: Cursor, swept: i64 },
+    #[error(
+        "the cursor {cursor} is ahead of this database's change feed (its head is {head}): \
+         it was issued by another database, or this one was restored from an older backup. \
+         Resync: take the head (`tributary changes --head`), copy the records table \
+         again, then follow the feed from that head"
+    )]
+    Ahead { cursor: Cursor, head: Cursor },
+    #[error("reading the change feed failed: {0}")]
+    Database(#[from] DbErr),
+}
+
+/// The clock's row: the newest seq and the highest swept one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Clock {
+    seq: i64,
+    swept_seq: i64,
+}
+
+impl Clock {
+    async fn read(db: &impl ConnectionTrait) -> Result<Clock, DbErr> {
+        let row = change_clock::Entity::find_by_id(CLOCK_ROW)
+            .one(db)
+            .await?
+            .ok_or_else(super::clock_missing)?;
+        Ok(Clock {
+            seq: row.seq,
+            swept_seq: row.swept_seq,
+        })
+    }
+
+    fn head(self) -> Cursor {
+        Cursor::after_batch(self.seq)
+    }
+
+    /// Whether a reader at `cursor` has read everything the sweep may have deleted.
+    fn check(self, cursor: Cursor) -> Result<(), FeedError> {
+        if cursor > self.head() {
+            return Err(FeedError::Ahead {
+                cursor,
+                head: self.head(),
+            });
+        }
+        if self.swept_seq > 0 && cursor < Cursor::after_batch(self.swept_seq) {
+            return Err(FeedError::Expired {
+                cursor,
+                swept: self.swept_seq,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The head: the cursor after every change committed so far. A reader that copies
+/// `records` after taking it and then follows the feed from it misses nothing.
+pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
+    Ok(Clock::read(db).await?.head())
+}
+
+/// The cursors just before a run's first change batch and just after its last: reading
+/// from `before` until past `after` yields every change of the run (among those of other
+/// runs that committed meanwhile, told apart by their run id). For a run that changed
+/// nothing, both are the head. Inside the transaction that closes the run, this counts
+/// the batches that transaction stamped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunCursors {
+    pub before: Cursor,
+    pub after: Cursor,
+}
+
+/// [`RunCursors`] of run `run_id`.
+pub async fn run_cursor_bounds(
+    db: &impl ConnectionTrait,
+    run_id: i64,
+) -> Result<RunCursors, DbErr> {
+    let (first, last): (Option<i64>, Option<i64>) = change_batch::Entity::find()
+        .select_only()
+        .column_as(change_batch::Column::Seq.min(), "first")
+        .column_as(change_batch::Column::Seq.max(), "last")
+        .filter(change_batch::Column::RunId.eq(run_id))
+        .filter(change_batch::Column::Seq.is_not_null())
+        .into_tuple()
+        .one(db)
+        .await?
+        .unwrap_or((None, None));
+    match (first, last) {
+        (Some(first), Some(last)) => Ok(RunCursors {
+            // Seqs start at 1, so `first - 1` cannot go below the start.
+            before: Cursor::after_batch(first.saturating_sub(1)),
+            after: Cursor::after_batch(last),
+        }),
+        _ => {
+            let head = head(db).await?;
+            Ok(RunCursors {
+                before: head,
+                after: head,
+            })
+        }
+    }
+}
+
+/// Reads up to `query.limit` changes after `query.since`, in commit order.
+pub async fn read_changes(
+    db: &DatabaseConnection,
+    query: &FeedQuery<'_>,
+) -> Result<FeedPage, FeedError> {
+    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let txn = match db.get_database_backend() {
+        // A SQLite read transaction is a snapshot already, and takes no options.
+        DbBackend::Sqlite => db.begin().await?,
+        _ => {
+            db.begin_with_config(
+                Some(IsolationLevel::RepeatableRead),
+                Some(AccessMode::ReadOnly),
+            )
+            .await?
+        }
+    };
+    let clock = Clock::read(&txn).await?;
+    clock.check(query.since)?;
+    let mut from = query.since;
+    let mut picked: Vec<(change_batch::Model, ChangeRef)> = Vec::new();
+    let reached_end = loop {
+        let batches = batches_after(&txn, query, from).await?;
+        let Some(last) = batches.last() else {
+            break true;
+        };
+        let last_seq = last.seq.unwrap_or(from.seq);
+        let wanted = limit.saturating_sub(picked.len() as u64);
+        let refs = changes_of(&txn, &batches, from, wanted).await?;
+        let by_id: HashMap<i64, &change_batch::Model> =
+            batches.iter().map(|batch| (batch.id, batch)).collect();
+        for change in refs {
+            if let Some(batch) = by_id.get(&change.batch_id) {
+                picked.push(((*batch).clone(), change));
+            }
+        }
+        if picked.len() as u64 >= limit {
+            break false;
+        }
+        // Every change of these batches after `from` is picked.
+        from = Cursor::after_batch(last_seq);
+        if (batches.len() as u64) < BATCHES_PER_STEP {
+            break true;
+        }
+    };
+    let changes = with_payloads(&txn, picked).await?;
+    txn.commit().await?;
+    let last = changes.last().map(|change| change.cursor);
+    let next = match reached_end {
+        // Everything up to the snapshot's head was read (the filters only skip).
+        true => [Some(query.since), last, Some(clock.head())]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(query.since),
+        false => last.unwrap_or(query.since),
+    };
+    Ok(FeedPage { changes, next })
+}
+
+/// The stamped batches after `from` that match the query's filters, oldest first, one
+/// step's worth.
+async fn batches_after(
+    txn: &impl ConnectionTrait,
+    query: &FeedQuery<'_>,
+    from: Cursor,
+) -> Result<Vec<change_batch::Model>, DbErr> {
+    // A batch read to its end is passed; a batch read partway is read on.
+    let mut select = match from.change_id {
+        i64::MAX => change_batch::Entity::find().filter(change_batch::Column::Seq.gt(from.seq)),
+        _ => change_batch::Entity::find().filter(change_batch::Column::Seq.gte(from.seq)),
+    };
+    if let Some(provider) = query.provider {
+        select = select.filter(change_batch::Column::Provider.eq(provider));
+    }
+    if let Some(user_id) = query.user_id {
+        select = select.filter(change_batch::Column::UserId.eq(user_id));
+    }
+    select
+        .order_by_asc(change_batch::Column::Seq)
+        .limit(BATCHES_PER_STEP)
+        .all(txn)
+        .await
+}
+
+/// A change as its row says, before its record is read.
+#[derive(Clone, Debug, FromQueryResult)]
+struct ChangeRef {
+    id: i64,
+    batch_id: i64,
+    seq: i64,
+    external_id: String,
+    kind: ChangeKind,
+}
+
+/// The first `limit` changes of `batches` after `from`, in commit order: the database
+/// orders them by the batches' seq, then by change id.
+async fn changes_of(
+    txn: &impl ConnectionTrait,
+    batches: &[change_batch::Model],
+    from: Cursor,
+    limit: u64,
+) -> Result<Vec<ChangeRef>, DbErr> {
+    let seq = (change_batch::Entity, change_batch::Column::Seq);
+    let id = (change::Entity, change::Column::Id);
+    let select = Query::select()
+        .column(id)
+        .column((change::Entity, change::Column::BatchId))
+        .expr_as(Expr::col(seq), "seq")
+        .column((change::Entity, change::Column::ExternalId))
+        .column((change::Entity, change::Column::Kind))
+        .from(change::Entity)
+        .inner_join(
+            change_batch::Entity,
+            Expr::col((change_batch::Entity, change_batch::Column::Id))
+                .equals((change::Entity, change::Column::BatchId)),
+        )
+        .and_where(
+            Expr::col((change::Entity, change::Column::BatchId))
+                .is_in(batches.iter().map(|batch| batch.id)),
+        )
+        .cond_where(
+            sea_orm::Condition::any()
+                .add(Expr::col(seq).gt(from.seq))
+                .add(Expr::col(id).gt(from.change_id)),
+        )
+        .order_by(seq, sea_orm::Order::Asc)
+        .order_by(id, sea_orm::Order::Asc)
+        .limit(limit)
+        .to_owned();
+    let statement = txn.get_database_backend().build(&select);
+    ChangeRef::find_by_statement(statement).all(txn).await
+}
+
+/// The picked changes with their records' current payloads.
+async fn with_payloads(
+    txn: &impl ConnectionTrait,
+    picked: Vec<(change_batch::Model, ChangeRef)>,
+) -> Result<Vec<FeedChange>, DbErr> {
+    let mut keys: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+    for (batch, change) in &picked {
+        keys.entry((&batch.user_id, &batch.provider))
+            .or_default()
+            .push(&change.external_id);
+    }
+    let mut payloads: HashMap<(String, String, String), String> = HashMap::new();
+    for ((user_id, provider), external_ids) in keys {
+        for chunk in external_ids.chunks(PAYLOAD_CHUNK) {
+            let rows: Vec<(String, String)> = record::Entity::find()
+                .select_only()
+                .columns([record::Column::ExternalId, record::Column::Payload])
+                .filter(record::Column::UserId.eq(user_id))
+                .filter(record::Column::Provider.eq(provider))
+                .filter(record::Column::ExternalId.is_in(chunk.iter().copied()))
+                .into_tuple()
+                .all(txn)
+                .await?;
+            for (external_id, payload) in rows {
+                payloads.insert(
+                    (user_id.to_string(), provider.to_string(), external_id),
+                    payload,
+                );
+            }
+        }
+    }
+    Ok(picked
+        .into_iter()
+        .map(|(batch, change)| {
+            let key = (batch.user_id, batch.provider, change.external_id);
+            let payload = payloads.get(&key).cloned();
+            let (user_id, provider, external_id) = key;
+            FeedChange {
+                cursor: Cursor {
+                    seq: change.seq,
+                    change_id: change.id,
+                },
+                user_id,
+                provider,
+                external_id,
+                kind: change.kind,
+                run_id: batch.run_id,
+                committed_at: batch.committed_at,
+                deleted: payload.is_none(),
+                payload,
+            }
+        })
+        .collect())
+}

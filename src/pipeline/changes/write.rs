@@ -1,0 +1,175 @@
+//! Writing changes: a transaction opens a batch, points each change it records at it,
+//! and as its last statement before `COMMIT` stamps the batch with the clock's next seq
+//! ([`stamp_batch`]). These are the statements every backend shares; a backend writes
+//! some of them its own way in `store/` (the all-new pages, PostgreSQL's stamp).
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, Query};
+use sea_orm::{
+    ActiveEnum, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement,
+};
+
+use crate::entities::change::ChangeKind;
+use crate::entities::change_clock::CLOCK_ROW;
+use crate::entities::{change, change_batch, record};
+use crate::pipeline::store::names;
+
+/// A transaction's change batch: the row its changes point to, stamped as it commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeBatch {
+    pub id: i64,
+}
+
+/// Whose records a batch changes, and in which run.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchOwner<'a> {
+    pub run_id: i64,
+    pub user_id: &'a str,
+    pub provider: &'a str,
+}
+
+/// Inserts the transaction's batch, not yet stamped (its seq stays null until
+/// [`stamp_batch`], and no reader sees it before the commit).
+pub async fn open_batch(
+    txn: &impl ConnectionTrait,
+    owner: BatchOwner<'_>,
+) -> Result<ChangeBatch, DbErr> {
+    let row = change_batch::ActiveModel {
+        seq: Set(None),
+        run_id: Set(owner.run_id),
+        user_id: Set(owner.user_id.to_string()),
+        provider: Set(owner.provider.to_string()),
+        committed_at: Set(None),
+        ..Default::default()
+    };
+    let inserted = change_batch::Entity::insert(row).exec(txn).await?;
+    Ok(ChangeBatch {
+        id: inserted.last_insert_id,
+    })
+}
+
+/// Records one change of `kind` in `batch` for each of `external_ids` (at most one
+/// multi-row write's worth); returns how many.
+pub async fn record_changes<'k>(
+    txn: &impl ConnectionTrait,
+    batch: ChangeBatch,
+    kind: ChangeKind,
+    external_ids: impl IntoIterator<Item = &'k str>,
+) -> Result<u64, DbErr> {
+    let rows: Vec<change::ActiveModel> = external_ids
+        .into_iter()
+        .map(|external_id| change::ActiveModel {
+            batch_id: Set(batch.id),
+            external_id: Set(external_id.to_string()),
+            kind: Set(kind),
+            ..Default::default()
+        })
+        .collect();
+    let count = rows.len() as u64;
+    if count > 0 {
+        change::Entity::insert_many(rows)
+            .exec_without_returning(txn)
+            .await?;
+    }
+    Ok(count)
+}
+
+/// `INSERT INTO changes (batch_id, external_id, kind) SELECT batch, external_id,
+/// 'inserted' FROM records WHERE <the key is one of external_ids> AND first_seen_run_id =
+/// run`: an `inserted` change for each of those keys that run inserted. Right after an
+/// insert of keys the lookup found missing, those are exactly the rows the insert took,
+/// and not those the unique index turned away.
+pub fn inserted_changes_statement<'k>(
+    batch: ChangeBatch,
+    owner: BatchOwner<'_>,
+    external_ids: impl IntoIterator<Item = &'k str>,
+) -> Result<sea_orm::sea_query::InsertStatement, DbErr> {
+    let inserted = Query::select()
+        .expr(Expr::val(batch.id))
+        .column(record::Column::ExternalId)
+        .expr(Expr::val(ChangeKind::Inserted.to_value()))
+        .from(record::Entity)
+        .and_where(record::Column::UserId.eq(owner.user_id))
+        .and_where(record::Column::Provider.eq(owner.provider))
+        .and_where(record::Column::ExternalId.is_in(external_ids))
+        .and_where(record::Column::FirstSeenRunId.eq(owner.run_id))
+        .to_owned();
+    Ok(Query::insert()
+        .into_table(change::Entity)
+        .columns([
+            change::Column::BatchId,
+            change::Column::ExternalId,
+            change::Column::Kind,
+        ])
+        .select_from(inserted)
+        .map_err(|error| DbErr::Custom(format!("building the changes' insert: {error}")))?
+        .to_owned())
+}
+
+/// The clock's tick: `UPDATE change_clock SET seq = seq + 1 WHERE id = 1`. Its row lock is
+/// held until the transaction commits, so the next transaction's tick waits for this one
+/// to commit, and seq order is commit order.
+pub static TICK: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "UPDATE {{change_clock}} SET {{change_clock::Seq}} = {{change_clock::Seq}} + 1 \
+         WHERE {{change_clock::Id}} = {CLOCK_ROW}"
+    ))
+});
+
+/// The clock's seq as a subquery: inside the transaction that ticked it, that
+/// transaction's own seq.
+pub static CLOCK_SEQ: LazyLock<String> = LazyLock::new(|| {
+    names::sql(&format!(
+        "(SELECT {{change_clock::Seq}} FROM {{change_clock}} \
+         WHERE {{change_clock::Id}} = {CLOCK_ROW})"
+    ))
+});
+
+/// Stamps `batch` with the clock's next seq and the time `now`: the tick, then
+/// `UPDATE change_batches SET seq = <the clock's seq>, committed_at = now WHERE id =
+/// batch`. It must be the transaction's last statement before `COMMIT`: from the tick on,
+/// every other transaction that records changes waits for this one.
+pub async fn stamp_batch(
+    txn: &impl ConnectionTrait,
+    batch: ChangeBatch,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let backend = txn.get_database_backend();
+    let ticked = txn
+        .execute_raw(Statement::from_string(backend, TICK.as_str()))
+        .await?
+        .rows_affected();
+    if ticked != 1 {
+        return Err(clock_missing());
+    }
+    let stamped = change_batch::Entity::update_many()
+        .col_expr(change_batch::Column::Seq, Expr::cust(CLOCK_SEQ.as_str()))
+        .col_expr(change_batch::Column::CommittedAt, Expr::value(now))
+        .filter(change_batch::Column::Id.eq(batch.id))
+        .exec(txn)
+        .await?
+        .rows_affected;
+    if stamped != 1 {
+        return Err(DbErr::RecordNotUpdated);
+    }
+    Ok(())
+}
+
+/// Removes a batch that recorded no change (every write of its page was refused), so
+/// that the transaction takes no seq.
+pub async fn discard_batch(txn: &impl ConnectionTrait, batch: ChangeBatch) -> Result<(), DbErr> {
+    change_batch::Entity::delete_by_id(batch.id)
+        .exec(txn)
+        .await?;
+    Ok(())
+}
+
+/// The error for a database whose clock row is gone: no change can be ordered.
+pub(crate) fn clock_missing() -> DbErr {
+    DbErr::Custom(format!(
+        "the change feed's clock row (change_clock, id = {CLOCK_ROW}) is missing, so no \
+         change can be ordered; the migrations create it and nothing may delete it"
+    ))
+}

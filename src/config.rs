@@ -54,6 +54,12 @@ pub mod limits {
         Duration::from_secs(1),
         Duration::from_secs(100 * 31_557_600),
     );
+    /// `changes.retention`: at least an hour, so that a reader polling now and then is not
+    /// expired between two polls.
+    pub const CHANGES_RETENTION: (Duration, Duration) = (
+        Duration::from_secs(HOUR),
+        Duration::from_secs(100 * 31_557_600),
+    );
 }
 /// The longest user id (it is stored in a 255-character column).
 const MAX_USER_ID_LEN: usize = 255;
@@ -88,6 +94,8 @@ pub struct Settings {
     pub secrets: SecretsSettings,
     /// `[notify]`: the webhook after runs; `None` when the table is absent.
     pub notify: Option<NotifySettings>,
+    /// `[changes]`: the change feed's retention.
+    pub changes: ChangesSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -105,6 +113,27 @@ pub struct SecretsSettings {
     /// Unsafe: store literal secrets in clear when no key is configured. Warned about at
     /// every start.
     pub allow_plaintext: bool,
+}
+
+/// `[changes]`: how long the change feed keeps its changes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChangesSettings {
+    /// How long a change is kept after it committed. A reader whose cursor is older is
+    /// told to resync from `records`.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// When the daemon deletes the changes older than the retention: cron with seconds.
+    pub sweep_schedule: String,
+}
+
+impl Default for ChangesSettings {
+    fn default() -> Self {
+        ChangesSettings {
+            retention: Duration::from_secs(30 * 24 * 60 * 60),
+            sweep_schedule: "0 */10 * * * *".to_string(),
+        }
+    }
 }
 
 /// How a provider's records are written (`mode` in its config).
@@ -255,6 +284,8 @@ struct RawSettings {
     secrets: SecretsSettings,
     notify: Option<toml::Value>,
     #[serde(default)]
+    changes: ChangesSettings,
+    #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
 
@@ -380,12 +411,18 @@ impl Settings {
             .map_err(|message| invalid("daemon.shutdown_grace".into(), message))?;
         validate_cron(&raw.daemon.key_sweep_schedule)
             .map_err(|message| invalid("daemon.key_sweep_schedule".into(), message))?;
+        let (min, max) = limits::CHANGES_RETENTION;
+        duration_in(raw.changes.retention, min, max)
+            .map_err(|message| invalid("changes.retention".into(), message))?;
+        validate_cron(&raw.changes.sweep_schedule)
+            .map_err(|message| invalid("changes.sweep_schedule".into(), message))?;
         Ok(Settings {
             path: path_buf,
             database,
             daemon: raw.daemon,
             secrets: raw.secrets,
             notify,
+            changes: raw.changes,
             providers,
         })
     }

@@ -33,6 +33,10 @@ lease_ttl = "60s"
 shutdown_grace = "30s"
 key_sweep_schedule = "0 */10 * * * *"
 
+[changes]
+retention = "30d"
+sweep_schedule = "0 */10 * * * *"
+
 [providers.acme]
 kind = "rest"
 base_url = "https://api.example.com/v2"
@@ -444,6 +448,21 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             append("300000y"),
             "providers.acme.retention",
             "between 1s and 100years",
+        ),
+        (
+            with_line("retention", "retention = \"10m\""),
+            "changes.retention",
+            "between 1h and 100years, got 10m",
+        ),
+        (
+            with_line("retention", "retention = \"300000y\""),
+            "changes.retention",
+            "between 1h and 100years",
+        ),
+        (
+            with_line("sweep_schedule", "sweep_schedule = \"every day\""),
+            "changes.sweep_schedule",
+            "not a valid cron expression",
         ),
         (
             with_line("requests_per_second", "requests_per_second = 1e9"),

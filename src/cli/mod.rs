@@ -1,9 +1,10 @@
 //! The `tributary` command line: the clap types and the dispatch here, one file per
-//! command group (`sync.rs`, `daemon.rs`, `history.rs` for runs and errors,
+//! command group (`sync.rs`, `daemon.rs`, `history.rs` for runs and errors, `changes.rs`,
 //! `notifications.rs`, `connections.rs`, `secrets.rs`, `replay.rs`, `reconcile.rs`, `setup.rs` for migrate
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
+mod changes;
 mod connections;
 mod daemon;
 mod demo;
@@ -72,6 +73,11 @@ pub enum Command {
     Sync(sync::SyncArgs),
     /// Show the run history, newest first.
     Runs(history::RunsArgs),
+    /// Show the change feed: the records inserted, updated, deleted or restored after a
+    /// cursor, in commit order, and the cursor to pass next time. Exits 3 when the
+    /// cursor is older than the feed's retention (or from another database): resync from
+    /// `records`.
+    Changes(changes::ChangesArgs),
     /// Show a run's error report (each failed record with its stage, message and payload),
     /// or with `--open` the unresolved errors of every run.
     Errors(history::ErrorsArgs),
@@ -194,6 +200,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sync(args) => sync::run(config, args).await,
         Command::Runs(args) => history::runs(config, args).await,
         Command::Errors(args) => history::errors(config, args).await,
+        Command::Changes(args) => changes::run(config, args).await,
         Command::Notifications(args) => notifications::run(config, args).await,
         Command::Replay(args) => replay::run(config, args).await,
         Command::Reconcile(args) => reconcile::run(config, args).await,

@@ -125,26 +125,7 @@ pub async fn run_with(
             .with_context(|| format!("scheduling provider {}", provider_settings.name))?;
         scheduled += 1;
     }
-    if settings
-        .providers
-        .values()
-        .any(|p| matches!(p.write_mode, crate::config::WriteMode::Append { .. }))
-    {
-        let db = db.clone();
-        let sweep = Job::new_async(settings.daemon.key_sweep_schedule.as_str(), move |_, _| {
-            let db = db.clone();
-            Box::pin(async move {
-                if let Err(error) = crate::pipeline::store::sweep_expired_keys(&db).await {
-                    tracing::warn!(%error, "Sweeping expired processed keys failed.");
-                }
-            })
-        })
-        .context("scheduling the processed-keys sweep")?;
-        scheduler
-            .add(sweep)
-            .await
-            .context("scheduling the processed-keys sweep")?;
-    }
+    schedule_sweeps(&scheduler, &settings, &db).await?;
     if let (Some(notify), Some(secret)) = (&settings.notify, notify_secret) {
         let notifier = notify::Notifier::new(db.main().clone(), notify.clone(), secret)?;
         // Tracked, so shutdown lets the attempts in flight finish.
@@ -204,6 +185,54 @@ pub async fn run_with(
         let _ = endpoints.await;
     }
     tracing::info!("Daemon stopped.");
+    Ok(())
+}
+
+/// Schedules the sweeps: the change feed's expired changes, and the expired processed
+/// keys when an append-only provider exists.
+async fn schedule_sweeps(
+    scheduler: &JobScheduler,
+    settings: &Settings,
+    db: &DatabasePools,
+) -> anyhow::Result<()> {
+    if settings
+        .providers
+        .values()
+        .any(|p| matches!(p.write_mode, crate::config::WriteMode::Append { .. }))
+    {
+        let db = db.clone();
+        let sweep = Job::new_async(settings.daemon.key_sweep_schedule.as_str(), move |_, _| {
+            let db = db.clone();
+            Box::pin(async move {
+                if let Err(error) = crate::pipeline::store::sweep_expired_keys(&db).await {
+                    tracing::warn!(%error, "Sweeping expired processed keys failed.");
+                }
+            })
+        })
+        .context("scheduling the processed-keys sweep")?;
+        scheduler
+            .add(sweep)
+            .await
+            .context("scheduling the processed-keys sweep")?;
+    }
+    let retention = settings.changes.retention;
+    let sweep = {
+        let db = db.clone();
+        Job::new_async(settings.changes.sweep_schedule.as_str(), move |_, _| {
+            let db = db.clone();
+            Box::pin(async move {
+                let swept = crate::pipeline::changes::sweep_expired_changes(&db, retention);
+                if let Err(error) = swept.await {
+                    tracing::warn!(%error, "Sweeping expired changes failed.");
+                }
+            })
+        })
+        .context("scheduling the change feed's sweep")?
+    };
+    scheduler
+        .add(sweep)
+        .await
+        .context("scheduling the change feed's sweep")?;
     Ok(())
 }
 

@@ -1,0 +1,807 @@
+//! The change feed: every insert and content update becomes a change, readable in commit
+//! order behind a cursor, with no change twice and none missed, even when transactions
+//! commit out of the order in which they began writing; an unchanged re-sync adds none;
+//! a cursor older than the retention is refused with a message to resync.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, Statement, TransactionTrait,
+};
+use serde_json::{json, Value};
+use tributary::config::{DatabaseSettings, WriteMode};
+use tributary::entities::change::ChangeKind;
+use tributary::entities::{change, change_batch, change_clock, connection};
+use tributary::pipeline::changes::{
+    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedError, FeedQuery,
+};
+use tributary::pipeline::run::start_run;
+use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
+use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary_providers::record::sha256_hex;
+use tributary_providers::{PageItem, PagePosition, Record};
+
+use crate::helpers::{
+    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, proptest_config,
+    run, runtime, spawn_app, tributary, Backend, TestApp,
+};
+
+/// Every change after `since`, read `limit` at a time, and the cursor after them.
+async fn read_all(db: &DatabaseConnection, since: Cursor, limit: u64) -> (Vec<FeedChange>, Cursor) {
+    let mut cursor = since;
+    let mut all = Vec::new();
+    loop {
+        let query = FeedQuery {
+            since: cursor,
+            provider: None,
+            user_id: None,
+            limit,
+        };
+        let page = changes::read_changes(db, &query).await.expect("feed read");
+        assert!(page.next >= cursor, "the cursor never goes back");
+        let done = page.changes.is_empty();
+        cursor = page.next;
+        all.extend(page.changes);
+        if done {
+            return (all, cursor);
+        }
+    }
+}
+
+/// The (external id, kind) of each change, in feed order.
+fn kinds(changes: &[FeedChange]) -> Vec<(String, ChangeKind)> {
+    changes
+        .iter()
+        .map(|change| (change.external_id.clone(), change.kind))
+        .collect()
+}
+
+/// The clock's seq.
+async fn clock(app: &TestApp) -> i64 {
+    change_clock::Entity::find_by_id(1)
+        .one(&app.db)
+        .await
+        .expect("clock")
+        .expect("the clock's row")
+        .seq
+}
+
+async fn batch_count(app: &TestApp) -> u64 {
+    change_batch::Entity::find()
+        .count(&app.db)
+        .await
+        .expect("batches")
+}
+
+#[tokio::test]
+async fn a_first_sync_records_each_insert_and_an_unchanged_resync_records_nothing() {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "k", 3, 4, Duration::ZERO).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.counts.inserted, 12);
+
+    let (feed, head) = read_all(&app.db, Cursor::START, 5).await;
+    let mut expected: Vec<String> = (0..12).map(|n| format!("k{n}")).collect();
+    expected.sort();
+    let mut seen: Vec<String> = feed.iter().map(|c| c.external_id.clone()).collect();
+    seen.sort();
+    assert_eq!(seen, expected, "each record once");
+    assert!(feed.iter().all(|c| c.kind == ChangeKind::Inserted));
+    assert!(feed.iter().all(|c| c.run_id == first.run_id && !c.deleted));
+    let stored: HashMap<String, String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.external_id, r.payload))
+        .collect();
+    for change in &feed {
+        assert_eq!(change.payload.as_ref(), stored.get(&change.external_id));
+        assert_eq!((&*change.user_id, &*change.provider), ("alice", "acme"));
+        assert!(change.committed_at.is_some());
+    }
+    // Each page of the listing is one batch, stamped in the order the pages committed.
+    assert_eq!(batch_count(&app).await, 3);
+    assert_eq!(clock(&app).await, 3);
+    assert_eq!(head, Cursor::after_batch(3));
+
+    let again = app.sync_one(&settings).await;
+    assert_eq!((again.counts.unchanged, again.counts.inserted), (12, 0));
+    assert_eq!(
+        batch_count(&app).await,
+        3,
+        "an unchanged re-sync opens no batch"
+    );
+    assert_eq!(clock(&app).await, 3, "and takes no seq");
+    let (after, next) = read_all(&app.db, head, 5).await;
+    assert!(after.is_empty(), "{after:?}");
+    assert_eq!(next, head);
+}
+
+#[tokio::test]
+async fn new_content_is_an_updated_change_with_the_current_payload() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    let (_, head) = read_all(&app.db, Cursor::START, 100).await;
+
+    app.api.reset().await;
+    let mut changed = items("k", "alice", 0..4);
+    changed[1]["n"] = json!(100);
+    mount_cursor_pages(&app.api, vec![(Value::Array(changed), None)]).await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(
+        (
+            run.counts.inserted,
+            run.counts.updated,
+            run.counts.unchanged
+        ),
+        (1, 1, 2)
+    );
+    let (feed, _) = read_all(&app.db, head, 100).await;
+    let mut found = kinds(&feed);
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            ("k1".to_string(), ChangeKind::Updated),
+            ("k3".to_string(), ChangeKind::Inserted),
+        ]
+    );
+    let updated = feed.iter().find(|c| c.external_id == "k1").expect("k1");
+    let payload: Value =
+        serde_json::from_str(updated.payload.as_deref().expect("payload")).expect("json");
+    assert_eq!(payload["n"], 100, "the record's content as it is now");
+    assert!(feed.iter().all(|c| c.run_id == run.run_id));
+}
+
+/// `tributary changes ARGS...` against `config`, its JSON output parsed.
+fn changes_json(config: &std::path::Path, args: &[&str]) -> Value {
+    let output = run(tributary(config).arg("changes").arg("--json").args(args));
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    serde_json::from_str(&output.stdout).expect("changes --json prints JSON")
+}
+
+#[tokio::test]
+async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_without_repeats() {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "k", 2, 3, Duration::ZERO).await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    let first = app.sync_one(&settings).await;
+
+    let mut cursor: Option<String> = None;
+    let mut seen = Vec::new();
+    loop {
+        let mut args = vec!["--limit", "2"];
+        if let Some(cursor) = &cursor {
+            args.extend(["--since", cursor.as_str()]);
+        }
+        let page = changes_json(&config, &args);
+        let changes = page["changes"].as_array().expect("changes").clone();
+        assert!(changes.len() <= 2, "{page}");
+        for change in &changes {
+            assert_eq!(change["kind"], "inserted");
+            assert_eq!(change["user_id"], "alice");
+            assert_eq!(change["provider"], "acme");
+            assert_eq!(change["run_id"], first.run_id);
+            assert_eq!(change["deleted"], false);
+            // The payload is the record itself, not a string holding it.
+            assert_eq!(change["payload"]["id"], change["external_id"]);
+            assert!(change["cursor"]
+                .as_str()
+                .expect("cursor")
+                .starts_with("c1."));
+            assert!(change["committed_at"].is_string());
+            seen.push(change["external_id"].as_str().expect("id").to_string());
+        }
+        let next = page["next_cursor"]
+            .as_str()
+            .expect("next_cursor")
+            .to_string();
+        assert!(next.starts_with("c1."), "{next}");
+        cursor = Some(next);
+        if changes.is_empty() {
+            break;
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "no change twice: {seen:?}");
+    assert_eq!(sorted, ["k0", "k1", "k2", "k3", "k4", "k5"]);
+
+    // The head is where the reader stopped; a change after it is all the next read finds.
+    let head = run(tributary(&config).args(["changes", "--head"]));
+    assert_eq!(head.code, 0, "{}", head.stderr);
+    let head = head.stdout.trim().to_string();
+    assert_eq!(Some(&head), cursor.as_ref());
+    app.api.reset().await;
+    let mut changed = items("k", "alice", 0..3);
+    changed[2]["n"] = json!("new");
+    mount_cursor_pages(&app.api, vec![(Value::Array(changed), None)]).await;
+    app.sync_one(&settings).await;
+    let after = changes_json(&config, &["--since", &head]);
+    let after = after["changes"].as_array().expect("changes");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(
+        (&after[0]["external_id"], &after[0]["kind"]),
+        (&json!("k2"), &json!("updated"))
+    );
+    assert_eq!(after[0]["payload"]["n"], "new");
+
+    // The table names each change and ends with the cursor to pass next.
+    let table = run(tributary(&config).args(["changes", "--since", &head]));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("updated") && table.stdout.contains("k2"),
+        "{}",
+        table.stdout
+    );
+    assert!(
+        table.stdout.contains("Next cursor: c1."),
+        "{}",
+        table.stdout
+    );
+    let filtered = changes_json(&config, &["--provider", "other"]);
+    assert_eq!(filtered["changes"], json!([]));
+}
+
+#[tokio::test]
+async fn a_malformed_cursor_is_refused_naming_it() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    for cursor in ["nonsense", "c1.!!", "c1.AAAA"] {
+        let output = run(tributary(&config).args(["changes", "--since", cursor]));
+        assert_eq!(output.code, 2, "{cursor}: {}", output.stderr);
+        assert!(
+            output.stderr.contains("malformed change cursor"),
+            "{cursor}: {}",
+            output.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    let (_, after_first) = read_all(&app.db, Cursor::START, 100).await;
+    app.api.reset().await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..4)), None)]).await;
+    app.sync_one(&settings).await;
+
+    // The first run's batch committed two days ago; the retention is a day.
+    let two_days_ago = chrono::Utc::now() - chrono::Duration::days(2);
+    change_batch::Entity::update_many()
+        .col_expr(change_batch::Column::CommittedAt, Expr::value(two_days_ago))
+        .filter(change_batch::Column::Seq.eq(1))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+        .await
+        .expect("swept");
+    assert_eq!(
+        (swept.batches, swept.changes, swept.swept_seq),
+        (1, 3, Some(1))
+    );
+    assert_eq!(
+        change::Entity::find()
+            .count(&app.db)
+            .await
+            .expect("changes"),
+        1,
+        "the second run's change is kept"
+    );
+
+    // From the start, or from inside the swept batch: changes are gone, and it says so.
+    let inside = Cursor {
+        seq: 1,
+        change_id: 1,
+    };
+    for since in [None, Some(inside.to_string())] {
+        let mut args = vec!["changes".to_string()];
+        args.extend(
+            since
+                .iter()
+                .flat_map(|since| ["--since".to_string(), since.clone()]),
+        );
+        let output = run(tributary(&config).args(&args));
+        assert_eq!(output.code, 3, "{args:?}: {}", output.stderr);
+        assert!(
+            output
+                .stderr
+                .contains("older than the change feed's retention")
+                && output.stderr.contains("copy the records table again"),
+            "{}",
+            output.stderr
+        );
+    }
+    let query = FeedQuery {
+        since: Cursor::START,
+        provider: None,
+        user_id: None,
+        limit: 10,
+    };
+    let refused = changes::read_changes(&app.db, &query).await;
+    assert!(
+        matches!(refused, Err(FeedError::Expired { swept: 1, .. })),
+        "{refused:?}"
+    );
+
+    // A reader that had read the whole swept batch lost nothing and reads on.
+    let page = changes_json(&config, &["--since", &after_first.to_string()]);
+    let kept = page["changes"].as_array().expect("changes");
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["external_id"], "k3");
+
+    // A cursor from beyond this database's head is refused too.
+    let ahead = Cursor::after_batch(99).to_string();
+    let output = run(tributary(&config).args(["changes", "--since", &ahead]));
+    assert_eq!(output.code, 3, "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains("is ahead of this database's change feed"),
+        "{}",
+        output.stderr
+    );
+}
+
+/// A pool of the test's own on the app's database (on SQLite, another connection to the
+/// file, so that it reads while the app's one writer is inside a transaction).
+async fn pool(app: &TestApp, connections: u32) -> tributary::db::DatabasePools {
+    tributary::db::connect(&DatabaseSettings {
+        url: app.database_url.clone(),
+        max_connections: connections,
+    })
+    .await
+    .expect("pool")
+}
+
+/// A reader that polls the feed with the last cursor it got, as an app would.
+struct Poller {
+    db: tributary::db::DatabasePools,
+    cursor: Cursor,
+    /// Every external id read, in the order read.
+    seen: Vec<String>,
+    limit: u64,
+}
+
+impl Poller {
+    async fn new(app: &TestApp) -> Poller {
+        let db = pool(app, 2).await;
+        let cursor = changes::head(db.main()).await.expect("head");
+        Poller {
+            db,
+            cursor,
+            seen: Vec::new(),
+            limit: 2,
+        }
+    }
+
+    /// One read; returns the external ids it found.
+    async fn poll(&mut self) -> Vec<String> {
+        let query = FeedQuery {
+            since: self.cursor,
+            provider: None,
+            user_id: None,
+            limit: self.limit,
+        };
+        let page = changes::read_changes(self.db.main(), &query)
+            .await
+            .expect("feed read");
+        assert!(page.next >= self.cursor, "the cursor never goes back");
+        self.cursor = page.next;
+        let found: Vec<String> = page.changes.into_iter().map(|c| c.external_id).collect();
+        self.seen.extend(found.iter().cloned());
+        found
+    }
+
+    /// Polls until a read finds nothing.
+    async fn drain(&mut self) {
+        while !self.poll().await.is_empty() {}
+    }
+}
+
+/// One writer's open transaction, driven a statement at a time as the store path runs
+/// them: the batch, its changes, then the stamp and the commit.
+struct Writer {
+    txn: DatabaseTransaction,
+    batch: ChangeBatch,
+    ids: Vec<String>,
+}
+
+impl Writer {
+    async fn begin(db: &DatabaseConnection, run_id: i64) -> Writer {
+        let txn = db.begin().await.expect("begin");
+        let owner = BatchOwner {
+            run_id,
+            user_id: "alice",
+            provider: "acme",
+        };
+        let batch = changes::open_batch(&txn, owner).await.expect("batch");
+        Writer {
+            txn,
+            batch,
+            ids: Vec::new(),
+        }
+    }
+
+    async fn record(&mut self, ids: &[String]) {
+        let recorded = changes::record_changes(
+            &self.txn,
+            self.batch,
+            ChangeKind::Inserted,
+            ids.iter().map(String::as_str),
+        )
+        .await
+        .expect("changes");
+        assert_eq!(recorded, ids.len() as u64);
+        self.ids.extend(ids.iter().cloned());
+    }
+
+    async fn stamp(&self) {
+        changes::stamp_batch(&self.txn, self.batch, chrono::Utc::now())
+            .await
+            .expect("stamped");
+    }
+
+    /// The stamp and the commit; returns the ids committed.
+    async fn finish(self) -> Vec<String> {
+        self.stamp().await;
+        self.txn.commit().await.expect("commit");
+        self.ids
+    }
+
+    /// The change ids this writer's batch holds (read inside its transaction).
+    async fn change_ids(&self) -> Vec<i64> {
+        change::Entity::find()
+            .filter(change::Column::BatchId.eq(self.batch.id))
+            .all(&self.txn)
+            .await
+            .expect("changes")
+            .into_iter()
+            .map(|change| change.id)
+            .collect()
+    }
+}
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
+#[tokio::test]
+async fn transactions_that_commit_out_of_the_order_they_began_writing_are_read_in_commit_order() {
+    let app = spawn_app().await;
+    let (_, run_id) = app.alice_with_a_run().await;
+    let mut poller = Poller::new(&app).await;
+    let writers = pool(&app, 4).await;
+    if backend() == Backend::Sqlite {
+        // One writer at a time: a transaction's changes appear when it commits, whole.
+        let mut a = Writer::begin(&writers, run_id).await;
+        a.record(&ids(&["a1", "a2", "a3"])).await;
+        assert!(poller.poll().await.is_empty());
+        a.stamp().await;
+        assert!(poller.poll().await.is_empty(), "stamped is not committed");
+        a.txn.commit().await.expect("commit");
+        poller.drain().await;
+        assert_eq!(poller.seen, ids(&["a1", "a2", "a3"]));
+        return;
+    }
+
+    // A writes first, B overtakes it and commits first.
+    let mut a = Writer::begin(&writers, run_id).await;
+    a.record(&ids(&["a1", "a2", "a3"])).await;
+    let mut b = Writer::begin(&writers, run_id).await;
+    b.record(&ids(&["b1"])).await;
+    assert!(
+        a.change_ids().await.iter().max() < b.change_ids().await.iter().min(),
+        "A's changes have the smaller ids"
+    );
+    assert!(poller.poll().await.is_empty());
+    b.stamp().await;
+    assert!(poller.poll().await.is_empty(), "stamped is not committed");
+    b.finish().await;
+    poller.drain().await;
+    assert_eq!(poller.seen, ids(&["b1"]));
+    // A commits after the reader moved past B: its smaller ids are read all the same.
+    a.finish().await;
+    poller.drain().await;
+    assert_eq!(poller.seen, ids(&["b1", "a1", "a2", "a3"]));
+
+    // While C holds the clock (stamped, not committed), D's stamp waits for it.
+    let mut c = Writer::begin(&writers, run_id).await;
+    c.record(&ids(&["c1"])).await;
+    let mut d = Writer::begin(&writers, run_id).await;
+    d.record(&ids(&["d1", "d2"])).await;
+    c.stamp().await;
+    let d_stamp = tokio::spawn(async move {
+        d.stamp().await;
+        d
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!d_stamp.is_finished(), "D's tick waits for C's commit");
+    assert!(poller.poll().await.is_empty());
+    c.txn.commit().await.expect("commit");
+    let d = d_stamp.await.expect("D stamped");
+    poller.drain().await;
+    assert_eq!(poller.seen, ids(&["b1", "a1", "a2", "a3", "c1"]));
+    d.txn.commit().await.expect("commit");
+    poller.drain().await;
+    assert_eq!(
+        poller.seen,
+        ids(&["b1", "a1", "a2", "a3", "c1", "d1", "d2"])
+    );
+}
+
+/// One step of a random interleaving.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Writer `n` opens its transaction (if it has none open).
+    Begin(usize),
+    /// Writer `n` records this many changes.
+    Record(usize, usize),
+    /// Writer `n` stamps and commits.
+    Finish(usize),
+    /// Writer `n` rolls back.
+    Abort(usize),
+    /// The reader polls, reading at most this many.
+    Poll(u64),
+}
+
+const WRITERS: usize = 3;
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..WRITERS).prop_map(Step::Begin),
+        4 => (0..WRITERS, 1..4usize).prop_map(|(n, changes)| Step::Record(n, changes)),
+        3 => (0..WRITERS).prop_map(Step::Finish),
+        1 => (0..WRITERS).prop_map(Step::Abort),
+        3 => (1..5u64).prop_map(Step::Poll),
+    ]
+}
+
+/// Runs `steps` from the head: writers on their own connections, a reader polling in
+/// between. Returns what committed, in commit order, and what the reader read.
+async fn interleave(
+    app: &TestApp,
+    writers_db: &DatabaseConnection,
+    run_id: i64,
+    case: usize,
+    steps: &[Step],
+) -> (Vec<String>, Vec<String>) {
+    let mut poller = Poller::new(app).await;
+    let mut open: Vec<Option<Writer>> = (0..WRITERS).map(|_| None).collect();
+    let mut committed = Vec::new();
+    let mut next_id = 0;
+    for step in steps {
+        match *step {
+            // SQLite has one writer: a second transaction would wait for the first.
+            Step::Begin(n)
+                if open[n].is_none()
+                    && (backend() != Backend::Sqlite || open.iter().all(Option::is_none)) =>
+            {
+                open[n] = Some(Writer::begin(writers_db, run_id).await);
+            }
+            Step::Record(n, count) => {
+                if let Some(writer) = open[n].as_mut() {
+                    let names: Vec<String> = (0..count)
+                        .map(|_| {
+                            next_id += 1;
+                            format!("case{case}-w{n}-{next_id}")
+                        })
+                        .collect();
+                    writer.record(&names).await;
+                }
+            }
+            Step::Finish(n) => {
+                if let Some(writer) = open[n].take() {
+                    committed.extend(writer.finish().await);
+                }
+            }
+            Step::Abort(n) => {
+                if let Some(writer) = open[n].take() {
+                    writer.txn.rollback().await.expect("rollback");
+                }
+            }
+            Step::Poll(limit) => {
+                poller.limit = limit;
+                poller.poll().await;
+            }
+            Step::Begin(_) => {}
+        }
+    }
+    for writer in open.into_iter().flatten() {
+        committed.extend(writer.finish().await);
+    }
+    poller.limit = 3;
+    poller.drain().await;
+    (committed, poller.seen)
+}
+
+/// Random interleavings of three writers and a reader: what the reader read is exactly
+/// what committed, each change once, in commit order.
+#[test]
+fn a_poller_reads_every_committed_change_once_in_commit_order_under_any_interleaving() {
+    let runtime = runtime();
+    let (app, writers, run_id) = runtime.block_on(async {
+        let app = spawn_app().await;
+        let (_, run_id) = app.alice_with_a_run().await;
+        let writers = pool(&app, WRITERS as u32 + 1).await;
+        (app, writers, run_id)
+    });
+    let case = std::cell::Cell::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(proptest_config(48, 0xfeed));
+    runner
+        .run(&proptest::collection::vec(step(), 4..40), |steps| {
+            case.set(case.get() + 1);
+            let (committed, seen) =
+                runtime.block_on(interleave(&app, &writers, run_id, case.get(), &steps));
+            prop_assert_eq!(&seen, &committed, "steps: {:?}", steps);
+            Ok(())
+        })
+        .expect("the reader read every committed change once, in commit order");
+}
+
+/// Sessions of this test's database waiting for a lock (on MySQL, for the lock on a
+/// `connections` row).
+async fn lock_waits(app: &TestApp) -> i64 {
+    let sql = match backend() {
+        Backend::Sqlite => return 0,
+        Backend::Postgres => {
+            "SELECT count(*)::bigint AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        }
+        // The test holds the row an update of `connections` waits for: every session
+        // running one is waiting.
+        Backend::Mysql => {
+            "SELECT count(*) AS n FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND INFO LIKE 'UPDATE `connections`%'"
+        }
+    };
+    app.db
+        .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
+        .await
+        .expect("lock waits")
+        .expect("a count")
+        .try_get("", "n")
+        .expect("n")
+}
+
+/// A page of records `{"id": id}`, all new.
+fn page_of(names: &[&str]) -> Vec<PageItem> {
+    names
+        .iter()
+        .map(|id| {
+            let payload = format!(r#"{{"id":"{id}"}}"#);
+            PageItem::Record(Record {
+                external_id: id.to_string(),
+                content_hash: sha256_hex(payload.as_bytes()),
+                payload,
+            })
+        })
+        .collect()
+}
+
+/// Through the store path itself: alice's page writes its records and changes first, then
+/// waits (for a lock the test holds on her connection's row, which her page's checkpoint
+/// updates); bob's page, written meanwhile, commits first. The reader reads bob's, then
+/// alice's once her page commits, although her changes have the smaller ids.
+#[tokio::test]
+async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_overtook_it() {
+    let app = spawn_app().await;
+    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice", "bob"]))
+        .await;
+    let connections = connection::Entity::find()
+        .order_by_asc(connection::Column::UserId)
+        .all(&app.db)
+        .await
+        .expect("connections");
+    let (alice, bob) = (&connections[0], &connections[1]);
+    let run_of = |connection| start_run(&app.db, connection, Trigger::Manual);
+    let (alice_run, bob_run) = (
+        run_of(alice).await.expect("run"),
+        run_of(bob).await.expect("run"),
+    );
+    let next = Checkpoint {
+        position: PagePosition::Cursor {
+            cursor: "p2".to_string(),
+        },
+        since: None,
+        watermark: None,
+    };
+    let context = |run_id, connection| PageContext {
+        run_id,
+        connection,
+        next_checkpoint: Some(&next),
+        mode: WriteMode::Upsert,
+        leave_checkpoint: false,
+        expect: PageExpectation::Unknown,
+    };
+    let writers = pool(&app, 4).await;
+    let mut poller = Poller::new(&app).await;
+    poller.limit = 10;
+    let store = |run_id, connection, names: &'static [&'static str]| {
+        let writers = &writers;
+        let context = context(run_id, connection);
+        async move {
+            let mut totals = RunCounts::default();
+            store_page(writers, &context, page_of(names), &mut totals)
+                .await
+                .expect("stored")
+        }
+    };
+    if backend() == Backend::Sqlite {
+        // One writer at a time: the pages commit in the order they began.
+        store(alice_run, alice, &["a1", "a2"]).await;
+        store(bob_run, bob, &["b1"]).await;
+        poller.drain().await;
+        assert_eq!(poller.seen, ids(&["a1", "a2", "b1"]));
+        return;
+    }
+
+    let lock = app.db.begin().await.expect("lock transaction");
+    let locked = format!(
+        "SELECT id FROM connections WHERE id = {} FOR UPDATE",
+        alice.id
+    );
+    lock.execute_unprepared(&locked).await.expect("row locked");
+    let alice_page = store(alice_run, alice, &["a1", "a2"]);
+    let overtake = async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while lock_waits(&app).await < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "alice's page never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store(bob_run, bob, &["b1"]).await;
+        poller.drain().await;
+        assert_eq!(poller.seen, ids(&["b1"]), "bob's page committed first");
+        lock.rollback().await.expect("lock released");
+    };
+    let (alice_counts, ()) = tokio::join!(alice_page, overtake);
+    assert_eq!(alice_counts.inserted, 2);
+    poller.drain().await;
+    assert_eq!(poller.seen, ids(&["b1", "a1", "a2"]));
+
+    let id_of = |user: &str| {
+        let db = app.db.clone();
+        let user = user.to_string();
+        async move {
+            let batch = change_batch::Entity::find()
+                .filter(change_batch::Column::UserId.eq(user))
+                .one(&db)
+                .await
+                .expect("batch")
+                .expect("one batch");
+            let changes = change::Entity::find()
+                .filter(change::Column::BatchId.eq(batch.id))
+                .all(&db)
+                .await
+                .expect("changes");
+            (batch.seq, changes.iter().map(|c| c.id).max())
+        }
+    };
+    let ((alice_seq, alice_last), (bob_seq, bob_first)) =
+        (id_of("alice").await, id_of("bob").await);
+    assert!(alice_last < bob_first, "alice's changes were written first");
+    assert!(alice_seq > bob_seq, "and are stamped after bob's");
+}

@@ -21,13 +21,13 @@ use tributary::pipeline::changes::{
 };
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
-use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary::pipeline::{RunCounts, Trigger};
 use tributary_providers::record::sha256_hex;
-use tributary_providers::{PageItem, PagePosition, Record};
+use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::helpers::{
     backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, proptest_config,
-    run, runtime, spawn_app, tributary, Backend, TestApp,
+    run, runtime, spawn_app, tributary, Backend, TestApp, LOCK_WAITS_POLL,
 };
 
 /// Every change after `since`, read `limit` at a time, and the cursor after them.
@@ -659,31 +659,6 @@ fn a_poller_reads_every_committed_change_once_in_commit_order_under_any_interlea
         .expect("the reader read every committed change once, in commit order");
 }
 
-/// Sessions of this test's database waiting for a lock (on MySQL, for the lock on a
-/// `connections` row).
-async fn lock_waits(app: &TestApp) -> i64 {
-    let sql = match backend() {
-        Backend::Sqlite => return 0,
-        Backend::Postgres => {
-            "SELECT count(*)::bigint AS n FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        }
-        // The test holds the row an update of `connections` waits for: every session
-        // running one is waiting.
-        Backend::Mysql => {
-            "SELECT count(*) AS n FROM information_schema.PROCESSLIST \
-             WHERE DB = DATABASE() AND INFO LIKE 'UPDATE `connections`%'"
-        }
-    };
-    app.db
-        .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
-        .await
-        .expect("lock waits")
-        .expect("a count")
-        .try_get("", "n")
-        .expect("n")
-}
-
 /// A page of records `{"id": id}`, all new.
 fn page_of(names: &[&str]) -> Vec<PageItem> {
     names
@@ -699,10 +674,41 @@ fn page_of(names: &[&str]) -> Vec<PageItem> {
         .collect()
 }
 
-/// Through the store path itself: alice's page writes its records and changes first, then
-/// waits (for a lock the test holds on her connection's row, which her page's checkpoint
-/// updates); bob's page, written meanwhile, commits first. The reader reads bob's, then
-/// alice's once her page commits, although her changes have the smaller ids.
+/// Holds back every insert into `run_errors` while other writes go on: a SHARE lock on
+/// the table on PostgreSQL, and on MySQL a locking read of the (empty) table, which locks
+/// the gap every new row goes into.
+async fn hold_error_rows(app: &TestApp) -> DatabaseTransaction {
+    let sql = match backend() {
+        Backend::Postgres => "LOCK TABLE run_errors IN SHARE MODE",
+        _ => "SELECT id FROM run_errors FOR UPDATE",
+    };
+    let txn = app.db.begin().await.expect("gate transaction");
+    txn.execute_unprepared(sql).await.expect("gate closed");
+    txn
+}
+
+/// Sessions waiting at [`hold_error_rows`]: on MySQL, those running an insert into
+/// `run_errors` (none can finish while it holds), read from the process list, which,
+/// unlike MariaDB's lock tables, is never a cached copy.
+async fn error_rows_waiting(app: &TestApp) -> i64 {
+    if backend() != Backend::Mysql {
+        return app.lock_waits().await;
+    }
+    let sql = "SELECT count(*) AS n FROM information_schema.PROCESSLIST \
+               WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO `run_errors`%'";
+    app.db
+        .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
+        .await
+        .expect("process list")
+        .expect("a count")
+        .try_get("", "n")
+        .expect("n")
+}
+
+/// Through the store path itself: alice's page writes its records and their changes,
+/// then waits to write the error row of the record it set aside (the test holds
+/// `run_errors`); bob's page, written meanwhile, commits first. The reader reads bob's
+/// change, then alice's once her page commits, although hers have the smaller ids.
 #[tokio::test]
 async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_overtook_it() {
     let app = spawn_app().await;
@@ -714,75 +720,67 @@ async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_ov
         .await
         .expect("connections");
     let (alice, bob) = (&connections[0], &connections[1]);
-    let run_of = |connection| start_run(&app.db, connection, Trigger::Manual);
-    let (alice_run, bob_run) = (
-        run_of(alice).await.expect("run"),
-        run_of(bob).await.expect("run"),
-    );
-    let next = Checkpoint {
-        position: PagePosition::Cursor {
-            cursor: "p2".to_string(),
-        },
-        since: None,
-        watermark: None,
-    };
-    let context = |run_id, connection| PageContext {
-        run_id,
-        connection,
-        next_checkpoint: Some(&next),
-        mode: WriteMode::Upsert,
-        leave_checkpoint: false,
-        expect: PageExpectation::Unknown,
-    };
+    let alice_run = start_run(&app.db, alice, Trigger::Manual)
+        .await
+        .expect("run");
+    let bob_run = start_run(&app.db, bob, Trigger::Manual).await.expect("run");
     let writers = pool(&app, 4).await;
-    let mut poller = Poller::new(&app).await;
-    poller.limit = 10;
-    let store = |run_id, connection, names: &'static [&'static str]| {
+    let store = |run_id, connection, items: Vec<PageItem>| {
         let writers = &writers;
-        let context = context(run_id, connection);
         async move {
+            let context = PageContext {
+                run_id,
+                connection,
+                next_checkpoint: None,
+                mode: WriteMode::Upsert,
+                leave_checkpoint: false,
+                expect: PageExpectation::Unknown,
+            };
             let mut totals = RunCounts::default();
-            store_page(writers, &context, page_of(names), &mut totals)
+            store_page(writers, &context, items, &mut totals)
                 .await
                 .expect("stored")
         }
     };
+    let mut alice_page = page_of(&["a1", "a2"]);
+    alice_page.push(PageItem::Rejected(RejectedRecord {
+        external_id: None,
+        stage: RecordStage::Validate,
+        message: "no id".into(),
+        payload: "{}".to_string(),
+    }));
+    let mut poller = Poller::new(&app).await;
+    poller.limit = 10;
     if backend() == Backend::Sqlite {
         // One writer at a time: the pages commit in the order they began.
-        store(alice_run, alice, &["a1", "a2"]).await;
-        store(bob_run, bob, &["b1"]).await;
+        store(alice_run, alice, alice_page).await;
+        store(bob_run, bob, page_of(&["b1"])).await;
         poller.drain().await;
         assert_eq!(poller.seen, ids(&["a1", "a2", "b1"]));
         return;
     }
 
-    let lock = app.db.begin().await.expect("lock transaction");
-    let locked = format!(
-        "SELECT id FROM connections WHERE id = {} FOR UPDATE",
-        alice.id
-    );
-    lock.execute_unprepared(&locked).await.expect("row locked");
-    let alice_page = store(alice_run, alice, &["a1", "a2"]);
+    let gate = hold_error_rows(&app).await;
     let overtake = async {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while lock_waits(&app).await < 1 {
+        while error_rows_waiting(&app).await < 1 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "alice's page never waited"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(LOCK_WAITS_POLL).await;
         }
-        store(bob_run, bob, &["b1"]).await;
+        store(bob_run, bob, page_of(&["b1"])).await;
         poller.drain().await;
         assert_eq!(poller.seen, ids(&["b1"]), "bob's page committed first");
-        lock.rollback().await.expect("lock released");
+        gate.rollback().await.expect("gate opened");
     };
-    let (alice_counts, ()) = tokio::join!(alice_page, overtake);
-    assert_eq!(alice_counts.inserted, 2);
+    let (alice_counts, ()) = tokio::join!(store(alice_run, alice, alice_page), overtake);
+    assert_eq!((alice_counts.inserted, alice_counts.failed), (2, 1));
     poller.drain().await;
     assert_eq!(poller.seen, ids(&["b1", "a1", "a2"]));
 
-    let id_of = |user: &str| {
+    let batch_of = |user: &str| {
         let db = app.db.clone();
         let user = user.to_string();
         async move {
@@ -792,16 +790,22 @@ async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_ov
                 .await
                 .expect("batch")
                 .expect("one batch");
-            let changes = change::Entity::find()
+            let ids: Vec<i64> = change::Entity::find()
                 .filter(change::Column::BatchId.eq(batch.id))
                 .all(&db)
                 .await
-                .expect("changes");
-            (batch.seq, changes.iter().map(|c| c.id).max())
+                .expect("changes")
+                .iter()
+                .map(|change| change.id)
+                .collect();
+            (batch.seq, ids)
         }
     };
-    let ((alice_seq, alice_last), (bob_seq, bob_first)) =
-        (id_of("alice").await, id_of("bob").await);
-    assert!(alice_last < bob_first, "alice's changes were written first");
-    assert!(alice_seq > bob_seq, "and are stamped after bob's");
+    let (alice_seq, alice_ids) = batch_of("alice").await;
+    let (bob_seq, bob_ids) = batch_of("bob").await;
+    assert!(
+        alice_ids.iter().max() < bob_ids.iter().min(),
+        "alice's changes were written first: {alice_ids:?} {bob_ids:?}"
+    );
+    assert!(alice_seq > bob_seq, "and stamped after bob's");
 }

@@ -809,3 +809,114 @@ async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_ov
     );
     assert!(alice_seq > bob_seq, "and stamped after bob's");
 }
+
+#[tokio::test]
+async fn a_record_the_database_refuses_gets_no_change_and_the_rest_of_its_page_do() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    app.refuse_inserts_of("k1", "no k1").await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!((first.counts.inserted, first.counts.failed), (2, 1));
+    let (feed, head) = read_all(&app.db, Cursor::START, 100).await;
+    assert_eq!(
+        kinds(&feed),
+        vec![
+            ("k0".to_string(), ChangeKind::Inserted),
+            ("k2".to_string(), ChangeKind::Inserted)
+        ]
+    );
+
+    app.refuse_updates_of("k2", "no new k2").await;
+    app.api.reset().await;
+    let mut changed = items("k", "alice", 0..3);
+    changed[0]["n"] = json!(10);
+    changed[2]["n"] = json!(12);
+    mount_cursor_pages(&app.api, vec![(Value::Array(changed), None)]).await;
+    let second = app.sync_one(&settings).await;
+    assert_eq!((second.counts.updated, second.counts.failed), (1, 2));
+    let (feed, _) = read_all(&app.db, head, 100).await;
+    assert_eq!(kinds(&feed), vec![("k0".to_string(), ChangeKind::Updated)]);
+}
+
+#[tokio::test]
+async fn appended_events_are_inserted_changes_and_a_repeated_event_is_none() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("events", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 */15 * * * *\"\nmode = \"append\"\nretention = \"30d\"",
+    );
+    let settings = app.settings(&providers).await;
+    mount_cursor_pages(&app.api, vec![(json!(items("e", "alice", 0..2)), None)]).await;
+    app.sync_one(&settings).await;
+    app.api.reset().await;
+    let mut again = items("e", "alice", 0..3);
+    again[0]["n"] = json!("a late retry with other content");
+    mount_cursor_pages(&app.api, vec![(Value::Array(again), None)]).await;
+    let second = app.sync_one(&settings).await;
+    assert_eq!((second.counts.inserted, second.counts.duplicate), (1, 2));
+
+    let (feed, _) = read_all(&app.db, Cursor::START, 100).await;
+    let mut found = kinds(&feed);
+    found.sort();
+    assert_eq!(
+        found,
+        ["e0", "e1", "e2"].map(|id| (id.to_string(), ChangeKind::Inserted))
+    );
+    assert_eq!(feed[2].run_id, second.run_id);
+}
+
+#[tokio::test]
+async fn a_runs_cursor_bounds_enclose_exactly_its_changes() {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "k", 2, 2, Duration::ZERO).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let first = app.sync_one(&settings).await;
+    let bounds = changes::run_cursor_bounds(&app.db, first.run_id)
+        .await
+        .expect("bounds");
+    assert_eq!(bounds.before, Cursor::after_batch(0));
+    assert_eq!(bounds.after, Cursor::after_batch(2));
+    let (feed, next) = read_all(&app.db, bounds.before, 100).await;
+    assert_eq!(feed.len(), 4);
+    assert!(feed.iter().all(|change| change.run_id == first.run_id));
+    assert_eq!(next, bounds.after);
+
+    // A run that changed nothing: both bounds are the head when it closed.
+    let unchanged = app.sync_one(&settings).await;
+    let bounds = changes::run_cursor_bounds(&app.db, unchanged.run_id)
+        .await
+        .expect("bounds");
+    assert_eq!((bounds.before, bounds.after), (next, next));
+
+    // Inside the transaction that stamps a run's batch, the bounds count it.
+    let (_, run_id) = app.alice_with_a_run().await;
+    let txn = app.db.begin().await.expect("begin");
+    let owner = BatchOwner {
+        run_id,
+        user_id: "alice",
+        provider: "acme",
+    };
+    let batch = changes::open_batch(&txn, owner).await.expect("batch");
+    changes::record_changes(&txn, batch, ChangeKind::Deleted, ["k0"])
+        .await
+        .expect("change");
+    changes::stamp_batch(&txn, batch, chrono::Utc::now())
+        .await
+        .expect("stamped");
+    let inside = changes::run_cursor_bounds(&txn, run_id)
+        .await
+        .expect("bounds");
+    txn.commit().await.expect("commit");
+    assert_eq!(
+        (inside.before, inside.after),
+        (Cursor::after_batch(2), Cursor::after_batch(3))
+    );
+    let (feed, _) = read_all(&app.db, inside.before, 100).await;
+    assert_eq!(kinds(&feed), vec![("k0".to_string(), ChangeKind::Deleted)]);
+    assert!(feed[0].payload.is_some() && !feed[0].deleted);
+}

@@ -671,6 +671,82 @@ async fn the_daemon_sweeps_expired_processed_keys_on_its_schedule() {
     assert!(runs_of(&app, "alice").await.is_empty(), "no run was due");
 }
 
+/// The daemon deletes the change batches older than `[changes] retention` on its
+/// `sweep_schedule`, keeps the newer ones, and remembers the highest seq it swept.
+#[tokio::test]
+async fn the_daemon_sweeps_changes_past_their_retention_on_its_schedule() {
+    use sea_orm::sea_query::Expr;
+    use tributary::entities::{change, change_batch, change_clock};
+    let app = crate::helpers::spawn_app().await;
+    let (connection, run_id) = app.alice_with_a_run().await;
+    let owner = tributary::pipeline::changes::BatchOwner {
+        run_id,
+        user_id: &connection.user_id,
+        provider: &connection.provider,
+    };
+    for external_id in ["old", "new"] {
+        let txn = sea_orm::TransactionTrait::begin(app.db.main())
+            .await
+            .unwrap();
+        let batch = tributary::pipeline::changes::open_batch(&txn, owner)
+            .await
+            .unwrap();
+        let kind = tributary::entities::change::ChangeKind::Inserted;
+        tributary::pipeline::changes::record_changes(&txn, batch, kind, [external_id])
+            .await
+            .unwrap();
+        tributary::pipeline::changes::stamp_batch(&txn, batch, chrono::Utc::now())
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+    }
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Seq.eq(1))
+        .exec(&app.db)
+        .await
+        .unwrap();
+    // Synced once a year: no run happens while the test watches the sweep.
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    let config = app.write_config(&format!(
+        "{}[changes]\nretention = \"1d\"\nsweep_schedule = \"* * * * * *\"\n{providers}",
+        daemon_table(None)
+    ));
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    let changes_left = || async {
+        change::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|change| change.external_id)
+            .collect::<Vec<_>>()
+    };
+    eventually(Duration::from_secs(20), "the old change swept", || async {
+        changes_left().await == ["new"]
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let clock = change_clock::Entity::find_by_id(1)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((clock.seq, clock.swept_seq), (2, 1));
+    assert!(
+        daemon.log().contains("Expired changes swept."),
+        "{}",
+        daemon.log()
+    );
+}
+
 #[tokio::test]
 async fn a_start_waiting_for_the_migration_lock_extends_systemds_start_timeout() {
     use std::os::unix::net::UnixDatagram;

@@ -200,6 +200,26 @@ async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing_witho
     guessed_new_with_rows_gone(spawn_app_without_tls().await).await;
 }
 
+/// The change feed's rows: (changes, batches, the clock's seq).
+async fn feed(app: &TestApp) -> (u64, u64, i64) {
+    use sea_orm::PaginatorTrait;
+    use tributary::entities::{change, change_batch, change_clock};
+    let changes = change::Entity::find()
+        .count(&app.db)
+        .await
+        .expect("changes");
+    let batches = change_batch::Entity::find()
+        .count(&app.db)
+        .await
+        .expect("batches");
+    let clock = change_clock::Entity::find_by_id(1)
+        .one(&app.db)
+        .await
+        .expect("clock")
+        .expect("the clock's row");
+    (changes, batches, clock.seq)
+}
+
 async fn guessed_new_with_rows_gone(app: TestApp) {
     let (connection, run_id) = app.alice_with_a_run().await;
     let page = |ids: [&str; 2]| {
@@ -240,6 +260,7 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
     assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
     assert!(app.records().await.is_empty(), "no record written");
     assert_eq!(totals, RunCounts::default());
+    assert_eq!(feed(&app).await, (0, 0, 0), "no change, no batch, no seq");
     let checkpoint = |app: &TestApp| {
         let db = app.db.clone();
         async move {
@@ -293,6 +314,11 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
     assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
     assert_eq!(app.records().await.len(), 2, "no record written");
     assert_eq!(totals, before);
+    assert_eq!(
+        feed(&app).await,
+        (2, 1, 1),
+        "only the stored page's changes"
+    );
     assert_eq!(app.run_row(run_id).await.records_inserted, 2);
 }
 

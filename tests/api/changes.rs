@@ -920,3 +920,25 @@ async fn a_runs_cursor_bounds_enclose_exactly_its_changes() {
     assert_eq!(kinds(&feed), vec![("k0".to_string(), ChangeKind::Deleted)]);
     assert!(feed[0].payload.is_some() && !feed[0].deleted);
 }
+
+/// `changes` only reads: it needs neither the tokens' variables nor the secrets key.
+#[tokio::test]
+async fn the_feed_is_read_without_the_tokens_or_the_key() {
+    let app = spawn_app().await;
+    let config = app.dir.path().join("reader.toml");
+    let text = format!(
+        "[database]\nurl = \"{}\"\n{}",
+        app.database_url,
+        cursor_provider("acme", &app.api.uri(), &[]).replace(
+            "page_size = 100\n",
+            "page_size = 100\n\n[[providers.acme.connections]]\nuser_id = \"alice\"\ntoken_env = \"TRIBUTARY_TEST_UNSET_TOKEN\"\n",
+        )
+    );
+    std::fs::write(&config, text).expect("config written");
+    let head = run(tributary(&config).args(["changes", "--head"]));
+    assert_eq!(head.code, 0, "{}", head.stderr);
+    assert_eq!(head.stdout.trim(), Cursor::after_batch(0).to_string());
+    let page = changes_json(&config, &[]);
+    assert_eq!(page["changes"], json!([]));
+    assert_eq!(page["next_cursor"], Cursor::after_batch(0).to_string());
+}

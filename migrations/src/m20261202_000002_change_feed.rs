@@ -39,8 +39,8 @@ enum ChangeBatches {
 #[derive(DeriveIden)]
 enum Changes {
     Table,
-    Id,
     BatchId,
+    Ordinal,
     ExternalId,
     Kind,
 }
@@ -141,31 +141,24 @@ impl MigrationTrait for Migration {
             manager.create_index(index.to_owned()).await?;
         }
 
-        manager
-            .create_table(
-                Table::create()
-                    .table(Changes::Table)
-                    .col(id(Changes::Id))
-                    .col(ColumnDef::new(Changes::BatchId).big_integer().not_null())
-                    .col(
-                        ColumnDef::new(Changes::ExternalId)
-                            .string_len(255)
-                            .not_null(),
-                    )
-                    .col(ColumnDef::new(Changes::Kind).string_len(16).not_null())
-                    .to_owned(),
+        // Keyed by (batch, ordinal in it): one index to write per change, and a
+        // batch's changes are a range of it. On SQLite the table is that index.
+        let mut changes = Table::create();
+        changes
+            .table(Changes::Table)
+            .col(ColumnDef::new(Changes::BatchId).big_integer().not_null())
+            .col(ColumnDef::new(Changes::Ordinal).integer().not_null())
+            .col(
+                ColumnDef::new(Changes::ExternalId)
+                    .string_len(255)
+                    .not_null(),
             )
-            .await?;
-        manager
-            .create_index(
-                Index::create()
-                    .name("changes_batch_id")
-                    .table(Changes::Table)
-                    .col(Changes::BatchId)
-                    .col(Changes::Id)
-                    .to_owned(),
-            )
-            .await?;
+            .col(ColumnDef::new(Changes::Kind).string_len(16).not_null())
+            .primary_key(Index::create().col(Changes::BatchId).col(Changes::Ordinal));
+        if backend == DbBackend::Sqlite {
+            changes.extra("WITHOUT ROWID");
+        }
+        manager.create_table(changes.to_owned()).await?;
 
         if backend == DbBackend::MySql {
             let collation = exact_collation(manager).await?;

@@ -5,10 +5,12 @@ use sea_orm::entity::prelude::*;
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "changes")]
 pub struct Model {
-    #[sea_orm(primary_key)]
-    pub id: i64,
     /// The batch (`change_batches.id`), which names the run, the user and the provider.
+    #[sea_orm(primary_key, auto_increment = false)]
     pub batch_id: i64,
+    /// The change's place within its batch (unique in it, not necessarily dense).
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub ordinal: i32,
     pub external_id: String,
     pub kind: ChangeKind,
 }

@@ -688,14 +688,15 @@ async fn the_daemon_sweeps_changes_past_their_retention_on_its_schedule() {
         let txn = sea_orm::TransactionTrait::begin(app.db.main())
             .await
             .unwrap();
-        let batch = tributary::pipeline::changes::open_batch(&txn, owner)
+        let mut batch = tributary::pipeline::changes::open_batch(&txn, owner)
             .await
             .unwrap();
         let kind = tributary::entities::change::ChangeKind::Inserted;
-        tributary::pipeline::changes::record_changes(&txn, batch, kind, [external_id])
+        let slot = batch.reserve(1).unwrap();
+        tributary::pipeline::changes::record_changes(&txn, slot, kind, [external_id])
             .await
             .unwrap();
-        tributary::pipeline::changes::stamp_batch(&txn, batch, chrono::Utc::now())
+        tributary::pipeline::changes::stamp_batch(&txn, &batch, chrono::Utc::now())
             .await
             .unwrap();
         txn.commit().await.unwrap();

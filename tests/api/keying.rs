@@ -201,14 +201,20 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         let txn = sea_orm::TransactionTrait::begin(app.db.main())
             .await
             .unwrap();
-        let batch = changes::open_batch(&txn, context.batch_owner())
+        let mut batch = changes::open_batch(&txn, context.batch_owner())
             .await
             .unwrap();
         let mut inserted = 0;
         for records in statements {
             // A conflict is not an error: the row is skipped.
             inserted += store
-                .insert(&txn, &context, records, chrono::Utc::now(), batch)
+                .insert(
+                    &txn,
+                    &context,
+                    records,
+                    chrono::Utc::now(),
+                    batch.reserve(records.len()).unwrap(),
+                )
                 .await
                 .expect("a conflict is not an error");
         }

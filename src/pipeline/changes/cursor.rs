@@ -1,5 +1,6 @@
-//! The feed's cursor: a position in commit order, `(seq, change id)`, shown to readers as
-//! opaque text (`c1.` and the two numbers in base64url).
+//! The feed's cursor: a position in commit order, `(seq, ordinal)` (a batch and a change's
+//! place in it), shown to readers as opaque text (`c1.` and the two numbers in
+//! base64url).
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,26 +11,23 @@ use base64::Engine;
 /// The prefix of the cursor's text form: its format's version.
 const PREFIX: &str = "c1.";
 
-/// A position in the feed: everything up to and including change `change_id` of the
+/// A position in the feed: everything up to and including the change at `ordinal` in the
 /// batch stamped `seq` has been read. Cursors order as the feed does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cursor {
     pub seq: i64,
-    pub change_id: i64,
+    pub ordinal: i64,
 }
 
 impl Cursor {
     /// Before the first change.
-    pub const START: Cursor = Cursor {
-        seq: 0,
-        change_id: 0,
-    };
+    pub const START: Cursor = Cursor { seq: 0, ordinal: 0 };
 
     /// After every change of the batch stamped `seq` (and of every batch before it).
     pub fn after_batch(seq: i64) -> Cursor {
         Cursor {
             seq,
-            change_id: i64::MAX,
+            ordinal: i64::MAX,
         }
     }
 }
@@ -47,7 +45,7 @@ impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&self.seq.to_be_bytes());
-        bytes[8..].copy_from_slice(&self.change_id.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.ordinal.to_be_bytes());
         write!(f, "{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
     }
 }
@@ -73,15 +71,15 @@ impl FromStr for Cursor {
         let bytes: [u8; 16] = bytes
             .try_into()
             .map_err(|_| error("it does not hold two numbers"))?;
-        let (seq, change_id) = bytes.split_at(8);
+        let (seq, ordinal) = bytes.split_at(8);
         let number = |part: &[u8]| <[u8; 8]>::try_from(part).map(i64::from_be_bytes);
-        let (Ok(seq), Ok(change_id)) = (number(seq), number(change_id)) else {
+        let (Ok(seq), Ok(ordinal)) = (number(seq), number(ordinal)) else {
             return Err(error("it does not hold two numbers"));
         };
-        if seq < 0 || change_id < 0 {
+        if seq < 0 || ordinal < 0 {
             return Err(error("it holds a negative position"));
         }
-        Ok(Cursor { seq, change_id })
+        Ok(Cursor { seq, ordinal })
     }
 }
 
@@ -96,7 +94,7 @@ mod tests {
             Cursor::after_batch(7),
             Cursor {
                 seq: 123_456,
-                change_id: 99,
+                ordinal: 99,
             },
         ] {
             let text = cursor.to_string();
@@ -109,12 +107,9 @@ mod tests {
     fn cursors_order_as_the_feed() {
         let a = Cursor {
             seq: 1,
-            change_id: 50,
+            ordinal: 50,
         };
-        let b = Cursor {
-            seq: 2,
-            change_id: 3,
-        };
+        let b = Cursor { seq: 2, ordinal: 3 };
         assert!(a < b && b < Cursor::after_batch(2) && Cursor::after_batch(1) < b);
     }
 

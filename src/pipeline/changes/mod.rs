@@ -22,6 +22,5 @@ pub use read::{
 pub use sweep::{sweep_expired_changes, SweptChanges};
 pub(crate) use write::{clock_missing, CLOCK_SEQ, TICK};
 pub use write::{
-    discard_batch, inserted_changes_statement, open_batch, record_changes, stamp_batch, BatchOwner,
-    ChangeBatch,
+    discard_batch, open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch, ChangeSlot,
 };

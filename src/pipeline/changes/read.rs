@@ -245,7 +245,7 @@ async fn batches_after(
     from: Cursor,
 ) -> Result<Vec<change_batch::Model>, DbErr> {
     // A batch read to its end is passed; a batch read partway is read on.
-    let mut select = match from.change_id {
+    let mut select = match from.ordinal {
         i64::MAX => change_batch::Entity::find().filter(change_batch::Column::Seq.gt(from.seq)),
         _ => change_batch::Entity::find().filter(change_batch::Column::Seq.gte(from.seq)),
     };
@@ -265,15 +265,15 @@ async fn batches_after(
 /// A change as its row says, before its record is read.
 #[derive(Clone, Debug, FromQueryResult)]
 struct ChangeRef {
-    id: i64,
     batch_id: i64,
+    ordinal: i32,
     seq: i64,
     external_id: String,
     kind: ChangeKind,
 }
 
 /// The first `limit` changes of `batches` after `from`, in commit order: the database
-/// orders them by the batches' seq, then by change id.
+/// orders them by the batches' seq, then by their ordinal.
 async fn changes_of(
     txn: &impl ConnectionTrait,
     batches: &[change_batch::Model],
@@ -281,10 +281,10 @@ async fn changes_of(
     limit: u64,
 ) -> Result<Vec<ChangeRef>, DbErr> {
     let seq = (change_batch::Entity, change_batch::Column::Seq);
-    let id = (change::Entity, change::Column::Id);
+    let ordinal = (change::Entity, change::Column::Ordinal);
     let select = Query::select()
-        .column(id)
         .column((change::Entity, change::Column::BatchId))
+        .column(ordinal)
         .expr_as(Expr::col(seq), "seq")
         .column((change::Entity, change::Column::ExternalId))
         .column((change::Entity, change::Column::Kind))
@@ -301,10 +301,10 @@ async fn changes_of(
         .cond_where(
             sea_orm::Condition::any()
                 .add(Expr::col(seq).gt(from.seq))
-                .add(Expr::col(id).gt(from.change_id)),
+                .add(Expr::col(ordinal).gt(from.ordinal)),
         )
         .order_by(seq, sea_orm::Order::Asc)
-        .order_by(id, sea_orm::Order::Asc)
+        .order_by(ordinal, sea_orm::Order::Asc)
         .limit(limit)
         .to_owned();
     let statement = txn.get_database_backend().build(&select);
@@ -351,7 +351,7 @@ async fn with_payloads(
             FeedChange {
                 cursor: Cursor {
                     seq: change.seq,
-                    change_id: change.id,
+                    ordinal: i64::from(change.ordinal),
                 },
                 user_id,
                 provider,

@@ -6,20 +6,55 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, Query};
-use sea_orm::{
-    ActiveEnum, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement,
-};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement};
 
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::entities::{change, change_batch, record};
+use crate::entities::{change, change_batch};
 use crate::pipeline::store::names;
 
-/// A transaction's change batch: the row its changes point to, stamped as it commits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A transaction's change batch: the row its changes point to, stamped as it commits,
+/// and the next free ordinal of its changes.
+#[derive(Debug, PartialEq, Eq)]
 pub struct ChangeBatch {
     pub id: i64,
+    next: i32,
+}
+
+/// Where one statement's changes go: batch `batch_id`, at ordinals from `first` on, in
+/// the order the statement writes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeSlot {
+    pub batch_id: i64,
+    pub first: i32,
+}
+
+impl ChangeBatch {
+    /// The next `count` ordinals of the batch, for one statement's changes.
+    pub fn reserve(&mut self, count: usize) -> Result<ChangeSlot, DbErr> {
+        let first = self.next;
+        self.next = i32::try_from(count)
+            .ok()
+            .and_then(|count| first.checked_add(count))
+            .ok_or_else(|| DbErr::Custom("a change batch holds at most 2^31 changes".into()))?;
+        Ok(ChangeSlot {
+            batch_id: self.id,
+            first,
+        })
+    }
+}
+
+impl ChangeSlot {
+    /// The slot of the `index`-th of the statement's changes alone (a row written again
+    /// by itself takes the place it had).
+    pub fn at(self, index: usize) -> Result<ChangeSlot, DbErr> {
+        let first = i32::try_from(index)
+            .ok()
+            .and_then(|index| self.first.checked_add(index))
+            .ok_or_else(|| DbErr::Custom("a change's ordinal is out of range".into()))?;
+        Ok(ChangeSlot { first, ..self })
+    }
 }
 
 /// Whose records a batch changes, and in which run.
@@ -47,26 +82,27 @@ pub async fn open_batch(
     let inserted = change_batch::Entity::insert(row).exec(txn).await?;
     Ok(ChangeBatch {
         id: inserted.last_insert_id,
+        next: 0,
     })
 }
 
-/// Records one change of `kind` in `batch` for each of `external_ids` (at most one
-/// multi-row write's worth); returns how many.
+/// Records one change of `kind` for each of `external_ids` (at most one multi-row
+/// write's worth) at `slot`'s ordinals, in order; returns how many.
 pub async fn record_changes<'k>(
     txn: &impl ConnectionTrait,
-    batch: ChangeBatch,
+    slot: ChangeSlot,
     kind: ChangeKind,
     external_ids: impl IntoIterator<Item = &'k str>,
 ) -> Result<u64, DbErr> {
-    let rows: Vec<change::ActiveModel> = external_ids
-        .into_iter()
-        .map(|external_id| change::ActiveModel {
-            batch_id: Set(batch.id),
+    let mut rows: Vec<change::ActiveModel> = Vec::new();
+    for (index, external_id) in external_ids.into_iter().enumerate() {
+        rows.push(change::ActiveModel {
+            batch_id: Set(slot.batch_id),
+            ordinal: Set(slot.at(index)?.first),
             external_id: Set(external_id.to_string()),
             kind: Set(kind),
-            ..Default::default()
-        })
-        .collect();
+        });
+    }
     let count = rows.len() as u64;
     if count > 0 {
         change::Entity::insert_many(rows)
@@ -74,38 +110,6 @@ pub async fn record_changes<'k>(
             .await?;
     }
     Ok(count)
-}
-
-/// `INSERT INTO changes (batch_id, external_id, kind) SELECT batch, external_id,
-/// 'inserted' FROM records WHERE <the key is one of external_ids> AND first_seen_run_id =
-/// run`: an `inserted` change for each of those keys that run inserted. Right after an
-/// insert of keys the lookup found missing, those are exactly the rows the insert took,
-/// and not those the unique index turned away.
-pub fn inserted_changes_statement<'k>(
-    batch: ChangeBatch,
-    owner: BatchOwner<'_>,
-    external_ids: impl IntoIterator<Item = &'k str>,
-) -> Result<sea_orm::sea_query::InsertStatement, DbErr> {
-    let inserted = Query::select()
-        .expr(Expr::val(batch.id))
-        .column(record::Column::ExternalId)
-        .expr(Expr::val(ChangeKind::Inserted.to_value()))
-        .from(record::Entity)
-        .and_where(record::Column::UserId.eq(owner.user_id))
-        .and_where(record::Column::Provider.eq(owner.provider))
-        .and_where(record::Column::ExternalId.is_in(external_ids))
-        .and_where(record::Column::FirstSeenRunId.eq(owner.run_id))
-        .to_owned();
-    Ok(Query::insert()
-        .into_table(change::Entity)
-        .columns([
-            change::Column::BatchId,
-            change::Column::ExternalId,
-            change::Column::Kind,
-        ])
-        .select_from(inserted)
-        .map_err(|error| DbErr::Custom(format!("building the changes' insert: {error}")))?
-        .to_owned())
 }
 
 /// The clock's tick: `UPDATE change_clock SET seq = seq + 1 WHERE id = 1`. Its row lock is
@@ -133,7 +137,7 @@ pub static CLOCK_SEQ: LazyLock<String> = LazyLock::new(|| {
 /// every other transaction that records changes waits for this one.
 pub async fn stamp_batch(
     txn: &impl ConnectionTrait,
-    batch: ChangeBatch,
+    batch: &ChangeBatch,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     let backend = txn.get_database_backend();
@@ -159,7 +163,7 @@ pub async fn stamp_batch(
 
 /// Removes a batch that recorded no change (every write of its page was refused), so
 /// that the transaction takes no seq.
-pub async fn discard_batch(txn: &impl ConnectionTrait, batch: ChangeBatch) -> Result<(), DbErr> {
+pub async fn discard_batch(txn: &impl ConnectionTrait, batch: &ChangeBatch) -> Result<(), DbErr> {
     change_batch::Entity::delete_by_id(batch.id)
         .exec(txn)
         .await?;

@@ -52,10 +52,7 @@ impl NewKeys<'_> {
         let fresh: Vec<&Record> = fresh.iter().collect();
         let mut outcome = match fresh.is_empty() {
             true => InsertOutcome::default(),
-            false => {
-                let batch = changes.batch(txn, context).await?;
-                insert_carefully(self.backend, txn, context, &fresh, now, batch).await?
-            }
+            false => insert_carefully(self.backend, txn, context, &fresh, now, changes).await?,
         };
         changes.recorded += outcome.inserted;
         outcome.duplicate += seen.len() as u64;

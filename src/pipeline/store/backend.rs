@@ -21,7 +21,7 @@ use tributary_providers::Record;
 
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection, record, sync_run};
-use crate::pipeline::changes::{self, ChangeBatch};
+use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
 use crate::pipeline::store::PageContext;
@@ -73,18 +73,19 @@ pub trait StoreBackend: Send + Sync {
     ) -> Result<Existing, DbErr>;
 
     /// Inserts `records`, first seen by the page's run at `now`, and records an
-    /// `inserted` change in `batch` for each row that went in; a key that exists is
-    /// skipped, not an error, and gets no change. Returns how many rows went in.
+    /// `inserted` change at `slot` (a place for each of `records`) for each row that
+    /// went in; a key that exists is skipped, not an error, and gets no change. Returns
+    /// how many rows went in.
     async fn insert(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
-        batch: ChangeBatch,
+        slot: ChangeSlot,
     ) -> Result<u64, DbErr>;
 
-    /// Rewrites `changed` and records an `updated` change in `batch` for each. Returns
+    /// Rewrites `changed` and records an `updated` change for each at `slot`. Returns
     /// how many records it rewrote.
     async fn update(
         &self,
@@ -92,14 +93,14 @@ pub trait StoreBackend: Send + Sync {
         context: &PageContext<'_>,
         changed: &[ChangedRecord<'_>],
         now: DateTime<Utc>,
-        batch: ChangeBatch,
+        slot: ChangeSlot,
     ) -> Result<u64, DbErr> {
         txn.execute(&update_statement(context.run_id, changed, now))
             .await?;
         let keys = changed
             .iter()
             .map(|(_, record)| record.external_id.as_str());
-        changes::record_changes(txn, batch, ChangeKind::Updated, keys).await
+        changes::record_changes(txn, slot, ChangeKind::Updated, keys).await
     }
 
     /// Stamps the page's `batch` with the clock's next seq: the page's last statement
@@ -107,7 +108,7 @@ pub trait StoreBackend: Send + Sync {
     async fn stamp_batch(
         &self,
         txn: &DatabaseTransaction,
-        batch: ChangeBatch,
+        batch: &ChangeBatch,
         now: DateTime<Utc>,
     ) -> Result<(), DbErr> {
         changes::stamp_batch(txn, batch, now).await
@@ -230,22 +231,25 @@ pub(crate) async fn write_new_page_in_transaction(
     let txn = begin_page_transaction(db).await?;
     backend.lock_and_lookup(&txn, context, &[]).await?;
     let records: Vec<&Record> = records.iter().collect();
-    let batch = match records.is_empty() {
+    let mut batch = match records.is_empty() {
         true => None,
         false => Some(changes::open_batch(&txn, context.batch_owner()).await?),
     };
     let mut inserted = 0;
-    for (chunk, batch) in records.chunks(INSERT_CHUNK).zip(batch.into_iter().cycle()) {
-        inserted += backend
-            .insert(&txn, context, chunk, bookkeeping.now, batch)
-            .await?;
+    for chunk in records.chunks(INSERT_CHUNK) {
+        if let Some(batch) = batch.as_mut() {
+            let slot = batch.reserve(chunk.len())?;
+            inserted += backend
+                .insert(&txn, context, chunk, bookkeeping.now, slot)
+                .await?;
+        }
     }
     if inserted != records.len() as u64 {
         txn.rollback().await?;
         return Err(DbErr::RecordNotInserted);
     }
     backend.save_bookkeeping(&txn, bookkeeping).await?;
-    if let Some(batch) = batch {
+    if let Some(batch) = &batch {
         backend.stamp_batch(&txn, batch, bookkeeping.now).await?;
     }
     txn.commit().await

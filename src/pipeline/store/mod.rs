@@ -27,7 +27,7 @@ use tributary_providers::{PageItem, Record, RejectedRecord};
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::connection;
-use crate::pipeline::changes::{self, BatchOwner, ChangeBatch};
+use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::RunCounts;
 
@@ -317,13 +317,12 @@ impl PageWrite<'_> {
         if new_records.is_empty() && changed_records.is_empty() {
             return self.finish(txn, counts, failed, changes, totals, now).await;
         }
-        let batch = changes.batch(&txn, context).await?;
         let insert = match mode {
-            Mode::Fast => insert_fast(backend, &txn, context, &new_records, now, batch)
+            Mode::Fast => insert_fast(backend, &txn, context, &new_records, now, &mut changes)
                 .await
                 .map_err(PageFailure::Record)?,
             Mode::Careful => {
-                insert_carefully(backend, &txn, context, &new_records, now, batch).await?
+                insert_carefully(backend, &txn, context, &new_records, now, &mut changes).await?
             }
         };
         counts.inserted += insert.inserted;
@@ -334,8 +333,9 @@ impl PageWrite<'_> {
         match mode {
             Mode::Fast => {
                 for chunk in changed_records.chunks(INSERT_CHUNK) {
+                    let slot = changes.slot(&txn, context, chunk.len()).await?;
                     let updated = backend
-                        .update(&txn, context, chunk, now, batch)
+                        .update(&txn, context, chunk, now, slot)
                         .await
                         .map_err(PageFailure::Record)?;
                     counts.updated += updated;
@@ -344,9 +344,10 @@ impl PageWrite<'_> {
             }
             Mode::Careful => {
                 for changed in changed_records {
+                    let slot = changes.slot(&txn, context, 1).await?;
                     let savepoint = txn.begin().await?;
                     let one = std::slice::from_ref(&changed);
-                    match backend.update(&savepoint, context, one, now, batch).await {
+                    match backend.update(&savepoint, context, one, now, slot).await {
                         Ok(_) => {
                             savepoint.commit().await?;
                             counts.updated += 1;
@@ -461,20 +462,19 @@ pub(crate) struct PageChanges {
 }
 
 impl PageChanges {
-    /// The page's batch, opened in `txn` on the first call.
-    pub(crate) async fn batch(
+    /// Places for the `count` changes of one statement in the page's batch, which is
+    /// opened in `txn` on the first call.
+    pub(crate) async fn slot(
         &mut self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
-    ) -> Result<ChangeBatch, DbErr> {
-        match self.batch {
-            Some(batch) => Ok(batch),
-            None => {
-                let batch = changes::open_batch(txn, context.batch_owner()).await?;
-                self.batch = Some(batch);
-                Ok(batch)
-            }
-        }
+        count: usize,
+    ) -> Result<ChangeSlot, DbErr> {
+        let batch = match self.batch.take() {
+            Some(batch) => batch,
+            None => changes::open_batch(txn, context.batch_owner()).await?,
+        };
+        self.batch.insert(batch).reserve(count)
     }
 
     /// The page's last statement: the batch stamped, or removed when it holds nothing,
@@ -485,7 +485,7 @@ impl PageChanges {
         txn: &DatabaseTransaction,
         now: DateTime<Utc>,
     ) -> Result<(), DbErr> {
-        match self.batch {
+        match &self.batch {
             Some(batch) if self.recorded > 0 => backend.stamp_batch(txn, batch, now).await,
             Some(batch) => changes::discard_batch(txn, batch).await,
             None => Ok(()),
@@ -526,11 +526,12 @@ async fn insert_fast(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
-    batch: ChangeBatch,
+    changes: &mut PageChanges,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(INSERT_CHUNK) {
-        let inserted = backend.insert(txn, context, chunk, now, batch).await?;
+        let slot = changes.slot(txn, context, chunk.len()).await?;
+        let inserted = backend.insert(txn, context, chunk, now, slot).await?;
         outcome.add(chunk.len(), inserted)?;
     }
     Ok(outcome)
@@ -548,12 +549,13 @@ pub(crate) async fn insert_carefully(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
-    batch: ChangeBatch,
+    changes: &mut PageChanges,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(INSERT_CHUNK) {
+        let slot = changes.slot(txn, context, chunk.len()).await?;
         let savepoint = txn.begin().await?;
-        match backend.insert(&savepoint, context, chunk, now, batch).await {
+        match backend.insert(&savepoint, context, chunk, now, slot).await {
             Ok(inserted) => {
                 savepoint.commit().await?;
                 outcome.add(chunk.len(), inserted)?;
@@ -561,10 +563,13 @@ pub(crate) async fn insert_carefully(
             Err(batch_error) => {
                 savepoint.rollback().await?;
                 tracing::warn!(error = %batch_error, rows = chunk.len(), "A multi-row insert failed; writing its records one by one.");
-                for record in chunk {
+                for (index, record) in chunk.iter().enumerate() {
                     let savepoint = txn.begin().await?;
                     let one = std::slice::from_ref(record);
-                    match backend.insert(&savepoint, context, one, now, batch).await {
+                    match backend
+                        .insert(&savepoint, context, one, now, slot.at(index)?)
+                        .await
+                    {
                         Ok(inserted) => {
                             savepoint.commit().await?;
                             outcome.add(1, inserted)?;

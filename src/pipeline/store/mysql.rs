@@ -25,7 +25,7 @@ use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection, record, sync_run};
-use crate::pipeline::changes::{record_changes, ChangeBatch};
+use crate::pipeline::changes::{record_changes, ChangeSlot};
 use crate::pipeline::run::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
@@ -188,7 +188,7 @@ impl StoreBackend for MySqlStore<'_> {
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
-        batch: ChangeBatch,
+        slot: ChangeSlot,
     ) -> Result<u64, DbErr> {
         txn.execute(&insert_statement(context, records, now)?)
             .await?;
@@ -204,7 +204,7 @@ impl StoreBackend for MySqlStore<'_> {
             .all(txn)
             .await?;
         let keys = inserted.iter().map(String::as_str);
-        record_changes(txn, batch, ChangeKind::Inserted, keys).await
+        record_changes(txn, slot, ChangeKind::Inserted, keys).await
     }
 
     /// Two statements: MySQL's prepared statements take neither a `WITH` that writes nor

@@ -31,7 +31,7 @@ use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{connection, record, sync_run};
-use crate::pipeline::changes::{self, ChangeBatch, TICK};
+use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, TICK};
 use crate::pipeline::run::{save_counts, RunCounts};
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
@@ -89,16 +89,18 @@ static NEW_ROWS: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// [`NEW_ROWS`], a key that exists skipped, and an `inserted` change in batch `$8` for
-/// each row that went in (those `RETURNING` gives back). Its row count is the changes',
-/// which is the rows inserted.
+/// [`NEW_ROWS`], a key that exists skipped, and an `inserted` change in batch `$8`, at
+/// ordinals from `$9`, for each row that went in (those `RETURNING` gives back). Its row
+/// count is the changes', which is the rows inserted.
 static INSERT: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
         "WITH inserted AS ({new_rows} \
          ON CONFLICT ({{record::UserId}}, {{record::Provider}}, {{record::ExternalId}}) \
          DO NOTHING RETURNING {{record::ExternalId}}) \
-         INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, {{change::Kind}}) \
-         SELECT $8, {{record::ExternalId}}, {{kind::Inserted}} FROM inserted",
+         INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
+         {{change::ExternalId}}, {{change::Kind}}) \
+         SELECT $8, $9 + row_number() OVER () - 1, {{record::ExternalId}}, {{kind::Inserted}} \
+         FROM inserted",
         new_rows = *NEW_ROWS
     ))
 });
@@ -146,9 +148,10 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
          batch AS (INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
          {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
          SELECT {{change_clock::Seq}}, $3, $1, $2, $4 FROM tick RETURNING {{change_batch::Id}}), \
-         logged AS (INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, \
-         {{change::Kind}}) SELECT batch.{{change_batch::Id}}, inserted.{{record::ExternalId}}, \
-         {{kind::Inserted}} FROM batch CROSS JOIN inserted) \
+         logged AS (INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
+         {{change::ExternalId}}, {{change::Kind}}) SELECT batch.{{change_batch::Id}}, \
+         row_number() OVER () - 1, inserted.{{record::ExternalId}}, {{kind::Inserted}} \
+         FROM batch CROSS JOIN inserted) \
          SELECT count(*) AS found FROM page_rows",
         new_rows = *NEW_ROWS,
         tick = *TICK,
@@ -293,10 +296,11 @@ impl StoreBackend for PostgresStore<'_> {
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
-        batch: ChangeBatch,
+        slot: ChangeSlot,
     ) -> Result<u64, DbErr> {
         let mut values = new_rows_values(context, records, now);
-        values.push(batch.id.into());
+        values.push(slot.batch_id.into());
+        values.push(slot.first.into());
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, INSERT.as_str(), values);
         Ok(txn.execute_raw(statement).await?.rows_affected())
@@ -380,7 +384,7 @@ impl StoreBackend for PostgresStore<'_> {
     async fn stamp_batch(
         &self,
         txn: &DatabaseTransaction,
-        batch: ChangeBatch,
+        batch: &ChangeBatch,
         now: DateTime<Utc>,
     ) -> Result<(), DbErr> {
         let values: Vec<Value> = vec![batch.id.into(), now.into()];

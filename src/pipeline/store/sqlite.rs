@@ -32,7 +32,7 @@ use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::connection;
-use crate::pipeline::changes::{self, inserted_changes_statement, ChangeBatch, CLOCK_SEQ, TICK};
+use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
@@ -92,16 +92,33 @@ static INSERT_STAMPED_BATCH: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// An all-new page's changes: one `inserted` change per external id of the JSON array
-/// given, in the batch stamped with the clock's seq, then [`PAGE_ROWS_EXIST`].
+/// given, at its place in the array, in the batch stamped with the clock's seq, then
+/// [`PAGE_ROWS_EXIST`].
 static INSERT_NEW_CHANGES: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
-        "INSERT INTO {{changes}} ({{change::BatchId}}, {{change::ExternalId}}, {{change::Kind}}) \
+        "INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
+         {{change::ExternalId}}, {{change::Kind}}) \
          SELECT (SELECT {{change_batch::Id}} FROM {{change_batches}} \
-         WHERE {{change_batch::Seq}} = {clock_seq}), value, {{kind::Inserted}} \
+         WHERE {{change_batch::Seq}} = {clock_seq}), key, value, {{kind::Inserted}} \
          FROM json_each(?) WHERE {rows_exist}",
         clock_seq = *CLOCK_SEQ,
         rows_exist = *PAGE_ROWS_EXIST,
     ))
+});
+
+/// The `inserted` changes of an insert of the keys `?6` (a JSON array) that the lookup
+/// found missing: the rows of run `?5` among them are the rows it took. Batch `?1`,
+/// ordinals from `?2` in key order; user `?3`, provider `?4`.
+static INSERTED_CHANGES: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "INSERT INTO {changes} ({change::BatchId}, {change::Ordinal}, {change::ExternalId}, \
+         {change::Kind}) \
+         SELECT ?1, ?2 + row_number() OVER (ORDER BY {record::ExternalId}) - 1, \
+         {record::ExternalId}, {kind::Inserted} FROM {records} \
+         WHERE {record::UserId} = ?3 AND {record::Provider} = ?4 \
+         AND {record::FirstSeenRunId} = ?5 \
+         AND {record::ExternalId} IN (SELECT value FROM json_each(?6))",
+    )
 });
 
 /// [`changes::stamp_batch`] in one round trip: the tick, then the stamp of batch `?2` at
@@ -218,16 +235,32 @@ impl StoreBackend for SqliteStore<'_> {
         context: &PageContext<'_>,
         records: &[&Record],
         now: DateTime<Utc>,
-        batch: ChangeBatch,
+        slot: ChangeSlot,
     ) -> Result<u64, DbErr> {
         let insert = insert_statement(context, records, now)?;
         let inserted = txn.execute(&insert).await?.rows_affected();
         if inserted == 0 {
             return Ok(0);
         }
-        let keys = records.iter().map(|record| record.external_id.as_str());
-        let changes = inserted_changes_statement(batch, context.batch_owner(), keys)?;
-        let recorded = txn.execute(&changes).await?.rows_affected();
+        let keys: Vec<&str> = records
+            .iter()
+            .map(|record| record.external_id.as_str())
+            .collect();
+        let keys = serde_json::to_string(&keys)
+            .map_err(|error| DbErr::Custom(format!("writing the changes' keys: {error}")))?;
+        let changes = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            INSERTED_CHANGES.as_str(),
+            [
+                slot.batch_id.into(),
+                slot.first.into(),
+                context.connection.user_id.as_str().into(),
+                context.connection.provider.as_str().into(),
+                context.run_id.into(),
+                keys.into(),
+            ],
+        );
+        let recorded = txn.execute_raw(changes).await?.rows_affected();
         if recorded != inserted {
             return Err(DbErr::Custom(format!(
                 "an insert took {inserted} rows but {recorded} of them were found for their changes"
@@ -258,7 +291,7 @@ impl StoreBackend for SqliteStore<'_> {
     async fn stamp_batch(
         &self,
         txn: &DatabaseTransaction,
-        batch: ChangeBatch,
+        batch: &ChangeBatch,
         now: DateTime<Utc>,
     ) -> Result<(), DbErr> {
         let statement = Statement::from_sql_and_values(
@@ -566,6 +599,7 @@ mod tests {
             &*INSERT_NEW_RECORDS,
             &*INSERT_STAMPED_BATCH,
             &*INSERT_NEW_CHANGES,
+            &*INSERTED_CHANGES,
             &*STAMP,
         ] {
             assert!(!sql.contains('{'), "{sql}");

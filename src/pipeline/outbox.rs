@@ -31,6 +31,15 @@ struct Body<'a> {
     provider: &'a str,
     status: RunStatus,
     counts: BodyCounts,
+    cursors: BodyCursors,
+}
+
+/// The change feed's cursors around the run: reading from `before` until past `after`
+/// (`tributary changes --since BEFORE`) yields the run's changes.
+#[derive(Serialize)]
+struct BodyCursors {
+    before: String,
+    after: String,
 }
 
 /// The run's counters that say what changed.
@@ -61,6 +70,8 @@ pub(crate) async fn write(
         return Ok(None);
     }
     let delivery_id = uuid::Uuid::new_v4().to_string();
+    // In the closing transaction, after everything the run changed was stamped.
+    let cursors = super::changes::run_cursor_bounds(txn, run.run_id).await?;
     let body = Body {
         delivery_id: &delivery_id,
         run_id: run.run_id,
@@ -71,6 +82,10 @@ pub(crate) async fn write(
             inserted: to_db(run.counts.inserted),
             updated: to_db(run.counts.updated),
             failed: to_db(run.counts.failed),
+        },
+        cursors: BodyCursors {
+            before: cursors.before.to_string(),
+            after: cursors.after.to_string(),
         },
     };
     let body = serde_json::to_string(&body)

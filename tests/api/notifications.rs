@@ -208,6 +208,29 @@ async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifie
     assert_eq!(body["counts"]["inserted"], 3);
     assert_eq!(body["counts"]["updated"], 0);
     assert_eq!(body["counts"]["failed"], 0);
+    // The feed's cursors around the run: reading from one to the other gives its changes.
+    let cursor = |name: &str| -> tributary::pipeline::changes::Cursor {
+        body["cursors"][name]
+            .as_str()
+            .expect("a cursor")
+            .parse()
+            .expect("a valid cursor")
+    };
+    let query = tributary::pipeline::changes::FeedQuery {
+        since: cursor("before"),
+        provider: None,
+        user_id: None,
+        limit: 100,
+    };
+    let page = tributary::pipeline::changes::read_changes(&app.db, &query)
+        .await
+        .expect("feed read");
+    assert_eq!(page.changes.len(), 3);
+    assert!(page
+        .changes
+        .iter()
+        .all(|change| change.run_id == run.run_id));
+    assert_eq!(page.next, cursor("after"));
     assert_eq!(
         String::from_utf8_lossy(&requests[0].body),
         delivery.body,

@@ -20,13 +20,13 @@ pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
 pub const REDACTED: &str = "[REDACTED]";
 
 /// The environment variable that overrides `database.url`.
-pub const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
+pub(crate) const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
 
 /// The longest provider name (it is stored in a 64-character column).
 const MAX_PROVIDER_NAME_LEN: usize = 64;
 /// The ranges of the durations and counts tributary itself reads; the adapters' and the
 /// `http` table's are checked by their own config types.
-pub mod limits {
+pub(crate) mod limits {
     use std::time::Duration;
 
     const HOUR: u64 = 60 * 60;
@@ -653,7 +653,7 @@ fn validate_connection(
 }
 
 /// Checks a cron expression exactly as the daemon's scheduler parses it (seconds required).
-pub fn validate_cron(expression: &str) -> Result<(), String> {
+fn validate_cron(expression: &str) -> Result<(), String> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
         .build()

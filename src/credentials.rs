@@ -93,7 +93,8 @@ impl StoredCredentials {
     }
 
     /// Reads the column of `binding`'s row, opening it with `keyring` when sealed. The
-    /// message names the connection and never contains the column's text.
+    /// message names the connection and never contains the column's text. Public so that
+    /// tests can check what a connection's row holds.
     pub fn from_column(
         keyring: &Keyring,
         binding: Binding<'_>,

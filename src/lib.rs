@@ -4,20 +4,20 @@
 //! Bottom to top; each module uses only those above it in this list (ARCHITECTURE.md,
 //! "Layers", checked by `tests/tidy/`).
 //! - [`config`]: `config.toml`, its settings types and validation.
-//! - [`telemetry`]: the metrics, their events and where each is recorded.
+//! - `telemetry`: the metrics, their events and where each is recorded.
 //! - [`entities`]: the SeaORM entities of `connections`, `records`, `sync_runs`, `run_errors`.
 //! - [`secrets`]: the keys that encrypt stored credentials, and the sealed form.
 //! - [`credentials`]: what `connections.credentials` holds and how a run resolves it.
 //! - [`db`]: connecting and migrating.
 //! - [`connections`]: loading configured connections into `connections`, retiring removed
 //!   ones, and keeping their credentials sealed.
-//! - [`lease`]: at most one run of a connection at a time, across processes.
+//! - `lease`: at most one run of a connection at a time, across processes.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
-//! - [`reconcile`]: removing duplicates from before the unique index, with an audit log.
+//! - `reconcile`: removing duplicates from before the unique index, with an audit log.
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
-//! - [`replay`]: re-ingesting a run's failed records from their stored payloads.
+//! - `replay`: re-ingesting a run's failed records from their stored payloads.
 //! - [`daemon`]: `tributary daemon`: cron schedules, leases, graceful shutdown, systemd
 //!   notifications, `/healthz` and `/metrics`.
 //! - [`cli`]: the `tributary` commands, and `tributary demo` with its emulated API.
@@ -32,10 +32,10 @@ pub mod credentials;
 pub mod daemon;
 pub mod db;
 pub mod entities;
-pub mod lease;
+pub(crate) mod lease;
 pub mod pipeline;
-pub mod reconcile;
-pub mod replay;
+pub(crate) mod reconcile;
+pub(crate) mod replay;
 pub mod secrets;
 pub mod sync;
-pub mod telemetry;
+pub(crate) mod telemetry;

@@ -59,7 +59,7 @@ pub struct Skipped {
 
 /// How a pass claims connections.
 #[derive(Clone, Debug)]
-pub struct LeaseSettings {
+pub(crate) struct LeaseSettings {
     pub holder: Holder,
     /// How long a claim lasts without renewal; renewed every third of it.
     pub ttl: Duration,
@@ -141,7 +141,7 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError
 
 /// Syncs the given connections of one provider, bounded by its `max_concurrent_connections`,
 /// each under its lease.
-pub async fn sync_provider(
+pub(crate) async fn sync_provider(
     db: &DatabasePools,
     settings: &ProviderSettings,
     provider: &dyn Provider,
@@ -245,7 +245,7 @@ async fn sync_leased(
 }
 
 /// The enabled connections of one provider that match the filter's user.
-pub async fn enabled_connections(
+pub(crate) async fn enabled_connections(
     db: &DatabaseConnection,
     provider: &str,
     filter: &SyncFilter,

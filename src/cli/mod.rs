@@ -11,7 +11,7 @@ mod demo;
 mod history;
 mod notifications;
 mod open;
-pub mod progress;
+mod progress;
 mod reconcile;
 mod replay;
 mod secrets;

@@ -23,7 +23,7 @@ pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePoo
     crate::connections::retire_removed(&db, settings)
         .await
         .context("disabling the connections removed from the config")?;
-    let sealed = sealing::reseal(&db, Reseal::InClear, None)
+    let sealed = sealing::reseal(&db, Reseal::InClear)
         .await
         .context("sealing the credentials stored in clear")?;
     if sealed.resealed > 0 {

@@ -64,7 +64,7 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
             let db = crate::db::connect_and_migrate(&settings.database)
                 .await?
                 .with_keyring(keyring);
-            let report = sealing::reseal(&db, Reseal::NotCurrent, None).await?;
+            let report = sealing::reseal(&db, Reseal::NotCurrent).await?;
             let key_id = db.secrets().current().map(|(id, _)| id.to_string());
             if json {
                 let json = serde_json::json!({ "key_id": key_id, "resealed": report.resealed, "failed": report.failed });

@@ -14,7 +14,7 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::secrets::{Binding, SecretsError};
 
-pub mod sealing;
+pub(crate) mod sealing;
 
 /// Loading the configured connections failed.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +112,7 @@ async fn upsert_connection(
 /// Disables the connections config.toml defined and no longer lists, and drops their
 /// credentials, so a connection taken out of the file stops syncing with its old token.
 /// Their records and history are kept. Returns how many were retired.
-pub async fn retire_removed(
+pub(crate) async fn retire_removed(
     db: &DatabaseConnection,
     settings: &Settings,
 ) -> Result<u64, ConnectionsError> {

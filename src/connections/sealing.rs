@@ -78,14 +78,10 @@ pub async fn check_configured_keys(
     Ok(())
 }
 
-/// Rewrites the chosen rows under the current key, one row per statement, in id order;
-/// stops after `stop_after` rows when given. On SQLite, what was rewritten is then
-/// checkpointed out of the WAL (see [`scrub_sqlite`]).
-pub async fn reseal(
-    db: &DatabasePools,
-    which: Reseal,
-    stop_after: Option<u64>,
-) -> Result<ResealReport, SealingError> {
+/// Rewrites the chosen rows under the current key, one row per statement, in id order.
+/// On SQLite, what was rewritten is then checkpointed out of the WAL (see
+/// [`scrub_sqlite`]).
+pub async fn reseal(db: &DatabasePools, which: Reseal) -> Result<ResealReport, SealingError> {
     let Some((current_id, _)) = db.secrets().current() else {
         return match which {
             Reseal::InClear => Ok(ResealReport::default()),
@@ -107,9 +103,6 @@ pub async fn reseal(
         .await?;
     let mut report = ResealReport::default();
     for id in ids {
-        if stop_after.is_some_and(|limit| report.resealed >= limit) {
-            break;
-        }
         match reseal_row(db, id, which).await? {
             Ok(true) => report.resealed += 1,
             Ok(false) => {}

@@ -33,7 +33,7 @@ use crate::sync::{
 };
 
 use endpoints::RunPanics;
-pub use single_instance::{lock_sqlite, SingleInstanceError};
+pub(crate) use single_instance::lock_sqlite;
 
 /// Everything one firing needs, shared by all firings of one provider.
 struct ProviderJob {

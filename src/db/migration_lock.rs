@@ -51,7 +51,7 @@ pub enum MigrationLockError {
 
 /// The migration lock of one database, held until [`MigrationLock::release`] (or until
 /// it is dropped: the server then frees it when the session ends, the kernel when the
-/// file closes).
+/// file closes). Public so that tests can hold it as another instance migrating would.
 #[derive(Debug)]
 pub struct MigrationLock {
     held: Held,

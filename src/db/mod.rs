@@ -211,7 +211,7 @@ pub async fn connect_and_migrate(
 /// lock's session, and it keeps to one pooled connection: such a command runs one
 /// statement at a time, and each further connection costs a handshake. Otherwise it
 /// connects and migrates like [`connect_and_migrate`].
-pub async fn connect_for_reading(
+pub(crate) async fn connect_for_reading(
     settings: &DatabaseSettings,
 ) -> Result<DatabasePools, DbSetupError> {
     let reading = DatabaseSettings {
@@ -243,7 +243,8 @@ pub async fn migrate(
     migrate_waiting_at_most(db, settings, MIGRATION_LOCK_WAIT).await
 }
 
-/// [`migrate`], waiting at most `wait` for the migration lock.
+/// [`migrate`], waiting at most `wait` for the migration lock (tests wait a second, not
+/// minutes, for the lock they hold).
 pub async fn migrate_waiting_at_most(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,
@@ -262,7 +263,7 @@ pub async fn migrate_waiting_at_most(
 }
 
 /// The file of a `sqlite://FILE?...` URL; `None` for other backends and in-memory SQLite.
-pub fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
     let rest = database_url
         .strip_prefix("sqlite://")
         .or_else(|| database_url.strip_prefix("sqlite:"))?;
@@ -274,7 +275,7 @@ pub fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
 }
 
 /// The path of the lock file `<database file>.<purpose>.lock`.
-pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::PathBuf {
+pub(crate) fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::PathBuf {
     let mut path = database_file.as_os_str().to_owned();
     path.push(format!(".{purpose}.lock"));
     std::path::PathBuf::from(path)
@@ -282,7 +283,7 @@ pub fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::P
 
 /// Whether `records` has a unique index on exactly the key columns, read from the
 /// database's own catalogue.
-pub async fn key_index_present(db: &DatabaseConnection) -> Result<bool, DbErr> {
+pub(crate) async fn key_index_present(db: &DatabaseConnection) -> Result<bool, DbErr> {
     let sql = match db.get_database_backend() {
         DbBackend::Sqlite => {
             "SELECT il.name AS index_name, ii.name AS column_name \
@@ -325,21 +326,11 @@ pub async fn key_index_present(db: &DatabaseConnection) -> Result<bool, DbErr> {
 }
 
 /// Refuses to write records without the unique index the pipeline relies on.
-pub async fn require_key_index(db: &DatabaseConnection) -> Result<(), DbSetupError> {
+pub(crate) async fn require_key_index(db: &DatabaseConnection) -> Result<(), DbSetupError> {
     match key_index_present(db).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(DbSetupError::MissingKeyIndex),
         Err(source) => Err(DbSetupError::KeyIndex(source)),
-    }
-}
-
-/// The backend's name for messages.
-pub fn backend_name(db: &DatabaseConnection) -> &'static str {
-    match db.get_database_backend() {
-        DbBackend::Sqlite => "sqlite",
-        DbBackend::Postgres => "postgres",
-        DbBackend::MySql => "mysql",
-        _ => "unknown",
     }
 }
 

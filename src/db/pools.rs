@@ -85,7 +85,7 @@ impl DatabasePools {
     }
 
     /// The same keys, for a task that outlives the borrow of the pools.
-    pub fn shared_secrets(&self) -> Arc<Keyring> {
+    pub(crate) fn shared_secrets(&self) -> Arc<Keyring> {
         Arc::clone(&self.secrets)
     }
 
@@ -95,6 +95,7 @@ impl DatabasePools {
     }
 
     /// The read-only connections for lookups outside transactions, on a SQLite file.
+    /// Public so that tests can check they are read-only and bounded.
     pub fn sqlite_readers(&self) -> Option<&SqlitePool> {
         self.readers.as_ref()
     }

@@ -28,11 +28,6 @@ pub struct Model {
 /// conflicts on exactly these columns, and the unique index must cover exactly them.
 pub const KEY_COLUMNS: [Column; 3] = [Column::UserId, Column::Provider, Column::ExternalId];
 
-/// The names of [`KEY_COLUMNS`], for the statements written as SQL text.
-pub fn key_column_names() -> [&'static str; 3] {
-    KEY_COLUMNS.map(|column| column.as_str())
-}
-
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
 

@@ -53,7 +53,9 @@ pub async fn wait_for_refreshes(limit: Duration) -> bool {
     finished
 }
 
-/// The credentials of one connection for one run, refreshed through its row.
+/// The credentials of one connection for one run, refreshed through its row. Public so
+/// that a caller can race refreshes with a refresher of its own (tests/api/adapters.rs);
+/// the pipeline makes one per run.
 pub struct ConnectionCredentials {
     db: DatabaseConnection,
     secrets: Arc<Keyring>,

@@ -6,10 +6,10 @@
 //! the CLI and the daemon call it for each connection.
 
 pub mod changes;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 pub mod credential_store;
 mod outbox;
-pub mod records;
+pub(crate) mod records;
 pub mod run;
 pub mod store;
 mod walk;

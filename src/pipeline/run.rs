@@ -51,7 +51,7 @@ pub struct RunOutcome {
 
 impl RunOutcome {
     /// The run as the metrics record it.
-    pub fn metrics(&self, listing_complete: bool) -> crate::telemetry::RunFinished<'_> {
+    pub(crate) fn metrics(&self, listing_complete: bool) -> crate::telemetry::RunFinished<'_> {
         crate::telemetry::RunFinished {
             provider: &self.provider,
             status: self.status.to_string(),
@@ -104,7 +104,7 @@ pub async fn start_run(
 }
 
 /// Writes the run's counters and heartbeat (inside a page's transaction).
-pub async fn save_counts(
+pub(crate) async fn save_counts(
     db: &impl ConnectionTrait,
     run_id: i64,
     counts: &RunCounts,

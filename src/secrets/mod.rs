@@ -13,14 +13,15 @@ mod key;
 mod keyring;
 mod sealed;
 
-pub use key::{generate_key_file, SecretKey, KEY_ENV};
-pub use keyring::{KeySource, Keyring, CREDENTIAL_NAME};
-pub use sealed::{sealed_key_id, sealed_prefix, Binding};
+pub use key::{generate_key_file, SecretKey};
+pub use keyring::{KeySource, Keyring};
+pub use sealed::Binding;
+pub(crate) use sealed::{sealed_key_id, sealed_prefix};
 
 use std::path::PathBuf;
 
 /// How to configure a key, for the messages that refuse to store a secret without one.
-pub const HOW_TO_CONFIGURE: &str = "generate a key with `tributary secrets generate-key --out /etc/tributary/secrets.key` and name it in config.toml ([secrets] key_file = \"/etc/tributary/secrets.key\"), or put it in the TRIBUTARY_SECRETS_KEY environment variable or a systemd credential named tributary-secrets-key; or keep the secret in an environment variable (token_env)";
+pub(crate) const HOW_TO_CONFIGURE: &str = "generate a key with `tributary secrets generate-key --out /etc/tributary/secrets.key` and name it in config.toml ([secrets] key_file = \"/etc/tributary/secrets.key\"), or put it in the TRIBUTARY_SECRETS_KEY environment variable or a systemd credential named tributary-secrets-key; or keep the secret in an environment variable (token_env)";
 
 /// A problem with a key or a sealed secret. Messages never contain a key or a secret.
 #[derive(Debug, thiserror::Error)]

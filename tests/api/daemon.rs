@@ -479,7 +479,7 @@ async fn a_sqlite_database_opens_where_its_setup_lock_file_cannot_be_created() {
         .await
         .expect("created");
     db.close().await.unwrap();
-    let lock = tributary::db::lock_path(&file, "migrate");
+    let lock = dir.path().join("locked.db.migrate.lock");
     std::fs::remove_file(&lock).unwrap();
     std::fs::create_dir(&lock).unwrap();
 

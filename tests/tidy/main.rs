@@ -257,7 +257,11 @@ fn every_module_of_the_library_has_a_row_and_every_row_a_module() {
     let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
     let declared: BTreeSet<&str> = lib
         .lines()
-        .filter_map(|line| line.strip_prefix("pub mod ").or(line.strip_prefix("mod ")))
+        .filter_map(|line| {
+            ["pub mod ", "pub(crate) mod ", "mod "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+        })
         .map(|rest| rest.trim_end_matches(';'))
         .collect();
     assert_eq!(declared, layers().modules());

@@ -217,17 +217,16 @@ async fn run(
                 format!("there is no connection {}@{}", target.user, target.provider)
             })?;
             let txn = db.begin().await?;
+            // The connection's row before its records, the order a page takes them in: a
+            // page being stored is waited for, and its records are deleted too.
+            let (user_id, provider) = (row.user_id.clone(), row.provider.clone());
+            row.delete(&txn).await?;
             let deleted = if delete_records {
-                crate::pipeline::records::delete_connection_records(
-                    &txn,
-                    &row.user_id,
-                    &row.provider,
-                )
-                .await?
+                crate::pipeline::records::delete_connection_records(&txn, &user_id, &provider)
+                    .await?
             } else {
                 0
             };
-            row.delete(&txn).await?;
             txn.commit().await?;
             if delete_records {
                 println!(

@@ -6,6 +6,8 @@
 //! inserting its keys) and the all-new page first is forced here, not hoped for: a gate
 //! holds the usual page's run row, the all-new page is started only once the usual one
 //! waits at it, and the gate opens only once the all-new page has finished or waits too.
+//! Removing a connection with its records is forced the same way into a page being
+//! stored.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +20,7 @@ use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
-use crate::helpers::{backend, spawn_app, Backend, TestApp};
+use crate::helpers::{backend, cursor_provider, run, spawn_app, tributary, Backend, TestApp};
 
 const KEYS: usize = 10;
 
@@ -205,4 +207,143 @@ async fn connection_checkpoint(app: &TestApp) -> Option<String> {
         .expect("connections")
         .expect("alice's connection")
         .checkpoint
+}
+
+/// Holds every insert into `records` at a trigger that locks a row of a table of the
+/// test's own, while this gate's transaction holds that row. `None` on SQLite.
+struct InsertTrigger(Option<DatabaseTransaction>);
+
+impl InsertTrigger {
+    async fn close(app: &TestApp) -> InsertTrigger {
+        let trigger = match backend() {
+            Backend::Sqlite => return InsertTrigger(None),
+            Backend::Postgres => {
+                app.execute(
+                    "CREATE FUNCTION wait_at_gate() RETURNS trigger AS $$ BEGIN \
+                     PERFORM 1 FROM insert_gate WHERE id = 1 FOR UPDATE; RETURN NEW; END \
+                     $$ LANGUAGE plpgsql",
+                )
+                .await;
+                "CREATE TRIGGER wait_at_gate BEFORE INSERT ON records \
+                 FOR EACH ROW EXECUTE FUNCTION wait_at_gate()"
+            }
+            Backend::Mysql => {
+                "CREATE TRIGGER wait_at_gate BEFORE INSERT ON records FOR EACH ROW \
+                 BEGIN DECLARE gate INT; \
+                 SELECT id INTO gate FROM insert_gate WHERE id = 1 FOR UPDATE; END"
+            }
+        };
+        app.execute("CREATE TABLE insert_gate (id INTEGER PRIMARY KEY)")
+            .await;
+        app.execute("INSERT INTO insert_gate (id) VALUES (1)").await;
+        app.execute(trigger).await;
+        let txn = app.db.begin().await.expect("gate transaction");
+        txn.execute_unprepared("SELECT id FROM insert_gate WHERE id = 1 FOR UPDATE")
+            .await
+            .expect("gate closed");
+        InsertTrigger(Some(txn))
+    }
+
+    async fn open(self) {
+        if let Some(txn) = self.0 {
+            txn.commit().await.expect("gate opened");
+        }
+    }
+}
+
+/// `tributary --config CONFIG connections remove --provider acme --user USER
+/// --delete-records`, started and left running.
+fn remove_with_records(config: &std::path::Path, user: &str) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(config)
+        .args([
+            "connections",
+            "remove",
+            "--provider",
+            "acme",
+            "--user",
+            user,
+        ])
+        .arg("--delete-records")
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("TRIBUTARY_CONFIG")
+        .env_remove("TRIBUTARY_SECRETS_KEY")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tributary starts")
+}
+
+/// `connections remove --delete-records` takes the connection's row before its records,
+/// as a page does: run while a page of the connection is being stored, it waits for that
+/// page and deletes its records too, instead of deleting what was committed before and
+/// leaving the page's records behind (or, on MySQL, deadlocking with it).
+#[tokio::test]
+async fn removing_a_connection_while_its_page_is_stored_deletes_that_page_too() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let added = run(tributary(&config)
+        .args(["connections", "add", "--provider", "acme", "--user", "bob"])
+        .args(["--token-stdin"])
+        .write_stdin("token-bob\n"));
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    let bob = {
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+        connection::Entity::find()
+            .filter(connection::Column::UserId.eq("bob"))
+            .one(&app.db)
+            .await
+            .expect("connections")
+            .expect("bob's connection")
+    };
+    let run_id = tributary::pipeline::run::start_run(&app.db, &bob, Trigger::Manual)
+        .await
+        .expect("run");
+    let context = PageContext {
+        run_id,
+        connection: &bob,
+        next_checkpoint: None,
+        mode: WriteMode::Upsert,
+        leave_checkpoint: false,
+        expect: PageExpectation::Unknown,
+    };
+    let pool = writer_pool(&app).await;
+    let mut totals = RunCounts::default();
+    let gated = backend() != Backend::Sqlite;
+
+    let gate = InsertTrigger::close(&app).await;
+    let page = store_page(&pool, &context, page(), &mut totals);
+    let remove = async {
+        wait_until(
+            "the page waits at the gate holding the connection's row",
+            async || !gated || app.lock_waits().await >= 1,
+        )
+        .await;
+        let child = remove_with_records(&config, "bob");
+        wait_until("the removal waits too", async || {
+            !gated || app.lock_waits().await >= 2
+        })
+        .await;
+        gate.open().await;
+        tokio::task::spawn_blocking(move || child.wait_with_output().expect("removal ran"))
+            .await
+            .expect("removal joined")
+    };
+    let (stored, removed) = tokio::join!(page, remove);
+
+    let stored = stored.expect("the page was stored before the removal went on");
+    assert_eq!(stored.inserted, KEYS as u64);
+    let stdout = String::from_utf8_lossy(&removed.stdout);
+    assert!(
+        removed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("Removed bob@acme and its {KEYS} record(s).")),
+        "{stdout}"
+    );
+    assert!(app.records().await.is_empty(), "no record of bob is left");
 }

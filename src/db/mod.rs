@@ -11,10 +11,12 @@ use crate::config::{redact_url, DatabaseSettings};
 
 mod migration_lock;
 mod pools;
+mod readers;
 mod wal_checkpoints;
 
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub use pools::DatabasePools;
+pub use readers::{Reader, SqliteReaders};
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The database as a process holds it: the pool every statement goes through, and on a
-//! SQLite file a pool of read-only connections for the lookups the pipeline makes outside
-//! any transaction, and the background WAL checkpoints.
+//! SQLite file read-only connections for the lookups the pipeline makes outside any
+//! transaction (`readers.rs`), and the background WAL checkpoints.
 //!
 //! SQLite has one writer, so the main pool has one connection (see [`super::connect`]),
 //! and everything sent through it waits its turn: each statement is a hand-off to sqlx's
@@ -17,20 +17,14 @@ use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
 };
 
-use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
-
 use crate::secrets::Keyring;
 
+use super::readers::SqliteReaders;
 use super::wal_checkpoints::WalCheckpoints;
 
 /// How many reader connections a SQLite file gets. A lookup spends most of its time in
 /// hand-offs between threads rather than in SQLite, so more readers than cores still pay.
-const READERS: u32 = 4;
-
-/// Each reader's page cache (`PRAGMA cache_size`; negative is KiB) instead of SQLite's
-/// 2 MiB: a lookup probes the index and reads the rows it finds, which the operating
-/// system's file cache serves as fast, so a large cache per reader only adds memory.
-const READER_CACHE_SIZE: &str = "-128";
+const READERS: usize = 4;
 
 /// The main pool; on a SQLite file its readers and background checkpoints; and the keys
 /// that open and seal `connections.credentials`. Dereferences to the main pool, so it goes
@@ -38,7 +32,7 @@ const READER_CACHE_SIZE: &str = "-128";
 #[derive(Clone, Debug)]
 pub struct DatabasePools {
     main: DatabaseConnection,
-    readers: Option<SqlitePool>,
+    readers: Option<Arc<SqliteReaders>>,
     checkpoints: Option<Arc<WalCheckpoints>>,
     secrets: Arc<Keyring>,
 }
@@ -64,7 +58,7 @@ impl DatabasePools {
         }
         let options = (*main.get_sqlite_connection_pool().connect_options()).clone();
         DatabasePools {
-            readers: Some(readers_of(options.clone())),
+            readers: Some(Arc::new(SqliteReaders::new(options.clone(), READERS))),
             checkpoints: Some(Arc::new(WalCheckpoints::start(options))),
             ..DatabasePools::single(main)
         }
@@ -96,8 +90,8 @@ impl DatabasePools {
 
     /// The read-only connections for lookups outside transactions, on a SQLite file.
     /// Public so that tests can check they are read-only and bounded.
-    pub fn sqlite_readers(&self) -> Option<&SqlitePool> {
-        self.readers.as_ref()
+    pub fn sqlite_readers(&self) -> Option<&SqliteReaders> {
+        self.readers.as_deref()
     }
 
     /// Something was committed: on a SQLite file, the background checkpoints copy it into
@@ -119,19 +113,6 @@ impl DatabasePools {
         }
         self.main.close().await
     }
-}
-
-/// Up to [`READERS`] read-only connections to the file `options` opens, opened when first
-/// used. They are not pinged before use: a lookup that fails reports it.
-fn readers_of(options: SqliteConnectOptions) -> SqlitePool {
-    let options = options
-        .read_only(true)
-        .create_if_missing(false)
-        .pragma("cache_size", READER_CACHE_SIZE);
-    SqlitePoolOptions::new()
-        .max_connections(READERS)
-        .test_before_acquire(false)
-        .connect_lazy_with(options)
 }
 
 impl Deref for DatabasePools {

@@ -1,10 +1,10 @@
 //! The database's pools: on a SQLite file, the pipeline's lookups outside transactions go
 //! through read-only readers of the file; elsewhere through the main pool.
 
-use sea_orm::sqlx::{self, SqlitePool};
+use sea_orm::sqlx;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tributary::config::DatabaseSettings;
-use tributary::db::DatabasePools;
+use tributary::db::{DatabasePools, SqliteReaders};
 use tributary::pipeline::RunStatus;
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend};
@@ -21,11 +21,14 @@ async fn count(db: &DatabaseConnection, table: &str) -> i64 {
     row.try_get("", "n").expect("n")
 }
 
-async fn count_on_reader(readers: &SqlitePool, table: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-        .fetch_one(readers)
+async fn count_on_reader(readers: &SqliteReaders, table: &str) -> i64 {
+    let mut reader = readers.acquire().await.expect("a reader");
+    let n = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(reader.connection())
         .await
-        .expect("count")
+        .expect("count");
+    reader.give_back();
+    n
 }
 
 /// A migrated SQLite file in `dir`, whatever backend the suite runs on.
@@ -47,7 +50,7 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
     let dir = tempfile::tempdir().unwrap();
     let db = sqlite_file(&dir).await;
     let readers = db.sqlite_readers().expect("a SQLite file has readers");
-    assert_eq!(readers.size(), 0, "opened when first used");
+    assert_eq!(readers.idle_connections(), 0, "opened when first used");
     db.execute_unprepared("CREATE TABLE probe (x INTEGER NOT NULL)")
         .await
         .unwrap();
@@ -55,20 +58,29 @@ async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
         .await
         .unwrap();
     assert_eq!(count_on_reader(readers, "probe").await, 1);
-    assert_eq!(readers.size(), 1, "kept open for the next lookup");
+    assert_eq!(readers.idle_connections(), 1, "given back, kept open");
+    let mut reader = readers.acquire().await.unwrap();
     let cache_kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
-        .fetch_one(readers)
+        .fetch_one(reader.connection())
         .await
         .unwrap();
+    reader.give_back();
     assert_eq!(cache_kib, -128, "a reader keeps a small page cache");
 
+    let mut reader = readers.acquire().await.unwrap();
     let refused = sqlx::query("INSERT INTO probe (x) VALUES (2)")
-        .execute(readers)
+        .execute(reader.connection())
         .await
         .expect_err("a reader cannot write");
     assert!(
         refused.to_string().contains("readonly"),
         "the error says why: {refused}"
+    );
+    drop(reader);
+    assert_eq!(
+        readers.idle_connections(),
+        0,
+        "a reader dropped without being given back is closed"
     );
     db.execute_unprepared("INSERT INTO probe (x) VALUES (3)")
         .await
@@ -94,14 +106,13 @@ async fn sqlite_readers_are_bounded() {
     }
     let fifth = tokio::time::timeout(std::time::Duration::from_millis(100), readers.acquire());
     assert!(fifth.await.is_err(), "the fifth waits while four are out");
-    drop(out.pop().expect("one"));
+    out.pop().expect("one").give_back();
     let fifth = tokio::time::timeout(std::time::Duration::from_secs(5), readers.acquire())
         .await
         .expect("served once one is given back")
         .expect("a reader");
-    drop(fifth);
-    drop(out);
-    assert_eq!(readers.size(), 4, "never more than four");
+    fifth.give_back();
+    assert_eq!(readers.idle_connections(), 1);
 }
 
 /// An in-memory database cannot be shared with other connections: it reads through its
@@ -125,7 +136,7 @@ async fn an_unchanged_resync_looks_up_through_the_readers_on_a_sqlite_file() {
     let app = spawn_app().await;
     let on_sqlite = backend() == Backend::Sqlite;
     assert_eq!(app.db.sqlite_readers().is_some(), on_sqlite);
-    let readers_open = || app.db.sqlite_readers().map(SqlitePool::size);
+    let readers_open = || app.db.sqlite_readers().map(SqliteReaders::idle_connections);
     assert_eq!(readers_open(), on_sqlite.then_some(0), "opened lazily");
     mount_cursor_listing(&app.api, "alice", "it", 4, 5, std::time::Duration::ZERO).await;
     let settings = app

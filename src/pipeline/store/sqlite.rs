@@ -155,7 +155,7 @@ impl<'a> SqliteStore<'a> {
 
 #[async_trait::async_trait]
 impl StoreBackend for SqliteStore<'_> {
-    /// Asked on a read-only reader of the file where there is one (see `db/pools.rs`),
+    /// Asked on a read-only reader of the file where there is one (see `db/readers.rs`),
     /// else on the main pool.
     async fn count_unchanged(
         &self,
@@ -172,11 +172,21 @@ impl StoreBackend for SqliteStore<'_> {
             .bind(pairs)
             .bind(connection.user_id.as_str())
             .bind(connection.provider.as_str());
-        let pool = match self.db.sqlite_readers() {
-            Some(readers) => readers,
-            None => self.db.get_sqlite_connection_pool(),
+        let count = match self.db.sqlite_readers() {
+            Some(readers) => {
+                let mut reader = readers.acquire().await.map_err(query_error)?;
+                let count = query
+                    .fetch_one(reader.connection())
+                    .await
+                    .map_err(query_error)?;
+                reader.give_back();
+                count
+            }
+            None => query
+                .fetch_one(self.db.get_sqlite_connection_pool())
+                .await
+                .map_err(query_error)?,
         };
-        let count = query.fetch_one(pool).await.map_err(query_error)?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 

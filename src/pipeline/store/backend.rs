@@ -14,8 +14,8 @@ use sea_orm::sea_query::{
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    QueryFilter, QueryTrait, RuntimeErr, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, Value,
+    IdenStatic, QueryFilter, QueryResult, QueryTrait, RuntimeErr, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait, Value,
 };
 use tributary_providers::Record;
 
@@ -201,6 +201,34 @@ pub(crate) fn refusal_by_sqlstate(code: &str) -> Option<Refusal> {
         "40" => Some(Refusal::Contention),
         _ => None,
     }
+}
+
+/// The stored keys among `rows` of (id, external id, content hash) columns; a row
+/// without an id (the lone row of a lock beside no stored key) is skipped.
+pub(crate) fn stored_keys_of(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+    let mut existing = Existing::with_capacity(rows.len());
+    for row in rows {
+        let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
+        let Some(id) = id else { continue };
+        let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
+        let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
+        existing.insert(external_id, (id, hash));
+    }
+    Ok(existing)
+}
+
+/// The stored keys among the rows of a [`StoreBackend::lock_and_lookup`] statement that
+/// counts the page's locked rows as `found` beside each stored key; fails with
+/// [`DbErr::RecordNotUpdated`] unless it found both (one pair).
+pub(crate) fn locked_stored_keys(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+    let found: i64 = match rows.first() {
+        Some(row) => row.try_get("", "found")?,
+        None => 0,
+    };
+    if found != 1 {
+        return Err(DbErr::RecordNotUpdated);
+    }
+    stored_keys_of(rows)
 }
 
 /// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN

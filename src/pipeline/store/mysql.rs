@@ -12,14 +12,13 @@ use sea_orm::sea_query::{
 };
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, IdenStatic, QueryFilter,
-    QuerySelect,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, QuerySelect,
 };
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, refusal_by_sqlstate, CheckpointMove, Existing, PageBookkeeping, Refusal,
-    StoreBackend,
+    insert_statement, locked_stored_keys, refusal_by_sqlstate, CheckpointMove, Existing,
+    PageBookkeeping, Refusal, StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -157,25 +156,8 @@ impl StoreBackend for MySqlStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        let rows = txn
-            .query_all(&lock_and_lookup_statement(context, records))
-            .await?;
-        let found: i64 = match rows.first() {
-            Some(row) => row.try_get("", "found")?,
-            None => 0,
-        };
-        if found != 1 {
-            return Err(DbErr::RecordNotUpdated);
-        }
-        let mut existing = Existing::with_capacity(records.len());
-        for row in rows {
-            let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
-            let Some(id) = id else { continue };
-            let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
-            let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-            existing.insert(external_id, (id, hash));
-        }
-        Ok(existing)
+        let statement = lock_and_lookup_statement(context, records);
+        locked_stored_keys(txn.query_all(&statement).await?)
     }
 
     /// The keys were all missing at the lookup, so the rows of this run among them are

@@ -18,19 +18,19 @@ use sea_orm::sea_query::{
 };
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, QueryResult, Statement,
-    Value,
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
 };
 use tributary_providers::Record;
 
 use super::backend::{
-    checkpoint_column, names, refusal_by_sqlstate, write_new_page_in_transaction, CheckpointMove,
-    Existing, PageBookkeeping, Refusal, StoreBackend,
+    checkpoint_column, locked_stored_keys, names, refusal_by_sqlstate, stored_keys_of,
+    write_new_page_in_transaction, CheckpointMove, Existing, PageBookkeeping, Refusal,
+    StoreBackend,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::entities::{connection, record, sync_run};
+use crate::entities::{connection, sync_run};
 use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, TICK};
 use crate::pipeline::run::{save_counts, RunCounts};
 
@@ -212,20 +212,6 @@ fn new_rows_values(
     ]
 }
 
-/// The stored keys among the rows of [`LOOKUP`] or [`LOCK_AND_LOOKUP`]; the latter's row
-/// without a record (no id) is skipped.
-fn stored_keys(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
-    let mut existing = Existing::with_capacity(rows.len());
-    for row in rows {
-        let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
-        let Some(id) = id else { continue };
-        let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
-        let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-        existing.insert(external_id, (id, hash));
-    }
-    Ok(existing)
-}
-
 #[async_trait::async_trait]
 impl StoreBackend for PostgresStore<'_> {
     async fn count_unchanged(
@@ -261,7 +247,7 @@ impl StoreBackend for PostgresStore<'_> {
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOOKUP.as_str(), values);
-        stored_keys(txn.query_all_raw(statement).await?)
+        stored_keys_of(txn.query_all_raw(statement).await?)
     }
 
     async fn lock_and_lookup(
@@ -279,15 +265,7 @@ impl StoreBackend for PostgresStore<'_> {
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOCK_AND_LOOKUP.as_str(), values);
-        let rows = txn.query_all_raw(statement).await?;
-        let found: i64 = match rows.first() {
-            Some(row) => row.try_get("", "found")?,
-            None => 0,
-        };
-        if found != 1 {
-            return Err(DbErr::RecordNotUpdated);
-        }
-        stored_keys(rows)
+        locked_stored_keys(txn.query_all_raw(statement).await?)
     }
 
     async fn insert(

@@ -3,7 +3,9 @@
 //! before anything is written, rotation that can be stopped and run again, and commands
 //! that only read needing no secret.
 
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
 use serde_json::json;
 use tributary::credentials::StoredCredentials;
 use tributary::entities::{connection, sync_run};
@@ -497,14 +499,22 @@ async fn generate_key_writes_a_private_key_once() {
     assert_eq!(std::fs::read(&key).unwrap(), written, "never overwritten");
 }
 
-/// How many connections hold a secret sealed under `key_id`.
-async fn sealed_under(app: &TestApp, key_id: &str) -> usize {
-    connection::Entity::find()
-        .filter(connection::Column::Credentials.contains(format!("sealed:v1:{key_id}:")))
+/// How many connections hold a secret sealed under the new key and under the old one,
+/// read in one statement: a killed rotation's last update may still commit on a server
+/// after the kill, and counted in two reads that row could fall between them.
+async fn sealed_under(app: &TestApp, new_id: &str, old_id: &str) -> (usize, usize) {
+    let credentials: Vec<String> = connection::Entity::find()
+        .select_only()
+        .column(connection::Column::Credentials)
+        .into_tuple()
         .all(&app.db)
         .await
-        .expect("connections")
-        .len()
+        .expect("connections");
+    let under = |key_id: &str| {
+        let prefix = format!("sealed:v1:{key_id}:");
+        credentials.iter().filter(|c| c.contains(&prefix)).count()
+    };
+    (under(new_id), under(old_id))
 }
 
 #[tokio::test]
@@ -543,15 +553,13 @@ async fn a_rotation_killed_mid_way_and_run_again_leaves_every_row_on_the_new_key
         .spawn()
         .expect("rotation starts");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while sealed_under(&app, &new_id).await == 0 && std::time::Instant::now() < deadline {
+    while sealed_under(&app, &new_id, &old_id).await.0 == 0 && std::time::Instant::now() < deadline
+    {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     child.kill().expect("killed");
     let _ = child.wait();
-    let (on_new, on_old) = (
-        sealed_under(&app, &new_id).await,
-        sealed_under(&app, &old_id).await,
-    );
+    let (on_new, on_old) = sealed_under(&app, &new_id, &old_id).await;
     assert!(on_new > 0, "the rotation never started");
     assert_eq!(
         on_new + on_old,
@@ -562,8 +570,7 @@ async fn a_rotation_killed_mid_way_and_run_again_leaves_every_row_on_the_new_key
 
     let again = run(tributary(&config).args(["secrets", "rotate"]));
     assert_eq!(again.code, 0, "{}", again.stderr);
-    assert_eq!(sealed_under(&app, &new_id).await, users.len());
-    assert_eq!(sealed_under(&app, &old_id).await, 0);
+    assert_eq!(sealed_under(&app, &new_id, &old_id).await, (users.len(), 0));
     let status = status_json(&config).await;
     assert_eq!(
         status["sealed_by_key_id"],

@@ -25,6 +25,9 @@ const KILLS: usize = 24;
 /// Each kill lands up to this long after the run opened (a few pages, at most).
 const MAX_KILL_DELAY_MS: u64 = 120;
 const DEFAULT_SEED: u64 = 0x5eed_c4a5_4b1e_2026;
+/// The `application_name` the killed processes' PostgreSQL sessions carry (sqlx takes it
+/// from `PGAPPNAME`), so [`settle`] can tell them from the test's own.
+const CHILD_APP_NAME: &str = "tributary-crash-test-child";
 
 /// xorshift64*: a tiny, fixed pseudo-random sequence.
 struct XorShift(u64);
@@ -63,6 +66,7 @@ fn sync(config: &std::path::Path) -> Child {
         .arg("--config")
         .arg(config)
         .args(["sync", "--quiet"])
+        .env("PGAPPNAME", CHILD_APP_NAME)
         .env_remove("TRIBUTARY_DATABASE_URL")
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
@@ -96,33 +100,43 @@ async fn runs(app: &TestApp) -> Vec<sync_run::Model> {
         .unwrap()
 }
 
-/// Waits until no other session is working on the test database. A database server
-/// finishes a COMMIT it received before the client was killed, so after a SIGKILL the
-/// table may still change for a moment; SQLite, in-process, needs no wait.
+/// Waits until the killed process's work on the test database is over. A database server
+/// finishes a statement it received before the client was killed, so after a SIGKILL the
+/// tables may still change for a moment; SQLite, in-process, needs no wait.
+///
+/// On PostgreSQL that is until the process's sessions are gone: a session shows as `idle`
+/// while a statement sent outside a transaction (the all-new page) still waits unread in
+/// its socket, and it reads, runs and commits that statement before it sees the socket
+/// closed and ends.
 async fn settle(app: &TestApp) {
     let sql = match crate::helpers::backend() {
         crate::helpers::Backend::Sqlite => return,
-        crate::helpers::Backend::Postgres => {
+        crate::helpers::Backend::Postgres => format!(
             "SELECT count(*) AS busy FROM pg_stat_activity WHERE datname = current_database() \
-             AND pid <> pg_backend_pid() AND state NOT IN ('idle')"
-        }
+             AND application_name = '{CHILD_APP_NAME}'"
+        ),
         crate::helpers::Backend::Mysql => {
             "SELECT count(*) AS busy FROM information_schema.PROCESSLIST \
              WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep'"
+                .to_string()
         }
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let row = app
             .db
-            .query_one_raw(Statement::from_string(app.db.get_database_backend(), sql))
+            .query_one_raw(Statement::from_string(app.db.get_database_backend(), &sql))
             .await
             .unwrap()
             .unwrap();
         let busy: i64 = row.try_get("", "busy").unwrap();
-        if busy == 0 || Instant::now() > deadline {
+        if busy == 0 {
             return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "{busy} sessions of the killed process still working after 10 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -21,6 +21,13 @@ use crate::scripted::{Reply, ScriptedApi, Seen};
 
 const PAGES: usize = 4;
 const GOOD_PER_PAGE: usize = 5;
+/// The client's whole-request timeout. Every answer that is not meant to be slow must
+/// arrive within it, on a machine as loaded as a full suite makes it, because the tests
+/// count every request: one good answer timed out is one retry more.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a slow answer takes: well past [`CLIENT_TIMEOUT`], so the client always gives
+/// up first.
+const SLOW_ANSWER: Duration = Duration::from_secs(10);
 
 /// The good records of page `page` (0-based).
 fn good(page: usize) -> Vec<Value> {
@@ -90,7 +97,7 @@ fn scripted_api(listing: Listing, faults: Faults) -> ScriptedApi {
     })
 }
 
-/// The provider on `api`: a 300 ms client timeout and three fast retries.
+/// The provider on `api`: a [`CLIENT_TIMEOUT`] and three fast retries.
 fn provider(api: &ScriptedApi) -> String {
     format!(
         r#"
@@ -103,7 +110,7 @@ records_path = "data"
 auth = "bearer"
 
 [providers.acme.http]
-timeout = "300ms"
+timeout = "{}ms"
 max_retries = 3
 retry_initial_delay = "1ms"
 retry_max_delay = "5ms"
@@ -114,6 +121,7 @@ cursor_path = "next_cursor"
 cursor_param = "cursor"
 {}"#,
         api.uri(),
+        CLIENT_TIMEOUT.as_millis(),
         connections("acme", &["alice"])
     )
 }
@@ -247,9 +255,7 @@ async fn answers_slower_than_the_client_timeout_are_retried() {
         |listing| {
             Arc::new(move |page, attempt| {
                 let slow = matches!((page, attempt), (1, 0) | (2, 0) | (2, 1));
-                slow.then(|| {
-                    Reply::json(&listing.page_body(page)).after(Duration::from_millis(1200))
-                })
+                slow.then(|| Reply::json(&listing.page_body(page)).after(SLOW_ANSWER))
             })
         },
         [1, 2, 3, 1],
@@ -336,9 +342,7 @@ async fn every_fault_at_once_then_a_page_that_stays_broken_until_the_api_recover
                     (0, 0) => Some(Reply::status(503, "unavailable")),
                     (0, 1) => Some(Reply::status(429, "wait").with_header("retry-after", "0")),
                     (0, 2) => Some(Reply::Drop),
-                    (1, 0) => {
-                        Some(Reply::json(&listing.page_body(1)).after(Duration::from_millis(1200)))
-                    }
+                    (1, 0) => Some(Reply::json(&listing.page_body(1)).after(SLOW_ANSWER)),
                     (1, 1) => Some(Reply::CutShort {
                         status: 200,
                         sent: 10,

@@ -14,6 +14,7 @@ mod m20261201_000002_refresh_claims;
 mod m20261201_000003_connection_origin;
 mod m20261202_000002_change_feed;
 mod m20261202_000003_notifications;
+mod m20261202_000004_deletion_tracking;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000003_connection_origin::Migration),
             Box::new(m20261202_000002_change_feed::Migration),
             Box::new(m20261202_000003_notifications::Migration),
+            Box::new(m20261202_000004_deletion_tracking::Migration),
         ]
     }
 }

@@ -22,6 +22,10 @@ pub struct Model {
     pub last_seen_run_id: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// When a complete listing no longer returned the record (null while it is live).
+    pub deleted_at: Option<DateTimeUtc>,
+    /// The run whose complete listing no longer returned it.
+    pub deleted_by_run_id: Option<i64>,
 }
 
 /// The three-part key, defined once: the pipeline looks records up and resolves insert

@@ -27,6 +27,10 @@ pub struct Model {
     /// Records whose watermark lay beyond the clock by more than the allowed skew; the
     /// cursor was clamped to the fetch time instead.
     pub watermark_anomalies: i64,
+    /// Records this run marked deleted (its complete listing no longer returned them).
+    pub records_deleted: i64,
+    /// Deleted records this run saw again and restored.
+    pub records_restored: i64,
     /// The run-level failure, else null.
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,

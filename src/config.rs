@@ -224,7 +224,38 @@ pub struct ProviderSettings {
     pub adapter: ProviderConfig,
     /// Which of its runs write a notification (from `[notify]`).
     pub notify: NotifyRuns,
+    /// `track_deletes` and `max_delete_fraction`: whether a complete full pass marks the
+    /// records it no longer returned deleted.
+    pub deletions: DeletionSettings,
+    /// `full_sync_schedule`: the daemon's firings that also match this cron expression
+    /// are full passes (the cursor ignored), which is when an incremental provider can
+    /// see deletions.
+    pub full_sync_schedule: Option<String>,
 }
+
+/// Deletion detection for one provider.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeletionSettings {
+    /// Mark the records a complete full pass no longer returned deleted. Off by default:
+    /// it costs a write per record seen on every full pass, unchanged or not.
+    pub track: bool,
+    /// The largest share of a connection's live records one run may mark deleted; a run
+    /// that would mark more marks none and ends `partial`.
+    pub max_fraction: f64,
+}
+
+impl Default for DeletionSettings {
+    fn default() -> Self {
+        DeletionSettings {
+            track: false,
+            max_fraction: DEFAULT_MAX_DELETE_FRACTION,
+        }
+    }
+}
+
+/// `max_delete_fraction` when not given: a listing that lost half the records is more
+/// likely an API's bad day than half the records deleted.
+pub const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
 
 /// One `[[providers.NAME.connections]]` entry: a user's account at the provider.
 #[derive(Clone, Debug, Deserialize)]
@@ -267,6 +298,10 @@ struct RawProviderSettings {
     mode: Option<String>,
     #[serde(default, with = "humantime_serde")]
     retention: Option<Duration>,
+    #[serde(default)]
+    track_deletes: bool,
+    max_delete_fraction: Option<f64>,
+    full_sync_schedule: Option<String>,
     http: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
@@ -495,6 +530,15 @@ fn parse_provider(
             ))
         }
     };
+    let deletions = parse_deletions(
+        &prefix,
+        raw.track_deletes,
+        raw.max_delete_fraction,
+        write_mode,
+    )?;
+    if let Some(full) = &raw.full_sync_schedule {
+        validate_cron(full).map_err(at("full_sync_schedule"))?;
+    }
     let mut http: HttpSettings = match raw.http {
         Some(value) => deserialize_at(&format!("{prefix}.http"), value)?,
         None => HttpSettings::default(),
@@ -573,6 +617,38 @@ fn parse_provider(
         connections,
         adapter,
         notify: NotifyRuns::None,
+        deletions,
+        full_sync_schedule: raw.full_sync_schedule,
+    })
+}
+
+/// `track_deletes` and `max_delete_fraction`, which must lie in (0, 1]; errors are
+/// `(key, message)`.
+fn parse_deletions(
+    prefix: &str,
+    track_deletes: bool,
+    max_delete_fraction: Option<f64>,
+    write_mode: WriteMode,
+) -> Result<DeletionSettings, (String, String)> {
+    let max_fraction = max_delete_fraction.unwrap_or(DEFAULT_MAX_DELETE_FRACTION);
+    if !(max_fraction > 0.0 && max_fraction <= 1.0) {
+        return Err((
+            format!("{prefix}.max_delete_fraction"),
+            format!(
+                "expected a fraction greater than 0 and at most 1 (e.g. 0.5: a run may mark at most half the live records deleted), got {max_fraction}"
+            ),
+        ));
+    }
+    if track_deletes && write_mode != WriteMode::Upsert {
+        return Err((
+            format!("{prefix}.track_deletes"),
+            "only applies with mode = \"upsert\": an append-only provider's events are never deleted"
+                .into(),
+        ));
+    }
+    Ok(DeletionSettings {
+        track: track_deletes,
+        max_fraction,
     })
 }
 
@@ -654,11 +730,15 @@ fn validate_connection(
 
 /// Checks a cron expression exactly as the daemon's scheduler parses it (seconds required).
 fn validate_cron(expression: &str) -> Result<(), String> {
+    parse_cron(expression).map(|_| ())
+}
+
+/// Parses a cron expression with seconds, as the daemon's scheduler does.
+pub fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
         .build()
         .parse(expression)
-        .map(|_| ())
         .map_err(|error| {
             format!(
                 "{expression:?} is not a valid cron expression ({error}); expected six fields with seconds, e.g. \"0 */15 * * * *\""

@@ -152,6 +152,7 @@ async fn replay_records(
         mode: provider_settings.write_mode,
         leave_checkpoint: true,
         expect: Default::default(),
+        sightings: false,
     };
     for error in errors {
         // The payload is the record's text as received, so it keys and hashes the same.
@@ -207,6 +208,7 @@ async fn replay_records(
         clear_checkpoint: false,
         watermark: None,
         notify: provider_settings.notify,
+        deletions: crate::pipeline::DeletionPass::Off,
     };
     finish_run(db, connection, replay_run_id, &totals, &end).await?;
     tracing::info!(

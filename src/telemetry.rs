@@ -9,7 +9,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Runs by provider and final status.
 pub const RUNS_TOTAL: &str = "tributary_runs_total";
-/// Records by provider and outcome (inserted, updated, unchanged, duplicate, failed).
+/// Records by provider and outcome (inserted, updated, unchanged, duplicate, failed,
+/// deleted, restored).
 pub const RECORDS_TOTAL: &str = "tributary_records_total";
 /// Run duration in seconds, by provider.
 pub const RUN_DURATION_SECONDS: &str = "tributary_run_duration_seconds";
@@ -50,6 +51,8 @@ pub struct RunFinished<'a> {
     pub unchanged: u64,
     pub duplicate: u64,
     pub failed: u64,
+    pub deleted: u64,
+    pub restored: u64,
     /// The run was ended by a panic.
     pub panicked: bool,
     pub elapsed: Duration,
@@ -68,6 +71,8 @@ pub fn record_run(run: &RunFinished<'_>) {
         ("unchanged", run.unchanged),
         ("duplicate", run.duplicate),
         ("failed", run.failed),
+        ("deleted", run.deleted),
+        ("restored", run.restored),
     ] {
         metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "outcome" => name)
             .increment(value);

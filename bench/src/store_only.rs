@@ -99,6 +99,7 @@ pub async fn run_store_only(
             clear_checkpoint: true,
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
+            deletions: tributary::pipeline::DeletionPass::Off,
         };
         finish_run(db, connection, *run_id, counts, &end).await?;
     }
@@ -172,6 +173,7 @@ async fn store_all(
             mode: WriteMode::Upsert,
             leave_checkpoint: false,
             expect: PageExpectation::New,
+            sightings: false,
         };
         // As the pipeline does: the page's counters count once the page is committed.
         let mut after = totals;

@@ -79,6 +79,8 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
         "unchanged",
         "dup",
         "failed",
+        "deleted",
+        "restored",
         "ahead",
         "error",
     ];
@@ -107,6 +109,8 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
             run.records_unchanged.to_string(),
             run.records_duplicate.to_string(),
             run.records_failed.to_string(),
+            run.records_deleted.to_string(),
+            run.records_restored.to_string(),
             run.watermark_anomalies.to_string(),
             shorten(run.error.as_deref().unwrap_or("")),
         ]

@@ -97,7 +97,7 @@ fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
 pub fn summary_line(outcome: &RunOutcome) -> String {
     let c = &outcome.counts;
     let mut line = format!(
-        "run {} {}@{} {} pages={} fetched={} inserted={} updated={} unchanged={} duplicate={} failed={} in {:.1}s",
+        "run {} {}@{} {} pages={} fetched={} inserted={} updated={} unchanged={} duplicate={} failed={} deleted={} restored={} in {:.1}s",
         outcome.run_id,
         outcome.user_id,
         outcome.provider,
@@ -109,6 +109,8 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
         c.unchanged,
         c.duplicate,
         c.failed,
+        c.deleted,
+        c.restored,
         outcome.elapsed.as_secs_f64()
     );
     if let Some(error) = &outcome.error {

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tributary_providers::Provider;
 
-use crate::config::{ProviderSettings, Settings};
+use crate::config::{parse_cron, ProviderSettings, Settings};
 use crate::db::DatabasePools;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::{NoProgress, RunOptions, Trigger};
@@ -43,6 +43,8 @@ struct ProviderJob {
     lease: LeaseSettings,
     cancel: CancellationToken,
     panics: Arc<RunPanics>,
+    /// `full_sync_schedule`: the firings it matches are full passes.
+    full_sync: Option<croner::Cron>,
 }
 
 /// Runs the daemon until `shutdown` resolves. The database must be migrated and the
@@ -100,6 +102,10 @@ pub async fn run_with(
             },
             cancel: cancel.clone(),
             panics: panics.clone(),
+            full_sync: match &provider_settings.full_sync_schedule {
+                Some(expression) => Some(parse_cron(expression).map_err(anyhow::Error::msg)?),
+                None => None,
+            },
         });
         let tracker = tracker.clone();
         let cron = Job::new_async(provider_settings.schedule.as_str(), move |_, _| {
@@ -240,6 +246,7 @@ async fn schedule_sweeps(
 /// time, each skipped if a run of it is still going.
 async fn fire(job: &ProviderJob) {
     let provider = &job.settings.name;
+    let full = is_full_pass(job.full_sync.as_ref(), chrono::Utc::now());
     let connections = match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
         Ok(connections) => connections,
         Err(error) => {
@@ -247,10 +254,10 @@ async fn fire(job: &ProviderJob) {
             return;
         }
     };
-    tracing::debug!(%provider, connections = connections.len(), "Schedule fired.");
+    tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
     let options = RunOptions {
         trigger: Trigger::Schedule,
-        full: false,
+        full,
         cancel: job.cancel.child_token(),
     };
     match sync_provider(
@@ -276,5 +283,41 @@ async fn fire(job: &ProviderJob) {
             )
         }
         Err(error) => tracing::error!(%provider, %error, "Firing failed."),
+    }
+}
+
+/// Whether a firing at `fired_at` is a full pass: `full_sync_schedule` matches its second,
+/// or the second before (a firing may start just after the second it was due at).
+fn is_full_pass(full_sync: Option<&croner::Cron>, fired_at: chrono::DateTime<chrono::Utc>) -> bool {
+    use chrono::{SubsecRound, TimeDelta};
+    let Some(cron) = full_sync else {
+        return false;
+    };
+    let second = fired_at.trunc_subsecs(0);
+    [
+        Some(second),
+        second.checked_sub_signed(TimeDelta::seconds(1)),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|time| cron.is_time_matching(&time).unwrap_or(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_full_pass;
+    use crate::config::parse_cron;
+
+    fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn firings_the_full_sync_schedule_matches_are_full_passes() {
+        let nightly = parse_cron("0 0 3 * * *").unwrap();
+        assert!(is_full_pass(Some(&nightly), at("2026-12-02T03:00:00.004Z")));
+        assert!(is_full_pass(Some(&nightly), at("2026-12-02T03:00:01.200Z")));
+        assert!(!is_full_pass(Some(&nightly), at("2026-12-02T03:15:00Z")));
+        assert!(!is_full_pass(None, at("2026-12-02T03:00:00Z")));
     }
 }

@@ -8,6 +8,7 @@
 pub mod changes;
 pub(crate) mod checkpoint;
 pub mod credential_store;
+mod deletions;
 mod outbox;
 pub(crate) mod records;
 pub mod run;
@@ -30,7 +31,8 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 
 pub use checkpoint::Checkpoint;
-pub use run::{RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
+pub use deletions::DeletionPass;
+pub use run::{RunClosed, RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
 pub use store::{PageContext, PageExpectation, PageStoreCounts};
 
 use checkpoint::{newest, stored_cursor};
@@ -125,13 +127,20 @@ pub async fn sync_connection(
             "Run started."
         );
         let cursor = stored_cursor(connection);
+        let since = if options.full { None } else { cursor.clone() };
+        match deletions::remove_orphans(db, connection, run_id).await {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "Removed the sightings of an unfinished run."),
+            Err(error) => tracing::warn!(%error, "Removing an unfinished run's sightings failed; the next run tries again."),
+        }
         let run = RunContext {
             db,
             provider,
             settings,
             connection,
             run_id,
-            since: if options.full { None } else { cursor.clone() },
+            track_deletes: settings.deletions.track && since.is_none(),
+            since,
             cancel: options.cancel.child_token(),
             progress,
         };
@@ -151,15 +160,22 @@ pub async fn sync_connection(
                 None
             },
             notify: settings.notify,
+            deletions: DeletionPass::for_run(
+                run.track_deletes,
+                listing_complete,
+                committed.resumed,
+                committed.unkeyed,
+                settings.deletions.max_fraction,
+            ),
         };
-        run::finish_run(db, connection, run_id, &committed.counts, &end).await?;
+        let closed = run::finish_run(db, connection, run_id, &committed.counts, &end).await?;
         let outcome = RunOutcome {
             run_id,
             user_id: connection.user_id.clone(),
             provider: connection.provider.clone(),
-            status,
-            counts: committed.counts,
-            error,
+            status: closed.status,
+            counts: closed.counts,
+            error: closed.error,
             panicked: matches!(result, Err(RunFault::Panicked { .. })),
             elapsed: started.elapsed(),
         };

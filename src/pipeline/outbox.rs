@@ -47,12 +47,18 @@ struct BodyCursors {
 struct BodyCounts {
     inserted: i64,
     updated: i64,
+    deleted: i64,
+    restored: i64,
     failed: i64,
 }
 
 /// Whether the run changed anything a receiver would want to hear about.
 fn changed(counts: &RunCounts) -> bool {
-    counts.inserted > 0 || counts.updated > 0 || counts.failed > 0
+    counts.inserted > 0
+        || counts.updated > 0
+        || counts.deleted > 0
+        || counts.restored > 0
+        || counts.failed > 0
 }
 
 /// Writes the run's delivery into `txn` when its provider notifies such runs; returns the
@@ -81,6 +87,8 @@ pub(crate) async fn write(
         counts: BodyCounts {
             inserted: to_db(run.counts.inserted),
             updated: to_db(run.counts.updated),
+            deleted: to_db(run.counts.deleted),
+            restored: to_db(run.counts.restored),
             failed: to_db(run.counts.failed),
         },
         cursors: BodyCursors {

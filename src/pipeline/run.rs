@@ -3,14 +3,13 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sea_orm::{
-    ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set,
-    TransactionTrait,
-};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set};
 use serde::Serialize;
 
 use tributary_providers::Watermark;
 
+use super::deletions::{self, DeletionPass};
+use super::store::begin_page_transaction;
 use crate::config::NotifyRuns;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, sync_run};
@@ -30,6 +29,10 @@ pub struct RunCounts {
     pub failed: u64,
     /// Records whose watermark lay beyond the clock by more than the allowed skew.
     pub watermark_anomalies: u64,
+    /// Records the run's complete listing no longer returned, marked deleted as it closed.
+    pub deleted: u64,
+    /// Deleted records the run saw again (with or without new content) and restored.
+    pub restored: u64,
 }
 
 /// The result of one run of one connection.
@@ -60,6 +63,8 @@ impl RunOutcome {
             unchanged: self.counts.unchanged,
             duplicate: self.counts.duplicate,
             failed: self.counts.failed,
+            deleted: self.counts.deleted,
+            restored: self.counts.restored,
             panicked: self.panicked,
             elapsed: self.elapsed,
             listing_complete,
@@ -95,6 +100,8 @@ pub async fn start_run(
         records_duplicate: Set(0),
         records_failed: Set(0),
         watermark_anomalies: Set(0),
+        records_deleted: Set(0),
+        records_restored: Set(0),
         error: Set(None),
         ..Default::default()
     }
@@ -134,7 +141,7 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
 
 /// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
 /// the ORM's updates and the batched statements (`store/backend.rs`) both use.
-pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 8] {
+pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 10] {
     use sync_run::Column;
     [
         (Column::PagesFetched, to_db(counts.pages_fetched).into()),
@@ -148,6 +155,8 @@ pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm
             Column::WatermarkAnomalies,
             to_db(counts.watermark_anomalies).into(),
         ),
+        (Column::RecordsDeleted, to_db(counts.deleted).into()),
+        (Column::RecordsRestored, to_db(counts.restored).into()),
     ]
 }
 
@@ -165,6 +174,17 @@ pub struct RunEnd<'a> {
     pub watermark: Option<Watermark>,
     /// Which runs write a notification into the outbox as they close.
     pub notify: NotifyRuns,
+    /// Whether the run marks the records its listing no longer returned deleted.
+    pub deletions: DeletionPass,
+}
+
+/// How a run closed: its status, reason and counters as stored, which deciding
+/// deletions may have changed (the count, or `partial` with the valve's reason).
+#[derive(Clone, Debug)]
+pub struct RunClosed {
+    pub status: RunStatus,
+    pub error: Option<String>,
+    pub counts: RunCounts,
 }
 
 /// Closes a run: final status, counters and error. When the listing was walked to its end
@@ -177,14 +197,21 @@ pub async fn finish_run(
     run_id: i64,
     counts: &RunCounts,
     end: &RunEnd<'_>,
-) -> Result<(), DbErr> {
-    let txn = db.begin().await?;
+) -> Result<RunClosed, DbErr> {
+    // The write lock first on SQLite: deciding deletions reads before it writes.
+    let txn = begin_page_transaction(db).await?;
     let now = Utc::now();
-    let mut row = counts_model(run_id, counts);
-    row.status = Set(end.status);
+    let mut closed = RunClosed {
+        status: end.status,
+        error: end.error.map(str::to_string),
+        counts: *counts,
+    };
+    let decided = deletion_step(end, &mut closed);
+    let mut row = counts_model(run_id, &closed.counts);
+    row.status = Set(closed.status);
     row.finished_at = Set(Some(now));
     row.heartbeat_at = Set(now);
-    row.error = Set(end.error.map(str::to_string));
+    row.error = Set(closed.error.clone());
     row.update(&txn).await?;
 
     if end.listing_complete || end.clear_checkpoint {
@@ -207,18 +234,59 @@ pub async fn finish_run(
         }
         connection::Entity::update(conn).exec(&txn).await?;
     }
-    let closed = super::outbox::ClosedRun {
+    if let Some(max_fraction) = decided {
+        // After the run's and the connection's rows, as every writer of the connection.
+        let applied = deletions::apply(&txn, connection, run_id, max_fraction, now).await?;
+        closed.counts.deleted = applied.deleted;
+        if let Some(reason) = applied.refused {
+            tracing::warn!(
+                reason = reason.as_str(),
+                "The safety valve held back deletions."
+            );
+            closed.status = RunStatus::Partial;
+            closed.error = Some(reason);
+        }
+        if applied.deleted > 0 || closed.status != end.status {
+            let mut row = counts_model(run_id, &closed.counts);
+            row.status = Set(closed.status);
+            row.error = Set(closed.error.clone());
+            row.update(&txn).await?;
+        }
+    }
+    if end.deletions != DeletionPass::Off {
+        deletions::forget_sightings(&txn, run_id).await?;
+    }
+    let outbox_run = super::outbox::ClosedRun {
         connection,
         run_id,
-        status: end.status,
-        counts,
+        status: closed.status,
+        counts: &closed.counts,
         notify: end.notify,
         now,
     };
-    let delivery_id = super::outbox::write(&txn, &closed).await?;
+    let delivery_id = super::outbox::write(&txn, &outbox_run).await?;
     txn.commit().await?;
     if let Some(delivery_id) = delivery_id {
         tracing::debug!(run_id, delivery_id, "Notification queued.");
     }
-    Ok(())
+    Ok(closed)
+}
+
+/// What `end`'s deletion pass asks of the closing transaction: `Some(max_fraction)` when
+/// deletions are to be applied. A skipped pass's reason is logged and becomes the run's
+/// error when it has none of its own.
+fn deletion_step(end: &RunEnd<'_>, closed: &mut RunClosed) -> Option<f64> {
+    match &end.deletions {
+        DeletionPass::Off | DeletionPass::Skipped { reason: None } => None,
+        DeletionPass::Skipped {
+            reason: Some(reason),
+        } => {
+            tracing::warn!(reason = reason.as_str(), "Deletions were not applied.");
+            if closed.error.is_none() {
+                closed.error = Some(reason.clone());
+            }
+            None
+        }
+        DeletionPass::Apply { max_fraction } => Some(*max_fraction),
+    }
 }

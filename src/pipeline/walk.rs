@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
-use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider, Watermark};
+use tributary_providers::{
+    FetchContext, FetchError, Page, PageItem, PagePosition, Provider, Watermark,
+};
 
 use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
 use super::credential_store::ConnectionCredentials;
@@ -29,6 +31,9 @@ pub(super) struct RunContext<'a> {
     /// Stops the walk between pages or during a fetch (shutdown, lost lease, timeout).
     pub cancel: CancellationToken,
     pub progress: &'a dyn ProgressSink,
+    /// The run is a full pass of a provider that tracks deletions: its pages note their
+    /// keys, unless it resumes an earlier run's walk.
+    pub track_deletes: bool,
 }
 
 /// What a walk has committed so far. The caller keeps it, so that a run that stops early
@@ -38,6 +43,11 @@ pub(super) struct Committed {
     pub counts: RunCounts,
     /// The newest watermark of the pages committed.
     pub watermark: Option<Watermark>,
+    /// The walk went on from an earlier run's checkpoint, so it did not see the pages
+    /// before it.
+    pub resumed: bool,
+    /// Records of the committed pages that could not be keyed at all.
+    pub unkeyed: u64,
 }
 
 /// How long an unchanged run may go without committing its counters and checkpoint
@@ -114,6 +124,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             let position_text = checkpoint.position.describe();
             tracing::info!(position = %position_text, "Resuming from the checkpoint of an unfinished run.");
             committed.watermark = checkpoint.watermark;
+            committed.resumed = true;
             position = Some(checkpoint.position);
         }
         Ok(Walker {
@@ -181,6 +192,7 @@ impl<'r, 'a> Walker<'r, 'a> {
                 mode: self.run.settings.write_mode,
                 leave_checkpoint: false,
                 expect: PageExpectation::Unknown,
+                sightings: false,
             };
             let message = format!("page {page}: {source}");
             let stage = source.stage();
@@ -224,7 +236,15 @@ impl<'r, 'a> Walker<'r, 'a> {
             // A page the listing cannot go on from leaves the checkpoint at itself.
             leave_checkpoint: page.stop_after.is_some(),
             expect: self.expectation(),
+            sightings: run.track_deletes && !committed.resumed,
         };
+        let unkeyed = page
+            .items
+            .iter()
+            .filter(
+                |item| matches!(item, PageItem::Rejected(reject) if reject.external_id.is_none()),
+            )
+            .count() as u64;
         let mut totals_after = committed.counts;
         totals_after.pages_fetched += 1;
         totals_after.watermark_anomalies = totals_after
@@ -254,6 +274,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             source,
         })?;
         committed.counts = totals_after;
+        committed.unkeyed = committed.unkeyed.saturating_add(unkeyed);
         self.page_committed(page_number, &stored, committed);
         Ok(match (page.stop_after, next_checkpoint) {
             (Some(reason), _) => AfterPage::Stopped(reason),

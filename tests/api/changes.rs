@@ -721,6 +721,7 @@ async fn a_page_that_began_first_and_commits_last_is_read_after_the_page_that_ov
                 mode: WriteMode::Upsert,
                 leave_checkpoint: false,
                 expect: PageExpectation::Unknown,
+                sightings: false,
             };
             let mut totals = RunCounts::default();
             store_page(writers, &context, items, &mut totals)

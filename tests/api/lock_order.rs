@@ -105,6 +105,7 @@ async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_d
         mode: WriteMode::Upsert,
         leave_checkpoint: false,
         expect,
+        sightings: false,
     };
     let usual_context = context(run_usual, PageExpectation::Unknown);
     let new_context = context(run_new, PageExpectation::New);
@@ -308,6 +309,7 @@ async fn removing_a_connection_while_its_page_is_stored_deletes_that_page_too() 
         mode: WriteMode::Upsert,
         leave_checkpoint: false,
         expect: PageExpectation::Unknown,
+        sightings: false,
     };
     let pool = writer_pool(&app).await;
     let mut totals = RunCounts::default();

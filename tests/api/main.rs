@@ -13,6 +13,7 @@ mod concurrency;
 mod connections;
 mod crash;
 mod daemon;
+mod deletions;
 mod enum_columns;
 mod fault_scenarios;
 mod faults;

@@ -448,6 +448,8 @@ async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same
         duplicate: count("duplicate"),
         failed: count("failed"),
         watermark_anomalies: count("watermark_anomalies"),
+        deleted: count("deleted"),
+        restored: count("restored"),
     };
 
     for outcome in &outcomes {

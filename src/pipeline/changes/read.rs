@@ -52,7 +52,8 @@ pub struct FeedChange {
     pub run_id: i64,
     /// When its batch was stamped, just before its transaction committed.
     pub committed_at: Option<DateTime<Utc>>,
-    /// The record is deleted now (or no longer stored at all).
+    /// The record is deleted now: marked deleted by a complete listing
+    /// (`records.deleted_at`), or no longer stored at all.
     pub deleted: bool,
     /// The record's current payload; `None` when it is deleted.
     pub payload: Option<String>,
@@ -331,6 +332,8 @@ async fn with_payloads(
                 .filter(record::Column::UserId.eq(user_id))
                 .filter(record::Column::Provider.eq(provider))
                 .filter(record::Column::ExternalId.is_in(chunk.iter().copied()))
+                // A record marked deleted is shown deleted, without its last payload.
+                .filter(record::Column::DeletedAt.is_null())
                 .into_tuple()
                 .all(txn)
                 .await?;

@@ -26,8 +26,29 @@ use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
 use crate::pipeline::store::PageContext;
 
-/// What the lookup found: each stored key's row id and content hash, by external id.
-pub type Existing = HashMap<String, (i64, String)>;
+/// What the lookup found: each stored key's row, by external id.
+pub type Existing = HashMap<String, Stored>;
+
+/// A stored key as the lookup sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub id: i64,
+    pub content_hash: String,
+    /// Marked deleted by a complete listing (`deleted_by_run_id` is set, which it is
+    /// exactly while `deleted_at` is): seeing it again restores it.
+    pub deleted: bool,
+}
+
+impl Stored {
+    /// A looked-up row: its id, hash and `deleted_by_run_id`.
+    pub(crate) fn from_row(id: i64, content_hash: String, deleted_by: Option<i64>) -> Stored {
+        Stored {
+            id,
+            content_hash,
+            deleted: deleted_by.is_some(),
+        }
+    }
+}
 
 /// A stored record (its row id) and its new content.
 pub type ChangedRecord<'r> = (i64, &'r Record);
@@ -85,7 +106,8 @@ pub trait StoreBackend: Send + Sync {
         slot: ChangeSlot,
     ) -> Result<u64, DbErr>;
 
-    /// Rewrites `changed` and records an `updated` change for each at `slot`. Returns
+    /// Rewrites `changed` (clearing a deletion mark) and records a change of `kind`
+    /// (`updated`, or `restored` for records marked deleted) for each at `slot`. Returns
     /// how many records it rewrote.
     async fn update(
         &self,
@@ -94,13 +116,14 @@ pub trait StoreBackend: Send + Sync {
         changed: &[ChangedRecord<'_>],
         now: DateTime<Utc>,
         slot: ChangeSlot,
+        kind: ChangeKind,
     ) -> Result<u64, DbErr> {
         txn.execute(&update_statement(context.run_id, changed, now))
             .await?;
         let keys = changed
             .iter()
             .map(|(_, record)| record.external_id.as_str());
-        changes::record_changes(txn, slot, ChangeKind::Updated, keys).await
+        changes::record_changes(txn, slot, kind, keys).await
     }
 
     /// Stamps the page's `batch` with the clock's next seq: the page's last statement
@@ -212,7 +235,8 @@ pub(crate) fn stored_keys_of(rows: Vec<QueryResult>) -> Result<Existing, DbErr> 
         let Some(id) = id else { continue };
         let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
         let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-        existing.insert(external_id, (id, hash));
+        let deleted_by: Option<i64> = row.try_get("", record::Column::DeletedByRunId.as_str())?;
+        existing.insert(external_id, Stored::from_row(id, hash, deleted_by));
     }
     Ok(existing)
 }
@@ -400,7 +424,8 @@ pub(crate) fn insert_statement(
 }
 
 /// `UPDATE records SET payload = CASE id WHEN ... END, content_hash = CASE ... END,
-/// last_seen_run_id, updated_at WHERE id IN (...)`.
+/// last_seen_run_id, updated_at, deleted_at = NULL, deleted_by_run_id = NULL WHERE id IN
+/// (...)`: a record written again is live, whether it was marked deleted or not.
 fn update_statement(
     run_id: i64,
     changed: &[ChangedRecord<'_>],
@@ -427,6 +452,14 @@ fn update_statement(
         .col_expr(record::Column::ContentHash, content_hash.into())
         .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
         .col_expr(record::Column::UpdatedAt, Expr::value(now))
+        .col_expr(
+            record::Column::DeletedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            record::Column::DeletedByRunId,
+            Expr::value(Option::<i64>::None),
+        )
         .filter(record::Column::Id.is_in(changed.iter().map(|(id, _)| *id)))
         .into_query()
 }
@@ -436,11 +469,13 @@ pub(crate) mod names {
     use sea_orm::{EntityName, IdenStatic, Iterable};
 
     use crate::entities::change::ChangeKind;
-    use crate::entities::{change, change_batch, change_clock, connection, record, sync_run};
+    use crate::entities::{
+        change, change_batch, change_clock, connection, record, run_sighting, sync_run,
+    };
 
     /// `template` with each table and column named as its entity names it: `{records}`,
-    /// `{sync_runs}`, `{connections}`, `{changes}`, `{change_batches}` and
-    /// `{change_clock}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
+    /// `{sync_runs}`, `{connections}`, `{changes}`, `{change_batches}`, `{change_clock}`
+    /// and `{run_sightings}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
     /// `{change_batch::Seq}` (the columns' variants), and the change kinds as quoted
     /// literals (`{kind::Inserted}` is `'inserted'`).
     pub fn sql(template: &str) -> String {
@@ -450,7 +485,8 @@ pub(crate) mod names {
             .replace("{connections}", connection::Entity.table_name())
             .replace("{changes}", change::Entity.table_name())
             .replace("{change_batches}", change_batch::Entity.table_name())
-            .replace("{change_clock}", change_clock::Entity.table_name());
+            .replace("{change_clock}", change_clock::Entity.table_name())
+            .replace("{run_sightings}", run_sighting::Entity.table_name());
         for column in record::Column::iter() {
             sql = sql.replace(&format!("{{record::{column:?}}}"), column.as_str());
         }
@@ -468,6 +504,9 @@ pub(crate) mod names {
         }
         for column in change_clock::Column::iter() {
             sql = sql.replace(&format!("{{change_clock::{column:?}}}"), column.as_str());
+        }
+        for column in run_sighting::Column::iter() {
+            sql = sql.replace(&format!("{{run_sighting::{column:?}}}"), column.as_str());
         }
         for kind in ChangeKind::iter() {
             let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&kind));

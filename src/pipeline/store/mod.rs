@@ -14,6 +14,7 @@ mod backend;
 mod mysql;
 mod postgres;
 mod run_errors;
+mod sightings;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use tributary_providers::{PageItem, Record, RejectedRecord};
 
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
+use crate::entities::change::ChangeKind;
 use crate::entities::connection;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
@@ -34,11 +36,12 @@ use crate::pipeline::run::RunCounts;
 pub use append::sweep_expired_keys;
 pub(crate) use backend::names;
 pub use backend::{
-    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
+    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend, Stored,
 };
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
-use backend::{begin_page_transaction, INSERT_CHUNK};
+pub(crate) use backend::begin_page_transaction;
+use backend::INSERT_CHUNK;
 use run_errors::{insert_run_errors, persist_failure};
 
 /// What the store needs to know about the page being stored.
@@ -55,6 +58,9 @@ pub struct PageContext<'a> {
     pub leave_checkpoint: bool,
     /// What the page most likely holds (from the page before), which picks a shortcut.
     pub expect: PageExpectation,
+    /// Note the page's keys in `run_sightings` (a full pass of a provider that tracks
+    /// deletions): the run's records that no page noted are its deletions.
+    pub sightings: bool,
 }
 
 impl PageContext<'_> {
@@ -92,6 +98,8 @@ pub struct PageStoreCounts {
     pub unchanged: u64,
     pub duplicate: u64,
     pub failed: u64,
+    /// Records marked deleted that the page carried again.
+    pub restored: u64,
     /// Every record was unchanged and nothing was written (see
     /// [`PageExpectation::Unchanged`]).
     pub deferred: bool,
@@ -149,6 +157,10 @@ pub async fn store_page(
         && context.expect == PageExpectation::Unchanged
         && all_stored_unchanged(backend, context.connection, &records).await?
     {
+        if context.sightings {
+            sightings::record_alone(db, context.run_id, &sightings::page_keys(&records, &[]))
+                .await?;
+        }
         counts.unchanged += records.len() as u64;
         counts.deferred = true;
         totals.fetched += fetched;
@@ -306,15 +318,18 @@ impl PageWrite<'_> {
         }
         let mut new_records = Vec::new();
         let mut changed_records: Vec<ChangedRecord> = Vec::new();
+        let mut restored_records: Vec<ChangedRecord> = Vec::new();
         for record in self.records {
             match existing.get(&record.external_id) {
                 None => new_records.push(record),
-                Some((_, hash)) if *hash == record.content_hash => counts.unchanged += 1,
-                Some((id, _)) => changed_records.push((*id, record)),
+                // A restore is a write, whatever the content: the deletion is cleared.
+                Some(stored) if stored.deleted => restored_records.push((stored.id, record)),
+                Some(stored) if stored.content_hash == record.content_hash => counts.unchanged += 1,
+                Some(stored) => changed_records.push((stored.id, record)),
             }
         }
 
-        if new_records.is_empty() && changed_records.is_empty() {
+        if new_records.is_empty() && changed_records.is_empty() && restored_records.is_empty() {
             return self.finish(txn, counts, failed, changes, totals, now).await;
         }
         let insert = match mode {
@@ -330,35 +345,23 @@ impl PageWrite<'_> {
         changes.recorded += insert.inserted;
         failed.extend(insert.failed);
 
-        match mode {
-            Mode::Fast => {
-                for chunk in changed_records.chunks(INSERT_CHUNK) {
-                    let slot = changes.slot(&txn, context, chunk.len()).await?;
-                    let updated = backend
-                        .update(&txn, context, chunk, now, slot)
-                        .await
-                        .map_err(PageFailure::Record)?;
-                    counts.updated += updated;
-                    changes.recorded += updated;
-                }
-            }
-            Mode::Careful => {
-                for changed in changed_records {
-                    let slot = changes.slot(&txn, context, 1).await?;
-                    let savepoint = txn.begin().await?;
-                    let one = std::slice::from_ref(&changed);
-                    match backend.update(&savepoint, context, one, now, slot).await {
-                        Ok(_) => {
-                            savepoint.commit().await?;
-                            counts.updated += 1;
-                            changes.recorded += 1;
-                        }
-                        Err(error) => {
-                            savepoint.rollback().await?;
-                            failed.push(persist_failure(changed.1.clone(), &error));
-                        }
-                    }
-                }
+        for (rewritten, kind) in [
+            (changed_records, ChangeKind::Updated),
+            (restored_records, ChangeKind::Restored),
+        ] {
+            let write = Rewrite {
+                backend,
+                txn: &txn,
+                context,
+                now,
+                kind,
+            };
+            let written = write
+                .run(&rewritten, mode, &mut changes, &mut failed)
+                .await?;
+            match kind {
+                ChangeKind::Restored => counts.restored += written,
+                _ => counts.updated += written,
             }
         }
 
@@ -415,6 +418,10 @@ impl PageWrite<'_> {
         for rejected in [self.rejected, &failed] {
             insert_run_errors(&txn, context, rejected, ErrorScope::Record, now).await?;
         }
+        if context.sightings {
+            let keys = sightings::page_keys(self.records, self.rejected);
+            sightings::record(&txn, context.run_id, &keys).await?;
+        }
 
         let after = self.totals_after(totals, &counts);
         let bookkeeping = self.bookkeeping(&after, now);
@@ -434,6 +441,7 @@ impl PageWrite<'_> {
         after.unchanged += counts.unchanged;
         after.duplicate += counts.duplicate;
         after.failed += counts.failed;
+        after.restored += counts.restored;
         after
     }
 
@@ -449,6 +457,68 @@ impl PageWrite<'_> {
             },
             now,
         }
+    }
+}
+
+/// Rewriting stored records in a page's transaction: new content (`updated`), or records
+/// marked deleted seen again (`restored`).
+struct Rewrite<'a> {
+    backend: &'a dyn StoreBackend,
+    txn: &'a DatabaseTransaction,
+    context: &'a PageContext<'a>,
+    now: DateTime<Utc>,
+    kind: ChangeKind,
+}
+
+impl Rewrite<'_> {
+    /// Rewrites `records` and returns how many it rewrote. Fast: in multi-row statements,
+    /// any failure failing the attempt; careful: one savepoint per record, those the
+    /// database refuses pushed to `failed`.
+    async fn run(
+        &self,
+        records: &[ChangedRecord<'_>],
+        mode: Mode,
+        changes: &mut PageChanges,
+        failed: &mut Vec<RejectedRecord>,
+    ) -> Result<u64, PageFailure> {
+        let (backend, txn, context, now, kind) =
+            (self.backend, self.txn, self.context, self.now, self.kind);
+        let mut written = 0;
+        match mode {
+            Mode::Fast => {
+                for chunk in records.chunks(INSERT_CHUNK) {
+                    let slot = changes.slot(txn, context, chunk.len()).await?;
+                    let updated = backend
+                        .update(txn, context, chunk, now, slot, kind)
+                        .await
+                        .map_err(PageFailure::Record)?;
+                    written += updated;
+                    changes.recorded += updated;
+                }
+            }
+            Mode::Careful => {
+                for changed in records {
+                    let slot = changes.slot(txn, context, 1).await?;
+                    let savepoint = txn.begin().await?;
+                    let one = std::slice::from_ref(changed);
+                    match backend
+                        .update(&savepoint, context, one, now, slot, kind)
+                        .await
+                    {
+                        Ok(_) => {
+                            savepoint.commit().await?;
+                            written += 1;
+                            changes.recorded += 1;
+                        }
+                        Err(error) => {
+                            savepoint.rollback().await?;
+                            failed.push(persist_failure(changed.1.clone(), &error));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(written)
     }
 }
 

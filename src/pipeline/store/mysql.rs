@@ -18,7 +18,7 @@ use tributary_providers::Record;
 
 use super::backend::{
     insert_statement, locked_stored_keys, refusal_by_sqlstate, CheckpointMove, Existing,
-    PageBookkeeping, Refusal, StoreBackend,
+    PageBookkeeping, Refusal, StoreBackend, Stored,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -46,19 +46,20 @@ impl<'a> MySqlStore<'a> {
     }
 }
 
-/// The stored (id, external id, content hash) of `records`' keys.
+/// The stored rows of `records`' keys.
 async fn stored_keys(
     db: &impl ConnectionTrait,
     connection: &connection::Model,
     records: &[Record],
 ) -> Result<Existing, DbErr> {
     let ids = records.iter().map(|record| record.external_id.as_str());
-    let rows: Vec<(i64, String, String)> = record::Entity::find()
+    let rows: Vec<(i64, String, String, Option<i64>)> = record::Entity::find()
         .select_only()
         .columns([
             record::Column::Id,
             record::Column::ExternalId,
             record::Column::ContentHash,
+            record::Column::DeletedByRunId,
         ])
         .filter(record::Column::UserId.eq(connection.user_id.as_str()))
         .filter(record::Column::Provider.eq(connection.provider.as_str()))
@@ -68,11 +69,14 @@ async fn stored_keys(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, external_id, hash)| (external_id, (id, hash)))
+        .map(|(id, external_id, hash, deleted_by)| {
+            (external_id, Stored::from_row(id, hash, deleted_by))
+        })
         .collect())
 }
 
-/// `SELECT page_rows.found, records.id, records.external_id, records.content_hash FROM
+/// `SELECT page_rows.found, records.id, records.external_id, records.content_hash,
+/// records.deleted_by_run_id FROM
 /// (SELECT COUNT(*) AS found FROM (SELECT 1 FROM sync_runs, connections WHERE sync_runs.id
 /// = ? AND connections.id = ? FOR UPDATE) AS locked) AS page_rows LEFT JOIN records ON
 /// <the key is one of the page's>`: the page's two rows locked and counted, and the stored
@@ -113,6 +117,7 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
                 record::Column::Id,
                 record::Column::ExternalId,
                 record::Column::ContentHash,
+                record::Column::DeletedByRunId,
             ]
             .map(|column| (record::Entity, column)),
         )
@@ -136,7 +141,7 @@ impl StoreBackend for MySqlStore<'_> {
         let unchanged = records.iter().filter(|record| {
             existing
                 .get(&record.external_id)
-                .is_some_and(|(_, hash)| *hash == record.content_hash)
+                .is_some_and(|stored| !stored.deleted && stored.content_hash == record.content_hash)
         });
         Ok(unchanged.count() as u64)
     }

@@ -41,10 +41,11 @@ use crate::pipeline::run::{save_counts, RunCounts};
 /// keeps it from being flattened into such a join, so each id is one unique-index probe.
 static LOOKUP: LazyLock<String> = LazyLock::new(|| {
     names::sql(
-        "SELECT r.{record::Id}, r.{record::ExternalId}, r.{record::ContentHash} \
+        "SELECT r.{record::Id}, r.{record::ExternalId}, r.{record::ContentHash}, \
+         r.{record::DeletedByRunId} \
          FROM unnest($3::text[]) AS k(external_id) \
-         CROSS JOIN LATERAL (SELECT {record::Id}, {record::ExternalId}, {record::ContentHash} \
-         FROM {records} WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
+         CROSS JOIN LATERAL (SELECT {record::Id}, {record::ExternalId}, {record::ContentHash}, \
+         {record::DeletedByRunId} FROM {records} WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
          AND {record::ExternalId} = k.external_id LIMIT 1) AS r",
     )
 });
@@ -58,22 +59,23 @@ static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
         "WITH page_rows AS (SELECT count(*) AS found FROM (SELECT 1 FROM {{sync_runs}} r, \
          {{connections}} c WHERE r.{{sync_run::Id}} = $4 AND c.{{connection::Id}} = $5 \
          FOR NO KEY UPDATE) AS locked) \
-         SELECT p.found, l.{{record::Id}}, l.{{record::ExternalId}}, l.{{record::ContentHash}} \
+         SELECT p.found, l.{{record::Id}}, l.{{record::ExternalId}}, l.{{record::ContentHash}}, \
+         l.{{record::DeletedByRunId}} \
          FROM page_rows AS p LEFT JOIN ({lookup}) AS l ON true",
         lookup = *LOOKUP,
     ))
 });
 
-/// How many of the pairs (`$3`, `$4`) are stored with that hash, each id one probe as in
+/// How many of the pairs (`$3`, `$4`) are stored live with that hash, each id one probe as in
 /// [`LOOKUP`].
 static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
     names::sql(
         "SELECT count(*) AS unchanged \
          FROM unnest($3::text[], $4::text[]) AS k(external_id, content_hash) \
-         CROSS JOIN LATERAL (SELECT {record::ContentHash} FROM {records} \
+         CROSS JOIN LATERAL (SELECT {record::ContentHash}, {record::DeletedAt} FROM {records} \
          WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
          AND {record::ExternalId} = k.external_id LIMIT 1) AS r \
-         WHERE r.{record::ContentHash} = k.content_hash",
+         WHERE r.{record::ContentHash} = k.content_hash AND r.{record::DeletedAt} IS NULL",
     )
 });
 

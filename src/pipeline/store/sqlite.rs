@@ -27,6 +27,7 @@ use tributary_providers::Record;
 
 use super::backend::{
     insert_statement, names, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
+    Stored,
 };
 use super::PageContext;
 use crate::db::DatabasePools;
@@ -42,17 +43,18 @@ static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
         "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {records} AS r \
          WHERE r.{record::UserId} = ?2 AND r.{record::Provider} = ?3 \
          AND r.{record::ExternalId} = page.value ->> 0 \
-         AND r.{record::ContentHash} = page.value ->> 1",
+         AND r.{record::ContentHash} = page.value ->> 1 \
+         AND r.{record::DeletedAt} IS NULL",
     )
 });
 
-/// The stored (id, external id, content hash) of a page's external ids, given as one JSON
+/// The stored (id, external id, content hash, deleting run) of a page's external ids, given as one JSON
 /// array, returned as one JSON array: sqlx hands each result row from its SQLite thread to
 /// ours separately, and one row costs one hand-off.
 static LOOKUP: LazyLock<String> = LazyLock::new(|| {
     names::sql(
         "SELECT json_group_array(json_array({record::Id}, {record::ExternalId}, \
-         {record::ContentHash})) AS found \
+         {record::ContentHash}, {record::DeletedByRunId})) AS found \
          FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2 \
          AND {record::ExternalId} IN (SELECT value FROM json_each(?3))",
     )
@@ -215,11 +217,13 @@ impl StoreBackend for SqliteStore<'_> {
             return Ok(Existing::new());
         };
         let found: String = row.try_get("", "found")?;
-        let rows: Vec<(i64, String, String)> = serde_json::from_str(&found)
+        let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(&found)
             .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
         Ok(rows
             .into_iter()
-            .map(|(id, external_id, hash)| (external_id, (id, hash)))
+            .map(|(id, external_id, hash, deleted_by)| {
+                (external_id, Stored::from_row(id, hash, deleted_by))
+            })
             .collect())
     }
 

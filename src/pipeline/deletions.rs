@@ -1,0 +1,235 @@
+//! Deletion detection: after a tracked full pass walked the provider's complete listing,
+//! the connection's live records that no page of the run noted in `run_sightings` (and
+//! the run did not write itself) are marked deleted, in the transaction that closes the
+//! run, with a `deleted` change each. A safety valve refuses a run that would mark too
+//! large a share of the live records ([deletion detection](docs/decisions/deletion-detection.md)).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
+use sea_orm::{
+    ActiveEnum, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, IdenStatic,
+    PaginatorTrait, QueryFilter, QuerySelect,
+};
+
+use crate::entities::change::ChangeKind;
+use crate::entities::{change, connection, record, run_sighting, sync_run};
+use crate::pipeline::changes::{self, BatchOwner};
+
+/// What a closing run does about deletions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeletionPass {
+    /// The run does not track deletions (the provider does not, or it was incremental).
+    Off,
+    /// The run tracked its keys, but its listing is not known complete: nothing is
+    /// marked. `reason` is given when the run's own error does not say why.
+    Skipped { reason: Option<String> },
+    /// The run walked the complete listing: mark what it did not see, unless that is more
+    /// than `max_fraction` of the connection's live records.
+    Apply { max_fraction: f64 },
+}
+
+impl DeletionPass {
+    /// The pass of a tracked run that ended as its walk did.
+    pub(crate) fn for_run(
+        tracked: bool,
+        listing_complete: bool,
+        resumed: bool,
+        unkeyed: u64,
+        max_fraction: f64,
+    ) -> DeletionPass {
+        if !tracked {
+            DeletionPass::Off
+        } else if !listing_complete {
+            DeletionPass::Skipped { reason: None }
+        } else if resumed {
+            // Common after an interrupted run, and no fault: said in the log only.
+            tracing::info!(
+                "Deletions not applied: the run went on from an earlier run's checkpoint, \
+                 so it did not see the whole listing."
+            );
+            DeletionPass::Skipped { reason: None }
+        } else if unkeyed > 0 {
+            DeletionPass::Skipped {
+                reason: Some(format!(
+                    "deletions not applied: {unkeyed} record(s) of the listing could not be \
+                     keyed, so which records it returned is not known"
+                )),
+            }
+        } else {
+            DeletionPass::Apply { max_fraction }
+        }
+    }
+}
+
+/// What the closing transaction did about deletions.
+#[derive(Debug, Default)]
+pub(crate) struct Decided {
+    /// Records marked deleted.
+    pub deleted: u64,
+    /// Why none were marked although the listing was complete (the safety valve).
+    pub refused: Option<String>,
+}
+
+/// The connection's live records (not marked deleted).
+fn live(connection: &connection::Model) -> Condition {
+    Condition::all()
+        .add(record::Column::UserId.eq(connection.user_id.as_str()))
+        .add(record::Column::Provider.eq(connection.provider.as_str()))
+        .add(record::Column::DeletedAt.is_null())
+}
+
+/// The connection's live records that run `run_id` neither wrote (a record it inserted,
+/// updated or restored carries its id in `last_seen_run_id`) nor noted as seen.
+fn unseen(connection: &connection::Model, run_id: i64) -> Condition {
+    let sighting = Query::select()
+        .expr(Expr::val(1))
+        .from(run_sighting::Entity)
+        .and_where(Expr::col((run_sighting::Entity, run_sighting::Column::RunId)).eq(run_id))
+        .and_where(
+            Expr::col((run_sighting::Entity, run_sighting::Column::ExternalId))
+                .equals((record::Entity, record::Column::ExternalId)),
+        )
+        .to_owned();
+    live(connection)
+        .add(record::Column::LastSeenRunId.ne(run_id))
+        .add(Expr::exists(sighting).not())
+}
+
+/// Marks the connection's records the run did not see deleted, within the valve, and
+/// records their changes in one batch stamped at the end; in the run's closing `txn`.
+pub(crate) async fn apply(
+    txn: &impl ConnectionTrait,
+    connection: &connection::Model,
+    run_id: i64,
+    max_fraction: f64,
+    now: DateTime<Utc>,
+) -> Result<Decided, DbErr> {
+    let candidates = record::Entity::find()
+        .filter(unseen(connection, run_id))
+        .count(txn)
+        .await?;
+    if candidates == 0 {
+        return Ok(Decided::default());
+    }
+    let live = record::Entity::find()
+        .filter(live(connection))
+        .count(txn)
+        .await?;
+    // Counts fit an f64 exactly far beyond any table's size.
+    if candidates as f64 > max_fraction * live as f64 {
+        return Ok(Decided {
+            deleted: 0,
+            refused: Some(format!(
+                "deletions not applied: the complete listing no longer returned {candidates} of \
+                 the connection's {live} live records, more than max_delete_fraction = \
+                 {max_fraction} of them; nothing was marked, and the next complete run decides again"
+            )),
+        });
+    }
+    let deleted = record::Entity::update_many()
+        .col_expr(record::Column::DeletedAt, Expr::value(now))
+        .col_expr(record::Column::DeletedByRunId, Expr::value(run_id))
+        .filter(unseen(connection, run_id))
+        .exec(txn)
+        .await?
+        .rows_affected;
+    if deleted > 0 {
+        record_deletions(txn, connection, run_id, deleted, now).await?;
+    }
+    Ok(Decided {
+        deleted,
+        refused: None,
+    })
+}
+
+/// One `deleted` change per record run `run_id` just marked, in key order, in a batch of
+/// their own, stamped last.
+async fn record_deletions(
+    txn: &impl ConnectionTrait,
+    connection: &connection::Model,
+    run_id: i64,
+    deleted: u64,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let owner = BatchOwner {
+        run_id,
+        user_id: &connection.user_id,
+        provider: &connection.provider,
+    };
+    let mut batch = changes::open_batch(txn, owner).await?;
+    let count = usize::try_from(deleted)
+        .map_err(|_| DbErr::Custom(format!("{deleted} deletions do not fit one batch")))?;
+    let slot = batch.reserve(count)?;
+    // Both numbers are ours (a row id and an ordinal), never text from outside.
+    let ordinal = format!(
+        "{} + row_number() OVER (ORDER BY {}) - 1",
+        slot.first,
+        record::Column::ExternalId.as_str()
+    );
+    let marked = Query::select()
+        .expr(Expr::val(slot.batch_id))
+        .expr(Expr::cust(ordinal))
+        .column(record::Column::ExternalId)
+        .expr(Expr::val(ChangeKind::Deleted.to_value()))
+        .from(record::Entity)
+        .and_where(record::Column::UserId.eq(connection.user_id.as_str()))
+        .and_where(record::Column::Provider.eq(connection.provider.as_str()))
+        .and_where(record::Column::DeletedByRunId.eq(run_id))
+        .to_owned();
+    let insert = Query::insert()
+        .into_table(change::Entity)
+        .columns([
+            change::Column::BatchId,
+            change::Column::Ordinal,
+            change::Column::ExternalId,
+            change::Column::Kind,
+        ])
+        .select_from(marked)
+        .map_err(|error| DbErr::Custom(format!("building the deletions' changes: {error}")))?
+        .to_owned();
+    txn.execute(&insert).await?;
+    changes::stamp_batch(txn, &batch, now).await
+}
+
+/// Removes run `run_id`'s sightings (it is closing).
+pub(crate) async fn forget_sightings(txn: &impl ConnectionTrait, run_id: i64) -> Result<(), DbErr> {
+    run_sighting::Entity::delete_many()
+        .filter(run_sighting::Column::RunId.eq(run_id))
+        .exec(txn)
+        .await?;
+    Ok(())
+}
+
+/// Removes the sightings that earlier runs of the connection left behind (a run killed
+/// before it closed): runs of one connection take turns, so none of them is still going.
+/// Read first, then deleted run by run, so that no statement locks other runs' rows.
+pub(crate) async fn remove_orphans(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    run_id: i64,
+) -> Result<u64, DbErr> {
+    let earlier_runs = Query::select()
+        .column(sync_run::Column::Id)
+        .from(sync_run::Entity)
+        .and_where(sync_run::Column::UserId.eq(connection.user_id.as_str()))
+        .and_where(sync_run::Column::Provider.eq(connection.provider.as_str()))
+        .and_where(sync_run::Column::Id.lt(run_id))
+        .to_owned();
+    let orphaned: Vec<i64> = run_sighting::Entity::find()
+        .select_only()
+        .column(run_sighting::Column::RunId)
+        .distinct()
+        .filter(run_sighting::Column::RunId.in_subquery(earlier_runs))
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut removed = 0;
+    for orphan in orphaned {
+        removed += run_sighting::Entity::delete_many()
+            .filter(run_sighting::Column::RunId.eq(orphan))
+            .exec(db)
+            .await?
+            .rows_affected;
+    }
+    Ok(removed)
+}

@@ -99,6 +99,22 @@ pub struct BenchArgs {
     /// the server offers it) instead of `sslmode=disable`, as a loopback client would.
     #[arg(long)]
     pub postgres_tls: bool,
+    /// A key of the provider's table, as TOML: `--provider-option track_deletes=true`.
+    /// Repeatable; checked like any config.
+    #[arg(long = "provider-option", value_name = "KEY=VALUE", value_parser = provider_option)]
+    pub provider_options: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn provider_option(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!(
+            "expected KEY=VALUE, e.g. track_deletes=true; got {text:?}"
+        )),
+    }
 }
 
 /// What one configuration runs.
@@ -111,6 +127,8 @@ pub struct ScaleOptions {
     pub latency: Duration,
     pub concurrency: usize,
     pub seed: u64,
+    /// Extra keys of the provider's table, each `key = value` with the value as TOML.
+    pub provider_options: Vec<(String, String)>,
 }
 
 /// Runs the benchmark `args` asks for.
@@ -132,6 +150,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         latency: Duration::from_millis(args.latency_ms),
         concurrency: args.concurrency,
         seed: args.seed,
+        provider_options: args.provider_options.clone(),
     };
     let result = run_scale(&options).await;
     scratch.remove().await;
@@ -266,6 +285,9 @@ run_timeout = "24h"
         pool = (options.concurrency + 2).clamp(4, 32),
         concurrency = options.concurrency,
     );
+    for (key, value) in &options.provider_options {
+        text.push_str(&format!("{key} = {value}\n"));
+    }
     for user in 1..=options.users {
         text.push_str(&format!(
             "\n[[providers.{PROVIDER}.connections]]\nuser_id = \"user{user:05}\"\ntoken = \"{TOKEN_PREFIX}{user}\"\n"

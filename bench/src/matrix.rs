@@ -187,19 +187,23 @@ fn run_config(
         config.users, config.records, config.latency_ms, config.concurrency
     );
     // The parent waits for each child and does nothing else meanwhile.
-    let status = std::process::Command::new(exe)
-        .args(["--users", &config.users.to_string()])
-        .args(["--records", &config.records.to_string()])
-        .args(["--database", database])
-        .args(["--latency-ms", &config.latency_ms.to_string()])
-        .args(["--concurrency", &config.concurrency.to_string()])
-        .args(["--seed", &args.seed.to_string()])
-        .args(args.postgres_tls.then_some("--postgres-tls"))
-        .arg("--json")
-        .arg(json)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .context("running a benchmark configuration")?;
+    let status =
+        std::process::Command::new(exe)
+            .args(["--users", &config.users.to_string()])
+            .args(["--records", &config.records.to_string()])
+            .args(["--database", database])
+            .args(["--latency-ms", &config.latency_ms.to_string()])
+            .args(["--concurrency", &config.concurrency.to_string()])
+            .args(["--seed", &args.seed.to_string()])
+            .args(args.postgres_tls.then_some("--postgres-tls"))
+            .args(args.provider_options.iter().flat_map(|(key, value)| {
+                ["--provider-option".to_string(), format!("{key}={value}")]
+            }))
+            .arg("--json")
+            .arg(json)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("running a benchmark configuration")?;
     let text = std::fs::read_to_string(json)
         .with_context(|| format!("the configuration's results ({status})"))?;
     Ok(serde_json::from_str(&text)?)

@@ -25,6 +25,7 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
         latency: Duration::ZERO,
         concurrency: 2,
         seed: 7,
+        provider_options: Vec::new(),
     })
     .await
     .expect("benchmark ran");
@@ -157,4 +158,43 @@ async fn the_command_writes_its_results_as_json() {
     }
     assert_eq!(phases[1]["records_rows_written"], 0);
     assert_eq!(phases[2]["inserted"], 0);
+}
+
+#[tokio::test]
+async fn with_track_deletes_an_unchanged_resync_still_writes_no_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = scratch_database_url(dir.path()).await;
+    let report = run_scale(&ScaleOptions {
+        users: 2,
+        records_per_user: 250,
+        database_url: database_url.clone(),
+        latency: Duration::ZERO,
+        concurrency: 2,
+        seed: 7,
+        provider_options: vec![("track_deletes".into(), "true".into())],
+    })
+    .await
+    .expect("benchmark ran");
+    assert!(report.checks_passed, "{:#?}", report.phases);
+    let unchanged = &report.phases[1];
+    assert_eq!(unchanged.name, "unchanged");
+    assert_eq!(unchanged.unchanged, 500);
+    assert_eq!(unchanged.records_rows_written, Some(0));
+    // Every full pass tracked its keys and removed them as it closed.
+    let db = sea_orm::Database::connect(&database_url)
+        .await
+        .expect("database");
+    let sightings = tributary::entities::run_sighting::Entity::find()
+        .all(&db)
+        .await
+        .expect("sightings");
+    assert!(sightings.is_empty(), "{sightings:?}");
+    let deleted = record::Entity::find()
+        .all(&db)
+        .await
+        .expect("records")
+        .into_iter()
+        .filter(|r| r.deleted_at.is_some())
+        .count();
+    assert_eq!(deleted, 0);
 }

@@ -205,7 +205,7 @@ async fn replay_records(
         // A replay is not a pass over the listing: the cursor, the checkpoint and the
         // connection's last success stay as they are.
         listing_complete: false,
-        clear_checkpoint: false,
+        checkpoint: crate::pipeline::store::CheckpointMove::Keep,
         watermark: None,
         notify: provider_settings.notify,
         deletions: crate::pipeline::DeletionPass::Off,

@@ -96,7 +96,7 @@ pub async fn run_store_only(
             },
             error: message.as_deref(),
             listing_complete: false,
-            clear_checkpoint: true,
+            checkpoint: tributary::pipeline::store::CheckpointMove::Write(None),
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,

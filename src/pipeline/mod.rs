@@ -33,6 +33,7 @@ use crate::entities::connection;
 pub use checkpoint::Checkpoint;
 pub use deletions::DeletionPass;
 pub use run::{RunClosed, RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
+use store::CheckpointMove;
 pub use store::{PageContext, PageExpectation, PageStoreCounts};
 
 use checkpoint::{newest, stored_cursor};
@@ -152,8 +153,16 @@ pub async fn sync_connection(
             status,
             error: error.as_deref(),
             listing_complete,
-            clear_checkpoint: listing_complete
-                || matches!(result, Err(RunFault::PaginationLoop { .. })),
+            checkpoint: if listing_complete
+                || matches!(result, Err(RunFault::PaginationLoop { .. }))
+            {
+                CheckpointMove::Write(None)
+            } else {
+                match &committed.deferred_checkpoint {
+                    Some(deferred) => CheckpointMove::Write(Some(deferred)),
+                    None => CheckpointMove::Keep,
+                }
+            },
             watermark: if listing_complete {
                 newest(committed.watermark, cursor)
             } else {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tributary_providers::Watermark;
 
 use super::deletions::{self, DeletionPass};
-use super::store::begin_page_transaction;
+use super::store::{begin_page_transaction, checkpoint_column, CheckpointMove};
 use crate::config::NotifyRuns;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, sync_run};
@@ -168,8 +168,9 @@ pub struct RunEnd<'a> {
     /// Every page of the listing was fetched: the connection counts as synced as of this
     /// run and its cursor advances.
     pub listing_complete: bool,
-    /// Forget the checkpoint (the next run starts from the first page).
-    pub clear_checkpoint: bool,
+    /// What becomes of the connection's checkpoint: kept, cleared (the next run starts
+    /// from the first page), or written (the pages stored unchanged since the last commit).
+    pub checkpoint: CheckpointMove<'a>,
     /// The connection's new incremental watermark (only with `listing_complete`).
     pub watermark: Option<Watermark>,
     /// Which runs write a notification into the outbox as they close.
@@ -214,14 +215,18 @@ pub async fn finish_run(
     row.error = Set(closed.error.clone());
     row.update(&txn).await?;
 
-    if end.listing_complete || end.clear_checkpoint {
+    let checkpoint = match end.checkpoint {
+        CheckpointMove::Keep => None,
+        CheckpointMove::Write(checkpoint) => Some(checkpoint_column(checkpoint)?),
+    };
+    if end.listing_complete || checkpoint.is_some() {
         let mut conn = connection::ActiveModel {
             id: Set(connection.id),
             updated_at: Set(now),
             ..Default::default()
         };
-        if end.clear_checkpoint {
-            conn.checkpoint = Set(None);
+        if let Some(checkpoint) = checkpoint {
+            conn.checkpoint = Set(checkpoint);
         }
         if end.listing_complete {
             conn.last_success_run_id = Set(Some(run_id));

@@ -48,6 +48,9 @@ pub(super) struct Committed {
     pub resumed: bool,
     /// Records of the committed pages that could not be keyed at all.
     pub unkeyed: u64,
+    /// The checkpoint of the last page stored unchanged, which rides with the run's next
+    /// commit: a run that stops before that commit writes it as it closes.
+    pub deferred_checkpoint: Option<Checkpoint>,
 }
 
 /// How long an unchanged run may go without committing its counters and checkpoint
@@ -275,6 +278,11 @@ impl<'r, 'a> Walker<'r, 'a> {
         })?;
         committed.counts = totals_after;
         committed.unkeyed = committed.unkeyed.saturating_add(unkeyed);
+        if !stored.deferred {
+            committed.deferred_checkpoint = None;
+        } else if page.stop_after.is_none() {
+            committed.deferred_checkpoint = next_checkpoint.clone();
+        }
         self.page_committed(page_number, &stored, committed);
         Ok(match (page.stop_after, next_checkpoint) {
             (Some(reason), _) => AfterPage::Stopped(reason),

@@ -371,3 +371,55 @@ async fn a_page_write_that_fails_unexpectedly_fails_the_run_and_is_counted() {
         "{rendered}"
     );
 }
+
+/// A run stopped by `max_pages` while its pages were unchanged, and so not yet committed,
+/// writes the checkpoint they reached as it closes: the next run goes on from there
+/// instead of walking the same unchanged pages again, and the listing's end is reached.
+#[tokio::test]
+async fn an_unchanged_run_stopped_early_keeps_the_checkpoint_its_pages_reached() {
+    let (app, settings) = listing(Duration::ZERO).await;
+    app.sync_one(&settings).await;
+    let limited = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "auth = \"bearer\"\n",
+        "auth = \"bearer\"\nmax_pages = 2\n",
+        1,
+    );
+    let limited = app.settings(&limited).await;
+
+    let stopped = app.sync_one(&limited).await;
+    assert_eq!(stopped.status, RunStatus::Failed);
+    assert_eq!(
+        (stopped.counts.pages_fetched, stopped.counts.unchanged),
+        (2, 2 * PER_PAGE as u64)
+    );
+
+    let before = app.api.received_requests().await.unwrap_or_default().len();
+    let resumed = app.sync_one(&limited).await;
+    let cursors: Vec<Option<String>> = app.api.received_requests().await.unwrap_or_default()
+        [before..]
+        .iter()
+        .map(|request| {
+            request
+                .url
+                .query_pairs()
+                .find(|(key, _)| key == "cursor")
+                .map(|(_, value)| value.into_owned())
+        })
+        .collect();
+    assert_eq!(
+        cursors,
+        [Some("p2".to_string()), Some("p3".to_string())],
+        "the next run went on from the third page"
+    );
+    assert_eq!(resumed.counts.unchanged, 2 * PER_PAGE as u64);
+
+    let last = app.sync_one(&limited).await;
+    assert_eq!(last.status, RunStatus::Succeeded, "{:?}", last.error);
+    assert_eq!(last.counts.pages_fetched, 1);
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("one connection");
+    assert_eq!(connection.checkpoint, None);
+}

@@ -34,6 +34,7 @@ use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::RunCounts;
 
 pub use append::sweep_expired_keys;
+pub(crate) use backend::checkpoint_column;
 pub(crate) use backend::names;
 pub use backend::{
     ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend, Stored,

@@ -60,6 +60,16 @@ async fn listing(delay: Duration) -> (TestApp, Settings) {
     (app, settings)
 }
 
+/// The one connection's checkpoint column.
+async fn stored_checkpoint(app: &TestApp) -> Option<String> {
+    connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("one connection")
+        .checkpoint
+}
+
 async fn assert_finished_exactly(app: &TestApp, run: &RunOutcome) {
     assert_eq!(run.status, RunStatus::Succeeded);
     let row = app.run_row(run.run_id).await;
@@ -76,12 +86,7 @@ async fn assert_finished_exactly(app: &TestApp, run: &RunOutcome) {
         ),
         "the finished run's counters are exact"
     );
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("one connection");
-    assert_eq!(connection.checkpoint, None);
+    assert_eq!(stored_checkpoint(app).await, None);
 }
 
 #[tokio::test]
@@ -416,10 +421,5 @@ async fn an_unchanged_run_stopped_early_keeps_the_checkpoint_its_pages_reached()
     let last = app.sync_one(&limited).await;
     assert_eq!(last.status, RunStatus::Succeeded, "{:?}", last.error);
     assert_eq!(last.counts.pages_fetched, 1);
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("one connection");
-    assert_eq!(connection.checkpoint, None);
+    assert_eq!(stored_checkpoint(&app).await, None);
 }

@@ -79,8 +79,10 @@ fn live(connection: &connection::Model) -> Condition {
 }
 
 /// The connection's live records that run `run_id` neither wrote (a record it inserted,
-/// updated or restored carries its id in `last_seen_run_id`) nor noted as seen.
-fn unseen(connection: &connection::Model, run_id: i64) -> Condition {
+/// updated or restored carries its id in `last_seen_run_id`) nor noted as seen, and that
+/// were last written before the run started: a record another run wrote meanwhile may
+/// have come into the listing after this run's walk went past its place.
+fn unseen(connection: &connection::Model, run_id: i64, started_at: DateTime<Utc>) -> Condition {
     let sighting = Query::select()
         .expr(Expr::val(1))
         .from(run_sighting::Entity)
@@ -92,6 +94,7 @@ fn unseen(connection: &connection::Model, run_id: i64) -> Condition {
         .to_owned();
     live(connection)
         .add(record::Column::LastSeenRunId.ne(run_id))
+        .add(record::Column::UpdatedAt.lt(started_at))
         .add(Expr::exists(sighting).not())
 }
 
@@ -104,8 +107,13 @@ pub(crate) async fn apply(
     max_fraction: f64,
     now: DateTime<Utc>,
 ) -> Result<Decided, DbErr> {
+    let started_at = sync_run::Entity::find_by_id(run_id)
+        .one(txn)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(format!("run {run_id}")))?
+        .started_at;
     let candidates = record::Entity::find()
-        .filter(unseen(connection, run_id))
+        .filter(unseen(connection, run_id, started_at))
         .count(txn)
         .await?;
     if candidates == 0 {
@@ -129,7 +137,7 @@ pub(crate) async fn apply(
     let deleted = record::Entity::update_many()
         .col_expr(record::Column::DeletedAt, Expr::value(now))
         .col_expr(record::Column::DeletedByRunId, Expr::value(run_id))
-        .filter(unseen(connection, run_id))
+        .filter(unseen(connection, run_id, started_at))
         .exec(txn)
         .await?
         .rows_affected;

@@ -686,6 +686,75 @@ async fn a_run_killed_midway_marks_nothing_and_its_sightings_are_removed() {
     assert_eq!(live, 10);
 }
 
+/// A record another run wrote while the pass walked its listing may have come into the
+/// listing after the pass went past its place: the pass does not mark it deleted.
+#[tokio::test]
+async fn a_record_written_by_another_run_during_the_pass_is_not_marked_deleted() {
+    let app = spawn_app().await;
+    let settings = ten_records(&app, "").await;
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("query")
+        .expect("alice's connection");
+    mount_first_page(&app, items("k", "alice", 0..5)).await;
+    let rest = json!({"data": items("k", "alice", 5..10), "next_cursor": null});
+    mount_second_page(
+        &app,
+        ResponseTemplate::new(200)
+            .set_body_json(rest)
+            .set_delay(Duration::from_millis(1500)),
+    )
+    .await;
+    let pass = app.sync_one(&settings);
+    let other_writer = async {
+        // Once the pass has started, another run stores k10.
+        loop {
+            let running = tributary::entities::sync_run::Entity::find()
+                .filter(
+                    tributary::entities::sync_run::Column::Status
+                        .eq(tributary::pipeline::RunStatus::Running),
+                )
+                .count(&app.db)
+                .await
+                .expect("sync_runs");
+            if running > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let other = start_run(&app.db, &connection, Trigger::Manual)
+            .await
+            .expect("run started");
+        let context = PageContext {
+            run_id: other,
+            connection: &connection,
+            next_checkpoint: None,
+            mode: tributary::config::WriteMode::Upsert,
+            leave_checkpoint: true,
+            expect: PageExpectation::Unknown,
+            sightings: false,
+        };
+        let payload = items("k", "alice", 10..11)[0].to_string();
+        let page = vec![PageItem::Record(Record {
+            external_id: "k10".to_string(),
+            content_hash: sha256_hex(payload.as_bytes()),
+            payload,
+        })];
+        store_page(&app.db, &context, page, &mut RunCounts::default())
+            .await
+            .expect("page stored");
+    };
+    let (run, ()) = tokio::join!(pass, other_writer);
+    assert_eq!(
+        (run.status, run.counts.deleted),
+        (RunStatus::Succeeded, 0),
+        "{run:?}"
+    );
+    assert_eq!(deleted_ids(&app).await, Vec::<String>::new());
+    assert_eq!(app.records().await.len(), 11);
+}
+
 #[tokio::test]
 async fn the_webhook_body_counts_deletions_and_restorations() {
     let app = spawn_app().await;

@@ -43,8 +43,41 @@ struct ProviderJob {
     lease: LeaseSettings,
     cancel: CancellationToken,
     panics: Arc<RunPanics>,
-    /// `full_sync_schedule`: the firings it matches are full passes.
-    full_sync: Option<croner::Cron>,
+    /// `full_sync_schedule`: which firings are full passes.
+    full_sync: Option<FullPasses>,
+}
+
+/// When `full_sync_schedule` next asks for a full pass: the first firing at or after each
+/// of its times is one, so the two schedules need not share a second.
+struct FullPasses {
+    cron: croner::Cron,
+    next_due: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+}
+
+impl FullPasses {
+    fn new(cron: croner::Cron, from: chrono::DateTime<chrono::Utc>) -> FullPasses {
+        let next_due = cron.find_next_occurrence(&from, false).ok();
+        FullPasses {
+            cron,
+            next_due: std::sync::Mutex::new(next_due),
+        }
+    }
+
+    /// Whether a firing at `now` is a full pass; if so, the next one is due at the
+    /// schedule's next time after `now`.
+    fn take_due(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        let mut next_due = self
+            .next_due
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *next_due {
+            Some(due) if now >= due => {
+                *next_due = self.cron.find_next_occurrence(&now, false).ok();
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Runs the daemon until `shutdown` resolves. The database must be migrated and the
@@ -103,7 +136,10 @@ pub async fn run_with(
             cancel: cancel.clone(),
             panics: panics.clone(),
             full_sync: match &provider_settings.full_sync_schedule {
-                Some(expression) => Some(parse_cron(expression).map_err(anyhow::Error::msg)?),
+                Some(expression) => Some(FullPasses::new(
+                    parse_cron(expression).map_err(anyhow::Error::msg)?,
+                    chrono::Utc::now(),
+                )),
                 None => None,
             },
         });
@@ -246,7 +282,10 @@ async fn schedule_sweeps(
 /// time, each skipped if a run of it is still going.
 async fn fire(job: &ProviderJob) {
     let provider = &job.settings.name;
-    let full = is_full_pass(job.full_sync.as_ref(), chrono::Utc::now());
+    let full = job
+        .full_sync
+        .as_ref()
+        .is_some_and(|full_sync| full_sync.take_due(chrono::Utc::now()));
     let connections = match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
         Ok(connections) => connections,
         Err(error) => {
@@ -286,26 +325,9 @@ async fn fire(job: &ProviderJob) {
     }
 }
 
-/// Whether a firing at `fired_at` is a full pass: `full_sync_schedule` matches its second,
-/// or the second before (a firing may start just after the second it was due at).
-fn is_full_pass(full_sync: Option<&croner::Cron>, fired_at: chrono::DateTime<chrono::Utc>) -> bool {
-    use chrono::{SubsecRound, TimeDelta};
-    let Some(cron) = full_sync else {
-        return false;
-    };
-    let second = fired_at.trunc_subsecs(0);
-    [
-        Some(second),
-        second.checked_sub_signed(TimeDelta::seconds(1)),
-    ]
-    .into_iter()
-    .flatten()
-    .any(|time| cron.is_time_matching(&time).unwrap_or(false))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::is_full_pass;
+    use super::FullPasses;
     use crate::config::parse_cron;
 
     fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
@@ -313,11 +335,26 @@ mod tests {
     }
 
     #[test]
-    fn firings_the_full_sync_schedule_matches_are_full_passes() {
-        let nightly = parse_cron("0 0 3 * * *").unwrap();
-        assert!(is_full_pass(Some(&nightly), at("2026-12-02T03:00:00.004Z")));
-        assert!(is_full_pass(Some(&nightly), at("2026-12-02T03:00:01.200Z")));
-        assert!(!is_full_pass(Some(&nightly), at("2026-12-02T03:15:00Z")));
-        assert!(!is_full_pass(None, at("2026-12-02T03:00:00Z")));
+    fn the_first_firing_at_or_after_each_full_sync_time_is_a_full_pass() {
+        // Hourly firings at :00 and a nightly full pass at 03:30: they never share a second.
+        let nightly = FullPasses::new(
+            parse_cron("0 30 3 * * *").unwrap(),
+            at("2026-12-02T01:10:00Z"),
+        );
+        assert!(!nightly.take_due(at("2026-12-02T02:00:00Z")));
+        assert!(!nightly.take_due(at("2026-12-02T03:00:00Z")));
+        assert!(nightly.take_due(at("2026-12-02T04:00:00.004Z")));
+        assert!(!nightly.take_due(at("2026-12-02T05:00:00Z")));
+        assert!(nightly.take_due(at("2026-12-03T04:00:02Z")));
+    }
+
+    #[test]
+    fn a_firing_due_at_the_full_sync_time_is_a_full_pass_even_when_late() {
+        let nightly = FullPasses::new(
+            parse_cron("0 0 3 * * *").unwrap(),
+            at("2026-12-02T01:00:00Z"),
+        );
+        assert!(nightly.take_due(at("2026-12-02T03:00:04.200Z")));
+        assert!(!nightly.take_due(at("2026-12-02T03:15:00Z")));
     }
 }

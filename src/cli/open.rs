@@ -8,7 +8,7 @@ use crate::connections::sealing::{self, Reseal};
 use crate::db::DatabasePools;
 
 /// For commands that sync or replay: loads the keys, connects and migrates, refuses a
-/// table without the unique index, loads the configured connections, retires those
+/// table without the unique index, aligns the change feed's clock (PostgreSQL), loads the configured connections, retires those
 /// config.toml no longer lists, and seals in place the credentials a database still
 /// holds in clear. A bad key, a literal secret without one, or a configured connection
 /// sealed with a key not configured stop it before anything is written. Commands that
@@ -16,6 +16,15 @@ use crate::db::DatabasePools;
 pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
     let db = connect_with_keys(settings).await?;
     crate::db::require_key_index(&db).await?;
+    if crate::pipeline::changes::align_clock(db.main())
+        .await
+        .context("aligning the change feed's clock")?
+    {
+        tracing::warn!(
+            "The change feed's seqs were moved past the stored batches: the database was \
+             restored into another cluster. Readers must resync from the records table."
+        );
+    }
     sealing::check_configured_keys(&db, settings).await?;
     crate::connections::upsert_configured(&db, settings)
         .await

@@ -1,5 +1,6 @@
-//! `change_batches`: the changes one transaction recorded, stamped with the clock's next
-//! seq as its last statement before it commits.
+//! `change_batches`: the changes one transaction recorded, stamped with its seq as its
+//! last statement before it commits: the clock's next seq, or on PostgreSQL the
+//! transaction's id plus the clock's offset.
 
 use sea_orm::entity::prelude::*;
 
@@ -8,7 +9,7 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,
-    /// The batch's place in commit order; null only inside the transaction writing it.
+    /// The batch's place in the feed; null only inside the transaction writing it.
     pub seq: Option<i64>,
     pub run_id: i64,
     /// The connection whose records changed.

@@ -1,4 +1,4 @@
-//! `change_clock`: one row (`id = 1`), the change feed's commit-order clock.
+//! `change_clock`: one row (`id = 1`), the change feed's clock.
 
 use sea_orm::entity::prelude::*;
 
@@ -10,7 +10,9 @@ pub const CLOCK_ROW: i64 = 1;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: i64,
-    /// The seq of the newest committed change batch (0 before the first).
+    /// SQLite, MariaDB/MySQL: the seq of the newest committed change batch (0 before the
+    /// first). PostgreSQL: the offset added to transaction ids to make seqs, raised only
+    /// after a restore into another cluster (`changes::align_clock`).
     pub seq: i64,
     /// The highest seq whose changes the retention sweep may have deleted: a cursor
     /// older than it is expired.

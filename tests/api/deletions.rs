@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tributary::config::Settings;
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{connection, record, run_sighting};
-use tributary::pipeline::changes::{self, Cursor, FeedChange, FeedQuery};
+use tributary::pipeline::changes::{self, Cursor, FeedChange};
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
 use tributary::pipeline::{NoProgress, RunCounts, RunOptions, RunOutcome, RunStatus, Trigger};
@@ -117,18 +117,11 @@ async fn assert_nothing_deleted(app: &TestApp, outcome: &RunOutcome) {
     assert_eq!(sightings(app).await, 0, "the run's sightings are removed");
 }
 
-/// Every change after `since`.
+/// Every change after `since` committed so far.
 async fn feed_after(app: &TestApp, since: Cursor) -> Vec<FeedChange> {
-    let query = FeedQuery {
-        since,
-        provider: None,
-        user_id: None,
-        limit: changes::MAX_LIMIT,
-    };
-    changes::read_changes(&app.db, &query)
+    crate::helpers::read_feed(&app.db, since, changes::MAX_LIMIT)
         .await
-        .expect("feed read")
-        .changes
+        .0
 }
 
 async fn head(app: &TestApp) -> Cursor {

@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 use std::sync::Once;
 
-use sea_orm::{ConnectionTrait, EntityTrait, QueryOrder, Statement};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+};
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
-use tributary::entities::{connection, record, run_error, sync_run};
+use tributary::entities::{change_batch, connection, record, run_error, sync_run};
+use tributary::pipeline::changes::{self, Cursor, FeedChange, FeedQuery};
 use tributary::pipeline::Trigger;
 use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
 use tributary::sync::{sync_matching, SyncFilter};
@@ -298,6 +301,20 @@ impl TestApp {
             .expect("run row exists")
     }
 
+    /// The seqs of the stamped change batches, in feed order. Where the clock ticks they
+    /// run 1, 2, 3 ...; on PostgreSQL they are transaction ids, whose gaps are others'.
+    pub async fn batch_seqs(&self) -> Vec<i64> {
+        change_batch::Entity::find()
+            .filter(change_batch::Column::Seq.is_not_null())
+            .order_by_asc(change_batch::Column::Seq)
+            .all(&self.db)
+            .await
+            .expect("change batches")
+            .into_iter()
+            .filter_map(|batch| batch.seq)
+            .collect()
+    }
+
     /// The columns of the unique index on `records` other than the primary key, in index
     /// order, read back from the database's own catalogue. One entry per unique index.
     pub async fn unique_indexes_on_records(&self) -> Vec<Vec<String>> {
@@ -468,6 +485,52 @@ impl TestApp {
 
 /// How often to ask [`TestApp::lock_waits`].
 pub const LOCK_WAITS_POLL: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Every change after `since` up to the newest batch committed when it is called, read
+/// `limit` at a time, and the cursor after them. On PostgreSQL a committed batch becomes
+/// readable once every transaction of the server that began writing before it has ended,
+/// other tests' among them, so it reads on for at most 30 s until it has passed that batch.
+pub async fn read_feed(
+    db: &sea_orm::DatabaseConnection,
+    since: Cursor,
+    limit: u64,
+) -> (Vec<FeedChange>, Cursor) {
+    let newest: Option<i64> = change_batch::Entity::find()
+        .select_only()
+        .column_as(change_batch::Column::Seq.max(), "seq")
+        .into_tuple::<Option<i64>>()
+        .one(db)
+        .await
+        .expect("the newest batch")
+        .flatten();
+    let target = newest.map_or(since, Cursor::after_batch);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut cursor = since;
+    let mut all = Vec::new();
+    loop {
+        let query = FeedQuery {
+            since: cursor,
+            provider: None,
+            user_id: None,
+            limit,
+        };
+        let page = changes::read_changes(db, &query).await.expect("feed read");
+        assert!(page.next >= cursor, "the cursor never goes back");
+        let done = page.changes.is_empty();
+        cursor = page.next;
+        all.extend(page.changes);
+        if done {
+            if cursor >= target {
+                return (all, cursor);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the feed never reached {target:?}: it stopped at {cursor:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
 
 /// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
 pub fn tributary(config: &std::path::Path) -> assert_cmd::Command {

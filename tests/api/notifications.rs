@@ -216,21 +216,15 @@ async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifie
             .parse()
             .expect("a valid cursor")
     };
-    let query = tributary::pipeline::changes::FeedQuery {
-        since: cursor("before"),
-        provider: None,
-        user_id: None,
-        limit: 100,
-    };
-    let page = tributary::pipeline::changes::read_changes(&app.db, &query)
-        .await
-        .expect("feed read");
-    assert_eq!(page.changes.len(), 3);
-    assert!(page
-        .changes
-        .iter()
-        .all(|change| change.run_id == run.run_id));
-    assert_eq!(page.next, cursor("after"));
+    let (changes, next) = crate::helpers::read_feed(&app.db, cursor("before"), 100).await;
+    assert_eq!(changes.len(), 3);
+    assert!(changes.iter().all(|change| change.run_id == run.run_id));
+    if crate::helpers::backend() == crate::helpers::Backend::Postgres {
+        // The head has moved on with the server's other transactions.
+        assert!(next >= cursor("after"));
+    } else {
+        assert_eq!(next, cursor("after"));
+    }
     assert_eq!(
         String::from_utf8_lossy(&requests[0].body),
         delivery.body,

@@ -257,16 +257,9 @@ async fn eight_concurrent_runs_of_one_connection_store_each_record_once() {
 /// keys the unique index turned away left none.
 async fn assert_one_change_per_record(app: &TestApp) {
     use tributary::entities::change::ChangeKind;
-    use tributary::pipeline::changes::{read_changes, Cursor, FeedQuery};
-    let query = FeedQuery {
-        since: Cursor::START,
-        provider: None,
-        user_id: None,
-        limit: 10_000,
-    };
-    let page = read_changes(&app.db, &query).await.expect("feed read");
-    let mut changes: Vec<(String, i64)> = page
-        .changes
+    use tributary::pipeline::changes::Cursor;
+    let (feed, _) = crate::helpers::read_feed(&app.db, Cursor::START, 10_000).await;
+    let mut changes: Vec<(String, i64)> = feed
         .iter()
         .inspect(|change| assert_eq!(change.kind, ChangeKind::Inserted))
         .map(|change| (change.external_id.clone(), change.run_id))

@@ -2,19 +2,21 @@
 //! readable in commit order behind a [`Cursor`].
 //!
 //! A transaction that changes records opens a batch, records one row per change pointing
-//! at it, and as its last statement before `COMMIT` ticks the one-row clock and stamps
-//! the batch with the new seq. The clock's row lock is held until the commit, so the
-//! next transaction gets its seq only once this one committed: seq order is commit
-//! order, and a reader that saw seq `n` can never later find a batch below `n` appear
-//! (docs/decisions/change-feed.md). `write.rs` writes batches (the store path and
-//! `finish_run` call it), `read.rs` reads them, `sweep.rs` forgets old ones.
+//! at it, and as its last statement before `COMMIT` stamps the batch with its seq, so
+//! that a reader that saw seq `n` can never later find a batch below `n` appear
+//! (`order.rs` says how each backend ensures it; docs/decisions/change-feed.md).
+//! `write.rs` writes batches (the store path and `finish_run` call it), `read.rs` reads
+//! them, `sweep.rs` forgets old ones.
 
 mod cursor;
+mod order;
 mod read;
 mod sweep;
 mod write;
 
 pub use cursor::{Cursor, CursorError};
+pub use order::align_clock;
+pub(crate) use order::TRANSACTION_SEQ;
 pub use read::{
     head, read_changes, run_cursor_bounds, FeedChange, FeedError, FeedPage, FeedQuery, RunCursors,
     MAX_LIMIT,

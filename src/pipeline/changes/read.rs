@@ -2,8 +2,9 @@
 //! cursors around one run.
 //!
 //! A read is one snapshot (a read-only `REPEATABLE READ` transaction; on SQLite, a read
-//! transaction), so the clock's seq, the swept seq and the batches it reads agree: every
-//! batch stamped at or below the snapshot's seq is in it, and none above.
+//! transaction), so the head, the swept seq and the batches it reads agree: every batch
+//! that will ever be stamped at or below the snapshot's head is in it, and only those
+//! are read.
 
 use std::collections::HashMap;
 
@@ -16,8 +17,7 @@ use sea_orm::{
 
 use super::cursor::Cursor;
 use crate::entities::change::ChangeKind;
-use crate::entities::change_clock::CLOCK_ROW;
-use crate::entities::{change, change_batch, change_clock, record};
+use crate::entities::{change, change_batch, record};
 
 /// The most changes one read returns.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -89,7 +89,7 @@ pub enum FeedError {
     Database(#[from] DbErr),
 }
 
-/// The clock's row: the newest seq and the highest swept one.
+/// The clock as a reader sees it: the newest seq it may read and the highest swept one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Clock {
     seq: i64,
@@ -98,14 +98,8 @@ struct Clock {
 
 impl Clock {
     async fn read(db: &impl ConnectionTrait) -> Result<Clock, DbErr> {
-        let row = change_clock::Entity::find_by_id(CLOCK_ROW)
-            .one(db)
-            .await?
-            .ok_or_else(super::clock_missing)?;
-        Ok(Clock {
-            seq: row.seq,
-            swept_seq: row.swept_seq,
-        })
+        let (seq, swept_seq) = super::order::read_clock(db).await?;
+        Ok(Clock { seq, swept_seq })
     }
 
     fn head(self) -> Cursor {
@@ -200,7 +194,7 @@ pub async fn read_changes(
     let mut from = query.since;
     let mut picked: Vec<(change_batch::Model, ChangeRef)> = Vec::new();
     let reached_end = loop {
-        let batches = batches_after(&txn, query, from).await?;
+        let batches = batches_after(&txn, query, from, clock.seq).await?;
         let Some(last) = batches.last() else {
             break true;
         };
@@ -238,18 +232,22 @@ pub async fn read_changes(
     Ok(FeedPage { changes, next })
 }
 
-/// The stamped batches after `from` that match the query's filters, oldest first, one
-/// step's worth.
+/// The stamped batches after `from` and up to seq `newest` that match the query's
+/// filters, oldest first, one step's worth.
 async fn batches_after(
     txn: &impl ConnectionTrait,
     query: &FeedQuery<'_>,
     from: Cursor,
+    newest: i64,
 ) -> Result<Vec<change_batch::Model>, DbErr> {
     // A batch read to its end is passed; a batch read partway is read on.
     let mut select = match from.ordinal {
         i64::MAX => change_batch::Entity::find().filter(change_batch::Column::Seq.gt(from.seq)),
         _ => change_batch::Entity::find().filter(change_batch::Column::Seq.gte(from.seq)),
     };
+    // On PostgreSQL a batch above the head may be visible while one below it is still
+    // being written: it waits until every transaction before it has ended.
+    select = select.filter(change_batch::Column::Seq.lte(newest));
     if let Some(provider) = query.provider {
         select = select.filter(change_batch::Column::Provider.eq(provider));
     }

@@ -44,10 +44,14 @@ pub async fn sweep_expired_changes(
     else {
         return Ok(SweptChanges::default());
     };
+    // Only batches a reader may read already: on PostgreSQL one still behind a running
+    // transaction would raise the swept seq past readers that are up to date.
+    let (newest_readable, _) = super::order::read_clock(db).await?;
     let newest_expired: Option<i64> = change_batch::Entity::find()
         .select_only()
         .column_as(change_batch::Column::Seq.max(), "seq")
         .filter(change_batch::Column::CommittedAt.lt(cutoff))
+        .filter(change_batch::Column::Seq.lte(newest_readable))
         .into_tuple::<Option<i64>>()
         .one(db)
         .await?

@@ -1,14 +1,15 @@
 //! Writing changes: a transaction opens a batch, points each change it records at it,
-//! and as its last statement before `COMMIT` stamps the batch with the clock's next seq
+//! and as its last statement before `COMMIT` stamps the batch with its seq
 //! ([`stamp_batch`]). These are the statements every backend shares; a backend writes
 //! some of them its own way in `store/` (the all-new pages, PostgreSQL's stamp).
 
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement};
 
+use super::order::{FeedOrder, TRANSACTION_SEQ};
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch};
@@ -131,34 +132,49 @@ pub static CLOCK_SEQ: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// Stamps `batch` with the clock's next seq and the time `now`: the tick, then
-/// `UPDATE change_batches SET seq = <the clock's seq>, committed_at = now WHERE id =
-/// batch`. It must be the transaction's last statement before `COMMIT`: from the tick on,
-/// every other transaction that records changes waits for this one.
+/// Stamps `batch` with its seq and the time `now`, as the transaction's last statement
+/// before `COMMIT`. Where the clock ticks, the tick and then `UPDATE change_batches SET
+/// seq = <the clock's seq>, committed_at = now WHERE id = batch`: from the tick on, every
+/// other transaction that records changes waits for this one. On PostgreSQL one update
+/// sets the transaction's own seq ([`TRANSACTION_SEQ`]) and waits for nobody.
 pub async fn stamp_batch(
     txn: &impl ConnectionTrait,
     batch: &ChangeBatch,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
+    let seq = match FeedOrder::of(txn.get_database_backend()) {
+        FeedOrder::TransactionId => TRANSACTION_SEQ.as_str(),
+        FeedOrder::Clock => {
+            tick(txn).await?;
+            CLOCK_SEQ.as_str()
+        }
+    };
+    let stamped = change_batch::Entity::update_many()
+        .col_expr(change_batch::Column::Seq, Expr::cust(seq))
+        .col_expr(change_batch::Column::CommittedAt, Expr::value(now))
+        .filter(change_batch::Column::Id.eq(batch.id))
+        .filter(Expr::cust(seq).is_not_null())
+        .exec(txn)
+        .await?
+        .rows_affected;
+    match stamped {
+        1 => Ok(()),
+        // The batch is the transaction's own: only a missing clock row leaves no seq.
+        _ => Err(clock_missing()),
+    }
+}
+
+/// [`TICK`], which must change the clock's one row.
+async fn tick(txn: &impl ConnectionTrait) -> Result<(), DbErr> {
     let backend = txn.get_database_backend();
     let ticked = txn
         .execute_raw(Statement::from_string(backend, TICK.as_str()))
         .await?
         .rows_affected();
-    if ticked != 1 {
-        return Err(clock_missing());
+    match ticked {
+        1 => Ok(()),
+        _ => Err(clock_missing()),
     }
-    let stamped = change_batch::Entity::update_many()
-        .col_expr(change_batch::Column::Seq, Expr::cust(CLOCK_SEQ.as_str()))
-        .col_expr(change_batch::Column::CommittedAt, Expr::value(now))
-        .filter(change_batch::Column::Id.eq(batch.id))
-        .exec(txn)
-        .await?
-        .rows_affected;
-    if stamped != 1 {
-        return Err(DbErr::RecordNotUpdated);
-    }
-    Ok(())
 }
 
 /// Removes a batch that recorded no change (every write of its page was refused), so

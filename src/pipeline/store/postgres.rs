@@ -8,7 +8,8 @@
 //! an existing key or a refused row fails the whole statement with nothing written. The
 //! statement returns whether the rows were found; if not, nothing was written either.
 //! An insert's changes ride in its statement too (`RETURNING` names the rows that went
-//! in), and a batch is stamped in one statement.
+//! in). Batches are stamped with their transaction's id, which waits for no other
+//! writer (`changes/order.rs`).
 
 use std::sync::LazyLock;
 
@@ -31,7 +32,7 @@ use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{connection, sync_run};
-use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, TICK};
+use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
 use crate::pipeline::run::{save_counts, RunCounts};
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
@@ -113,10 +114,10 @@ const FIRST_COUNTER: usize = 8;
 /// An all-new page in one statement: [`NEW_ROWS`] (no conflict clause), the run's
 /// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
 /// checkpoint and connection id that follow them, written only while the run's row and
-/// the connection's (which it locks first) and the change clock's exist. Once every row
-/// is in (the tick counts them), the clock ticks and a batch stamped with its seq
-/// records an `inserted` change per row. Returns how many of the page's rows it found
-/// (1 when all three exist).
+/// the connection's (which it locks first) and the change clock's exist. Once any row is
+/// in, a batch stamped with the transaction's seq (which needs the clock's offset)
+/// records an `inserted` change per row. Returns how many of the page's rows it found (1
+/// when all three exist).
 static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
     let page = PageBookkeeping {
         run_id: 0,
@@ -145,29 +146,17 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
          saved_connection AS (UPDATE {{connections}} \
          SET {{connection::Checkpoint}} = ${checkpoint}, {{connection::UpdatedAt}} = $4 \
          WHERE {{connection::Id}} = ${connection_id} AND EXISTS (SELECT 1 FROM page_rows)), \
-         tick AS ({tick} AND (SELECT count(*) FROM inserted) > 0 \
-         RETURNING {{change_clock::Seq}}), \
          batch AS (INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
          {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
-         SELECT {{change_clock::Seq}}, $3, $1, $2, $4 FROM tick RETURNING {{change_batch::Id}}), \
+         SELECT {seq}, $3, $1, $2, $4 WHERE EXISTS (SELECT 1 FROM inserted) \
+         RETURNING {{change_batch::Id}}), \
          logged AS (INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
          {{change::ExternalId}}, {{change::Kind}}) SELECT batch.{{change_batch::Id}}, \
          row_number() OVER () - 1, inserted.{{record::ExternalId}}, {{kind::Inserted}} \
          FROM batch CROSS JOIN inserted) \
          SELECT count(*) AS found FROM page_rows",
         new_rows = *NEW_ROWS,
-        tick = *TICK,
-    ))
-});
-
-/// [`changes::stamp_batch`] in one statement: the tick in a `WITH`, and batch `$1`
-/// stamped with its seq and the time `$2`.
-static STAMP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(&format!(
-        "WITH tick AS ({tick} RETURNING {{change_clock::Seq}}) \
-         UPDATE {{change_batches}} SET {{change_batch::Seq}} = tick.{{change_clock::Seq}}, \
-         {{change_batch::CommittedAt}} = $2 FROM tick WHERE {{change_batch::Id}} = $1",
-        tick = *TICK,
+        seq = *TRANSACTION_SEQ,
     ))
 });
 
@@ -361,21 +350,6 @@ impl StoreBackend for PostgresStore<'_> {
         Ok(())
     }
 
-    async fn stamp_batch(
-        &self,
-        txn: &DatabaseTransaction,
-        batch: &ChangeBatch,
-        now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
-        let values: Vec<Value> = vec![batch.id.into(), now.into()];
-        let statement = Statement::from_sql_and_values(DbBackend::Postgres, STAMP.as_str(), values);
-        // No row when the clock's row is gone (the batch is this transaction's own).
-        if txn.execute_raw(statement).await?.rows_affected() != 1 {
-            return Err(changes::clock_missing());
-        }
-        Ok(())
-    }
-
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
         let code = error.code()?;
         match &*code {
@@ -399,7 +373,6 @@ mod tests {
             &*COUNT_UNCHANGED,
             &*INSERT,
             &*NEW_PAGE,
-            &*STAMP,
         ] {
             assert!(!sql.contains('{'), "{sql}");
         }

@@ -106,9 +106,14 @@ impl Clock {
         Cursor::after_batch(self.seq)
     }
 
-    /// Whether a reader at `cursor` has read everything the sweep may have deleted.
-    fn check(self, cursor: Cursor) -> Result<(), FeedError> {
-        if cursor > self.head() {
+    /// Whether `cursor` is one this database could have issued (at most the head, or a
+    /// stored batch's seq: on PostgreSQL a run's cursor bounds may be above a head still
+    /// held back by an older transaction), and whether a reader at it has read
+    /// everything the sweep may have deleted.
+    fn check(self, cursor: Cursor, newest_batch: Option<i64>) -> Result<(), FeedError> {
+        let issued =
+            newest_batch.map_or(self.head(), |seq| self.head().max(Cursor::after_batch(seq)));
+        if cursor > issued {
             return Err(FeedError::Ahead {
                 cursor,
                 head: self.head(),
@@ -124,6 +129,17 @@ impl Clock {
     }
 }
 
+/// The seq of the newest stamped batch.
+async fn newest_batch(db: &impl ConnectionTrait) -> Result<Option<i64>, DbErr> {
+    Ok(change_batch::Entity::find()
+        .select_only()
+        .column_as(change_batch::Column::Seq.max(), "seq")
+        .into_tuple::<Option<i64>>()
+        .one(db)
+        .await?
+        .flatten())
+}
+
 /// The head: the cursor after every change committed so far. A reader that copies
 /// `records` after taking it and then follows the feed from it misses nothing.
 pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
@@ -131,10 +147,12 @@ pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
 }
 
 /// The cursors just before a run's first change batch and just after its last: reading
-/// from `before` until past `after` yields every change of the run (among those of other
-/// runs that committed meanwhile, told apart by their run id). For a run that changed
-/// nothing, both are the head. Inside the transaction that closes the run, this counts
-/// the batches that transaction stamped.
+/// from `before` until the cursor reaches `after` yields every change of the run (among
+/// those of other runs, told apart by their run id). No change can still appear below
+/// `before`, so a reader may follow the feed from it; on PostgreSQL one may below `after`
+/// until the transactions before it have ended, so a reader keeps the cursor its reads
+/// return, not `after`. For a run that changed nothing, both are the head. Inside the
+/// transaction that closes the run, this counts the batches that transaction stamped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunCursors {
     pub before: Cursor,
@@ -158,8 +176,10 @@ pub async fn run_cursor_bounds(
         .unwrap_or((None, None));
     match (first, last) {
         (Some(first), Some(last)) => Ok(RunCursors {
-            // Seqs start at 1, so `first - 1` cannot go below the start.
-            before: Cursor::after_batch(first.saturating_sub(1)),
+            // Seqs start at 1, so `first - 1` cannot go below the start. On PostgreSQL a
+            // batch below the run's first may still be written while the head is behind
+            // it: `before` is then the head, so that nothing can still appear below it.
+            before: Cursor::after_batch(first.saturating_sub(1)).min(head(db).await?),
             after: Cursor::after_batch(last),
         }),
         _ => {
@@ -190,7 +210,7 @@ pub async fn read_changes(
         }
     };
     let clock = Clock::read(&txn).await?;
-    clock.check(query.since)?;
+    clock.check(query.since, newest_batch(&txn).await?)?;
     let mut from = query.since;
     let mut picked: Vec<(change_batch::Model, ChangeRef)> = Vec::new();
     let reached_end = loop {

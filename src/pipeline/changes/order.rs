@@ -55,16 +55,23 @@ static READ_CLOCK: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// Raises the offset when a batch's seq is at or above what the oldest running
-/// transaction would be stamped with: a database restored from a logical dump into
-/// another cluster, whose transaction ids start again from small numbers.
+/// The next transaction id to be assigned when the statement's snapshot was taken.
+const SNAPSHOT_XMAX: &str = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint";
+
+/// Raises the offset when a stored seq is at or above what a transaction not yet begun
+/// would be stamped with, which no transaction of this cluster can have stamped: a
+/// database restored from a logical dump into another cluster, whose transaction ids
+/// start again from small numbers. The new offset puts even the running transactions'
+/// seqs above the stored ones. (A batch committed by a transaction younger than a
+/// running one is normal, and above `xmin`: comparing with `xmin` would move the offset
+/// under a running writer's stamp.)
 static ALIGN_CLOCK: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
         "UPDATE {{change_clock}} SET {{change_clock::Seq}} = b.top + 1 - x.xmin \
          FROM (SELECT max({{change_batch::Seq}}) AS top FROM {{change_batches}}) AS b, \
-         (SELECT {SNAPSHOT_XMIN} AS xmin) AS x \
+         (SELECT {SNAPSHOT_XMIN} AS xmin, {SNAPSHOT_XMAX} AS xmax) AS x \
          WHERE {{change_clock::Id}} = {CLOCK_ROW} AND b.top IS NOT NULL \
-         AND {{change_clock::Seq}} + x.xmin <= b.top"
+         AND {{change_clock::Seq}} + x.xmax <= b.top"
     ))
 });
 

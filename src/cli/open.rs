@@ -8,9 +8,9 @@ use crate::connections::sealing::{self, Reseal};
 use crate::db::DatabasePools;
 
 /// For commands that sync or replay: loads the keys, connects and migrates, refuses a
-/// table without the unique index, aligns the change feed's clock (PostgreSQL), loads the configured connections, retires those
-/// config.toml no longer lists, and seals in place the credentials a database still
-/// holds in clear. A bad key, a literal secret without one, or a configured connection
+/// table without the unique index, aligns the change feed's clock (PostgreSQL), loads
+/// the configured connections, retires those config.toml no longer lists, and seals in
+/// place the credentials a database still holds in clear. A bad key, a literal secret without one, or a configured connection
 /// sealed with a key not configured stop it before anything is written. Commands that
 /// only read leave connections as they are.
 pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {

@@ -1,5 +1,5 @@
 //! The change feed: every insert, content update, deletion and restoration of a record,
-//! readable in commit order behind a [`Cursor`].
+//! readable in order behind a [`Cursor`], each once.
 //!
 //! A transaction that changes records opens a batch, records one row per change pointing
 //! at it, and as its last statement before `COMMIT` stamps the batch with its seq, so

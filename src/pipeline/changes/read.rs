@@ -140,7 +140,8 @@ async fn newest_batch(db: &impl ConnectionTrait) -> Result<Option<i64>, DbErr> {
         .flatten())
 }
 
-/// The head: the cursor after every change committed so far. A reader that copies
+/// The head: the cursor after every change readable so far (on PostgreSQL, those
+/// committed by transactions older than every running one). A reader that copies
 /// `records` after taking it and then follows the feed from it misses nothing.
 pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
     Ok(Clock::read(db).await?.head())

@@ -1,7 +1,8 @@
 //! Writing changes: a transaction opens a batch, points each change it records at it,
 //! and as its last statement before `COMMIT` stamps the batch with its seq
 //! ([`stamp_batch`]). These are the statements every backend shares; a backend writes
-//! some of them its own way in `store/` (the all-new pages, PostgreSQL's stamp).
+//! some of them its own way in `store/` (the all-new pages, SQLite's stamp in one round
+//! trip).
 
 use std::sync::LazyLock;
 

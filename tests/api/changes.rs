@@ -303,6 +303,8 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         .exec(&app.db)
         .await
         .expect("backdated");
+    // The sweep takes only batches a reader may read already: wait until both are.
+    read_all(&app.db, after_first, 100).await;
     let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
         .await
         .expect("swept");
@@ -362,8 +364,10 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
     assert_eq!(kept[0]["external_id"], "k3");
 
     // A cursor from beyond this database's head is refused too.
+    // Past the head and every stored batch (on PostgreSQL a batch may be above the head).
     let head = changes::head(&app.db).await.expect("head");
-    let ahead = Cursor::after_batch(head.seq + 99).to_string();
+    let newest = app.batch_seqs().await.last().copied().unwrap_or(0);
+    let ahead = Cursor::after_batch(head.seq.max(newest) + 1_000_000).to_string();
     let output = run(tributary(&config).args(["changes", "--since", &ahead]));
     assert_eq!(output.code, 3, "{}", output.stderr);
     assert!(
@@ -396,9 +400,11 @@ struct Poller {
 }
 
 impl Poller {
+    /// A poller after every change committed so far (on PostgreSQL the head alone may
+    /// still be below one, held back by another test's transaction).
     async fn new(app: &TestApp) -> Poller {
         let db = pool(app, 2).await;
-        let cursor = changes::head(db.main()).await.expect("head");
+        let (_, cursor) = read_feed(db.main(), Cursor::START, changes::MAX_LIMIT).await;
         Poller {
             db,
             cursor,
@@ -957,7 +963,7 @@ async fn a_runs_cursor_bounds_enclose_exactly_its_changes() {
     assert!(next >= bounds.after);
 
     // A run that changed nothing: both bounds are the head when it closed.
-    let head = changes::head(&app.db).await.expect("head");
+    let head = next;
     let unchanged = app.sync_one(&settings).await;
     let bounds = changes::run_cursor_bounds(&app.db, unchanged.run_id)
         .await
@@ -1136,4 +1142,69 @@ async fn a_runs_cursors_are_accepted_while_an_older_transaction_is_open() {
     assert_eq!(feed.len(), 4, "{feed:?}");
     assert!(feed.iter().all(|change| change.run_id == run.run_id));
     assert!(next >= bounds.after);
+}
+
+/// The retention sweep takes only batches a reader may already read: on PostgreSQL an
+/// expired batch above a head held back by an older open transaction waits, or the swept
+/// seq would pass readers that are up to date and refuse them as expired.
+#[tokio::test]
+async fn the_sweep_leaves_a_batch_no_reader_may_read_yet() {
+    let app = spawn_app().await;
+    let (_, run_id) = app.alice_with_a_run().await;
+    let writers = pool(&app, 2).await;
+    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
+    // SQLite has one writer: an open writer would hold the next one back instead.
+    let held = match backend() {
+        Backend::Sqlite => None,
+        _ => Some(Writer::begin(&writers, run_id).await),
+    };
+    let mut expired = Writer::begin(&app.db, run_id).await;
+    expired.record(&ids(&["old"])).await;
+    let expired_id = expired.batch.id;
+    expired.finish().await;
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Id.eq(expired_id))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    let day = Duration::from_secs(24 * 60 * 60);
+    let swept = changes::sweep_expired_changes(&app.db, day)
+        .await
+        .expect("swept");
+    let total = |swept: changes::SweptChanges| (swept.batches, swept.changes);
+    if backend() != Backend::Postgres {
+        // No reader is held back where the clock ticks.
+        assert_eq!(total(swept), (1, 1));
+    } else {
+        assert_eq!(
+            swept,
+            changes::SweptChanges::default(),
+            "behind the open one"
+        );
+        let query = FeedQuery {
+            since: reader,
+            provider: None,
+            user_id: None,
+            limit: 10,
+        };
+        assert!(
+            changes::read_changes(&app.db, &query).await.is_ok(),
+            "an up-to-date reader is not refused as expired"
+        );
+        held.expect("held on PostgreSQL")
+            .txn
+            .rollback()
+            .await
+            .expect("rollback");
+        read_all(&app.db, reader, 100).await;
+        let swept = changes::sweep_expired_changes(&app.db, day)
+            .await
+            .expect("swept");
+        assert_eq!(total(swept), (1, 1), "once readable, it is swept");
+    }
+    assert_eq!(app.batch_seqs().await, Vec::<i64>::new());
 }

@@ -11,7 +11,7 @@ use crate::http::{HttpClient, HttpSettings};
 use crate::rest::RestConfig;
 use crate::strava::StravaConfig;
 use crate::stripe::StripeConfig;
-use crate::{FetchError, Provider};
+use crate::{FetchError, Provider, StreamSpec};
 
 /// What the configuration of one provider kind does beyond deserializing: check itself
 /// and build its adapter (as vector's `SinkConfig::build`).
@@ -19,6 +19,11 @@ pub trait ProviderKind {
     /// Checks what serde cannot (e.g. `id_field` and `key_fields` together) and returns a
     /// message naming the key that is wrong.
     fn validate(&self) -> Result<(), String>;
+
+    /// The streams the kind can sync. The first is the primary stream: the one a provider
+    /// table without `streams` syncs, whose records keep the provider's name as their
+    /// namespace.
+    fn streams(&self) -> Vec<StreamSpec>;
 
     /// Whether the provider needs a token on each connection.
     fn needs_token(&self) -> bool {
@@ -100,6 +105,11 @@ impl ProviderConfig {
     /// See [`ProviderKind::validate`].
     pub fn validate(&self) -> Result<(), String> {
         self.as_kind().validate()
+    }
+
+    /// See [`ProviderKind::streams`].
+    pub fn streams(&self) -> Vec<StreamSpec> {
+        self.as_kind().streams()
     }
 
     /// See [`ProviderKind::needs_token`].

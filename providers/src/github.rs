@@ -34,7 +34,8 @@ use crate::adapter;
 use crate::config::ProviderKind;
 use crate::http::{asked_wait, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::rest::link;
-use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::stream::unknown_stream;
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
 pub const API_VERSION: &str = "2022-11-28";
@@ -198,6 +199,10 @@ impl ProviderKind for GithubConfig {
         GithubConfig::validate(self)
     }
 
+    fn streams(&self) -> Vec<StreamSpec> {
+        vec![StreamSpec::top("issues")]
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         Ok(Box::new(GithubProvider::new(self.clone(), client)))
     }
@@ -210,6 +215,9 @@ impl Provider for GithubProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
+        if context.stream != "issues" {
+            return Err(unknown_stream("github", context.stream));
+        }
         let token = adapter::token(context.credentials)
             .ok_or_else(|| adapter::missing_token("github", "a GitHub token"))?;
         self.fetch(context, token, position)

@@ -33,6 +33,7 @@ pub mod stripe;
 
 mod adapter;
 mod page;
+mod stream;
 #[cfg(test)]
 mod test_support;
 
@@ -41,10 +42,15 @@ pub use config::{build_provider, ProviderConfig, ProviderKind};
 pub use http::{FetchError, HttpClient, HttpSettings};
 pub use page::{Credentials, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};
+pub use stream::{ParentRecord, StreamSpec};
 
-/// What one page fetch may use: the connection's credentials, its incremental watermark,
-/// and the store that persists refreshed credentials.
+/// What one page fetch may use: the stream it belongs to, the connection's credentials, its
+/// incremental watermark, and the store that persists refreshed credentials.
 pub struct FetchContext<'a> {
+    /// The stream the page belongs to: one of the names [`ProviderKind::streams`] lists.
+    pub stream: &'a str,
+    /// For a child stream, the parent record whose children are listed; `None` otherwise.
+    pub parent: Option<ParentRecord<'a>>,
     /// The connection's credentials as stored when the run started.
     pub credentials: &'a Credentials,
     /// Fetch only what changed since this watermark; `None` for a full pass.
@@ -96,9 +102,12 @@ impl CredentialStore for NoCredentialStore {
 }
 
 impl<'a> FetchContext<'a> {
-    /// A full pass with credentials that are never refreshed (tests, one-off fetches).
-    pub fn full(credentials: &'a Credentials) -> FetchContext<'a> {
+    /// A full pass of `stream` with credentials that are never refreshed (tests, one-off
+    /// fetches).
+    pub fn full(credentials: &'a Credentials, stream: &'a str) -> FetchContext<'a> {
         FetchContext {
+            stream,
+            parent: None,
             credentials,
             since: None,
             credential_store: &NoCredentialStore,

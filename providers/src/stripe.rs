@@ -35,7 +35,8 @@ use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::raw::{array_items, lookup_raw, text_kind, to_value, ListShape, RawList, RawObject};
 use crate::record::json_type_name;
-use crate::{FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::stream::unknown_stream;
+use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 
 /// The configuration of a `kind = "stripe"` provider.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -266,6 +267,10 @@ impl ProviderKind for StripeConfig {
         StripeConfig::validate(self)
     }
 
+    fn streams(&self) -> Vec<StreamSpec> {
+        vec![StreamSpec::top("charges")]
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         Ok(Box::new(StripeProvider::new(self.clone(), client)))
     }
@@ -278,6 +283,9 @@ impl Provider for StripeProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
+        if context.stream != "charges" {
+            return Err(unknown_stream("stripe", context.stream));
+        }
         let token = adapter::token(context.credentials)
             .ok_or_else(|| adapter::missing_token("stripe", "a Stripe secret API key"))?;
         self.fetch(context, token, position)

@@ -346,7 +346,11 @@ async fn fetch_unless_cancelled(
     position: Option<&PagePosition>,
 ) -> Fetched {
     let credentials = credential_store.current();
+    let streams = run.settings.adapter.streams();
+    let primary = streams.first().map_or("", |stream| stream.name.as_str());
     let fetch_context = FetchContext {
+        stream: primary,
+        parent: None,
         credentials: &credentials,
         since: run.since.as_ref(),
         credential_store,

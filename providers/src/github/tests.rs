@@ -45,6 +45,8 @@ fn context<'a>(
 ) -> FetchContext<'a> {
     let store: &'a dyn CredentialStore = &NoCredentialStore;
     FetchContext {
+        stream: "issues",
+        parent: None,
         credentials,
         since,
         credential_store: store,
@@ -216,7 +218,10 @@ async fn an_exhausted_rate_limit_waits_until_the_reset() {
         .await;
     let started = Instant::now();
     let page = provider(&server)
-        .fetch_page(&FetchContext::full(&token_credentials(TOKEN)), None)
+        .fetch_page(
+            &FetchContext::full(&token_credentials(TOKEN), "issues"),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["1"]);
@@ -250,7 +255,10 @@ async fn retry_after_on_403_and_429_is_waited() {
             .await;
         let started = Instant::now();
         provider(&server)
-            .fetch_page(&FetchContext::full(&token_credentials(TOKEN)), None)
+            .fetch_page(
+                &FetchContext::full(&token_credentials(TOKEN), "issues"),
+                None,
+            )
             .await
             .unwrap();
         assert!(started.elapsed() >= Duration::from_millis(950), "{status}");
@@ -287,7 +295,7 @@ async fn rate_limit_waits_beyond_max_rate_limit_wait_end_the_fetch_at_once() {
     let credentials = token_credentials(TOKEN);
     let started = Instant::now();
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials), None)
+        .fetch_page(&FetchContext::full(&credentials, "issues"), None)
         .await
         .unwrap_err();
     assert!(
@@ -302,7 +310,7 @@ async fn rate_limit_waits_beyond_max_rate_limit_wait_end_the_fetch_at_once() {
         ),
     };
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials), Some(&second))
+        .fetch_page(&FetchContext::full(&credentials, "issues"), Some(&second))
         .await
         .unwrap_err();
     assert!(
@@ -331,7 +339,10 @@ async fn unauthorized_and_forbidden_are_credential_faults_with_githubs_message()
             .mount(&server)
             .await;
         let error = provider(&server)
-            .fetch_page(&FetchContext::full(&token_credentials(TOKEN)), None)
+            .fetch_page(
+                &FetchContext::full(&token_credentials(TOKEN), "issues"),
+                None,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -356,7 +367,10 @@ async fn other_errors_surface_githubs_message_and_5xx_is_retried() {
         .mount(&server)
         .await;
     let error = provider(&server)
-        .fetch_page(&FetchContext::full(&token_credentials(TOKEN)), None)
+        .fetch_page(
+            &FetchContext::full(&token_credentials(TOKEN), "issues"),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -375,13 +389,16 @@ async fn foreign_next_links_mismatched_positions_and_missing_tokens_send_nothing
         url: "https://evil.example.com/issues?page=2".into(),
     };
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials), Some(&elsewhere))
+        .fetch_page(
+            &FetchContext::full(&credentials, "issues"),
+            Some(&elsewhere),
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, FetchError::InvalidUrl { .. }), "{error:?}");
     let cursor = PagePosition::Cursor { cursor: "c".into() };
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials), Some(&cursor))
+        .fetch_page(&FetchContext::full(&credentials, "issues"), Some(&cursor))
         .await
         .unwrap_err();
     assert!(
@@ -389,7 +406,10 @@ async fn foreign_next_links_mismatched_positions_and_missing_tokens_send_nothing
         "{error:?}"
     );
     let error = provider
-        .fetch_page(&FetchContext::full(&token_credentials(" \n")), None)
+        .fetch_page(
+            &FetchContext::full(&token_credentials(" \n"), "issues"),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -411,7 +431,7 @@ async fn the_token_never_appears_in_errors_or_debug_output() {
     let provider = provider(&server);
     let credentials = token_credentials(TOKEN);
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials), None)
+        .fetch_page(&FetchContext::full(&credentials, "issues"), None)
         .await
         .unwrap_err();
     let shown = format!("{error} {error:?} {provider:?} {credentials:?}");

@@ -34,7 +34,8 @@ use crate::adapter::unreadable_records;
 use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
 use crate::raw::{array_items, lookup_raw};
-use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider};
+use crate::stream::unknown_stream;
+use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider, StreamSpec};
 
 /// The adapter for one `kind = "rest"` provider.
 #[derive(Clone, Debug)]
@@ -151,6 +152,10 @@ impl ProviderKind for RestConfig {
         RestConfig::validate(self)
     }
 
+    fn streams(&self) -> Vec<StreamSpec> {
+        vec![StreamSpec::top("records")]
+    }
+
     fn needs_token(&self) -> bool {
         RestConfig::needs_token(self)
     }
@@ -175,6 +180,9 @@ impl Provider for RestProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
+        if context.stream != "records" {
+            return Err(unknown_stream("rest", context.stream));
+        }
         let credentials = context.credentials;
         // Tokens pasted from files often end in a newline; no token has outer whitespace.
         let token = credentials

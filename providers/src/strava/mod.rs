@@ -41,7 +41,8 @@ pub use config::StravaConfig;
 use crate::adapter;
 use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient};
-use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider};
+use crate::stream::unknown_stream;
+use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
 
@@ -245,6 +246,10 @@ impl ProviderKind for StravaConfig {
         StravaConfig::validate(self)
     }
 
+    fn streams(&self) -> Vec<StreamSpec> {
+        vec![StreamSpec::top("activities")]
+    }
+
     fn required_env_vars(&self) -> Vec<(String, String)> {
         vec![(
             "client_secret_env".to_string(),
@@ -264,6 +269,9 @@ impl Provider for StravaProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
+        if context.stream != "activities" {
+            return Err(unknown_stream("strava", context.stream));
+        }
         let page = match position {
             None => 1,
             Some(PagePosition::Page { page }) => *page,

@@ -52,7 +52,10 @@ async fn fetch(
     position: Option<&PagePosition>,
 ) -> Result<crate::Page, FetchError> {
     provider
-        .fetch_page(&FetchContext::full(&token_credentials(KEY)), position)
+        .fetch_page(
+            &FetchContext::full(&token_credentials(KEY), "charges"),
+            position,
+        )
         .await
 }
 
@@ -129,6 +132,8 @@ async fn created_gte_is_sent_from_the_watermark_on_every_page() {
     let credentials = token_credentials(KEY);
     let since = Watermark::Epoch(1_700_000_200);
     let context = FetchContext {
+        stream: "charges",
+        parent: None,
         credentials: &credentials,
         since: Some(&since),
         credential_store: &NoCredentialStore,

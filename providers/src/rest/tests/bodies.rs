@@ -72,7 +72,7 @@ impl Api {
                 .clone();
             let provider = RestProvider::new(rest_config(&self.server, json!({})), client);
             provider
-                .fetch_page(&FetchContext::full(&credentials()), None)
+                .fetch_page(&FetchContext::full(&credentials(), "records"), None)
                 .await
         })
     }

@@ -184,7 +184,7 @@ async fn a_malformed_link_header_keeps_the_page_and_stops_the_listing_after_it()
         .await;
     let provider = provider(&server, json!({"pagination": {"type": "link"}}));
     let page = provider
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap();
     assert_stops_after(&page, &["i1"], "malformed Link header");
@@ -198,13 +198,19 @@ async fn next_urls_on_another_origin_and_mismatched_positions_are_refused() {
         url: "https://evil.example.com/v1/items?page=2".into(),
     };
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials()), Some(&elsewhere))
+        .fetch_page(
+            &FetchContext::full(&credentials(), "records"),
+            Some(&elsewhere),
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, FetchError::InvalidUrl { .. }), "{error:?}");
     let cursor = PagePosition::Cursor { cursor: "c".into() };
     let error = provider
-        .fetch_page(&FetchContext::full(&credentials()), Some(&cursor))
+        .fetch_page(
+            &FetchContext::full(&credentials(), "records"),
+            Some(&cursor),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -224,7 +230,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .mount(&server)
         .await;
     let page = provider(&server, json!({}))
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["1"]);
@@ -238,7 +244,7 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .await;
     let provider_with_header = provider(&server, json!({"auth": {"header": "X-Api-Key"}}));
     let page = provider_with_header
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["2"]);
@@ -252,7 +258,10 @@ async fn bearer_and_header_auth_send_the_token_and_none_sends_nothing() {
         .await;
     let open = provider(&server, json!({"auth": "none"}));
     let page = open
-        .fetch_page(&FetchContext::full(&Credentials::default()), None)
+        .fetch_page(
+            &FetchContext::full(&Credentials::default(), "records"),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(ids(&page.items), ["3"]);
@@ -299,7 +308,10 @@ async fn query_auth_sends_the_key_once_and_never_keeps_it_in_a_next_position() {
         assert!(!request.headers.contains_key("authorization"));
     }
     let error = provider
-        .fetch_page(&FetchContext::full(&Credentials::default()), None)
+        .fetch_page(
+            &FetchContext::full(&Credentials::default(), "records"),
+            None,
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -312,7 +324,10 @@ async fn query_auth_sends_the_key_once_and_never_keeps_it_in_a_next_position() {
 async fn a_missing_token_fails_before_any_request() {
     let server = MockServer::start().await;
     let error = provider(&server, json!({}))
-        .fetch_page(&FetchContext::full(&Credentials::default()), None)
+        .fetch_page(
+            &FetchContext::full(&Credentials::default(), "records"),
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -334,7 +349,7 @@ async fn records_path_that_is_not_an_array_is_a_shape_error_with_the_body() {
         .mount(&server)
         .await;
     let error = provider(&server, json!({}))
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap_err();
     assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
@@ -345,7 +360,7 @@ async fn records_path_that_is_not_an_array_is_a_shape_error_with_the_body() {
     assert_eq!(error.stage(), RecordStage::Parse);
 
     let error = provider(&server, json!({"records_path": "items"}))
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap_err();
     assert!(
@@ -367,7 +382,7 @@ async fn rejected_records_come_back_in_place_next_to_the_good_ones() {
         .mount(&server)
         .await;
     let page = provider(&server, json!({}))
-        .fetch_page(&FetchContext::full(&credentials()), None)
+        .fetch_page(&FetchContext::full(&credentials(), "records"), None)
         .await
         .unwrap();
     assert_eq!(page.items.len(), 4);
@@ -420,7 +435,7 @@ async fn the_token_never_appears_in_errors_or_debug_output() {
         for auth in [json!("bearer"), json!({"header": "X-Api-Key"})] {
             let provider = provider(&server, json!({"path": route, "auth": auth}));
             let error = provider
-                .fetch_page(&FetchContext::full(&credentials()), None)
+                .fetch_page(&FetchContext::full(&credentials(), "records"), None)
                 .await
                 .unwrap_err();
             let shown = format!("{error} {error:?} {:?}", error.body());

@@ -82,7 +82,10 @@ async fn walk(
     let mut position: Option<PagePosition> = None;
     for _ in 0..10 {
         let page = provider
-            .fetch_page(&FetchContext::full(credentials), position.as_ref())
+            .fetch_page(
+                &FetchContext::full(credentials, "records"),
+                position.as_ref(),
+            )
             .await?;
         all.extend(ids(&page.items));
         match page.next {

@@ -78,6 +78,8 @@ fn valid_credentials() -> Credentials {
 
 fn context<'a>(credentials: &'a Credentials, store: &'a FakeStore) -> FetchContext<'a> {
     FetchContext {
+        stream: "activities",
+        parent: None,
         credentials,
         since: None,
         credential_store: store,

@@ -239,6 +239,7 @@ pub(crate) fn page_by_id(
         watermark: watermarks.newest,
         watermarks_ahead: watermarks.ahead,
         stop_after: None,
+        parent_gone: None,
     }
 }
 

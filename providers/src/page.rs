@@ -168,6 +168,11 @@ pub struct Page {
     /// records, then stops the run with this reason, and the next run starts again at
     /// this page. `None` when `next` says where the listing goes.
     pub stop_after: Option<String>,
+    /// For a child stream: why the parent's children cannot be listed although the API
+    /// answered (a repository the token no longer sees). The page holds no records; the
+    /// pipeline counts the parent as skipped, says why in the run's log, and goes on with
+    /// the next parent.
+    pub parent_gone: Option<String>,
 }
 
 impl Page {

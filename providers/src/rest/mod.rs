@@ -261,5 +261,6 @@ fn read_page(
         watermark: None,
         watermarks_ahead: 0,
         stop_after,
+        parent_gone: None,
     })
 }

@@ -14,7 +14,9 @@ use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 mod notify;
+mod streams;
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
+pub use streams::{namespace, ParentStream, StreamSettings};
 
 /// What `Debug` output shows in place of a secret.
 pub const REDACTED: &str = "[REDACTED]";
@@ -222,6 +224,8 @@ pub struct ProviderSettings {
     pub connections: Vec<ConnectionSettings>,
     /// The adapter's own keys, chosen by `kind`.
     pub adapter: ProviderConfig,
+    /// `streams`: what each connection syncs, in the order its runs go (parents first).
+    pub streams: Vec<StreamSettings>,
     /// Which of its runs write a notification (from `[notify]`).
     pub notify: NotifyRuns,
     /// `track_deletes` and `max_delete_fraction`: whether a complete full pass marks the
@@ -231,6 +235,30 @@ pub struct ProviderSettings {
     /// are full passes (the cursor ignored), which is when an incremental provider can
     /// see deletions.
     pub full_sync_schedule: Option<String>,
+}
+
+impl ProviderSettings {
+    /// The stream `name`, if the provider syncs it.
+    pub fn stream(&self, name: &str) -> Option<&StreamSettings> {
+        self.streams.iter().find(|stream| stream.name == name)
+    }
+
+    /// The kind's primary stream: the one whose records keep the provider's name, and
+    /// which a run asked without a stream syncs.
+    pub fn primary_stream(&self) -> StreamSettings {
+        let name = self
+            .adapter
+            .streams()
+            .into_iter()
+            .next()
+            .map(|spec| spec.name)
+            .unwrap_or_default();
+        StreamSettings {
+            namespace: self.name.clone(),
+            name,
+            parent: None,
+        }
+    }
 }
 
 /// Deletion detection for one provider.
@@ -302,6 +330,7 @@ struct RawProviderSettings {
     track_deletes: bool,
     max_delete_fraction: Option<f64>,
     full_sync_schedule: Option<String>,
+    streams: Option<toml::Value>,
     http: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
@@ -578,6 +607,7 @@ fn parse_provider(
     adapter
         .validate()
         .map_err(|message| (prefix.clone(), message))?;
+    let streams = streams::parse(name, &adapter, raw.streams).map_err(at("streams"))?;
     for (key, var) in adapter.required_env_vars() {
         if !env_is_set(&var) {
             return Err((
@@ -616,6 +646,7 @@ fn parse_provider(
         http,
         connections,
         adapter,
+        streams,
         notify: NotifyRuns::None,
         deletions,
         full_sync_schedule: raw.full_sync_schedule,

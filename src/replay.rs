@@ -14,14 +14,14 @@ use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use serde::Serialize;
 use tributary_providers::PageItem;
 
-use crate::config::Settings;
+use crate::config::{Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::{connection, record, run_error, sync_run};
 use crate::lease::{claim, release, Holder};
 use crate::pipeline::run::{finish_run, start_run, RunEnd};
 use crate::pipeline::store::store_page;
 use crate::pipeline::store::ErrorScope;
-use crate::pipeline::{PageContext, RunCounts, RunStatus, Trigger};
+use crate::pipeline::{open_stream, PageContext, RunCounts, RunStatus, StreamScope, Trigger};
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -118,36 +118,70 @@ pub async fn replay_run(
             holder: busy.holder,
         });
     }
-    let result = replay_records(
-        db,
-        &connection,
-        provider_settings,
-        &id_spec,
-        records,
-        &mut report,
-    )
-    .await;
+    let stream_settings = stream_of(provider_settings, run.stream.as_deref());
+    let result = match open_stream(db, &connection, &stream_settings).await {
+        Ok(stream) => {
+            let target = ReplayTarget {
+                connection: &connection,
+                stream: &stream,
+                provider_settings,
+                id_spec: &id_spec,
+            };
+            replay_records(db, &target, records, &mut report).await
+        }
+        Err(error) => Err(error),
+    };
     let released = release(db, &connection, &holder).await;
     result?;
     released?;
     Ok(report)
 }
 
+/// The stream a failed run synced, as configured now; a run from before streams synced
+/// the primary one. A stream no longer configured still has its namespace.
+fn stream_of(settings: &crate::config::ProviderSettings, stream: Option<&str>) -> StreamSettings {
+    let primary = settings.primary_stream();
+    match stream {
+        None => primary,
+        Some(name) => settings
+            .stream(name)
+            .cloned()
+            .unwrap_or_else(|| StreamSettings {
+                name: name.to_string(),
+                namespace: crate::config::namespace(&settings.name, &primary.name, name),
+                parent: None,
+            }),
+    }
+}
+
+/// Where a replay stores its records.
+struct ReplayTarget<'a> {
+    connection: &'a connection::Model,
+    stream: &'a StreamScope,
+    provider_settings: &'a crate::config::ProviderSettings,
+    id_spec: &'a tributary_providers::IdSpec,
+}
+
 async fn replay_records(
     db: &DatabasePools,
-    connection: &connection::Model,
-    provider_settings: &crate::config::ProviderSettings,
-    id_spec: &tributary_providers::IdSpec,
+    target: &ReplayTarget<'_>,
     errors: Vec<run_error::Model>,
     report: &mut ReplayReport,
 ) -> Result<(), DbErr> {
-    let replay_run_id = start_run(db, connection, Trigger::Replay).await?;
+    let ReplayTarget {
+        connection,
+        stream,
+        provider_settings,
+        id_spec,
+    } = *target;
+    let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
     report.replay_run_id = Some(replay_run_id);
     let started = std::time::Instant::now();
     let mut totals = RunCounts::default();
     let context = PageContext {
         run_id: replay_run_id,
         connection,
+        stream,
         next_checkpoint: None,
         mode: provider_settings.write_mode,
         leave_checkpoint: true,
@@ -178,7 +212,7 @@ async fn replay_records(
                 continue;
             }
         };
-        if stored_since(db, connection, &record.external_id, error.run_id).await? {
+        if stored_since(db, connection, stream, &record.external_id, error.run_id).await? {
             close_error(db, error.id, replay_run_id).await?;
             report.superseded.push(error.id);
             continue;
@@ -210,7 +244,7 @@ async fn replay_records(
         notify: provider_settings.notify,
         deletions: crate::pipeline::DeletionPass::Off,
     };
-    finish_run(db, connection, replay_run_id, &totals, &end).await?;
+    finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
     tracing::info!(
         run_id = replay_run_id,
         resolved = report.resolved.len(),
@@ -227,12 +261,13 @@ async fn replay_records(
 async fn stored_since(
     db: &DatabasePools,
     connection: &connection::Model,
+    stream: &StreamScope,
     external_id: &str,
     failed_run_id: i64,
 ) -> Result<bool, DbErr> {
     let newer = record::Entity::find()
         .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(connection.provider.as_str()))
+        .filter(record::Column::Provider.eq(stream.namespace()))
         .filter(record::Column::ExternalId.eq(external_id))
         .filter(record::Column::LastSeenRunId.gt(failed_run_id))
         .one(db)

@@ -7,7 +7,7 @@ use futures::stream::{self, StreamExt};
 use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use tributary_providers::{build_provider, FetchError, Provider};
 
-use crate::config::{ProviderSettings, Settings};
+use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::{claim, release, renew, Holder};
@@ -18,6 +18,8 @@ use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
 pub struct SyncFilter {
     pub provider: Option<String>,
     pub user_id: Option<String>,
+    /// One stream of the providers that sync it; `None`: every configured stream.
+    pub stream: Option<String>,
 }
 
 /// Why a sync could not start or could not record its runs.
@@ -27,6 +29,13 @@ pub enum SyncError {
     UnknownProvider {
         name: String,
         config: String,
+        known: String,
+    },
+    #[error("no provider {scope} syncs a stream named {stream:?}; configured: {known}")]
+    UnknownStream {
+        stream: String,
+        /// `named "github"`, or `in config.toml` without a provider filter.
+        scope: String,
         known: String,
     },
     #[error("provider {provider:?} is disabled in the config (enabled = false)")]
@@ -97,6 +106,7 @@ pub async fn sync_matching(
             Some(_) => {}
         }
     }
+    check_stream_filter(settings, filter)?;
     warn_about_unconfigured_connections(db, settings).await?;
     let lease = LeaseSettings {
         holder: Holder::current(),
@@ -113,6 +123,10 @@ pub async fn sync_matching(
         {
             continue;
         }
+        let streams = streams_matching(provider_settings, filter);
+        if streams.is_empty() {
+            continue;
+        }
         let connections = enabled_connections(db, &provider_settings.name, filter).await?;
         let provider = build(provider_settings)?;
         let part = sync_provider(
@@ -120,6 +134,7 @@ pub async fn sync_matching(
             provider_settings,
             provider.as_ref(),
             connections,
+            &streams,
             options,
             &lease,
             progress,
@@ -131,6 +146,64 @@ pub async fn sync_matching(
     Ok(report)
 }
 
+/// Refuses a stream filter that no provider it covers syncs, naming what they sync.
+fn check_stream_filter(settings: &Settings, filter: &SyncFilter) -> Result<(), SyncError> {
+    let Some(stream) = &filter.stream else {
+        return Ok(());
+    };
+    let covered: Vec<&ProviderSettings> = settings
+        .providers
+        .values()
+        .filter(|provider| {
+            filter
+                .provider
+                .as_ref()
+                .is_none_or(|name| *name == provider.name)
+        })
+        .collect();
+    if covered
+        .iter()
+        .any(|provider| provider.stream(stream).is_some())
+    {
+        return Ok(());
+    }
+    let known: Vec<String> = covered
+        .iter()
+        .flat_map(|provider| {
+            provider
+                .streams
+                .iter()
+                .map(move |configured| format!("{}.{}", provider.name, configured.name))
+        })
+        .collect();
+    Err(SyncError::UnknownStream {
+        stream: stream.clone(),
+        scope: match &filter.provider {
+            Some(name) => format!("named {name:?}"),
+            None => "in the config".to_string(),
+        },
+        known: known.join(", "),
+    })
+}
+
+/// The provider's configured streams that `filter` covers, parents first.
+pub(crate) fn streams_matching(
+    settings: &ProviderSettings,
+    filter: &SyncFilter,
+) -> Vec<StreamSettings> {
+    settings
+        .streams
+        .iter()
+        .filter(|stream| {
+            filter
+                .stream
+                .as_ref()
+                .is_none_or(|name| *name == stream.name)
+        })
+        .cloned()
+        .collect()
+}
+
 /// Builds a provider's adapter.
 pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError> {
     build_provider(&settings.adapter, &settings.http).map_err(|source| SyncError::Provider {
@@ -139,29 +212,29 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError
     })
 }
 
-/// Syncs the given connections of one provider, bounded by its `max_concurrent_connections`,
-/// each under its lease.
+/// Syncs `streams` of the given connections of one provider, bounded by its
+/// `max_concurrent_connections`, each connection under its lease.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn sync_provider(
     db: &DatabasePools,
     settings: &ProviderSettings,
     provider: &dyn Provider,
     connections: Vec<connection::Model>,
+    streams: &[StreamSettings],
     options: &RunOptions,
     lease: &LeaseSettings,
     progress: &dyn ProgressSink,
 ) -> Result<SyncReport, SyncError> {
     let results: Vec<Result<Leased, DbErr>> = stream::iter(connections)
         .map(|connection| async move {
-            sync_leased(
+            let run = ConnectionRun {
                 db,
                 provider,
                 settings,
-                &connection,
-                options,
-                lease,
-                progress,
-            )
-            .await
+                connection: &connection,
+                streams,
+            };
+            sync_leased(&run, options, lease, progress).await
         })
         .buffer_unordered(settings.max_concurrent_connections)
         .collect()
@@ -169,7 +242,7 @@ pub(crate) async fn sync_provider(
     let mut report = SyncReport::default();
     for result in results {
         match result? {
-            Leased::Ran(outcome) => report.outcomes.push(outcome),
+            Leased::Ran(outcomes) => report.outcomes.extend(outcomes),
             Leased::Skipped(skipped) => report.skipped.push(skipped),
         }
     }
@@ -177,21 +250,37 @@ pub(crate) async fn sync_provider(
 }
 
 enum Leased {
-    Ran(RunOutcome),
+    /// One outcome per stream run, in the order they ran.
+    Ran(Vec<RunOutcome>),
     Skipped(Skipped),
 }
 
-/// Claims the connection's lease, runs it while renewing the lease, and releases it. A
-/// lost lease (taken over after it expired) interrupts the run between pages.
+/// What one connection's turn syncs.
+struct ConnectionRun<'a> {
+    db: &'a DatabasePools,
+    provider: &'a dyn Provider,
+    settings: &'a ProviderSettings,
+    connection: &'a connection::Model,
+    streams: &'a [StreamSettings],
+}
+
+/// Claims the connection's lease, runs its streams one after another while renewing the
+/// lease, and releases it. A stream that fails or stops early leaves its siblings to run;
+/// a lost lease (taken over after it expired) or a shutdown interrupts the run between
+/// pages and runs no further stream.
 async fn sync_leased(
-    db: &DatabasePools,
-    provider: &dyn Provider,
-    settings: &ProviderSettings,
-    connection: &connection::Model,
+    run: &ConnectionRun<'_>,
     options: &RunOptions,
     lease: &LeaseSettings,
     progress: &dyn ProgressSink,
 ) -> Result<Leased, DbErr> {
+    let ConnectionRun {
+        db,
+        provider,
+        settings,
+        connection,
+        streams,
+    } = *run;
     if let Err(busy) = claim(db, connection, &lease.holder, lease.ttl).await? {
         tracing::info!(
             user_id = %connection.user_id,
@@ -233,15 +322,30 @@ async fn sync_leased(
             }
         }
     };
-    let run = sync_connection(db, provider, settings, connection, run_options, progress);
-    let outcome = tokio::select! {
-        outcome = run => outcome,
+    let runs = async {
+        let mut outcomes = Vec::with_capacity(streams.len());
+        for stream in streams {
+            if run_options.cancel.is_cancelled() {
+                break;
+            }
+            let options = RunOptions {
+                stream: Some(stream.clone()),
+                ..run_options.clone()
+            };
+            let outcome =
+                sync_connection(db, provider, settings, connection, options, progress).await?;
+            outcomes.push(outcome);
+        }
+        Ok::<_, DbErr>(outcomes)
+    };
+    let outcomes = tokio::select! {
+        outcomes = runs => outcomes,
         never = renewal => match never {},
     };
     let released = release(db, connection, &lease.holder).await;
-    let outcome = outcome?;
+    let outcomes = outcomes?;
     released?;
-    Ok(Leased::Ran(outcome))
+    Ok(Leased::Ran(outcomes))
 }
 
 /// The enabled connections of one provider that match the filter's user.

@@ -7,18 +7,19 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Runs by provider and final status.
+/// Runs by provider, stream and final status. Every run metric carries `provider` and
+/// `stream`: both come from config.toml, so their values are bounded (never user ids).
 pub const RUNS_TOTAL: &str = "tributary_runs_total";
-/// Records by provider and outcome (inserted, updated, unchanged, duplicate, failed,
+/// Records by provider, stream and outcome (inserted, updated, unchanged, duplicate, failed,
 /// deleted, restored).
 pub const RECORDS_TOTAL: &str = "tributary_records_total";
-/// Run duration in seconds, by provider.
+/// Run duration in seconds, by provider and stream.
 pub const RUN_DURATION_SECONDS: &str = "tributary_run_duration_seconds";
-/// Unix time of the last run per provider that walked its whole listing.
+/// Unix time of the last run per provider and stream that walked its whole listing.
 pub const LAST_SUCCESS_TIMESTAMP: &str = "tributary_last_success_timestamp_seconds";
 /// Connections skipped by a firing because a run of theirs was still going.
 pub const SKIPPED_TOTAL: &str = "tributary_connections_skipped_total";
-/// Runs ended by a panic, by provider.
+/// Runs ended by a panic, by provider and stream.
 pub const RUN_PANICS_TOTAL: &str = "tributary_run_panics_total";
 /// Pages whose fast write path failed, by path (`all_new`, `usual`) and reason
 /// (`key_conflict`, `refused_row`, `row_gone`, `contention`: written again the careful
@@ -44,6 +45,7 @@ pub fn install_prometheus() -> Result<PrometheusHandle, String> {
 #[derive(Clone, Debug)]
 pub struct RunFinished<'a> {
     pub provider: &'a str,
+    pub stream: &'a str,
     /// The final status (`succeeded`, `partial`, `failed`, `interrupted`).
     pub status: String,
     pub inserted: u64,
@@ -63,7 +65,8 @@ pub struct RunFinished<'a> {
 /// Records one finished run.
 pub fn record_run(run: &RunFinished<'_>) {
     let provider = run.provider.to_string();
-    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "status" => run.status.clone())
+    let stream = run.stream.to_string();
+    metrics::counter!(RUNS_TOTAL, "provider" => provider.clone(), "stream" => stream.clone(), "status" => run.status.clone())
         .increment(1);
     for (name, value) in [
         ("inserted", run.inserted),
@@ -74,16 +77,17 @@ pub fn record_run(run: &RunFinished<'_>) {
         ("deleted", run.deleted),
         ("restored", run.restored),
     ] {
-        metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "outcome" => name)
+        metrics::counter!(RECORDS_TOTAL, "provider" => provider.clone(), "stream" => stream.clone(), "outcome" => name)
             .increment(value);
     }
     if run.panicked {
-        metrics::counter!(RUN_PANICS_TOTAL, "provider" => provider.clone()).increment(1);
+        metrics::counter!(RUN_PANICS_TOTAL, "provider" => provider.clone(), "stream" => stream.clone())
+            .increment(1);
     }
-    metrics::histogram!(RUN_DURATION_SECONDS, "provider" => provider.clone())
+    metrics::histogram!(RUN_DURATION_SECONDS, "provider" => provider.clone(), "stream" => stream.clone())
         .record(run.elapsed.as_secs_f64());
     if run.listing_complete {
-        metrics::gauge!(LAST_SUCCESS_TIMESTAMP, "provider" => provider)
+        metrics::gauge!(LAST_SUCCESS_TIMESTAMP, "provider" => provider, "stream" => stream)
             .set(chrono::Utc::now().timestamp() as f64);
     }
 }

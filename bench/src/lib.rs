@@ -396,10 +396,12 @@ async fn run_phase(
         trigger: Trigger::Manual,
         full: true,
         cancel: CancellationToken::new(),
+        stream: None,
     };
     let filter = SyncFilter {
         provider: Some(PROVIDER.to_string()),
         user_id: None,
+        stream: None,
     };
     let pages_before = emulator.pages_served();
     let started = Instant::now();

@@ -25,13 +25,14 @@ use super::emulator::Dataset;
 use super::report::{self, PhaseReport};
 use super::verify::{self, Check};
 use super::PROVIDER;
-use tributary::config::WriteMode;
+use tributary::config::{StreamSettings, WriteMode};
 use tributary::db::DatabasePools;
 use tributary::entities::connection;
 use tributary::pipeline::run::{finish_run, start_run};
 use tributary::pipeline::store::store_page;
 use tributary::pipeline::{
-    Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus, Trigger,
+    open_stream, Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus,
+    StreamScope, Trigger,
 };
 
 /// Records per stored page, as the emulator serves them.
@@ -63,19 +64,25 @@ pub async fn run_store_only(
     let before = verify::fingerprint(db, PROVIDER).await?;
     let mut runs = Vec::with_capacity(connections.len());
     for connection in &connections {
-        runs.push(start_run(db, connection, Trigger::Manual).await?);
+        let stream = open_stream(db, connection, &charges_stream(connection)).await?;
+        let run_id = start_run(db, connection, &stream, Trigger::Manual).await?;
+        runs.push((stream, run_id));
     }
 
     let started = Instant::now();
     // Unordered, as `sync_provider` runs connections: a run that finishes starts the next.
     let stored: Vec<(&connection::Model, i64, RunCounts, Option<DbErr>)> =
         stream::iter(connections.iter().zip(&runs))
-            .map(|(connection, &run_id)| {
+            .map(|(connection, (stream, run_id))| {
                 let payloads = &payloads;
                 async move {
-                    let (counts, error) =
-                        store_all(db, dataset, payloads, connection, run_id).await;
-                    (connection, run_id, counts, error)
+                    let target = Target {
+                        connection,
+                        stream,
+                        run_id: *run_id,
+                    };
+                    let (counts, error) = store_all(db, dataset, payloads, &target).await;
+                    (connection, *run_id, counts, error)
                 }
             })
             .buffer_unordered(concurrency)
@@ -87,7 +94,7 @@ pub async fn run_store_only(
     // checkpoint the phase left is cleared, also when a page failed: a database given with
     // --database-url is kept, and its next sync must not resume from this phase's
     // positions.
-    for (connection, run_id, counts, error) in &stored {
+    for ((connection, run_id, counts, error), (stream, _)) in stored.iter().zip(&runs) {
         let message = error.as_ref().map(ToString::to_string);
         let end = RunEnd {
             status: match error {
@@ -101,7 +108,7 @@ pub async fn run_store_only(
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
         };
-        finish_run(db, connection, *run_id, counts, &end).await?;
+        finish_run(db, connection, stream, *run_id, counts, &end).await?;
     }
     if let Some(error) = stored.iter().find_map(|(.., error)| error.as_ref()) {
         anyhow::bail!("the store_only phase failed: {error}");
@@ -135,6 +142,22 @@ pub async fn run_store_only(
     })
 }
 
+/// The Stripe connection's primary stream, whose records keep the provider's name.
+fn charges_stream(connection: &connection::Model) -> StreamSettings {
+    StreamSettings {
+        name: "charges".to_string(),
+        namespace: connection.provider.clone(),
+        parent: None,
+    }
+}
+
+/// The run one connection's pages belong to.
+struct Target<'a> {
+    connection: &'a connection::Model,
+    stream: &'a StreamScope,
+    run_id: i64,
+}
+
 /// Stores every record of one connection, page by page, each page committing its
 /// checkpoint as a first sync's would. Returns the counters as of the last page committed,
 /// and the error that stopped it, if one did.
@@ -142,8 +165,7 @@ async fn store_all(
     db: &DatabasePools,
     dataset: &Dataset,
     payloads: &[(String, String)],
-    connection: &connection::Model,
-    run_id: i64,
+    target: &Target<'_>,
 ) -> (RunCounts, Option<DbErr>) {
     let mut totals = RunCounts::default();
     let mut start = 0;
@@ -160,15 +182,18 @@ async fn store_all(
             })
             .collect();
         let next = (end < dataset.records_per_user).then(|| Checkpoint {
-            position: PagePosition::Cursor {
+            position: Some(PagePosition::Cursor {
                 cursor: dataset.charge_id(end - 1),
-            },
+            }),
+            parent: None,
+            walk_started: None,
             since: None,
             watermark: None,
         });
         let context = PageContext {
-            run_id,
-            connection,
+            run_id: target.run_id,
+            connection: target.connection,
+            stream: target.stream,
             next_checkpoint: next.as_ref(),
             mode: WriteMode::Upsert,
             leave_checkpoint: false,

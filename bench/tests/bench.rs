@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
-use tributary::entities::{connection, record, sync_run};
+use tributary::entities::{connection, connection_stream, record, sync_run};
 use tributary::pipeline::RunStatus;
 use tributary_bench::{run_scale, ScaleOptions};
 
@@ -108,9 +108,14 @@ async fn the_harness_checks_every_phase_and_an_unchanged_resync_writes_nothing()
         .await
         .expect("connections");
     assert_eq!(connections.len(), 3);
+    let streams = connection_stream::Entity::find()
+        .all(&db)
+        .await
+        .expect("connection_streams");
+    assert_eq!(streams.len(), 3, "{streams:?}");
     assert!(
-        connections.iter().all(|c| c.checkpoint.is_none()),
-        "{connections:?}"
+        streams.iter().all(|s| s.checkpoint.is_none()),
+        "{streams:?}"
     );
 }
 

@@ -15,6 +15,7 @@ mod m20261201_000003_connection_origin;
 mod m20261202_000002_change_feed;
 mod m20261202_000003_notifications;
 mod m20261202_000004_deletion_tracking;
+mod m20261203_000001_streams;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000002_change_feed::Migration),
             Box::new(m20261202_000003_notifications::Migration),
             Box::new(m20261202_000004_deletion_tracking::Migration),
+            Box::new(m20261203_000001_streams::Migration),
         ]
     }
 }

@@ -87,11 +87,14 @@ pub struct Target {
     user: String,
 }
 
-/// One line of `connections list`.
+/// One line of `connections list`: one stream of one connection.
 #[derive(Debug, Serialize)]
 struct ConnectionView {
     id: i64,
     provider: String,
+    /// The stream (`None` for a connection whose provider config.toml no longer has and
+    /// that never ran a stream).
+    stream: Option<String>,
     user_id: String,
     enabled: bool,
     /// `config` when config.toml lists it, `removed` when it listed it and no longer does
@@ -250,28 +253,33 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
         .order_by_asc(connection::Column::UserId)
         .all(db)
         .await?;
-    let views: Vec<ConnectionView> = rows
-        .into_iter()
-        .map(|row| ConnectionView {
-            defined_in: defined_in(settings, &row),
-            credentials: StoredCredentials::describe_column(
-                db.secrets(),
-                row.binding(),
-                &row.credentials,
-            ),
-            id: row.id,
-            provider: row.provider,
-            user_id: row.user_id,
-            enabled: row.enabled,
-            cursor: row.cursor,
-            unfinished_run: row.checkpoint.is_some(),
-            last_success_run_id: row.last_success_run_id,
-            last_success_at: row.last_success_at,
-        })
-        .collect();
+    let ids = rows.iter().map(|row| row.id).collect();
+    let mut states = crate::pipeline::streams::states_of(db.main(), ids).await?;
+    let mut views: Vec<ConnectionView> = Vec::new();
+    for row in rows {
+        let credentials =
+            StoredCredentials::describe_column(db.secrets(), row.binding(), &row.credentials);
+        let defined_in = defined_in(settings, &row);
+        for stream in stream_states(settings, &row, &mut states) {
+            views.push(ConnectionView {
+                id: row.id,
+                provider: row.provider.clone(),
+                stream: stream.name,
+                user_id: row.user_id.clone(),
+                enabled: row.enabled,
+                defined_in,
+                credentials: credentials.clone(),
+                cursor: stream.cursor,
+                unfinished_run: stream.checkpoint.is_some(),
+                last_success_run_id: stream.last_success_run_id,
+                last_success_at: stream.last_success_at,
+            });
+        }
+    }
     let header = [
         "id",
         "provider",
+        "stream",
         "user",
         "enabled",
         "defined in",
@@ -284,6 +292,7 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
         vec![
             view.id.to_string(),
             view.provider.clone(),
+            view.stream.clone().unwrap_or_default(),
             view.user_id.clone(),
             view.enabled.to_string(),
             view.defined_in.to_string(),
@@ -295,6 +304,73 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
                 .unwrap_or_default(),
         ]
     })
+}
+
+/// One stream's state as `connections list` shows it.
+struct StreamState {
+    name: Option<String>,
+    cursor: Option<String>,
+    checkpoint: Option<String>,
+    last_success_run_id: Option<i64>,
+    last_success_at: Option<chrono::DateTime<Utc>>,
+}
+
+/// The streams of connection `row` to show, taken out of `states`: the configured ones in
+/// their order, then any other stream that has state. A stream that never ran shows
+/// nothing, except the primary stream, which shows the state the connection kept from
+/// before streams until its first run takes it over.
+fn stream_states(
+    settings: &Settings,
+    row: &connection::Model,
+    states: &mut Vec<crate::entities::connection_stream::Model>,
+) -> Vec<StreamState> {
+    let provider = settings.providers.get(&row.provider);
+    let primary = provider.map(|provider| provider.primary_stream().name);
+    let mut names: Vec<String> = provider
+        .map(|provider| provider.streams.iter().map(|s| s.name.clone()).collect())
+        .unwrap_or_default();
+    let (own, others): (Vec<_>, Vec<_>) = std::mem::take(states)
+        .into_iter()
+        .partition(|state| state.connection_id == row.id);
+    *states = others;
+    for state in &own {
+        if !names.contains(&state.stream) {
+            names.push(state.stream.clone());
+        }
+    }
+    let legacy = || StreamState {
+        name: None,
+        cursor: row.cursor.clone(),
+        checkpoint: row.checkpoint.clone(),
+        last_success_run_id: row.last_success_run_id,
+        last_success_at: row.last_success_at,
+    };
+    if names.is_empty() {
+        return vec![legacy()];
+    }
+    names
+        .into_iter()
+        .map(|name| match own.iter().find(|state| state.stream == name) {
+            Some(state) => StreamState {
+                name: Some(name),
+                cursor: state.cursor.clone(),
+                checkpoint: state.checkpoint.clone(),
+                last_success_run_id: state.last_success_run_id,
+                last_success_at: state.last_success_at,
+            },
+            None if primary.as_ref() == Some(&name) => StreamState {
+                name: Some(name),
+                ..legacy()
+            },
+            None => StreamState {
+                name: Some(name),
+                cursor: None,
+                checkpoint: None,
+                last_success_run_id: None,
+                last_success_at: None,
+            },
+        })
+        .collect()
 }
 
 async fn set_enabled(

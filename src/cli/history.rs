@@ -19,6 +19,12 @@ pub struct RunsArgs {
     /// How many runs to show.
     #[arg(long, default_value_t = 20)]
     limit: u64,
+    /// Only runs of this provider.
+    #[arg(long)]
+    provider: Option<String>,
+    /// Only runs of this stream (e.g. `pull_requests`).
+    #[arg(long)]
+    stream: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,6 +38,9 @@ pub struct ErrorsArgs {
     /// Only errors not yet resolved by a replay (across all runs unless RUN_ID is given).
     #[arg(long)]
     open: bool,
+    /// With `--open`: only errors of runs of this stream.
+    #[arg(long, requires = "open")]
+    stream: Option<String>,
     /// Print JSON (with whole payloads) instead of a table.
     #[arg(long)]
     json: bool,
@@ -41,7 +50,11 @@ pub struct ErrorsArgs {
 pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
     let db = crate::db::connect_for_reading(&settings.database).await?;
-    print_runs(&db, args.limit, args.json).await?;
+    let filter = RunFilter {
+        provider: args.provider,
+        stream: args.stream,
+    };
+    print_runs(&db, &filter, args.limit, args.json).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -50,16 +63,35 @@ pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode>
     let settings = Settings::load(config)?;
     let db = crate::db::connect_for_reading(&settings.database).await?;
     match (args.run_id, args.open) {
-        (run_id, true) => print_open_errors(&db, run_id, args.json).await?,
+        (run_id, true) => print_open_errors(&db, run_id, args.stream.as_deref(), args.json).await?,
         (Some(run_id), false) => print_errors(&db, run_id, args.json).await?,
         (None, false) => bail!("give a RUN_ID, or --open"),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the newest `limit` runs.
-pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyhow::Result<()> {
-    let runs = sync_run::Entity::find()
+/// Which runs `runs` shows. `None` matches all.
+#[derive(Debug, Default)]
+pub struct RunFilter {
+    pub provider: Option<String>,
+    pub stream: Option<String>,
+}
+
+/// Prints the newest `limit` runs that match `filter`.
+pub async fn print_runs(
+    db: &DatabaseConnection,
+    filter: &RunFilter,
+    limit: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut query = sync_run::Entity::find();
+    if let Some(provider) = &filter.provider {
+        query = query.filter(sync_run::Column::Provider.eq(provider.as_str()));
+    }
+    if let Some(stream) = &filter.stream {
+        query = query.filter(sync_run::Column::Stream.eq(stream.as_str()));
+    }
+    let runs = query
         .order_by_desc(sync_run::Column::Id)
         .limit(limit)
         .all(db)
@@ -67,6 +99,7 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
     let header = [
         "id",
         "provider",
+        "stream",
         "user",
         "trigger",
         "status",
@@ -97,6 +130,7 @@ pub async fn print_runs(db: &DatabaseConnection, limit: u64, json: bool) -> anyh
         vec![
             run.id.to_string(),
             run.provider.clone(),
+            run.stream.clone().unwrap_or_default(),
             run.user_id.clone(),
             run.trigger.to_string(),
             run.status.to_string(),
@@ -132,10 +166,14 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
         return Ok(());
     }
     println!(
-        "Run {} ({}@{}, {}): {} error(s).",
+        "Run {} ({}@{}{}, {}): {} error(s).",
         run.id,
         run.user_id,
         run.provider,
+        run.stream
+            .as_deref()
+            .map(|stream| format!(" stream {stream}"))
+            .unwrap_or_default(),
         run.status,
         errors.len()
     );
@@ -154,21 +192,45 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
     })
 }
 
-/// Prints the errors no replay has resolved, across runs or of one run.
+/// Prints the errors no replay has resolved, across runs or of one run, perhaps only
+/// those of runs of `stream`.
 pub async fn print_open_errors(
     db: &DatabaseConnection,
     run_id: Option<i64>,
+    stream: Option<&str>,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut query = run_error::Entity::find().filter(run_error::Column::ResolvedByRunId.is_null());
     if let Some(run_id) = run_id {
         query = query.filter(run_error::Column::RunId.eq(run_id));
     }
+    if let Some(stream) = stream {
+        let runs = sea_orm::sea_query::Query::select()
+            .column(sync_run::Column::Id)
+            .from(sync_run::Entity)
+            .and_where(sync_run::Column::Stream.eq(stream))
+            .to_owned();
+        query = query.filter(run_error::Column::RunId.in_subquery(runs));
+    }
     let errors = query.order_by_asc(run_error::Column::Id).all(db).await?;
+    let mut run_ids: Vec<i64> = errors.iter().map(|error| error.run_id).collect();
+    run_ids.sort_unstable();
+    run_ids.dedup();
+    let streams: std::collections::HashMap<i64, String> = sync_run::Entity::find()
+        .select_only()
+        .columns([sync_run::Column::Id, sync_run::Column::Stream])
+        .filter(sync_run::Column::Id.is_in(run_ids))
+        .into_tuple::<(i64, Option<String>)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|(id, stream)| (id, stream.unwrap_or_default()))
+        .collect();
     let header = [
         "id",
         "run",
         "provider",
+        "stream",
         "user",
         "external_id",
         "stage",
@@ -181,6 +243,7 @@ pub async fn print_open_errors(
             error.id.to_string(),
             error.run_id.to_string(),
             error.provider.clone(),
+            streams.get(&error.run_id).cloned().unwrap_or_default(),
             error.user_id.clone(),
             error.external_id.clone().unwrap_or_default(),
             error.stage.to_string(),

@@ -23,6 +23,9 @@ pub struct SyncArgs {
     /// Only this user's connections.
     #[arg(long)]
     user: Option<String>,
+    /// Only this stream (one of a provider's `streams`, e.g. `pull_requests`).
+    #[arg(long)]
+    stream: Option<String>,
     /// No progress display, only the summary lines.
     #[arg(long, short)]
     quiet: bool,
@@ -41,6 +44,7 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
     let filter = SyncFilter {
         provider: args.provider,
         user_id: args.user,
+        stream: args.stream,
     };
     let bars = BarProgress::new();
     let show_progress = !args.quiet && !args.json && std::io::stderr().is_terminal();
@@ -93,15 +97,16 @@ fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
     }
 }
 
-/// One line per run: `run 7 alice@acme partial pages=3 fetched=250 inserted=249 ...`.
+/// One line per run: `run 7 alice@acme partial stream=issues pages=3 fetched=250 ...`.
 pub fn summary_line(outcome: &RunOutcome) -> String {
     let c = &outcome.counts;
     let mut line = format!(
-        "run {} {}@{} {} pages={} fetched={} inserted={} updated={} unchanged={} duplicate={} failed={} deleted={} restored={} in {:.1}s",
+        "run {} {}@{} {} stream={} pages={} fetched={} inserted={} updated={} unchanged={} duplicate={} failed={} deleted={} restored={} in {:.1}s",
         outcome.run_id,
         outcome.user_id,
         outcome.provider,
         outcome.status,
+        outcome.stream,
         c.pages_fetched,
         c.fetched,
         c.inserted,
@@ -113,6 +118,9 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
         c.restored,
         outcome.elapsed.as_secs_f64()
     );
+    if c.parents_skipped > 0 {
+        line.push_str(&format!(" parents_skipped={}", c.parents_skipped));
+    }
     if let Some(error) = &outcome.error {
         line.push_str(&format!(": {error}"));
     }

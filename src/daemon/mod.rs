@@ -298,12 +298,14 @@ async fn fire(job: &ProviderJob) {
         trigger: Trigger::Schedule,
         full,
         cancel: job.cancel.child_token(),
+        stream: None,
     };
     match sync_provider(
         &job.db,
         &job.settings,
         job.provider.as_ref(),
         connections,
+        &job.settings.streams,
         &options,
         &job.lease,
         &NoProgress,

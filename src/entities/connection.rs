@@ -16,13 +16,14 @@ pub struct Model {
     /// that holds a secret (`sealed:v1:...`, see the `secrets` module).
     #[sea_orm(column_type = "Text")]
     pub credentials: String,
-    /// The incremental-sync watermark, advanced only after the records it covers commit.
+    /// The cursor from before streams; the primary stream's row in `connection_streams`
+    /// takes it over at its first run, and it is null from then on.
     #[sea_orm(column_type = "Text", nullable)]
     pub cursor: Option<String>,
-    /// The in-progress page position of an unfinished run (JSON), committed with each page.
+    /// The checkpoint from before streams, taken over like `cursor`.
     #[sea_orm(column_type = "Text", nullable)]
     pub checkpoint: Option<String>,
-    /// The last run that ended `succeeded` or `partial`.
+    /// The last success from before streams, taken over like `cursor`.
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTimeUtc>,
     /// The process that runs this connection now (`host:pid:nonce`), if any.

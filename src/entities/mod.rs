@@ -5,6 +5,7 @@ pub mod change;
 pub mod change_batch;
 pub mod change_clock;
 pub mod connection;
+pub mod connection_stream;
 pub mod notification_delivery;
 pub mod processed_key;
 pub mod record;

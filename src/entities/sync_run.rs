@@ -9,6 +9,8 @@ pub struct Model {
     pub id: i64,
     pub user_id: String,
     pub provider: String,
+    /// The stream the run synced; `None` for runs from before streams.
+    pub stream: Option<String>,
     pub trigger: Trigger,
     pub status: RunStatus,
     pub started_at: DateTimeUtc,
@@ -31,6 +33,8 @@ pub struct Model {
     pub records_deleted: i64,
     /// Deleted records this run saw again and restored.
     pub records_restored: i64,
+    /// A child stream's parents whose children the API no longer lists, passed over.
+    pub parents_skipped: i64,
     /// The run-level failure, else null.
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,

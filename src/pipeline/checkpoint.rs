@@ -1,18 +1,27 @@
-//! The connection's sync state: the in-progress checkpoint of an unfinished run, and the
-//! incremental watermark (`connections.cursor`) of the last complete one.
+//! A stream's sync state: the in-progress checkpoint of an unfinished run, and the
+//! incremental watermark (`connection_streams.cursor`) of the last complete one.
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tributary_providers::{PagePosition, Watermark};
 
-use crate::entities::connection;
+use crate::entities::connection_stream;
 
 /// Where an unfinished run stopped: committed with every page, cleared when a run walks
 /// the listing to its end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// The first page not yet committed.
-    pub position: PagePosition,
+    /// The first page not yet committed; for a child stream, of `parent`'s listing, and
+    /// `None` once that listing committed to its end (the walk goes on after it).
+    pub position: Option<PagePosition>,
+    /// A child stream's parent reached: the external id of the parent record whose
+    /// listing the walk was in. Parents are walked in external id order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A child stream's walk: when it began. Its cursor never passes this instant, since
+    /// a parent walked early may have changed before the walk reached a later one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_started: Option<chrono::DateTime<Utc>>,
     /// The watermark the run asked from (`None` for a full pass): a resumed run must ask
     /// from the same one, or the positions would not mean the same pages.
     pub since: Option<Watermark>,
@@ -27,11 +36,11 @@ impl Checkpoint {
     }
 }
 
-/// The connection's incremental watermark, if it has one, it is readable and it is not
+/// The stream's incremental watermark, if it has one, it is readable and it is not
 /// in the future (a cursor stored before cursors were clamped to the fetch time would
 /// otherwise ask for changes after it forever and find none).
-pub fn stored_cursor(connection: &connection::Model) -> Option<Watermark> {
-    let text = connection.cursor.as_deref()?;
+pub fn stored_cursor(state: &connection_stream::Model) -> Option<Watermark> {
+    let text = state.cursor.as_deref()?;
     match serde_json::from_str::<Watermark>(text) {
         Ok(watermark) if watermark.is_beyond_skew(Utc::now()) => {
             tracing::warn!(
@@ -51,10 +60,10 @@ pub fn stored_cursor(connection: &connection::Model) -> Option<Watermark> {
 /// The checkpoint to resume from: only one taken with the same `since`, so a `--full`
 /// pass never continues an incremental listing or the other way round.
 pub fn resumable_checkpoint(
-    connection: &connection::Model,
+    state: &connection_stream::Model,
     since: Option<&Watermark>,
 ) -> Option<Checkpoint> {
-    let text = connection.checkpoint.as_deref()?;
+    let text = state.checkpoint.as_deref()?;
     match serde_json::from_str::<Checkpoint>(text) {
         Ok(checkpoint) if checkpoint.since.as_ref() == since => Some(checkpoint),
         Ok(_) => {

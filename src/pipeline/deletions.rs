@@ -14,6 +14,7 @@ use sea_orm::{
 use crate::entities::change::ChangeKind;
 use crate::entities::{change, connection, record, run_sighting, sync_run};
 use crate::pipeline::changes::{self, BatchOwner};
+use crate::pipeline::streams::StreamScope;
 
 /// What a closing run does about deletions.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,11 +71,11 @@ pub(crate) struct Decided {
     pub refused: Option<String>,
 }
 
-/// The connection's live records (not marked deleted).
-fn live(connection: &connection::Model) -> Condition {
+/// The stream's live records of the connection's user (not marked deleted).
+fn live(connection: &connection::Model, stream: &StreamScope) -> Condition {
     Condition::all()
         .add(record::Column::UserId.eq(connection.user_id.as_str()))
-        .add(record::Column::Provider.eq(connection.provider.as_str()))
+        .add(record::Column::Provider.eq(stream.namespace()))
         .add(record::Column::DeletedAt.is_null())
 }
 
@@ -82,7 +83,12 @@ fn live(connection: &connection::Model) -> Condition {
 /// updated or restored carries its id in `last_seen_run_id`) nor noted as seen, and that
 /// were last written before the run started: a record another run wrote meanwhile may
 /// have come into the listing after this run's walk went past its place.
-fn unseen(connection: &connection::Model, run_id: i64, started_at: DateTime<Utc>) -> Condition {
+fn unseen(
+    connection: &connection::Model,
+    stream: &StreamScope,
+    run_id: i64,
+    started_at: DateTime<Utc>,
+) -> Condition {
     let sighting = Query::select()
         .expr(Expr::val(1))
         .from(run_sighting::Entity)
@@ -92,7 +98,7 @@ fn unseen(connection: &connection::Model, run_id: i64, started_at: DateTime<Utc>
                 .equals((record::Entity, record::Column::ExternalId)),
         )
         .to_owned();
-    live(connection)
+    live(connection, stream)
         .add(record::Column::LastSeenRunId.ne(run_id))
         .add(record::Column::UpdatedAt.lt(started_at))
         .add(Expr::exists(sighting).not())
@@ -103,6 +109,7 @@ fn unseen(connection: &connection::Model, run_id: i64, started_at: DateTime<Utc>
 pub(crate) async fn apply(
     txn: &impl ConnectionTrait,
     connection: &connection::Model,
+    stream: &StreamScope,
     run_id: i64,
     max_fraction: f64,
     now: DateTime<Utc>,
@@ -113,14 +120,14 @@ pub(crate) async fn apply(
         .ok_or_else(|| DbErr::RecordNotFound(format!("run {run_id}")))?
         .started_at;
     let candidates = record::Entity::find()
-        .filter(unseen(connection, run_id, started_at))
+        .filter(unseen(connection, stream, run_id, started_at))
         .count(txn)
         .await?;
     if candidates == 0 {
         return Ok(Decided::default());
     }
     let live = record::Entity::find()
-        .filter(live(connection))
+        .filter(live(connection, stream))
         .count(txn)
         .await?;
     // Counts fit an f64 exactly far beyond any table's size.
@@ -137,12 +144,12 @@ pub(crate) async fn apply(
     let deleted = record::Entity::update_many()
         .col_expr(record::Column::DeletedAt, Expr::value(now))
         .col_expr(record::Column::DeletedByRunId, Expr::value(run_id))
-        .filter(unseen(connection, run_id, started_at))
+        .filter(unseen(connection, stream, run_id, started_at))
         .exec(txn)
         .await?
         .rows_affected;
     if deleted > 0 {
-        record_deletions(txn, connection, run_id, deleted, now).await?;
+        record_deletions(txn, connection, stream, run_id, deleted, now).await?;
     }
     Ok(Decided {
         deleted,
@@ -155,6 +162,7 @@ pub(crate) async fn apply(
 async fn record_deletions(
     txn: &impl ConnectionTrait,
     connection: &connection::Model,
+    stream: &StreamScope,
     run_id: i64,
     deleted: u64,
     now: DateTime<Utc>,
@@ -162,7 +170,7 @@ async fn record_deletions(
     let owner = BatchOwner {
         run_id,
         user_id: &connection.user_id,
-        provider: &connection.provider,
+        provider: stream.namespace(),
     };
     let mut batch = changes::open_batch(txn, owner).await?;
     let count = usize::try_from(deleted)
@@ -181,7 +189,7 @@ async fn record_deletions(
         .expr(Expr::val(ChangeKind::Deleted.to_value()))
         .from(record::Entity)
         .and_where(record::Column::UserId.eq(connection.user_id.as_str()))
-        .and_where(record::Column::Provider.eq(connection.provider.as_str()))
+        .and_where(record::Column::Provider.eq(stream.namespace()))
         .and_where(record::Column::DeletedByRunId.eq(run_id))
         .to_owned();
     let insert = Query::insert()

@@ -10,9 +10,11 @@ pub(crate) mod checkpoint;
 pub mod credential_store;
 mod deletions;
 mod outbox;
+mod parents;
 pub(crate) mod records;
 pub mod run;
 pub mod store;
+pub mod streams;
 mod walk;
 
 use std::panic::AssertUnwindSafe;
@@ -26,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tributary_providers::{FetchError, Provider};
 
-use crate::config::ProviderSettings;
+use crate::config::{ProviderSettings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
 
@@ -35,8 +37,9 @@ pub use deletions::DeletionPass;
 pub use run::{RunClosed, RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
 use store::CheckpointMove;
 pub use store::{PageContext, PageExpectation, PageStoreCounts};
+pub use streams::{open_stream, StreamScope};
 
-use checkpoint::{newest, stored_cursor};
+use checkpoint::stored_cursor;
 use walk::{walk_listing, Committed, RunContext};
 
 /// How a run is asked for.
@@ -48,15 +51,18 @@ pub struct RunOptions {
     /// Stops the run between pages (shutdown, or a lost lease); the page being stored
     /// still commits, and the run ends `interrupted` with its checkpoint kept.
     pub cancel: CancellationToken,
+    /// The stream to sync; `None`: the kind's primary stream.
+    pub stream: Option<StreamSettings>,
 }
 
 impl RunOptions {
-    /// A manual, incremental run.
+    /// A manual, incremental run of the primary stream.
     pub fn manual() -> RunOptions {
         RunOptions {
             trigger: Trigger::Manual,
             full: false,
             cancel: CancellationToken::new(),
+            stream: None,
         }
     }
 }
@@ -101,7 +107,8 @@ enum RunFault {
     Panicked { message: String },
 }
 
-/// Syncs one connection once: one `sync_runs` row, pages stored as they arrive.
+/// Syncs one stream of one connection once: one `sync_runs` row, pages stored as they
+/// arrive.
 ///
 /// Returns `Err` only when the run could not be recorded at all (the database is down);
 /// every other failure is in the returned outcome's status and error.
@@ -114,12 +121,18 @@ pub async fn sync_connection(
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
-    let run_id = run::start_run(db, connection, options.trigger).await?;
+    let stream_settings = match &options.stream {
+        Some(stream) => stream.clone(),
+        None => settings.primary_stream(),
+    };
+    let stream = open_stream(db, connection, &stream_settings).await?;
+    let run_id = run::start_run(db, connection, &stream, options.trigger).await?;
     let span = tracing::info_span!(
         "run",
         run_id,
         user_id = %connection.user_id,
-        provider = %connection.provider
+        provider = %connection.provider,
+        stream = %stream.name()
     );
     async move {
         tracing::info!(
@@ -127,7 +140,7 @@ pub async fn sync_connection(
             full = options.full,
             "Run started."
         );
-        let cursor = stored_cursor(connection);
+        let cursor = stored_cursor(&stream.state);
         let since = if options.full { None } else { cursor.clone() };
         match deletions::remove_orphans(db, connection, run_id).await {
             Ok(0) => {}
@@ -139,6 +152,7 @@ pub async fn sync_connection(
             provider,
             settings,
             connection,
+            stream: &stream,
             run_id,
             track_deletes: settings.deletions.track && since.is_none(),
             since,
@@ -164,7 +178,7 @@ pub async fn sync_connection(
                 }
             },
             watermark: if listing_complete {
-                newest(committed.watermark, cursor)
+                committed.cursor_after(cursor)
             } else {
                 None
             },
@@ -177,11 +191,13 @@ pub async fn sync_connection(
                 settings.deletions.max_fraction,
             ),
         };
-        let closed = run::finish_run(db, connection, run_id, &committed.counts, &end).await?;
+        let closed =
+            run::finish_run(db, connection, &stream, run_id, &committed.counts, &end).await?;
         let outcome = RunOutcome {
             run_id,
             user_id: connection.user_id.clone(),
             provider: connection.provider.clone(),
+            stream: stream.name().to_string(),
             status: closed.status,
             counts: closed.counts,
             error: closed.error,

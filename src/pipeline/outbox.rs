@@ -15,6 +15,8 @@ use super::run::{to_db, RunCounts, RunStatus};
 /// What a closing run tells the outbox.
 pub(crate) struct ClosedRun<'a> {
     pub connection: &'a connection::Model,
+    /// The stream the run synced.
+    pub stream: &'a str,
     pub run_id: i64,
     pub status: RunStatus,
     pub counts: &'a RunCounts,
@@ -29,6 +31,7 @@ struct Body<'a> {
     run_id: i64,
     user_id: &'a str,
     provider: &'a str,
+    stream: &'a str,
     status: RunStatus,
     counts: BodyCounts,
     cursors: BodyCursors,
@@ -83,6 +86,7 @@ pub(crate) async fn write(
         run_id: run.run_id,
         user_id: &run.connection.user_id,
         provider: &run.connection.provider,
+        stream: run.stream,
         status: run.status,
         counts: BodyCounts {
             inserted: to_db(run.counts.inserted),

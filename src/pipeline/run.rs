@@ -3,16 +3,20 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    QueryFilter, Set,
+};
 use serde::Serialize;
 
 use tributary_providers::Watermark;
 
 use super::deletions::{self, DeletionPass};
 use super::store::{begin_page_transaction, checkpoint_column, CheckpointMove};
+use super::streams::StreamScope;
 use crate::config::NotifyRuns;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
-use crate::entities::{connection, sync_run};
+use crate::entities::{connection, connection_stream, sync_run};
 
 /// A run's counters, as stored in `sync_runs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -33,6 +37,8 @@ pub struct RunCounts {
     pub deleted: u64,
     /// Deleted records the run saw again (with or without new content) and restored.
     pub restored: u64,
+    /// A child stream's parents whose children the API no longer lists.
+    pub parents_skipped: u64,
 }
 
 /// The result of one run of one connection.
@@ -41,6 +47,7 @@ pub struct RunOutcome {
     pub run_id: i64,
     pub user_id: String,
     pub provider: String,
+    pub stream: String,
     pub status: RunStatus,
     pub counts: RunCounts,
     /// The run-level failure, when the status is `failed`.
@@ -57,6 +64,7 @@ impl RunOutcome {
     pub(crate) fn metrics(&self, listing_complete: bool) -> crate::telemetry::RunFinished<'_> {
         crate::telemetry::RunFinished {
             provider: &self.provider,
+            stream: &self.stream,
             status: self.status.to_string(),
             inserted: self.counts.inserted,
             updated: self.counts.updated,
@@ -77,16 +85,18 @@ pub(crate) fn to_db(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-/// Inserts the `running` row for a new run and returns its id.
+/// Inserts the `running` row for a new run of `stream` and returns its id.
 pub async fn start_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
+    stream: &StreamScope,
     trigger: Trigger,
 ) -> Result<i64, DbErr> {
     let now = Utc::now();
     let row = sync_run::ActiveModel {
         user_id: Set(connection.user_id.clone()),
         provider: Set(connection.provider.clone()),
+        stream: Set(Some(stream.name().to_string())),
         trigger: Set(trigger),
         status: Set(RunStatus::Running),
         started_at: Set(now),
@@ -102,6 +112,7 @@ pub async fn start_run(
         watermark_anomalies: Set(0),
         records_deleted: Set(0),
         records_restored: Set(0),
+        parents_skipped: Set(0),
         error: Set(None),
         ..Default::default()
     }
@@ -141,7 +152,7 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
 
 /// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
 /// the ORM's updates and the batched statements (`store/backend.rs`) both use.
-pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 10] {
+pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 11] {
     use sync_run::Column;
     [
         (Column::PagesFetched, to_db(counts.pages_fetched).into()),
@@ -157,6 +168,7 @@ pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm
         ),
         (Column::RecordsDeleted, to_db(counts.deleted).into()),
         (Column::RecordsRestored, to_db(counts.restored).into()),
+        (Column::ParentsSkipped, to_db(counts.parents_skipped).into()),
     ]
 }
 
@@ -165,13 +177,13 @@ pub struct RunEnd<'a> {
     pub status: RunStatus,
     /// The run-level reason, for `failed` runs and runs stopped early.
     pub error: Option<&'a str>,
-    /// Every page of the listing was fetched: the connection counts as synced as of this
-    /// run and its cursor advances.
+    /// Every page of the listing was fetched: the stream counts as synced as of this run
+    /// and its cursor advances.
     pub listing_complete: bool,
-    /// What becomes of the connection's checkpoint: kept, cleared (the next run starts
+    /// What becomes of the stream's checkpoint: kept, cleared (the next run starts
     /// from the first page), or written (the pages stored unchanged since the last commit).
     pub checkpoint: CheckpointMove<'a>,
-    /// The connection's new incremental watermark (only with `listing_complete`).
+    /// The stream's new incremental watermark (only with `listing_complete`).
     pub watermark: Option<Watermark>,
     /// Which runs write a notification into the outbox as they close.
     pub notify: NotifyRuns,
@@ -189,12 +201,13 @@ pub struct RunClosed {
 }
 
 /// Closes a run: final status, counters and error. When the listing was walked to its end
-/// the connection's checkpoint is cleared, its cursor advanced and its last successful
-/// run noted, all in the same transaction, so the cursor never runs ahead of the records.
+/// the stream's checkpoint is cleared, its cursor advanced and its last successful run
+/// noted, all in the same transaction, so the cursor never runs ahead of the records.
 /// A run that notifies writes its delivery in that transaction too.
 pub async fn finish_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
+    stream: &StreamScope,
     run_id: i64,
     counts: &RunCounts,
     end: &RunEnd<'_>,
@@ -220,28 +233,30 @@ pub async fn finish_run(
         CheckpointMove::Write(checkpoint) => Some(checkpoint_column(checkpoint)?),
     };
     if end.listing_complete || checkpoint.is_some() {
-        let mut conn = connection::ActiveModel {
-            id: Set(connection.id),
+        let mut state = connection_stream::ActiveModel {
+            id: Set(stream.state.id),
             updated_at: Set(now),
             ..Default::default()
         };
         if let Some(checkpoint) = checkpoint {
-            conn.checkpoint = Set(checkpoint);
+            state.checkpoint = Set(checkpoint);
         }
         if end.listing_complete {
-            conn.last_success_run_id = Set(Some(run_id));
-            conn.last_success_at = Set(Some(now));
+            state.last_success_run_id = Set(Some(run_id));
+            state.last_success_at = Set(Some(now));
             if let Some(watermark) = &end.watermark {
                 let cursor = serde_json::to_string(watermark)
                     .map_err(|error| DbErr::Custom(format!("serialising the cursor: {error}")))?;
-                conn.cursor = Set(Some(cursor));
+                state.cursor = Set(Some(cursor));
             }
         }
-        connection::Entity::update(conn).exec(&txn).await?;
+        // The connection's row first, as every writer of the connection takes it.
+        lock_connection(&txn, connection.id, now).await?;
+        connection_stream::Entity::update(state).exec(&txn).await?;
     }
     if let Some(max_fraction) = decided {
         // After the run's and the connection's rows, as every writer of the connection.
-        let applied = deletions::apply(&txn, connection, run_id, max_fraction, now).await?;
+        let applied = deletions::apply(&txn, connection, stream, run_id, max_fraction, now).await?;
         closed.counts.deleted = applied.deleted;
         if let Some(reason) = applied.refused {
             tracing::warn!(
@@ -263,6 +278,7 @@ pub async fn finish_run(
     }
     let outbox_run = super::outbox::ClosedRun {
         connection,
+        stream: stream.name(),
         run_id,
         status: closed.status,
         counts: &closed.counts,
@@ -275,6 +291,24 @@ pub async fn finish_run(
         tracing::debug!(run_id, delivery_id, "Notification queued.");
     }
     Ok(closed)
+}
+
+/// Locks the connection's row by writing its `updated_at`, as the page transactions'
+/// first statement does; fails when the connection is gone.
+async fn lock_connection(
+    txn: &impl ConnectionTrait,
+    connection_id: i64,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let locked = connection::Entity::update_many()
+        .col_expr(connection::Column::UpdatedAt, now.into())
+        .filter(connection::Column::Id.eq(connection_id))
+        .exec(txn)
+        .await?;
+    if locked.rows_affected == 0 {
+        return Err(DbErr::RecordNotUpdated);
+    }
+    Ok(())
 }
 
 /// What `end`'s deletion pass asks of the closing transaction: `Some(max_fraction)` when

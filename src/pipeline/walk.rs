@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tributary_providers::{
-    FetchContext, FetchError, Page, PageItem, PagePosition, Provider, Watermark,
+    FetchContext, FetchError, Page, PageItem, PagePosition, ParentRecord, Provider, Watermark,
 };
 
 use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
 use super::credential_store::ConnectionCredentials;
+use super::parents::{self, Parent};
 use super::store::{self, PageContext, PageExpectation, PageStoreCounts};
+use super::streams::StreamScope;
 use super::{ProgressSink, RunCounts, RunFault};
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
@@ -25,6 +27,8 @@ pub(super) struct RunContext<'a> {
     pub provider: &'a dyn Provider,
     pub settings: &'a ProviderSettings,
     pub connection: &'a connection::Model,
+    /// The stream the run syncs.
+    pub stream: &'a StreamScope,
     pub run_id: i64,
     /// The incremental watermark asked from (`None`: a full pass).
     pub since: Option<Watermark>,
@@ -51,6 +55,22 @@ pub(super) struct Committed {
     /// The checkpoint of the last page stored unchanged, which rides with the run's next
     /// commit: a run that stops before that commit writes it as it closes.
     pub deferred_checkpoint: Option<Checkpoint>,
+    /// A child stream's walk: when it began (in an earlier run, if this one resumed it).
+    pub walk_started: Option<chrono::DateTime<Utc>>,
+}
+
+impl Committed {
+    /// The cursor a complete run leaves: the newest watermark of its pages and the
+    /// cursor before, and for a child stream never past the walk's start. A parent walked
+    /// early may change after its listing was read and before the walk reaches a later
+    /// parent whose records are newer; a cursor past that change would hide it.
+    pub fn cursor_after(&self, before: Option<Watermark>) -> Option<Watermark> {
+        let newest = newest(self.watermark.clone(), before)?;
+        Some(match self.walk_started {
+            Some(started) => newest.at_most(started),
+            None => newest,
+        })
+    }
 }
 
 /// How long an unchanged run may go without committing its counters and checkpoint
@@ -72,26 +92,108 @@ enum AfterPage {
     Stopped(String),
 }
 
-/// Walks the listing from the connection's checkpoint (or the first page) to its end,
-/// committing each page with the next checkpoint.
+/// Walks the stream's listing from its checkpoint (or the first page) to its end,
+/// committing each page with the next checkpoint. A child stream walks one listing per
+/// parent record, in the parents' external id order.
 pub(super) async fn walk_listing(
     run: &RunContext<'_>,
     committed: &mut Committed,
 ) -> Result<(), RunFault> {
-    let mut walker = Walker::start(run, committed)?;
+    let mut walker = Walker::start(run)?;
+    let resume = resumable_checkpoint(&run.stream.state, run.since.as_ref());
+    if let Some(checkpoint) = &resume {
+        let position_text = checkpoint
+            .position
+            .as_ref()
+            .map_or_else(|| "the next parent".to_string(), PagePosition::describe);
+        tracing::info!(position = %position_text, parent = checkpoint.parent.as_deref().unwrap_or(""), "Resuming from the checkpoint of an unfinished run.");
+        committed.watermark = checkpoint.watermark.clone();
+        committed.resumed = true;
+    }
+    if run.stream.settings.parent.is_some() {
+        committed.walk_started = resume
+            .as_ref()
+            .and_then(|checkpoint| checkpoint.walk_started)
+            .or_else(|| Some(Utc::now()));
+    }
+    match &run.stream.settings.parent {
+        None => {
+            let start = resume.and_then(|checkpoint| checkpoint.position);
+            walker.begin(None, run.since.clone(), start);
+            walker.walk(committed).await
+        }
+        Some(parent) => {
+            let from = match resume {
+                Some(Checkpoint {
+                    parent: Some(id),
+                    position: Some(position),
+                    ..
+                }) => Resume::At(id, position),
+                Some(Checkpoint {
+                    parent: Some(id),
+                    position: None,
+                    ..
+                }) => Resume::After(id),
+                _ => Resume::Start,
+            };
+            walk_children(&mut walker, &parent.namespace, from, committed).await
+        }
+    }
+}
+
+/// Where a child stream's walk starts.
+enum Resume {
+    Start,
+    /// Within this parent's listing, at this page (if the parent is still there).
+    At(String, PagePosition),
+    /// After this parent.
+    After(String),
+}
+
+/// Walks a child stream: each live parent's listing to its end, in external id order.
+/// A parent deleted since the checkpoint named it is skipped with its position.
+async fn walk_children(
+    walker: &mut Walker<'_, '_>,
+    parent_namespace: &str,
+    resume: Resume,
+    committed: &mut Committed,
+) -> Result<(), RunFault> {
+    let run = walker.run;
+    let (mut from, mut resume_at) = match resume {
+        Resume::Start => (parents::From::Start, None),
+        Resume::At(id, position) => (parents::From::At(id.clone()), Some((id, position))),
+        Resume::After(id) => (parents::From::After(id), None),
+    };
+    let last_complete = run.stream.state.last_success_run_id.unwrap_or(0);
     loop {
-        walker.check_before_fetch(committed)?;
-        let page_number = committed.counts.pages_fetched + 1;
-        let page = walker.next_page(page_number).await?;
-        match walker.store(page, page_number, committed).await? {
-            AfterPage::Next(position) => walker.position = Some(position),
-            AfterPage::End => return Ok(()),
-            AfterPage::Stopped(reason) => {
-                return Err(RunFault::ListingStopped {
-                    page: page_number,
-                    reason,
-                })
-            }
+        let chunk = parents::next_chunk(
+            run.db.main(),
+            &run.connection.user_id,
+            parent_namespace,
+            &from,
+        )
+        .await
+        .map_err(|source| RunFault::Database {
+            page: committed.counts.pages_fetched,
+            source,
+        })?;
+        let Some(last) = chunk.last() else {
+            return Ok(());
+        };
+        from = parents::From::After(last.external_id.clone());
+        for parent in chunk {
+            let start = match resume_at.take() {
+                Some((id, position)) if id == parent.external_id => Some(position),
+                _ => None,
+            };
+            // A parent first stored after the stream's last complete run has had none of
+            // its children listed: it gets a full listing whatever the cursor.
+            let since = match parent.first_seen_run_id > last_complete {
+                true => None,
+                false => run.since.clone(),
+            };
+            walker.begin(Some(parent), since, start);
+            walker.walk(committed).await?;
         }
     }
 }
@@ -100,6 +202,8 @@ pub(super) async fn walk_listing(
 struct Walker<'r, 'a> {
     run: &'r RunContext<'a>,
     credentials: ConnectionCredentials,
+    /// The listing being walked: a child stream's parent and the watermark asked from.
+    listing: Listing,
     /// The page to fetch next (`None`: the first page).
     position: Option<PagePosition>,
     seen_positions: HashSet<PagePosition>,
@@ -112,8 +216,8 @@ struct Walker<'r, 'a> {
 }
 
 impl<'r, 'a> Walker<'r, 'a> {
-    /// Resolves the connection's credentials and resumes from its checkpoint, if any.
-    fn start(run: &'r RunContext<'a>, committed: &mut Committed) -> Result<Self, RunFault> {
+    /// Resolves the connection's credentials.
+    fn start(run: &'r RunContext<'a>) -> Result<Self, RunFault> {
         let connection = run.connection;
         let credentials = StoredCredentials::from_column(
             run.db.secrets(),
@@ -122,18 +226,11 @@ impl<'r, 'a> Walker<'r, 'a> {
         )
         .and_then(|stored| stored.resolve())
         .map_err(RunFault::Credentials)?;
-        let mut position = None;
-        if let Some(checkpoint) = resumable_checkpoint(connection, run.since.as_ref()) {
-            let position_text = checkpoint.position.describe();
-            tracing::info!(position = %position_text, "Resuming from the checkpoint of an unfinished run.");
-            committed.watermark = checkpoint.watermark;
-            committed.resumed = true;
-            position = Some(checkpoint.position);
-        }
         Ok(Walker {
             run,
             credentials: ConnectionCredentials::new(run.db, connection, credentials),
-            position,
+            listing: Listing::default(),
+            position: None,
             seen_positions: HashSet::new(),
             // The first page of a run is looked up outside a transaction first, since
             // most runs of a daemon change nothing.
@@ -141,6 +238,60 @@ impl<'r, 'a> Walker<'r, 'a> {
             last_commit: Instant::now(),
             prefetched: None,
         })
+    }
+
+    /// Sets the walker at the start of a listing: `parent`'s for a child stream, asked
+    /// from `since`, at `start` (`None`: its first page).
+    fn begin(
+        &mut self,
+        parent: Option<Parent>,
+        since: Option<Watermark>,
+        start: Option<PagePosition>,
+    ) {
+        self.listing = Listing { parent, since };
+        self.position = start;
+        self.seen_positions.clear();
+        self.prefetched = None;
+    }
+
+    /// Walks the current listing to its end.
+    async fn walk(&mut self, committed: &mut Committed) -> Result<(), RunFault> {
+        loop {
+            self.check_before_fetch(committed)?;
+            let page_number = committed.counts.pages_fetched + 1;
+            let page = self.next_page(page_number).await?;
+            if let Some(reason) = page.parent_gone {
+                self.parent_gone(&reason, committed);
+                return Ok(());
+            }
+            match self.store(page, page_number, committed).await? {
+                AfterPage::Next(position) => self.position = Some(position),
+                AfterPage::End => return Ok(()),
+                AfterPage::Stopped(reason) => {
+                    return Err(RunFault::ListingStopped {
+                        page: page_number,
+                        reason,
+                    })
+                }
+            }
+        }
+    }
+
+    /// A parent whose children the API no longer lists: counted, said, and passed over.
+    /// Nothing is committed for it; a run that resumes before it asks again.
+    fn parent_gone(&mut self, reason: &str, committed: &mut Committed) {
+        let parent = self
+            .listing
+            .parent
+            .as_ref()
+            .map_or("", |parent| parent.external_id.as_str());
+        tracing::warn!(
+            parent,
+            reason,
+            "Skipped a parent whose children cannot be listed."
+        );
+        committed.counts.pages_fetched = committed.counts.pages_fetched.saturating_add(1);
+        committed.counts.parents_skipped = committed.counts.parents_skipped.saturating_add(1);
     }
 
     /// The checks that stop a run before it asks for another page.
@@ -169,7 +320,13 @@ impl<'r, 'a> Walker<'r, 'a> {
         let fetched = match self.prefetched.take() {
             Some(fetched) => fetched,
             None => {
-                fetch_unless_cancelled(self.run, &self.credentials, self.position.as_ref()).await
+                fetch_unless_cancelled(
+                    self.run,
+                    &self.credentials,
+                    &self.listing,
+                    self.position.as_ref(),
+                )
+                .await
             }
         };
         match fetched {
@@ -191,6 +348,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             let context = PageContext {
                 run_id: self.run.run_id,
                 connection: self.run.connection,
+                stream: self.run.stream,
                 next_checkpoint: None,
                 mode: self.run.settings.write_mode,
                 leave_checkpoint: false,
@@ -226,14 +384,11 @@ impl<'r, 'a> Walker<'r, 'a> {
             );
         }
         committed.watermark = newest(committed.watermark.take(), page.watermark.clone());
-        let next_checkpoint = page.next.clone().map(|next| Checkpoint {
-            position: next,
-            since: run.since.clone(),
-            watermark: committed.watermark.clone(),
-        });
+        let next_checkpoint = self.next_checkpoint(page.next.clone(), committed);
         let context = PageContext {
             run_id: run.run_id,
             connection: run.connection,
+            stream: run.stream,
             next_checkpoint: next_checkpoint.as_ref(),
             mode: run.settings.write_mode,
             // A page the listing cannot go on from leaves the checkpoint at itself.
@@ -255,17 +410,15 @@ impl<'r, 'a> Walker<'r, 'a> {
             .saturating_add(page.watermarks_ahead);
         // Ask for the next page while this one is stored, unless the checks before the
         // next fetch are going to stop the run first.
-        let ahead = next_checkpoint
-            .as_ref()
-            .map(|next| &next.position)
-            .filter(|next| {
-                totals_after.pages_fetched < run.settings.max_pages
-                    && !self.seen_positions.contains(*next)
-            });
+        let ahead = page.next.as_ref().filter(|next| {
+            totals_after.pages_fetched < run.settings.max_pages
+                && !self.seen_positions.contains(*next)
+        });
         let store = store::store_page(run.db, &context, page.items, &mut totals_after);
         let stored = match ahead {
             Some(next) => {
-                let fetch_next = fetch_unless_cancelled(run, &self.credentials, Some(next));
+                let fetch_next =
+                    fetch_unless_cancelled(run, &self.credentials, &self.listing, Some(next));
                 let (stored, next_page) = tokio::join!(store, fetch_next);
                 self.prefetched = Some(next_page);
                 stored
@@ -284,10 +437,35 @@ impl<'r, 'a> Walker<'r, 'a> {
             committed.deferred_checkpoint = next_checkpoint.clone();
         }
         self.page_committed(page_number, &stored, committed);
-        Ok(match (page.stop_after, next_checkpoint) {
+        Ok(match (page.stop_after, page.next) {
             (Some(reason), _) => AfterPage::Stopped(reason),
-            (None, Some(next)) => AfterPage::Next(next.position),
+            (None, Some(next)) => AfterPage::Next(next),
             (None, None) => AfterPage::End,
+        })
+    }
+
+    /// The checkpoint committed with a page whose listing goes on at `next`: that page of
+    /// this listing, or for a child stream whose parent's listing ended, past the parent.
+    /// `None` when the stream's whole listing ends with the page.
+    fn next_checkpoint(
+        &self,
+        next: Option<PagePosition>,
+        committed: &Committed,
+    ) -> Option<Checkpoint> {
+        let parent = self
+            .listing
+            .parent
+            .as_ref()
+            .map(|parent| parent.external_id.clone());
+        if next.is_none() && parent.is_none() {
+            return None;
+        }
+        Some(Checkpoint {
+            position: next,
+            parent,
+            walk_started: committed.walk_started,
+            since: self.run.since.clone(),
+            watermark: committed.watermark.clone(),
         })
     }
 
@@ -337,22 +515,32 @@ fn expect_after(stored: &PageStoreCounts) -> PageExpectation {
     }
 }
 
+/// The listing a walker is in: a child stream's parent, and the watermark its pages are
+/// asked from (a parent new since the stream's last complete run is listed in full).
+#[derive(Default)]
+struct Listing {
+    parent: Option<Parent>,
+    since: Option<Watermark>,
+}
+
 /// Fetches the page at `position` unless the run is cancelled first. The page's
 /// watermark is clamped to the moment it was asked for: a record stamped later (a clock
 /// years ahead) must not carry the cursor past changes that happen after this fetch.
 async fn fetch_unless_cancelled(
     run: &RunContext<'_>,
     credential_store: &ConnectionCredentials,
+    listing: &Listing,
     position: Option<&PagePosition>,
 ) -> Fetched {
     let credentials = credential_store.current();
-    let streams = run.settings.adapter.streams();
-    let primary = streams.first().map_or("", |stream| stream.name.as_str());
     let fetch_context = FetchContext {
-        stream: primary,
-        parent: None,
+        stream: run.stream.name(),
+        parent: listing.parent.as_ref().map(|parent| ParentRecord {
+            external_id: &parent.external_id,
+            payload: &parent.payload,
+        }),
         credentials: &credentials,
-        since: run.since.as_ref(),
+        since: listing.since.as_ref(),
         credential_store,
     };
     let asked_at = Utc::now();

@@ -58,11 +58,7 @@ async fn github_syncs_incrementally_and_refetches_boundary_ties_without_skipping
         (first.status, first.counts.inserted),
         (RunStatus::Succeeded, 3)
     );
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
+    let row = app.only_stream().await.expect("the stream's state");
     assert_eq!(
         row.cursor.as_deref(),
         Some(r#"{"time":"2026-11-01T10:05:00Z"}"#)
@@ -189,11 +185,7 @@ async fn a_rate_limit_longer_than_allowed_ends_the_run_partial_and_the_next_run_
         "{reason}"
     );
     assert_eq!(limited.counts.inserted, 2);
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
+    let row = app.only_stream().await.expect("the stream's state");
     assert_eq!(
         row.cursor, None,
         "the cursor does not advance past an unfinished listing"
@@ -207,11 +199,7 @@ async fn a_rate_limit_longer_than_allowed_ends_the_run_partial_and_the_next_run_
         (resumed.counts.pages_fetched, resumed.counts.inserted),
         (1, 1)
     );
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
+    let row = app.only_stream().await.expect("the stream's state");
     assert_eq!(row.checkpoint, None);
     assert_eq!(
         row.cursor.as_deref(),

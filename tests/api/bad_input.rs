@@ -50,6 +50,7 @@ async fn sync_user(app: &TestApp, settings: &Settings, user: &str) -> RunOutcome
         &SyncFilter {
             provider: None,
             user_id: Some(user.to_string()),
+            stream: None,
         },
         &RunOptions::manual(),
         &NoProgress,

@@ -9,7 +9,7 @@ use tributary::pipeline::store::{backend_for, CheckpointMove, PageBookkeeping};
 use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
 use tributary_providers::PagePosition;
 
-use crate::helpers::{cursor_provider, spawn_app, TestApp};
+use crate::helpers::{cursor_provider, primary_stream, spawn_app, TestApp};
 
 async fn the_connection(app: &TestApp) -> connection::Model {
     connection::Entity::find()
@@ -36,7 +36,9 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
     app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
     let connection = the_connection(&app).await;
-    let run_id = start_run(&app.db, &connection, Trigger::Manual)
+    let stream = primary_stream(&app.db, &connection).await;
+
+    let run_id = start_run(&app.db, &connection, &stream, Trigger::Manual)
         .await
         .expect("run");
     let counts = RunCounts {
@@ -48,9 +50,11 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
     };
     // Quotes and backslashes travel as values, never as SQL text.
     let checkpoint = Checkpoint {
-        position: PagePosition::Cursor {
+        position: Some(PagePosition::Cursor {
             cursor: r#"c'3\"; --"#.to_string(),
-        },
+        }),
+        parent: None,
+        walk_started: None,
         since: None,
         watermark: None,
     };
@@ -58,6 +62,7 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
         run_id,
         counts: &counts,
         connection_id: connection.id,
+        stream_id: stream.state.id,
         checkpoint: CheckpointMove::Write(Some(&checkpoint)),
         now: chrono::Utc::now(),
     };
@@ -72,7 +77,7 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
         ),
         (3, 7, 5, 2)
     );
-    let stored = the_connection(&app).await.checkpoint;
+    let stored = app.stream_checkpoint().await;
     assert_eq!(stored, Some(checkpoint.to_column().expect("json")));
 
     // A run row that is gone: an error, and the checkpoint is not cleared.
@@ -85,20 +90,21 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
         save(&app, &gone_run).await,
         Err(DbErr::RecordNotUpdated)
     ));
-    assert_eq!(the_connection(&app).await.checkpoint, stored);
+    assert_eq!(app.stream_checkpoint().await, stored);
 
-    // A connection that is gone: an error, and the counters are left as they were.
+    // A stream that is gone: an error, and the counters are left as they were.
     let more = RunCounts {
         pages_fetched: 4,
         ..counts
     };
-    let gone_connection = PageBookkeeping {
+    // (The connection's removal deletes its streams' rows with it.)
+    let gone_stream = PageBookkeeping {
         counts: &more,
-        connection_id: connection.id + 1000,
+        stream_id: stream.state.id + 1000,
         ..page
     };
     assert!(matches!(
-        save(&app, &gone_connection).await,
+        save(&app, &gone_stream).await,
         Err(DbErr::RecordNotUpdated)
     ));
     assert_eq!(app.run_row(run_id).await.pages_fetched, 3);

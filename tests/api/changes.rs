@@ -27,8 +27,9 @@ use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::helpers::{
-    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, proptest_config,
-    read_feed, run, runtime, spawn_app, tributary, Backend, TestApp, LOCK_WAITS_POLL,
+    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, primary_stream,
+    proptest_config, read_feed, run, runtime, spawn_app, tributary, Backend, TestApp,
+    LOCK_WAITS_POLL,
 };
 
 /// Every change after `since` committed so far, read `limit` at a time, and the cursor
@@ -777,17 +778,29 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
         .await
         .expect("connections");
     let (alice, bob) = (&connections[0], &connections[1]);
-    let alice_run = start_run(&app.db, alice, Trigger::Manual)
+    let (alice_stream, bob_stream) = (
+        primary_stream(&app.db, alice).await,
+        primary_stream(&app.db, bob).await,
+    );
+    let alice_run = start_run(&app.db, alice, &alice_stream, Trigger::Manual)
         .await
         .expect("run");
-    let bob_run = start_run(&app.db, bob, Trigger::Manual).await.expect("run");
+    let bob_run = start_run(&app.db, bob, &bob_stream, Trigger::Manual)
+        .await
+        .expect("run");
     let writers = pool(&app, 4).await;
     let store = |run_id, connection, items: Vec<PageItem>| {
         let writers = &writers;
+        let stream = if run_id == alice_run {
+            &alice_stream
+        } else {
+            &bob_stream
+        };
         async move {
             let context = PageContext {
                 run_id,
                 connection,
+                stream,
                 next_checkpoint: None,
                 mode: WriteMode::Upsert,
                 leave_checkpoint: false,

@@ -24,12 +24,9 @@ fn github(app: &TestApp) -> String {
 }
 
 async fn stored_cursor(app: &TestApp) -> Option<Watermark> {
-    let row = connection::Entity::find()
-        .one(&app.db)
+    app.only_stream()
         .await
-        .expect("query")
-        .expect("alice's connection");
-    row.cursor
+        .and_then(|state| state.cursor)
         .map(|text| serde_json::from_str(&text).expect("a readable cursor"))
 }
 

@@ -162,19 +162,26 @@ async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("tributary_runs_total{provider=\"acme\",status=\"succeeded\"}"),
+        metrics.contains(
+            "tributary_runs_total{provider=\"acme\",stream=\"records\",status=\"succeeded\"}"
+        ),
         "{metrics}"
     );
     assert!(
-        metrics.contains("tributary_records_total{provider=\"acme\",outcome=\"inserted\"} 4"),
+        metrics.contains(
+            "tributary_records_total{provider=\"acme\",stream=\"records\",outcome=\"inserted\"} 4"
+        ),
         "{metrics}"
     );
     assert!(
-        metrics.contains("tributary_run_duration_seconds_bucket{provider=\"acme\""),
+        metrics
+            .contains("tributary_run_duration_seconds_bucket{provider=\"acme\",stream=\"records\""),
         "{metrics}"
     );
     assert!(
-        metrics.contains("tributary_last_success_timestamp_seconds{provider=\"acme\"}"),
+        metrics.contains(
+            "tributary_last_success_timestamp_seconds{provider=\"acme\",stream=\"records\"}"
+        ),
         "{metrics}"
     );
 
@@ -247,7 +254,7 @@ async fn sigterm_mid_run_commits_the_page_in_flight_and_marks_the_run_interrupte
         .unwrap()
         .unwrap();
     assert!(
-        row.checkpoint.is_some(),
+        app.stream_checkpoint().await.is_some(),
         "the checkpoint is kept for the next run"
     );
     assert_eq!(row.lease_holder, None, "the lease is released");
@@ -604,12 +611,10 @@ async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
         row.heartbeat_at > row.started_at,
         "the heartbeat moved with the pages"
     );
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(connection.checkpoint.is_some(), "the next run resumes");
+    assert!(
+        app.stream_checkpoint().await.is_some(),
+        "the next run resumes"
+    );
 }
 
 /// The daemon deletes the processed keys of append-only providers whose retention has

@@ -22,8 +22,8 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::adapters::issue;
 use crate::helpers::{
-    backend, connections, cursor_provider, items, mount_cursor_pages, run, spawn_app, tributary,
-    Backend, TestApp,
+    backend, connections, cursor_provider, items, mount_cursor_pages, primary_stream, run,
+    spawn_app, tributary, Backend, TestApp,
 };
 
 /// alice's cursor provider `acme` with `track_deletes = true` and `extra` provider keys.
@@ -634,12 +634,15 @@ async fn a_run_killed_midway_marks_nothing_and_its_sightings_are_removed() {
         .expect("query")
         .expect("alice's connection");
     // A run that stored one page of a short listing, then died before it closed.
-    let killed = start_run(&app.db, &connection, Trigger::Manual)
+    let stream = primary_stream(&app.db, &connection).await;
+
+    let killed = start_run(&app.db, &connection, &stream, Trigger::Manual)
         .await
         .expect("run started");
     let context = PageContext {
         run_id: killed,
         connection: &connection,
+        stream: &stream,
         next_checkpoint: None,
         mode: tributary::config::WriteMode::Upsert,
         leave_checkpoint: true,
@@ -721,12 +724,15 @@ async fn a_record_written_by_another_run_during_the_pass_is_not_marked_deleted()
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let other = start_run(&app.db, &connection, Trigger::Manual)
+        let stream = primary_stream(&app.db, &connection).await;
+
+        let other = start_run(&app.db, &connection, &stream, Trigger::Manual)
             .await
             .expect("run started");
         let context = PageContext {
             run_id: other,
             connection: &connection,
+            stream: &stream,
             next_checkpoint: None,
             mode: tributary::config::WriteMode::Upsert,
             leave_checkpoint: true,

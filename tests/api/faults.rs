@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 
-use sea_orm::EntityTrait;
 use serde_json::json;
-use tributary::entities::connection;
 use tributary::entities::run_error::Stage;
 use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
@@ -107,13 +105,8 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
     app.api.verify().await;
 
     // The connection's checkpoint points at page 2, so the next run resumes there.
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        connection.checkpoint.as_deref(),
+        app.stream_checkpoint().await.as_deref(),
         Some(r#"{"position":{"type":"cursor","cursor":"p2"},"since":null,"watermark":null}"#)
     );
     // A resumed run counts its pages from the one it resumed at: failing there again,
@@ -146,13 +139,9 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
         (1, 3)
     );
     assert_eq!(app.records().await.len(), 6);
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(connection.checkpoint, None);
-    assert_eq!(connection.last_success_run_id, Some(resumed.run_id));
+    let state = app.only_stream().await.expect("the stream's state");
+    assert_eq!(state.checkpoint, None);
+    assert_eq!(state.last_success_run_id, Some(resumed.run_id));
 }
 
 #[tokio::test]

@@ -8,7 +8,9 @@ use sea_orm::{
 };
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
-use tributary::entities::{change_batch, connection, record, run_error, sync_run};
+use tributary::entities::{
+    change_batch, connection, connection_stream, record, run_error, sync_run,
+};
 use tributary::pipeline::changes::{self, Cursor, FeedChange, FeedQuery};
 use tributary::pipeline::Trigger;
 use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
@@ -32,6 +34,22 @@ mod scratch;
 pub use scratch::{backend, scratch_database_url, Backend};
 
 /// Starts a wiremock server and opens a fresh, migrated database (see [`backend`]).
+/// Opens the primary stream of `connection`, a `kind = "rest"` connection (whose one
+/// stream is `records`), for tests that start runs and store pages directly.
+pub async fn primary_stream(
+    db: &sea_orm::DatabaseConnection,
+    connection: &connection::Model,
+) -> tributary::pipeline::StreamScope {
+    let settings = tributary::config::StreamSettings {
+        name: "records".to_string(),
+        namespace: connection.provider.clone(),
+        parent: None,
+    };
+    tributary::pipeline::open_stream(db, connection, &settings)
+        .await
+        .expect("stream opened")
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|url| url).await
 }
@@ -236,10 +254,28 @@ impl TestApp {
             .await
             .expect("connections")
             .expect("one connection");
-        let run_id = tributary::pipeline::run::start_run(&self.db, &connection, Trigger::Manual)
-            .await
-            .expect("run started");
+        let stream = primary_stream(&self.db, &connection).await;
+        let run_id =
+            tributary::pipeline::run::start_run(&self.db, &connection, &stream, Trigger::Manual)
+                .await
+                .expect("run started");
         (connection, run_id)
+    }
+
+    /// The state of the one stream that has run (cursor, checkpoint, last success), if
+    /// one has.
+    pub async fn only_stream(&self) -> Option<connection_stream::Model> {
+        let mut states = connection_stream::Entity::find()
+            .all(&self.db)
+            .await
+            .expect("connection_streams");
+        assert!(states.len() <= 1, "more than one stream: {states:?}");
+        states.pop()
+    }
+
+    /// The one stream's checkpoint column.
+    pub async fn stream_checkpoint(&self) -> Option<String> {
+        self.only_stream().await.and_then(|state| state.checkpoint)
     }
 
     pub async fn records(&self) -> Vec<record::Model> {

@@ -12,7 +12,7 @@ use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{connections, cursor_provider, items, spawn_app};
+use crate::helpers::{connections, cursor_provider, items, primary_stream, spawn_app};
 
 /// Serves `data` as one page for requests carrying `token`.
 async fn serve_one_page(server: &wiremock::MockServer, token: &str, data: Vec<serde_json::Value>) {
@@ -169,12 +169,15 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         .await
         .unwrap()
         .unwrap();
-    let racing_run = start_run(&app.db, &connection, Trigger::Manual)
+    let stream = primary_stream(&app.db, &connection).await;
+
+    let racing_run = start_run(&app.db, &connection, &stream, Trigger::Manual)
         .await
         .unwrap();
     let context = PageContext {
         run_id: racing_run,
         connection: &connection,
+        stream: &stream,
         next_checkpoint: None,
         mode: Default::default(),
         leave_checkpoint: false,

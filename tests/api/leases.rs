@@ -10,7 +10,7 @@ use tributary::pipeline::{RunStatus, Trigger};
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, items, spawn_app};
+use crate::helpers::{cursor_provider, items, primary_stream, spawn_app};
 
 #[tokio::test]
 async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_taken_over() {
@@ -32,7 +32,11 @@ async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_take
         .unwrap();
 
     // Another machine's process holds the lease and has a run going.
-    let abandoned = start_run(&app.db, &row, Trigger::Schedule).await.unwrap();
+    let stream = primary_stream(&app.db, &row).await;
+
+    let abandoned = start_run(&app.db, &row, &stream, Trigger::Schedule)
+        .await
+        .unwrap();
     let mut held: connection::ActiveModel = row.clone().into();
     held.lease_holder = Set(Some("other-host:4242:cafe".to_string()));
     held.lease_expires_at = Set(Some(Utc::now() + Duration::seconds(120)));

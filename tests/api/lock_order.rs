@@ -20,7 +20,9 @@ use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
-use crate::helpers::{backend, cursor_provider, run, spawn_app, tributary, Backend, TestApp};
+use crate::helpers::{
+    backend, cursor_provider, primary_stream, run, spawn_app, tributary, Backend, TestApp,
+};
 
 const KEYS: usize = 10;
 
@@ -88,19 +90,25 @@ async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
 async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_deadlock() {
     let app = spawn_app().await;
     let (connection, run_new) = app.alice_with_a_run().await;
-    let run_usual = tributary::pipeline::run::start_run(&app.db, &connection, Trigger::Manual)
-        .await
-        .expect("second run");
+    let stream = primary_stream(&app.db, &connection).await;
+
+    let run_usual =
+        tributary::pipeline::run::start_run(&app.db, &connection, &stream, Trigger::Manual)
+            .await
+            .expect("second run");
     let next = Checkpoint {
-        position: PagePosition::Cursor {
+        position: Some(PagePosition::Cursor {
             cursor: "p2".to_string(),
-        },
+        }),
+        parent: None,
+        walk_started: None,
         since: None,
         watermark: None,
     };
     let context = |run_id, expect| PageContext {
         run_id,
         connection: &connection,
+        stream: &stream,
         next_checkpoint: Some(&next),
         mode: WriteMode::Upsert,
         leave_checkpoint: false,
@@ -201,13 +209,7 @@ async fn assert_committed(
 }
 
 async fn connection_checkpoint(app: &TestApp) -> Option<String> {
-    use sea_orm::EntityTrait;
-    connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("alice's connection")
-        .checkpoint
+    app.stream_checkpoint().await
 }
 
 /// Holds every insert into `records` at a trigger that locks a row of a table of the
@@ -299,12 +301,15 @@ async fn removing_a_connection_while_its_page_is_stored_deletes_that_page_too() 
             .expect("connections")
             .expect("bob's connection")
     };
-    let run_id = tributary::pipeline::run::start_run(&app.db, &bob, Trigger::Manual)
+    let stream = primary_stream(&app.db, &bob).await;
+
+    let run_id = tributary::pipeline::run::start_run(&app.db, &bob, &stream, Trigger::Manual)
         .await
         .expect("run");
     let context = PageContext {
         run_id,
         connection: &bob,
+        stream: &stream,
         next_checkpoint: None,
         mode: WriteMode::Upsert,
         leave_checkpoint: false,

@@ -104,7 +104,7 @@ async fn a_panicking_run_fails_releases_its_lease_and_the_daemon_fires_on_and_re
             .await
             .expect("body");
         assert!(
-            metrics.contains("tributary_run_panics_total{provider=\"boom\"} 1"),
+            metrics.contains("tributary_run_panics_total{provider=\"boom\",stream=\"records\"} 1"),
             "{metrics}"
         );
         let _ = stop.send(());

@@ -18,8 +18,8 @@ use tributary_providers::{PageItem, PagePosition, Record};
 use serde_json::json;
 
 use crate::helpers::{
-    cursor_provider, mount_cursor_listing, mount_cursor_pages, spawn_app, spawn_app_without_tls,
-    TestApp,
+    cursor_provider, mount_cursor_listing, mount_cursor_pages, primary_stream, spawn_app,
+    spawn_app_without_tls, TestApp,
 };
 
 const PAGES: usize = 5;
@@ -62,12 +62,7 @@ async fn listing(delay: Duration) -> (TestApp, Settings) {
 
 /// The one connection's checkpoint column.
 async fn stored_checkpoint(app: &TestApp) -> Option<String> {
-    connection::Entity::find()
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("one connection")
-        .checkpoint
+    app.stream_checkpoint().await
 }
 
 async fn assert_finished_exactly(app: &TestApp, run: &RunOutcome) {
@@ -234,15 +229,19 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         .to_vec()
     };
     let next = Checkpoint {
-        position: PagePosition::Cursor {
+        position: Some(PagePosition::Cursor {
             cursor: "p2".to_string(),
-        },
+        }),
+        parent: None,
+        walk_started: None,
         since: None,
         watermark: None,
     };
+    let stream = primary_stream(&app.db, &connection).await;
     let context = |run_id| PageContext {
         run_id,
         connection: &connection,
+        stream: &stream,
         next_checkpoint: Some(&next),
         mode: WriteMode::Upsert,
         leave_checkpoint: false,
@@ -262,18 +261,11 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
     assert!(app.records().await.is_empty(), "no record written");
     assert_eq!(totals, RunCounts::default());
     assert_eq!(feed(&app).await, (0, 0, 0), "no change, no batch, no seq");
-    let checkpoint = |app: &TestApp| {
-        let db = app.db.clone();
-        async move {
-            connection::Entity::find()
-                .one(&db)
-                .await
-                .expect("connections")
-                .expect("one connection")
-                .checkpoint
-        }
-    };
-    assert_eq!(checkpoint(&app).await, None, "the checkpoint did not move");
+    assert_eq!(
+        app.stream_checkpoint().await,
+        None,
+        "the checkpoint did not move"
+    );
 
     let stored = store_page(&app.db, &context(run_id), page(["a", "b"]), &mut totals)
         .await
@@ -285,18 +277,18 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
     assert_eq!(app.records().await.len(), 2);
     assert_eq!(app.run_row(run_id).await.records_inserted, 2);
     assert_eq!(
-        checkpoint(&app).await,
+        app.stream_checkpoint().await,
         Some(next.to_column().expect("json"))
     );
     // The page's records carry the same instant as its bookkeeping, written alike: on
     // SQLite, where timestamps are text, the batch's own encoding of the records'
-    // times must be the very text sqlx writes for the connection's `updated_at`.
+    // times must be the very text sqlx writes for the stream's `updated_at`.
     let same_time = app
         .db
         .query_one_raw(Statement::from_string(
             app.db.get_database_backend(),
-            "SELECT count(*) AS n FROM records r, connections c \
-             WHERE r.created_at = c.updated_at AND r.updated_at = c.updated_at",
+            "SELECT count(*) AS n FROM records r, connection_streams s \
+             WHERE r.created_at = s.updated_at AND r.updated_at = s.updated_at",
         ))
         .await
         .expect("query")

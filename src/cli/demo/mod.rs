@@ -75,6 +75,7 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
     let filter = SyncFilter {
         provider: Some(DEMO_PROVIDER.to_string()),
         user_id: None,
+        stream: None,
     };
     let mut passes: Vec<Vec<RunOutcome>> = Vec::new();
     for pass in 1..=2 {

@@ -72,7 +72,7 @@ impl NewKeys<'_> {
             .filter(|key| !failed.contains(key.as_str()))
             .map(|key| processed_key::ActiveModel {
                 user_id: Set(context.connection.user_id.clone()),
-                provider: Set(context.connection.provider.clone()),
+                provider: Set(context.stream.namespace().to_string()),
                 external_id: Set(key.clone()),
                 processed_at: Set(now),
                 expires_at: Set(expires_at),
@@ -114,7 +114,7 @@ async fn processed_keys(
             .select_only()
             .column(processed_key::Column::ExternalId)
             .filter(processed_key::Column::UserId.eq(context.connection.user_id.as_str()))
-            .filter(processed_key::Column::Provider.eq(context.connection.provider.as_str()))
+            .filter(processed_key::Column::Provider.eq(context.stream.namespace()))
             .filter(processed_key::Column::ExternalId.is_in(ids))
             .filter(processed_key::Column::ExpiresAt.gt(now))
             .into_tuple()

@@ -20,7 +20,7 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use crate::entities::change::ChangeKind;
-use crate::entities::{connection, record, sync_run};
+use crate::entities::{connection_stream, record, sync_run};
 use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
@@ -68,7 +68,7 @@ pub trait StoreBackend: Send + Sync {
     /// content hash, read outside any transaction.
     async fn count_unchanged(
         &self,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<u64, DbErr>;
 
@@ -77,7 +77,7 @@ pub trait StoreBackend: Send + Sync {
     async fn lookup(
         &self,
         txn: &DatabaseTransaction,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr>;
 
@@ -315,12 +315,15 @@ pub(crate) const INSERT_CHUNK: usize = 500;
 pub struct PageBookkeeping<'a> {
     pub run_id: i64,
     pub counts: &'a RunCounts,
+    /// The connection whose row the page locks.
     pub connection_id: i64,
+    /// The stream whose row holds the checkpoint.
+    pub stream_id: i64,
     pub checkpoint: CheckpointMove<'a>,
     pub now: DateTime<Utc>,
 }
 
-/// What a page does to the connection's checkpoint.
+/// What a page does to its stream's checkpoint.
 #[derive(Clone, Copy, Debug)]
 pub enum CheckpointMove<'a> {
     /// Leave it as it is (a replay, or a page the listing cannot go on from).
@@ -343,19 +346,19 @@ impl PageBookkeeping<'_> {
             .to_owned()
     }
 
-    /// `UPDATE connections SET checkpoint, updated_at WHERE id = connection_id`.
+    /// `UPDATE connection_streams SET checkpoint, updated_at WHERE id = stream_id`.
     pub(crate) fn checkpoint_update(
         &self,
         checkpoint: Option<&Checkpoint>,
     ) -> Result<UpdateStatement, DbErr> {
         Ok(Query::update()
-            .table(connection::Entity)
+            .table(connection_stream::Entity)
             .value(
-                connection::Column::Checkpoint,
+                connection_stream::Column::Checkpoint,
                 checkpoint_column(checkpoint)?,
             )
-            .value(connection::Column::UpdatedAt, self.now)
-            .and_where(connection::Column::Id.eq(self.connection_id))
+            .value(connection_stream::Column::UpdatedAt, self.now)
+            .and_where(connection_stream::Column::Id.eq(self.stream_id))
             .to_owned())
     }
 
@@ -368,7 +371,7 @@ impl PageBookkeeping<'_> {
     }
 }
 
-/// The `connections.checkpoint` value: the next page's position as JSON, or `NULL` after
+/// The `connection_streams.checkpoint` value: the next page's position as JSON, or `NULL` after
 /// the last page.
 pub(crate) fn checkpoint_column(checkpoint: Option<&Checkpoint>) -> Result<Option<String>, DbErr> {
     checkpoint
@@ -404,7 +407,7 @@ pub(crate) fn insert_statement(
         insert
             .values([
                 context.connection.user_id.as_str().into(),
-                context.connection.provider.as_str().into(),
+                context.stream.namespace().into(),
                 record.external_id.as_str().into(),
                 record.payload.as_str().into(),
                 record.content_hash.as_str().into(),
@@ -470,11 +473,12 @@ pub(crate) mod names {
 
     use crate::entities::change::ChangeKind;
     use crate::entities::{
-        change, change_batch, change_clock, connection, record, run_sighting, sync_run,
+        change, change_batch, change_clock, connection, connection_stream, record, run_sighting,
+        sync_run,
     };
 
     /// `template` with each table and column named as its entity names it: `{records}`,
-    /// `{sync_runs}`, `{connections}`, `{changes}`, `{change_batches}`, `{change_clock}`
+    /// `{sync_runs}`, `{connections}`, `{connection_streams}`, `{changes}`, `{change_batches}`, `{change_clock}`
     /// and `{run_sightings}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
     /// `{change_batch::Seq}` (the columns' variants), and the change kinds as quoted
     /// literals (`{kind::Inserted}` is `'inserted'`).
@@ -483,6 +487,10 @@ pub(crate) mod names {
             .replace("{records}", record::Entity.table_name())
             .replace("{sync_runs}", sync_run::Entity.table_name())
             .replace("{connections}", connection::Entity.table_name())
+            .replace(
+                "{connection_streams}",
+                connection_stream::Entity.table_name(),
+            )
             .replace("{changes}", change::Entity.table_name())
             .replace("{change_batches}", change_batch::Entity.table_name())
             .replace("{change_clock}", change_clock::Entity.table_name())
@@ -495,6 +503,12 @@ pub(crate) mod names {
         }
         for column in connection::Column::iter() {
             sql = sql.replace(&format!("{{connection::{column:?}}}"), column.as_str());
+        }
+        for column in connection_stream::Column::iter() {
+            sql = sql.replace(
+                &format!("{{connection_stream::{column:?}}}"),
+                column.as_str(),
+            );
         }
         for column in change::Column::iter() {
             sql = sql.replace(&format!("{{change::{column:?}}}"), column.as_str());

@@ -32,6 +32,7 @@ use crate::entities::connection;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::RunCounts;
+use crate::pipeline::streams::StreamScope;
 
 pub use append::sweep_expired_keys;
 pub(crate) use backend::checkpoint_column;
@@ -49,6 +50,8 @@ use run_errors::{insert_run_errors, persist_failure};
 pub struct PageContext<'a> {
     pub run_id: i64,
     pub connection: &'a connection::Model,
+    /// The stream whose page it is: its records' namespace and its checkpoint's row.
+    pub stream: &'a StreamScope,
     /// Where the next page starts: committed as the connection's checkpoint with the page
     /// (`None` on the last page).
     pub next_checkpoint: Option<&'a Checkpoint>,
@@ -70,7 +73,7 @@ impl PageContext<'_> {
         BatchOwner {
             run_id: self.run_id,
             user_id: &self.connection.user_id,
-            provider: &self.connection.provider,
+            provider: self.stream.namespace(),
         }
     }
 }
@@ -156,7 +159,7 @@ pub async fn store_page(
     let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
-        && all_stored_unchanged(backend, context.connection, &records).await?
+        && all_stored_unchanged(backend, context, &records).await?
     {
         if context.sightings {
             sightings::record_alone(db, context.run_id, &sightings::page_keys(&records, &[]))
@@ -229,12 +232,12 @@ fn careful_path_handles(
 /// transaction would have done at the moment of this read.
 async fn all_stored_unchanged(
     backend: &dyn StoreBackend,
-    connection: &connection::Model,
+    context: &PageContext<'_>,
     records: &[Record],
 ) -> Result<bool, DbErr> {
     let mut unchanged = 0;
     for chunk in records.chunks(LOOKUP_CHUNK) {
-        unchanged += backend.count_unchanged(connection, chunk).await?;
+        unchanged += backend.count_unchanged(context, chunk).await?;
     }
     // The page's keys are distinct and the key is unique, so each counts at most once.
     Ok(unchanged == records.len() as u64)
@@ -315,7 +318,7 @@ impl PageWrite<'_> {
             return self.finish(txn, counts, failed, changes, totals, now).await;
         }
         for chunk in chunks {
-            existing.extend(backend.lookup(&txn, context.connection, chunk).await?);
+            existing.extend(backend.lookup(&txn, context, chunk).await?);
         }
         let mut new_records = Vec::new();
         let mut changed_records: Vec<ChangedRecord> = Vec::new();
@@ -452,6 +455,7 @@ impl PageWrite<'_> {
             run_id: self.context.run_id,
             counts: after,
             connection_id: self.context.connection.id,
+            stream_id: self.context.stream.state.id,
             checkpoint: match self.context.leave_checkpoint {
                 true => CheckpointMove::Keep,
                 false => CheckpointMove::Write(self.context.next_checkpoint),

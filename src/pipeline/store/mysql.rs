@@ -49,7 +49,7 @@ impl<'a> MySqlStore<'a> {
 /// The stored rows of `records`' keys.
 async fn stored_keys(
     db: &impl ConnectionTrait,
-    connection: &connection::Model,
+    context: &PageContext<'_>,
     records: &[Record],
 ) -> Result<Existing, DbErr> {
     let ids = records.iter().map(|record| record.external_id.as_str());
@@ -61,8 +61,8 @@ async fn stored_keys(
             record::Column::ContentHash,
             record::Column::DeletedByRunId,
         ])
-        .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(connection.provider.as_str()))
+        .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
+        .filter(record::Column::Provider.eq(context.stream.namespace()))
         .filter(record::Column::ExternalId.is_in(ids))
         .into_tuple()
         .all(db)
@@ -102,10 +102,7 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
             Expr::col((record::Entity, record::Column::UserId))
                 .eq(context.connection.user_id.as_str()),
         )
-        .add(
-            Expr::col((record::Entity, record::Column::Provider))
-                .eq(context.connection.provider.as_str()),
-        )
+        .add(Expr::col((record::Entity, record::Column::Provider)).eq(context.stream.namespace()))
         .add(
             Expr::col((record::Entity, record::Column::ExternalId))
                 .is_in(records.iter().map(|record| record.external_id.as_str())),
@@ -134,10 +131,10 @@ impl StoreBackend for MySqlStore<'_> {
 
     async fn count_unchanged(
         &self,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<u64, DbErr> {
-        let existing = stored_keys(self.db, connection, records).await?;
+        let existing = stored_keys(self.db, context, records).await?;
         let unchanged = records.iter().filter(|record| {
             existing
                 .get(&record.external_id)
@@ -149,10 +146,10 @@ impl StoreBackend for MySqlStore<'_> {
     async fn lookup(
         &self,
         txn: &DatabaseTransaction,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        stored_keys(txn, connection, records).await
+        stored_keys(txn, context, records).await
     }
 
     async fn lock_and_lookup(
@@ -184,7 +181,7 @@ impl StoreBackend for MySqlStore<'_> {
             .select_only()
             .column(record::Column::ExternalId)
             .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(context.connection.provider.as_str()))
+            .filter(record::Column::Provider.eq(context.stream.namespace()))
             .filter(record::Column::ExternalId.is_in(ids))
             .filter(record::Column::FirstSeenRunId.eq(context.run_id))
             .into_tuple()

@@ -31,7 +31,7 @@ use super::backend::{
 use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::entities::{connection, sync_run};
+use crate::entities::sync_run;
 use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
 use crate::pipeline::run::{save_counts, RunCounts};
 
@@ -113,8 +113,9 @@ const FIRST_COUNTER: usize = 8;
 
 /// An all-new page in one statement: [`NEW_ROWS`] (no conflict clause), the run's
 /// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
-/// checkpoint and connection id that follow them, written only while the run's row and
-/// the connection's (which it locks first) and the change clock's exist. Once any row is
+/// checkpoint, connection id and stream id that follow them (the checkpoint saved on the
+/// stream's row), written only while the run's row and the connection's (which it locks
+/// first) and the change clock's exist. Once any row is
 /// in, a batch stamped with the transaction's seq (which needs the clock's offset)
 /// records an `inserted` change per row. Returns how many of the page's rows it found (1
 /// when all three exist).
@@ -123,6 +124,7 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
         run_id: 0,
         counts: &RunCounts::default(),
         connection_id: 0,
+        stream_id: 0,
         checkpoint: CheckpointMove::Keep,
         now: DateTime::<Utc>::UNIX_EPOCH,
     };
@@ -135,6 +137,7 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
         .join(", ");
     let checkpoint = FIRST_COUNTER + counters.len();
     let connection_id = checkpoint + 1;
+    let stream_id = connection_id + 1;
     names::sql(&format!(
         "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c, {{change_clock}} k \
          WHERE r.{{sync_run::Id}} = $3 AND c.{{connection::Id}} = ${connection_id} \
@@ -143,9 +146,10 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
          RETURNING {{record::ExternalId}}), \
          saved_run AS (UPDATE {{sync_runs}} SET {set_counters} \
          WHERE {{sync_run::Id}} = $3 AND EXISTS (SELECT 1 FROM page_rows)), \
-         saved_connection AS (UPDATE {{connections}} \
-         SET {{connection::Checkpoint}} = ${checkpoint}, {{connection::UpdatedAt}} = $4 \
-         WHERE {{connection::Id}} = ${connection_id} AND EXISTS (SELECT 1 FROM page_rows)), \
+         saved_stream AS (UPDATE {{connection_streams}} \
+         SET {{connection_stream::Checkpoint}} = ${checkpoint}, \
+         {{connection_stream::UpdatedAt}} = $4 \
+         WHERE {{connection_stream::Id}} = ${stream_id} AND EXISTS (SELECT 1 FROM page_rows)), \
          batch AS (INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
          {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
          SELECT {seq}, $3, $1, $2, $4 WHERE EXISTS (SELECT 1 FROM inserted) \
@@ -194,7 +198,7 @@ fn new_rows_values(
     let records = || records.iter().copied();
     vec![
         context.connection.user_id.as_str().into(),
-        context.connection.provider.as_str().into(),
+        context.stream.namespace().into(),
         context.run_id.into(),
         now.into(),
         text_array(records(), |record| &record.external_id),
@@ -207,12 +211,12 @@ fn new_rows_values(
 impl StoreBackend for PostgresStore<'_> {
     async fn count_unchanged(
         &self,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<u64, DbErr> {
         let values = vec![
-            connection.user_id.as_str().into(),
-            connection.provider.as_str().into(),
+            context.connection.user_id.as_str().into(),
+            context.stream.namespace().into(),
             text_array(records.iter(), |record| &record.external_id),
             text_array(records.iter(), |record| &record.content_hash),
         ];
@@ -228,12 +232,12 @@ impl StoreBackend for PostgresStore<'_> {
     async fn lookup(
         &self,
         txn: &DatabaseTransaction,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
         let values = vec![
-            connection.user_id.as_str().into(),
-            connection.provider.as_str().into(),
+            context.connection.user_id.as_str().into(),
+            context.stream.namespace().into(),
             text_array(records.iter(), |record| &record.external_id),
         ];
         let statement =
@@ -249,7 +253,7 @@ impl StoreBackend for PostgresStore<'_> {
     ) -> Result<Existing, DbErr> {
         let values = vec![
             context.connection.user_id.as_str().into(),
-            context.connection.provider.as_str().into(),
+            context.stream.namespace().into(),
             text_array(records.iter(), |record| &record.external_id),
             context.run_id.into(),
             context.connection.id.into(),
@@ -338,6 +342,7 @@ impl StoreBackend for PostgresStore<'_> {
         );
         values.push(checkpoint_column(checkpoint)?.into());
         values.push(bookkeeping.connection_id.into());
+        values.push(bookkeeping.stream_id.into());
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, NEW_PAGE.as_str(), values);
         let found: i64 = match self.db.query_one_raw(statement).await? {

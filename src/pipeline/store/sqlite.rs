@@ -32,7 +32,6 @@ use super::backend::{
 use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::entities::connection;
 use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
@@ -161,7 +160,7 @@ impl StoreBackend for SqliteStore<'_> {
     /// else on the main pool.
     async fn count_unchanged(
         &self,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<u64, DbErr> {
         let pairs: Vec<[&str; 2]> = records
@@ -172,8 +171,8 @@ impl StoreBackend for SqliteStore<'_> {
             .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
         let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(COUNT_UNCHANGED.as_str()))
             .bind(pairs)
-            .bind(connection.user_id.as_str())
-            .bind(connection.provider.as_str());
+            .bind(context.connection.user_id.as_str())
+            .bind(context.stream.namespace());
         let count = match self.db.sqlite_readers() {
             Some(readers) => {
                 let mut reader = readers.acquire().await.map_err(query_error)?;
@@ -195,7 +194,7 @@ impl StoreBackend for SqliteStore<'_> {
     async fn lookup(
         &self,
         txn: &DatabaseTransaction,
-        connection: &connection::Model,
+        context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
         let ids: Vec<&str> = records
@@ -208,8 +207,8 @@ impl StoreBackend for SqliteStore<'_> {
             DbBackend::Sqlite,
             LOOKUP.as_str(),
             [
-                connection.user_id.as_str().into(),
-                connection.provider.as_str().into(),
+                context.connection.user_id.as_str().into(),
+                context.stream.namespace().into(),
                 ids.into(),
             ],
         );
@@ -238,7 +237,7 @@ impl StoreBackend for SqliteStore<'_> {
         if records.is_empty() {
             return Ok(Existing::new());
         }
-        self.lookup(txn, context.connection, records).await
+        self.lookup(txn, context, records).await
     }
 
     /// The insert, then its changes selected from the rows of this run among the page's
@@ -269,7 +268,7 @@ impl StoreBackend for SqliteStore<'_> {
                 slot.batch_id.into(),
                 slot.first.into(),
                 context.connection.user_id.as_str().into(),
-                context.connection.provider.as_str().into(),
+                context.stream.namespace().into(),
                 context.run_id.into(),
                 keys.into(),
             ],
@@ -510,7 +509,7 @@ fn push_records_insert(
     sql.push_str(&INSERT_NEW_RECORDS);
     let now: Arc<str> = sqlite_time(page.now).into();
     let user: Arc<str> = context.connection.user_id.as_str().into();
-    let provider: Arc<str> = context.connection.provider.as_str().into();
+    let provider: Arc<str> = context.stream.namespace().into();
     arguments.reserve(records.len() * 9, 0);
     for (index, record) in records.iter().enumerate() {
         if index > 0 {
@@ -557,7 +556,7 @@ fn push_stamped_batch(
         arguments.add(page.connection_id)?;
         arguments.add(page.run_id)?;
         arguments.add(context.connection.user_id.clone())?;
-        arguments.add(context.connection.provider.clone())?;
+        arguments.add(context.stream.namespace().to_string())?;
         arguments.add(sqlite_time(page.now))?;
         arguments.add(page.run_id)?;
         arguments.add(page.connection_id)

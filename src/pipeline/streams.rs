@@ -1,0 +1,146 @@
+//! A connection's streams: the state row each keeps in `connection_streams`, opened (and
+//! at its first run created) before a run of the stream starts.
+
+use chrono::Utc;
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    QueryFilter, Set,
+};
+
+use super::store::begin_page_transaction;
+use crate::config::StreamSettings;
+use crate::entities::{connection, connection_stream};
+
+/// The stream a run belongs to: what it syncs and where, and its state as the run began.
+#[derive(Clone, Debug)]
+pub struct StreamScope {
+    /// Its name, namespace and parent.
+    pub settings: StreamSettings,
+    /// Its row in `connection_streams` (cursor, checkpoint, last success).
+    pub state: connection_stream::Model,
+}
+
+impl StreamScope {
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// What the stream's records hold in their `provider` column.
+    pub fn namespace(&self) -> &str {
+        &self.settings.namespace
+    }
+}
+
+/// Opens stream `settings` of `connection`, creating its state row at its first run. The
+/// primary stream's row (the one whose namespace is the provider's name) takes over the
+/// cursor, checkpoint and last success the connection kept before streams, in the same
+/// transaction that clears them there, so that state is moved, never copied.
+pub async fn open_stream(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    settings: &StreamSettings,
+) -> Result<StreamScope, DbErr> {
+    if let Some(state) = find(db, connection.id, &settings.name).await? {
+        return Ok(StreamScope {
+            settings: settings.clone(),
+            state,
+        });
+    }
+    // The write lock first on SQLite: the transaction reads the connection, then writes.
+    let txn = begin_page_transaction(db).await?;
+    let primary = settings.namespace == connection.provider;
+    // Only state there is to move: clearing empty columns would lock the connection's
+    // row, which another process's page may hold.
+    let legacy = match primary {
+        true => connection::Entity::find_by_id(connection.id)
+            .one(&txn)
+            .await?
+            .filter(has_state),
+        false => None,
+    };
+    let now = Utc::now();
+    let row = connection_stream::ActiveModel {
+        id: NotSet,
+        connection_id: Set(connection.id),
+        stream: Set(settings.name.clone()),
+        cursor: Set(legacy.as_ref().and_then(|old| old.cursor.clone())),
+        checkpoint: Set(legacy.as_ref().and_then(|old| old.checkpoint.clone())),
+        last_success_run_id: Set(legacy.as_ref().and_then(|old| old.last_success_run_id)),
+        last_success_at: Set(legacy.as_ref().and_then(|old| old.last_success_at)),
+        created_at: Set(now),
+        updated_at: Set(now),
+    };
+    // Another process opening the same stream at once inserts the same row: keep theirs.
+    connection_stream::Entity::insert(row)
+        .on_conflict(
+            OnConflict::columns([
+                connection_stream::Column::ConnectionId,
+                connection_stream::Column::Stream,
+            ])
+            // A no-op update, since MySQL has no `DO NOTHING` for a named key.
+            .update_column(connection_stream::Column::Stream)
+            .to_owned(),
+        )
+        .exec_without_returning(&txn)
+        .await?;
+    if legacy.is_some() {
+        connection::Entity::update_many()
+            .col_expr(connection::Column::Cursor, Option::<String>::None.into())
+            .col_expr(
+                connection::Column::Checkpoint,
+                Option::<String>::None.into(),
+            )
+            .col_expr(
+                connection::Column::LastSuccessRunId,
+                Option::<i64>::None.into(),
+            )
+            .col_expr(
+                connection::Column::LastSuccessAt,
+                Option::<chrono::DateTime<Utc>>::None.into(),
+            )
+            .filter(connection::Column::Id.eq(connection.id))
+            .exec(&txn)
+            .await?;
+    }
+    let state = find(&txn, connection.id, &settings.name)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(format!("stream {:?}", settings.name)))?;
+    txn.commit().await?;
+    Ok(StreamScope {
+        settings: settings.clone(),
+        state,
+    })
+}
+
+/// Whether the connection row holds sync state from before streams.
+fn has_state(row: &connection::Model) -> bool {
+    row.cursor.is_some()
+        || row.checkpoint.is_some()
+        || row.last_success_run_id.is_some()
+        || row.last_success_at.is_some()
+}
+
+async fn find(
+    db: &impl ConnectionTrait,
+    connection_id: i64,
+    stream: &str,
+) -> Result<Option<connection_stream::Model>, DbErr> {
+    connection_stream::Entity::find()
+        .filter(connection_stream::Column::ConnectionId.eq(connection_id))
+        .filter(connection_stream::Column::Stream.eq(stream))
+        .one(db)
+        .await
+}
+
+/// Every stream state of the connections with ids `connection_ids` (`connections list`).
+pub async fn states_of(
+    db: &impl ConnectionTrait,
+    connection_ids: Vec<i64>,
+) -> Result<Vec<connection_stream::Model>, DbErr> {
+    connection_stream::Entity::find()
+        .filter(connection_stream::Column::ConnectionId.is_in(connection_ids))
+        .all(db)
+        .await
+}

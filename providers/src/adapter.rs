@@ -158,6 +158,11 @@ impl WatermarkField {
         }
     }
 
+    /// The watermark `record` holds in this field; `None` when it is missing or unreadable.
+    pub(crate) fn in_record(self, record: &RawValue) -> Option<Watermark> {
+        raw::lookup_raw(record, self.name()).and_then(|field| self.read(field))
+    }
+
     /// The watermark one record's field holds; `None` when it is missing or unreadable.
     fn read(self, raw: &RawValue) -> Option<Watermark> {
         match (self, raw::to_value(raw)) {
@@ -253,8 +258,20 @@ pub(crate) fn array_page_by_id(
     watermark_field: WatermarkField,
     next: impl FnOnce(usize) -> Option<PagePosition>,
 ) -> Result<Page, FetchError> {
+    let records = array_records(answered, what)?;
+    let next = next(records.len());
+    Ok(page_by_id(&records, watermark_field, next))
+}
+
+/// The records of a body that is a JSON array, for an adapter that looks at them before
+/// making the page; `what` names the records in the error for a body of another shape.
+/// The body is read in the scan that checks it is JSON.
+pub(crate) fn array_records<'a>(
+    answered: &Answered<'a>,
+    what: &str,
+) -> Result<Vec<&'a RawValue>, FetchError> {
     let body = answered.text;
-    let records = raw::array_items_text(body, answered.max_records).map_err(|not_items| {
+    raw::array_items_text(body, answered.max_records).map_err(|not_items| {
         unreadable_records(
             answered.url,
             body,
@@ -262,9 +279,7 @@ pub(crate) fn array_page_by_id(
             not_items,
             |kind| format!("the body is {}, expected an array of {what}", kind.name()),
         )
-    })?;
-    let next = next(records.len());
-    Ok(page_by_id(&records, watermark_field, next))
+    })
 }
 
 /// The error for a page (`body`, from `url`) whose records could not be read: past

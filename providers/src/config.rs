@@ -93,7 +93,8 @@ macro_rules! provider_kinds {
 provider_kinds! {
     /// `kind = "rest"`: a REST API described wholly in TOML.
     "rest" => Rest(RestConfig),
-    /// `kind = "github"`: the issues visible to the connected GitHub user.
+    /// `kind = "github"`: the issues, repositories, pull requests and issue comments
+    /// visible to the connected GitHub user.
     "github" => Github(GithubConfig),
     /// `kind = "stripe"`: the charges of a Stripe account.
     "stripe" => Stripe(StripeConfig),

@@ -1,41 +1,64 @@
-//! `kind = "github"`: the issues (and pull requests) visible to the connected user, from
-//! GitHub's REST API (`GET /issues`).
+//! `kind = "github"`: what the connected user sees on GitHub, from its REST API, as four
+//! streams.
 //!
 //! ```toml
 //! [providers.github]
 //! kind = "github"
 //! # base_url = "https://api.github.com"   # GitHub Enterprise: "https://HOST/api/v3"
 //! # per_page = 100
+//! # streams = ["issues", "repos", "pull_requests", "issue_comments"]
 //! ```
 //!
+//! Every record is keyed by its `id`; a page's watermark is its newest `updated_at`, and a
+//! stream's cursor the newest of its last complete run.
+//!
+//! - `issues` (the primary stream): `GET /issues?filter=all&state=all`, every issue and
+//!   pull request visible to the user, oldest change first. Incremental: `since` is the
+//!   cursor (inclusive at GitHub, so boundary ties are fetched again).
+//! - `repos`: `GET /user/repos?affiliation=owner,collaborator,organization_member`, newest
+//!   change first. Incremental: `since` (documented as "updated after") is the cursor less
+//!   a second.
+//! - `pull_requests`, per stored repository: `GET /repos/{owner}/{repo}/pulls?state=all`,
+//!   newest change first. The endpoint has no `since`: incremental, a page ends at the
+//!   first pull request changed in a second before the cursor's, and the listing there.
+//! - `issue_comments`, per stored repository: `GET /repos/{owner}/{repo}/issues/comments`,
+//!   oldest change first. Incremental: `since` (documented as "updated after") is the
+//!   cursor less a second.
+//!
+//! An update moves a record's `updated_at` past the cursor, so the next incremental run
+//! fetches it again. A deletion is never listed: a deleted record is seen only as missing
+//! from a full pass. The per-repository streams name the repository by the stored `repos`
+//! record's `full_name` (or `owner.login` and `name`), percent-encoded; a repository that
+//! answers 404, or 403 without a rate-limit signal (deleted, made private, or out of the
+//! token's reach), gives a page with [`Page::parent_gone`] and no records, so the run goes
+//! on with the next repository.
+//!
+//! For every stream:
 //! - Pages are walked by the `Link` header's `rel="next"` URL, followed as given but only on
 //!   the origin of `base_url`.
-//! - Incremental: `since` (inclusive at GitHub, so boundary ties are fetched again) is the
-//!   connection's watermark, the latest `updated_at` seen; issues are asked for in
-//!   ascending `updated` order.
 //! - Rate limits as GitHub documents them: a 403 or 429 with `x-ratelimit-remaining: 0`
 //!   waits until `x-ratelimit-reset`; one with `retry-after` waits that long; a secondary
 //!   rate limit without either waits a minute. A wait beyond `http.max_rate_limit_wait`
 //!   ends the fetch with [`FetchError::RateLimited`] at once. Any other 403 is forbidden
 //!   ([`FetchError::Unauthorized`]), as is a 401.
 
+mod streams;
 #[cfg(test)]
 mod tests;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chrono::SecondsFormat;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, LINK};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
 use serde::Deserialize;
 use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
 use crate::config::ProviderKind;
-use crate::http::{asked_wait, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
-use crate::rest::link;
+use crate::http::{asked_wait, Answer, HttpClient, ResponsePolicy, Verdict};
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
+use streams::{GithubStream, Listing};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
 pub const API_VERSION: &str = "2022-11-28";
@@ -52,7 +75,7 @@ pub struct GithubConfig {
     /// `"https://HOST/api/v3"`.
     #[serde(default = "default_base_url")]
     pub base_url: Url,
-    /// Issues per page (`per_page`), 1 to 100. Default 100.
+    /// Records per page (`per_page`) of every stream, 1 to 100. Default 100.
     #[serde(default = "default_per_page")]
     pub per_page: u32,
 }
@@ -102,25 +125,6 @@ impl GithubProvider {
         GithubProvider { config, client }
     }
 
-    /// The first page's URL: every issue visible to the user, oldest update first, since
-    /// the watermark when there is one.
-    fn first_url(&self, context: &FetchContext<'_>) -> Result<Url, FetchError> {
-        let mut url = adapter::endpoint(&self.config.base_url, "/issues")?;
-        {
-            let mut query = url.query_pairs_mut();
-            query
-                .append_pair("filter", "all")
-                .append_pair("state", "all")
-                .append_pair("sort", "updated")
-                .append_pair("direction", "asc")
-                .append_pair("per_page", &self.config.per_page.to_string());
-            if let Some(since) = context.since.and_then(adapter::watermark_time) {
-                query.append_pair("since", &since.to_rfc3339_opts(SecondsFormat::Secs, true));
-            }
-        }
-        Ok(url)
-    }
-
     fn headers(&self, token: &str) -> Result<HeaderMap, FetchError> {
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -135,14 +139,16 @@ impl GithubProvider {
         Ok(headers)
     }
 
+    /// One page of `listing`: the first at `position` `None`, else the `Link` header's
+    /// next URL.
     async fn fetch(
         &self,
-        context: &FetchContext<'_>,
+        listing: &Listing,
         token: &str,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
         let url = match position {
-            None => self.first_url(context)?,
+            None => listing.first_url(&self.config)?,
             Some(PagePosition::Url { url }) => {
                 adapter::same_origin_url(&self.config.base_url, url)?
             }
@@ -155,43 +161,10 @@ impl GithubProvider {
             }
         };
         // The page is read where its body is, in the scan that checks it is JSON.
-        let read = |answered: &Answered<'_>| {
-            // A page whose issues can be read but whose Link header cannot is stored, and
-            // the run stops after it.
-            let (next, stop_after) = match next_page(answered.url, answered.headers) {
-                Ok(next) => (next, None),
-                Err(message) => (None, Some(message)),
-            };
-            let updated_at = adapter::WatermarkField::Time("updated_at");
-            let mut page = adapter::array_page_by_id(answered, "issues", updated_at, |_| next)?;
-            page.stop_after = stop_after;
-            Ok(page)
-        };
         self.client
-            .get_read(url, self.headers(token)?, &GithubPolicy, read)
+            .get_read(url, self.headers(token)?, &GithubPolicy, listing.reader())
             .await
     }
-}
-
-/// The page after this one, from the `Link` header's `rel="next"`; `None` on the last page.
-fn next_page(url: &Url, headers: &HeaderMap) -> Result<Option<PagePosition>, String> {
-    let links = headers
-        .get_all(LINK)
-        .iter()
-        .map(|value| value.to_str())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| "the Link header is not visible ASCII text".to_string())?;
-    let Some(target) =
-        link::next_target(links).map_err(|message| format!("malformed Link header: {message}"))?
-    else {
-        return Ok(None);
-    };
-    let next = url.join(&target).map_err(|err| {
-        format!("the Link header's rel=\"next\" target is not a valid URL: {err}")
-    })?;
-    Ok(Some(PagePosition::Url {
-        url: next.to_string(),
-    }))
 }
 
 impl ProviderKind for GithubConfig {
@@ -200,7 +173,7 @@ impl ProviderKind for GithubConfig {
     }
 
     fn streams(&self) -> Vec<StreamSpec> {
-        vec![StreamSpec::top("issues")]
+        GithubStream::ALL.map(GithubStream::spec).to_vec()
     }
 
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
@@ -215,14 +188,16 @@ impl Provider for GithubProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        if context.stream != "issues" {
-            return Err(unknown_stream("github", context.stream));
-        }
+        let stream = GithubStream::named(context.stream)
+            .ok_or_else(|| unknown_stream("github", context.stream))?;
+        let listing = Listing::new(stream, context)?;
         let token = adapter::token(context.credentials)
             .ok_or_else(|| adapter::missing_token("github", "a GitHub token"))?;
-        self.fetch(context, token, position)
+        let fetched = self
+            .fetch(&listing, token, position)
             .await
-            .map_err(|error| error.redact_secret(token))
+            .map_err(|error| error.redact_secret(token));
+        listing.parent_gone_or(fetched)
     }
 }
 

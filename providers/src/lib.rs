@@ -11,7 +11,8 @@
 //! - [`record`]: turning a raw JSON record into a [`Record`] keyed by its external id, or into
 //!   a [`RejectedRecord`] that keeps the raw payload for the error report.
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
-//! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user.
+//! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user, and
+//!   their repositories with each one's pull requests and issue comments.
 //! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
 //! - [`strava`]: `kind = "strava"`, the connected athlete's activities, with OAuth2 refresh
 //!   and the application's shared rate-limit budget.

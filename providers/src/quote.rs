@@ -16,7 +16,13 @@ pub fn truncated(text: &str, max_chars: usize) -> String {
 /// A cursor as messages and logs quote it: a string literal of at most
 /// [`MAX_QUOTED_CHARS`] characters.
 pub fn quote_cursor(cursor: &str) -> String {
-    format!("{:?}", truncated(cursor, MAX_QUOTED_CHARS))
+    quoted(cursor)
+}
+
+/// Text from outside (an id, a repository's name) as messages and logs quote it: a string
+/// literal of at most [`MAX_QUOTED_CHARS`] characters.
+pub fn quoted(text: &str) -> String {
+    format!("{:?}", truncated(text, MAX_QUOTED_CHARS))
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
-//! The github adapter against a wiremock emulation of `GET /issues` as GitHub documents it.
+//! The github adapter against a wiremock emulation of `GET /issues` as GitHub documents it;
+//! the other streams in `streams`.
+
+mod streams;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

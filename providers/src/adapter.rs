@@ -282,6 +282,35 @@ pub(crate) fn array_records<'a>(
     })
 }
 
+/// A body that is one JSON object (Strava's athlete) as a page of that one record, keyed
+/// by `id`, without a watermark; `what` names the record in the error for a body of
+/// another shape. The whole body is read with serde_json, so what it accepts is JSON.
+pub(crate) fn object_page_by_id(answered: &Answered<'_>, what: &str) -> Result<Page, FetchError> {
+    let body = answered.text;
+    let shape_error = |message: String| FetchError::Shape {
+        url: display_url(answered.url),
+        message,
+        body: crate::http::cap_body(body.as_bytes()),
+    };
+    // Never surfaced: a body serde_json cannot read is not JSON, and the client reports
+    // it as such (and retries).
+    let record = serde_json::from_str::<&RawValue>(body)
+        .map_err(|err| shape_error(format!("the body is not JSON: {err}")))?;
+    let kind = raw::json_kind(record);
+    if kind != raw::JsonKind::Object {
+        return Err(shape_error(format!(
+            "the body is {}, expected {what} as an object",
+            kind.name()
+        )));
+    }
+    let spec = IdSpec::Field("id".to_string());
+    let (items, _) = identify_records(&spec, &[record], None);
+    Ok(Page {
+        items,
+        ..Page::default()
+    })
+}
+
 /// The error for a page (`body`, from `url`) whose records could not be read: past
 /// `max_records`, the cap and the count; otherwise a shape error saying `shape_message` of
 /// what was found.

@@ -98,7 +98,7 @@ provider_kinds! {
     "github" => Github(GithubConfig),
     /// `kind = "stripe"`: the charges of a Stripe account.
     "stripe" => Stripe(StripeConfig),
-    /// `kind = "strava"`: the connected athlete's Strava activities (OAuth2).
+    /// `kind = "strava"`: the connected athlete's Strava activities and profile (OAuth2).
     "strava" => Strava(StravaConfig),
 }
 

@@ -14,8 +14,8 @@
 //! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user, and
 //!   their repositories with each one's pull requests and issue comments.
 //! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
-//! - [`strava`]: `kind = "strava"`, the connected athlete's activities, with OAuth2 refresh
-//!   and the application's shared rate-limit budget.
+//! - [`strava`]: `kind = "strava"`, the connected athlete's activities and profile, with
+//!   OAuth2 refresh and the application's shared rate-limit budget.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!

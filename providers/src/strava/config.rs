@@ -10,8 +10,8 @@ use crate::adapter;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StravaConfig {
-    /// The API host; activities are listed at `{base_url}/api/v3/athlete/activities`.
-    /// Default `"https://www.strava.com"`.
+    /// The API host; activities are listed at `{base_url}/api/v3/athlete/activities` and
+    /// the athlete read at `{base_url}/api/v3/athlete`. Default `"https://www.strava.com"`.
     #[serde(default = "default_url")]
     pub base_url: Url,
     /// The OAuth host; tokens are refreshed at `{oauth_url}/oauth/token`. Default

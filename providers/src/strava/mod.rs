@@ -1,5 +1,5 @@
-//! `kind = "strava"`: the connected athlete's activities, from Strava's API
-//! (`GET /api/v3/athlete/activities`), with OAuth2 tokens that are refreshed as they expire.
+//! `kind = "strava"`: the connected athlete's activities and profile, from Strava's API,
+//! with OAuth2 tokens that are refreshed as they expire.
 //!
 //! ```toml
 //! [providers.strava]
@@ -10,18 +10,28 @@
 //! # oauth_url = "https://www.strava.com"
 //! # per_page = 200
 //! # rate_limit_reserve = 5
+//! # streams = ["activities", "athlete"]
 //! ```
 //!
-//! - Pages are numbered from 1 (`page`, `per_page`); an empty page ends the listing.
-//! - Incremental: `after` is exclusive at Strava, so it is sent as the watermark (the latest
-//!   `start_date` seen) minus one second, and boundary ties are fetched again.
+//! Two streams, each record keyed by its `id`:
+//! - `activities` (the primary stream): `GET /api/v3/athlete/activities`, pages numbered
+//!   from 1 (`page`, `per_page`); an empty page ends the listing. A page's watermark is its
+//!   latest `start_date`. Incremental: `after` is exclusive at Strava, so it is sent as the
+//!   cursor minus one second, and boundary ties are fetched again. An activity edited
+//!   later keeps its `start_date`, so an incremental run sees only new activities; edits
+//!   and deletions are seen by a full pass (a deleted one as missing from it).
+//! - `athlete`: `GET /api/v3/athlete`, the connected athlete as one record, fetched whole
+//!   on every run (no watermark), so a change to the profile is seen by the next run.
+//!
+//! For both:
 //! - OAuth2: a connection holds an access token, a refresh token and `expires_at`. Before a
 //!   request whose token expires within a minute (or has no known expiry while a refresh
 //!   token exists), and once after a 401, the token is refreshed through the pipeline's
 //!   [`CredentialStore`](crate::CredentialStore), which commits the rotated pair first
 //!   (`oauth`).
 //! - Rate limits: the application's 15-minute and daily budgets, read from the usage
-//!   headers of every answer and shared by all connections (`limits`).
+//!   headers of every answer and shared by all connections and both streams: every
+//!   request counts against them (`limits`).
 
 mod config;
 mod limits;
@@ -139,7 +149,7 @@ impl StravaProvider {
     async fn fetch_refreshing(
         &self,
         context: &FetchContext<'_>,
-        page: u64,
+        request: Request,
         seen: &mut Vec<SecretString>,
     ) -> Result<Page, FetchError> {
         let mut credentials = context.credentials.clone();
@@ -156,13 +166,15 @@ impl StravaProvider {
             remember(seen, &credentials);
             refreshed = true;
         }
-        let result = self.fetch(context, access_token(&credentials)?, page).await;
+        let result = self
+            .fetch(context, access_token(&credentials)?, request)
+            .await;
         match result {
             Err(FetchError::Unauthorized { status: 401, .. })
                 if !refreshed && has_refresh_token(&credentials) =>
             {
                 tracing::info!(
-                    page,
+                    request = ?request,
                     "Strava rejected the access token; refreshing it once and retrying."
                 );
                 let fresh = context
@@ -170,22 +182,38 @@ impl StravaProvider {
                     .refresh(&credentials, self.oauth.clone())
                     .await?;
                 remember(seen, &fresh);
-                self.fetch(context, access_token(&fresh)?, page).await
+                self.fetch(context, access_token(&fresh)?, request).await
             }
             other => other,
         }
     }
 
-    /// One request for the activities on `page`, after waiting out the rate limit if need be.
+    /// One request, after waiting out the rate limit if need be: every stream's requests
+    /// spend the application's one budget.
     async fn fetch(
         &self,
         context: &FetchContext<'_>,
         token: &str,
-        page: u64,
+        request: Request,
     ) -> Result<Page, FetchError> {
         if let Some(wait) = self.limits.reserve_request() {
             self.wait(wait).await?;
         }
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, adapter::bearer("strava", token)?);
+        match request {
+            Request::Activities { page } => self.activities(context, headers, page).await,
+            Request::Athlete => self.athlete(headers).await,
+        }
+    }
+
+    /// The activities on `page`, since the watermark when there is one.
+    async fn activities(
+        &self,
+        context: &FetchContext<'_>,
+        headers: HeaderMap,
+        page: u64,
+    ) -> Result<Page, FetchError> {
         let mut url = adapter::endpoint(&self.config.base_url, "/api/v3/athlete/activities")?;
         {
             let mut query = url.query_pairs_mut();
@@ -197,8 +225,6 @@ impl StravaProvider {
                 query.append_pair("after", &after.to_string());
             }
         }
-        let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, adapter::bearer("strava", token)?);
         // The page is read where its body is, in the scan that checks it is JSON.
         let read = move |answered: &Answered<'_>| {
             let start_date = adapter::WatermarkField::Time("start_date");
@@ -210,6 +236,13 @@ impl StravaProvider {
             };
             adapter::array_page_by_id(answered, "activities", start_date, next)
         };
+        self.client.get_read(url, headers, &self.limits, read).await
+    }
+
+    /// The connected athlete, one record.
+    async fn athlete(&self, headers: HeaderMap) -> Result<Page, FetchError> {
+        let url = adapter::endpoint(&self.config.base_url, "/api/v3/athlete")?;
+        let read = |answered: &Answered<'_>| adapter::object_page_by_id(answered, "the athlete");
         self.client.get_read(url, headers, &self.limits, read).await
     }
 
@@ -247,7 +280,7 @@ impl ProviderKind for StravaConfig {
     }
 
     fn streams(&self) -> Vec<StreamSpec> {
-        vec![StreamSpec::top("activities")]
+        vec![StreamSpec::top(ACTIVITIES), StreamSpec::top(ATHLETE)]
     }
 
     fn required_env_vars(&self) -> Vec<(String, String)> {
@@ -269,21 +302,52 @@ impl Provider for StravaProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        if context.stream != "activities" {
-            return Err(unknown_stream("strava", context.stream));
-        }
-        let page = match position {
-            None => 1,
-            Some(PagePosition::Page { page }) => *page,
-            Some(other) => return Err(adapter::position_mismatch("strava", other, "page number")),
-        };
+        let request = Request::new(context.stream, position)?;
         let mut seen = Vec::new();
         remember(&mut seen, context.credentials);
-        let result = self.fetch_refreshing(context, page, &mut seen).await;
+        let result = self.fetch_refreshing(context, request, &mut seen).await;
         result.map_err(|error| {
             let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
             error.redact_secrets(secrets)
         })
+    }
+}
+
+/// The primary stream: the athlete's activities.
+const ACTIVITIES: &str = "activities";
+
+/// The connected athlete's profile.
+const ATHLETE: &str = "athlete";
+
+/// What one page of a stream asks Strava for.
+#[derive(Clone, Copy, Debug)]
+enum Request {
+    /// `GET /api/v3/athlete/activities`, page `page` (from 1).
+    Activities { page: u64 },
+    /// `GET /api/v3/athlete`.
+    Athlete,
+}
+
+impl Request {
+    /// The request for the page of `stream` at `position`.
+    fn new(stream: &str, position: Option<&PagePosition>) -> Result<Request, FetchError> {
+        match (stream, position) {
+            (ACTIVITIES, None) => Ok(Request::Activities { page: 1 }),
+            (ACTIVITIES, Some(PagePosition::Page { page })) => {
+                Ok(Request::Activities { page: *page })
+            }
+            (ACTIVITIES, Some(other)) => {
+                Err(adapter::position_mismatch("strava", other, "page number"))
+            }
+            (ATHLETE, None) => Ok(Request::Athlete),
+            (ATHLETE, Some(other)) => Err(FetchError::PositionMismatch {
+                message: format!(
+                    "cannot fetch the page at {}: Strava's athlete stream is a single page",
+                    other.describe()
+                ),
+            }),
+            (other, _) => Err(unknown_stream("strava", other)),
+        }
     }
 }
 

@@ -175,6 +175,74 @@ async fn a_429_beyond_max_rate_limit_wait_is_rate_limited_at_once() {
     }
 }
 
+#[tokio::test]
+async fn the_athlete_request_spends_one_request_of_the_shared_budget() {
+    let server = MockServer::start().await;
+    // One request short of the reserve (600 less 5): the athlete may go, and then no more.
+    activities()
+        .and(query_param("page", "1"))
+        .respond_with(with_usage(200, ("600,30000", "594,1200"), None))
+        .expect(1)
+        .mount(&server)
+        .await;
+    athlete()
+        .respond_with(ResponseTemplate::new(200).set_body_json(athlete_body(5)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    activities()
+        .and(query_param("page", "2"))
+        .respond_with(with_usage(200, ("600,30000", "596,1202"), None))
+        .expect(0)
+        .mount(&server)
+        .await;
+    // Just after 12:15: the next window is almost 15 minutes away.
+    let provider = provider_at(&server, "2024-03-01T12:15:01Z");
+    fetch(&provider, 1).await.unwrap();
+    let store = FakeStore::default();
+    let credentials = valid_credentials();
+    let page = provider
+        .fetch_page(&athlete_context(&credentials, &store), None)
+        .await
+        .unwrap();
+    assert_eq!(crate::test_support::ids(&page.items), ["5"]);
+    let error = fetch(&provider, 2).await.unwrap_err();
+    assert!(matches!(error, FetchError::RateLimited { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn the_athletes_usage_headers_hold_back_the_next_request() {
+    let server = MockServer::start().await;
+    athlete()
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("x-ratelimit-limit", "600,30000")
+                .insert_header("x-ratelimit-usage", "10,100")
+                .insert_header("x-readratelimit-limit", "100,1000")
+                .insert_header("x-readratelimit-usage", "95,100")
+                .set_body_json(athlete_body(5)),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    activities()
+        .respond_with(with_usage(200, ("600,30000", "11,101"), None))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let provider = provider_at(&server, "2024-03-01T12:15:01Z");
+    let store = FakeStore::default();
+    let credentials = valid_credentials();
+    let athlete = athlete_context(&credentials, &store);
+    provider.fetch_page(&athlete, None).await.unwrap();
+    for error in [
+        provider.fetch_page(&athlete, None).await.unwrap_err(),
+        fetch(&provider, 1).await.unwrap_err(),
+    ] {
+        assert!(matches!(error, FetchError::RateLimited { .. }), "{error:?}");
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(crate::test_support::proptest_config(512, 0x7573_6167))]
 

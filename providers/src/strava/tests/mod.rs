@@ -1,5 +1,5 @@
-//! The strava adapter against wiremock emulations of Strava's activities and token
-//! endpoints as Strava documents them.
+//! The strava adapter against wiremock emulations of Strava's activities, athlete and
+//! token endpoints as Strava documents them.
 
 mod fetch;
 mod limits;
@@ -83,6 +83,40 @@ fn context<'a>(credentials: &'a Credentials, store: &'a FakeStore) -> FetchConte
         credentials,
         since: None,
         credential_store: store,
+    }
+}
+
+/// A page of the athlete stream.
+fn athlete_context<'a>(credentials: &'a Credentials, store: &'a FakeStore) -> FetchContext<'a> {
+    FetchContext {
+        stream: "athlete",
+        ..context(credentials, store)
+    }
+}
+
+/// The authenticated athlete as `GET /api/v3/athlete` answers it.
+fn athlete_body(id: u64) -> Value {
+    json!({"id": id, "username": "marianne_t", "resource_state": 3, "firstname": "Marianne",
+        "lastname": "Teutenberg", "city": "San Francisco", "country": "US", "sex": "F",
+        "premium": true, "summit": true, "created_at": "2017-11-14T02:30:05Z",
+        "updated_at": "2018-02-06T19:32:20Z", "follower_count": 5, "friend_count": 5,
+        "measurement_preference": "feet", "ftp": null, "weight": 0,
+        "clubs": [], "bikes": [], "shoes": []})
+}
+
+/// A `GET /api/v3/athlete` mock: the endpoint takes no parameter.
+fn athlete() -> wiremock::MockBuilder {
+    Mock::given(method("GET"))
+        .and(path("/api/v3/athlete"))
+        .and(NoQuery)
+}
+
+/// Matches a request whose URL has no query string.
+struct NoQuery;
+
+impl wiremock::Match for NoQuery {
+    fn matches(&self, request: &wiremock::Request) -> bool {
+        request.url.query().is_none()
     }
 }
 

@@ -418,3 +418,41 @@ fn expiry_seconds_are_read_in_any_numeric_form() {
     assert_eq!(seconds(&json!("soon")), None);
     assert_eq!(seconds(&json!(null)), None);
 }
+
+#[tokio::test]
+async fn the_athlete_stream_refreshes_once_after_a_401_through_the_same_store() {
+    let server = MockServer::start().await;
+    athlete()
+        .and(header(
+            "authorization",
+            format!("Bearer {OLD_TOKEN}").as_str(),
+        ))
+        .respond_with(authorization_error())
+        .expect(1)
+        .mount(&server)
+        .await;
+    token_endpoint(OLD_REFRESH)
+        .respond_with(fresh_tokens(now() + 21600))
+        .expect(1)
+        .mount(&server)
+        .await;
+    athlete()
+        .and(header(
+            "authorization",
+            format!("Bearer {NEW_TOKEN}").as_str(),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(athlete_body(8)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let store = FakeStore::default();
+    let credentials = valid_credentials();
+    let page = provider(&server)
+        .fetch_page(&athlete_context(&credentials, &store), None)
+        .await
+        .unwrap();
+    assert_eq!(ids(&page.items), ["8"]);
+    let asked = store.asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].same_as(&credentials));
+}

@@ -353,7 +353,7 @@ mod tests {
             .iter()
             .filter_map(|item| match item {
                 PageItem::Rejected(rejected) => Some(&rejected.message),
-                PageItem::Record(_) => None,
+                PageItem::Record(_) | PageItem::Deleted(_) => None,
             })
             .collect();
         assert_eq!(messages.len(), 4);

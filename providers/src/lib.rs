@@ -41,7 +41,9 @@ mod test_support;
 pub use adapter::is_loopback;
 pub use config::{build_provider, ProviderConfig, ProviderKind};
 pub use http::{FetchError, HttpClient, HttpSettings};
-pub use page::{Credentials, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};
+pub use page::{
+    Credentials, DeletedRecord, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW,
+};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};
 pub use stream::{ParentRecord, StreamSpec};
 

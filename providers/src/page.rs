@@ -141,13 +141,27 @@ impl PagePosition {
     }
 }
 
-/// One item of a page: a record ready to store, or one that was set aside with its payload.
+/// One item of a page: a record ready to store, one that was set aside with its payload, or
+/// one the API says was deleted.
 #[derive(Clone, Debug)]
 pub enum PageItem {
     /// A record ready to store.
     Record(Record),
     /// A record set aside, with the reason and its raw payload.
     Rejected(RejectedRecord),
+    /// A record the API reports deleted (e.g. a Stripe `customer.deleted` event): the
+    /// pipeline marks the stored record deleted.
+    Deleted(DeletedRecord),
+}
+
+/// A record the API reports deleted, as the report of its deletion carried it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeletedRecord {
+    /// The deleted record's key within its stream.
+    pub external_id: String,
+    /// The record's JSON text as the deletion report carried it (its last state), exactly
+    /// as received.
+    pub payload: String,
 }
 
 /// One fetched page.

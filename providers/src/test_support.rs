@@ -32,13 +32,14 @@ pub(crate) fn token_credentials(token: &str) -> Credentials {
     }
 }
 
-/// The external ids of a page's items; rejected ones as `!reason`.
+/// The external ids of a page's items; rejected ones as `!reason`, deleted ones as `-id`.
 pub(crate) fn ids(items: &[PageItem]) -> Vec<String> {
     items
         .iter()
         .map(|item| match item {
             PageItem::Record(record) => record.external_id.clone(),
             PageItem::Rejected(rejected) => format!("!{}", rejected.message),
+            PageItem::Deleted(deleted) => format!("-{}", deleted.external_id),
         })
         .collect()
 }

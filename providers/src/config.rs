@@ -96,7 +96,7 @@ provider_kinds! {
     /// `kind = "github"`: the issues, repositories, pull requests and issue comments
     /// visible to the connected GitHub user.
     "github" => Github(GithubConfig),
-    /// `kind = "stripe"`: the charges of a Stripe account.
+    /// `kind = "stripe"`: a Stripe account's charges, customers, invoices and more.
     "stripe" => Stripe(StripeConfig),
     /// `kind = "strava"`: the connected athlete's Strava activities and profile (OAuth2).
     "strava" => Strava(StravaConfig),

@@ -13,7 +13,8 @@
 //! - [`rest`]: `kind = "rest"`, the declarative provider configured wholly in TOML.
 //! - [`github`]: `kind = "github"`, the issues visible to the connected GitHub user, and
 //!   their repositories with each one's pull requests and issue comments.
-//! - [`stripe`]: `kind = "stripe"`, the charges of a Stripe account.
+//! - [`stripe`]: `kind = "stripe"`, a Stripe account's charges, customers, invoices and
+//!   their line items, subscriptions and more, kept current through Stripe's Events API.
 //! - [`strava`]: `kind = "strava"`, the connected athlete's activities and profile, with
 //!   OAuth2 refresh and the application's shared rate-limit budget.
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the

@@ -1,122 +1,117 @@
-//! `kind = "stripe"`: the account's charges, from Stripe's API (`GET /v1/charges`).
+//! `kind = "stripe"`: a Stripe account's charges, customers, invoices and their line items,
+//! subscriptions, payment intents, refunds, products, prices and balance transactions.
 //!
 //! ```toml
 //! [providers.stripe]
 //! kind = "stripe"
 //! # base_url = "https://api.stripe.com"
 //! # limit = 100
-//! # api_version = "2025-03-31.basil"
+//! # api_version = "2026-09-30.endive"
 //! ```
 //!
 //! - The connection's token is the secret (or restricted) API key, sent as
 //!   `Authorization: Bearer sk_...`.
-//! - `api_version`, when set, is sent as `Stripe-Version`, so the charges keep the shape of
-//!   that version whatever the account's default version becomes; without it, Stripe
-//!   answers in the account's default version.
-//! - Pages are Stripe's list objects (`{"object": "list", "data": [...], "has_more": ...}`),
-//!   continued with `starting_after` = the last charge's id while `has_more` is true.
-//! - Incremental: `created[gte]` is the connection's watermark, the largest `created` seen
-//!   (see [`StripeProvider`] for why `gte`).
-//! - Errors: 429 and 5xx are retried with backoff; a `Stripe-Should-Retry` header overrides
-//!   that either way; Stripe's error body `{"error": {"type", "code", "message"}}` is
+//! - Every request sends `Stripe-Version`: `api_version`, by default
+//!   [`DEFAULT_API_VERSION`], so listed objects keep one shape whatever the account's
+//!   default version becomes. An event's `data.object` is rendered in the version of the
+//!   event (the account's default when the event was created), not in `Stripe-Version`:
+//!   keep the account's default version equal to `api_version` for records read from
+//!   events to have the shape of listed ones.
+//! - Lists are Stripe's list objects (`{"object": "list", "data": [...], "has_more": ...}`),
+//!   newest first, `limit` objects a page, continued with `starting_after` = the last
+//!   object's id while `has_more` is true. Records are keyed by `id`; no list is asked to
+//!   `expand` anything, so related objects stay ids and a payload is the object as listed.
+//!
+//! # Streams
+//!
+//! Every stream's records are keyed by `id`.
+//!
+//! | stream | list | incremental run | deletions |
+//! |---|---|---|---|
+//! | `charges` (primary) | `GET /v1/charges` | events `charge.*` | none |
+//! | `customers` | `GET /v1/customers` | events `customer.*` | `customer.deleted` |
+//! | `invoices` | `GET /v1/invoices` | events `invoice.*` | `invoice.deleted` (drafts) |
+//! | `subscriptions` | `GET /v1/subscriptions?status=all` | events `customer.subscription.*` | none |
+//! | `payment_intents` | `GET /v1/payment_intents` | events `payment_intent.*` | none |
+//! | `refunds` | `GET /v1/refunds` | events `refund.*` | none |
+//! | `products` | `GET /v1/products` | events `product.*` | `product.deleted` |
+//! | `prices` | `GET /v1/prices` | events `price.*` | `price.deleted` |
+//! | `balance_transactions` | `GET /v1/balance_transactions` | the list, `created[gte]` | none |
+//! | `invoice_line_items` | `GET /v1/invoices/{id}/lines` per stored invoice | listed in full | none |
+//!
+//! - `subscriptions` asks for `status=all`: without it Stripe leaves canceled subscriptions
+//!   out. `customer.subscription.deleted` means canceled, not gone: it updates the record.
+//! - `invoice_line_items` is a child of `invoices`: it is listed, in full on every run, for
+//!   each invoice the pipeline stored (a line item has neither events nor a creation
+//!   time). The invoice's id, the stored payload's `id` (else its key), is percent-encoded
+//!   as a path segment. An invoice Stripe no longer has (404, a deleted draft) is reported
+//!   as gone ([`Page::parent_gone`]) and its lines are skipped.
+//!
+//! # Cursors
+//!
+//! - A full pass (no cursor) lists the stream. Its first page's watermark is the time of
+//!   the request, not the objects' `created`: the events after that moment are what the
+//!   next run must read. Its other pages carry none.
+//! - An incremental run of a stream with events reads `GET /v1/events` with
+//!   `type=PREFIX.*` and `created[gte]` = the cursor (inclusive: boundary ties are read
+//!   again and absorbed by the key). Each event's `data.object`, the object as it was at
+//!   that moment and as received, becomes the record: an update to an old charge arrives
+//!   as that charge's new payload. Events are applied oldest first, so that an older
+//!   version never overwrites a newer one: the walk first goes back through the events
+//!   (`starting_after`, pages without records, positions `events-back:ID`) to the oldest,
+//!   then forward (`ending_before`, each page reversed to oldest first, positions
+//!   `events-forward:ID`). A page's watermark is its newest event's `created`; the first
+//!   page's is at least the request time less five minutes (and never below the cursor),
+//!   so a quiet account's cursor does not age.
+//! - The deletion event of an object Stripe really deletes becomes a
+//!   [`PageItem::Deleted`](crate::PageItem::Deleted) holding the object's last state.
+//!   Events that match the prefix but hold another kind of object (`charge.dispute.*`
+//!   holds disputes, `customer.discount.deleted` a discount) are skipped, as is
+//!   `invoice.upcoming` (an invoice that does not exist yet).
+//! - Stripe keeps events 30 days. A cursor older than that, less a two-day margin, makes
+//!   the run a full pass instead, with a warning naming the stream and the cursor's age.
+//! - `balance_transactions` has no events (Stripe sends none for balance transactions): an
+//!   incremental run lists those created at or after the cursor, the newest `created`
+//!   seen. One whose `status` later moves from `pending` to `available` is seen again only
+//!   by a full pass.
+//! - List pages hand on `list:ID` positions (a bare id, as written before streams, reads
+//!   the same); a position that fits none of these is refused with an error naming it.
+//!
+//! # Errors
+//!
+//! 429 and 5xx are retried with backoff; a `Stripe-Should-Retry` header overrides that
+//! either way; Stripe's error body `{"error": {"type", "code", "message"}}` is
 //!   surfaced; 401 is [`FetchError::Unauthorized`].
 
+mod config;
+mod events;
+mod list;
+mod position;
+mod streams;
 #[cfg(test)]
 mod tests;
 
+use chrono::Utc;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
-use url::Url;
+
+pub use config::{StripeConfig, DEFAULT_API_VERSION};
 
 use crate::adapter;
 use crate::config::ProviderKind;
-use crate::http::{cap_body, display_url, Answer, Answered, HttpClient, ResponsePolicy, Verdict};
-use crate::raw::{array_items, lookup_raw, text_kind, to_value, ListShape, RawList, RawObject};
-use crate::record::json_type_name;
+use crate::http::{Answer, Answered, HttpClient, ResponsePolicy, Verdict};
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
-
-/// The configuration of a `kind = "stripe"` provider.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StripeConfig {
-    /// The API root. Default `"https://api.stripe.com"`.
-    #[serde(default = "default_base_url")]
-    pub base_url: Url,
-    /// Charges per page (`limit`), 1 to 100. Default 100.
-    #[serde(default = "default_limit")]
-    pub limit: u32,
-    /// The API version to pin (`Stripe-Version`), e.g. `"2025-03-31.basil"`. Default: the
-    /// account's default version.
-    #[serde(default)]
-    pub api_version: Option<String>,
-}
-
-fn default_base_url() -> Url {
-    Url::parse("https://api.stripe.com").expect("the default base_url is a valid URL")
-}
-
-fn default_limit() -> u32 {
-    100
-}
-
-impl Default for StripeConfig {
-    fn default() -> Self {
-        StripeConfig {
-            base_url: default_base_url(),
-            limit: default_limit(),
-            api_version: None,
-        }
-    }
-}
-
-impl StripeConfig {
-    /// Checks what serde cannot and returns a message naming the key that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        adapter::validate_base_url("base_url", &self.base_url)?;
-        if !(1..=100).contains(&self.limit) {
-            return Err(format!(
-                "limit must be between 1 and 100 (Stripe's largest page), not {}",
-                self.limit
-            ));
-        }
-        if let Some(version) = &self.api_version {
-            if !is_api_version(version) {
-                return Err(format!(
-                    "api_version must be a Stripe API version such as \"2024-06-20\" or \
-                     \"2025-03-31.basil\", not {version:?}"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether `text` has the shape of a Stripe API version: a date (`2024-06-20`), perhaps
-/// followed by a release name (`.basil`).
-fn is_api_version(text: &str) -> bool {
-    let (date, name) = match text.split_once('.') {
-        Some((date, name)) => (date, Some(name)),
-        None => (text, None),
-    };
-    let date_shaped = date.len() == 10
-        && date.char_indices().all(|(index, c)| match index {
-            4 | 7 => c == '-',
-            _ => c.is_ascii_digit(),
-        });
-    let name_shaped =
-        name.is_none_or(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase()));
-    date_shaped && name_shaped
-}
+use events::EventsPage;
+use list::ListPage;
+use position::{Plan, StripePosition};
+use streams::{Changes, Stream, STREAMS};
 
 /// The adapter for one `kind = "stripe"` provider.
 ///
-/// Incremental runs ask for `created[gte]=WATERMARK`, not `created[gt]`: the watermark is
-/// the largest `created` (whole seconds) a run has seen, and other charges may share that
-/// second without having been fetched yet. Stripe supports the inclusive `gte`, so boundary
-/// ties are fetched again and absorbed by the key instead of being skipped.
+/// Cursors are inclusive (`created[gte]`): a cursor is a whole second, and other objects
+/// or events may share that second without having been read yet. Boundary ties are read
+/// again and absorbed by the key instead of being skipped.
 #[derive(Clone, Debug)]
 pub struct StripeProvider {
     config: StripeConfig,
@@ -130,24 +125,15 @@ impl StripeProvider {
         StripeProvider { config, client }
     }
 
-    /// The URL of the page after the charge `starting_after` (`None`: the first page).
-    fn page_url(
-        &self,
-        context: &FetchContext<'_>,
-        starting_after: Option<&str>,
-    ) -> Result<Url, FetchError> {
-        let mut url = adapter::endpoint(&self.config.base_url, "/v1/charges")?;
-        {
-            let mut query = url.query_pairs_mut();
-            query.append_pair("limit", &self.config.limit.to_string());
-            if let Some(id) = starting_after {
-                query.append_pair("starting_after", id);
-            }
-            if let Some(since) = context.since {
-                query.append_pair("created[gte]", &adapter::watermark_epoch(since).to_string());
-            }
-        }
-        Ok(url)
+    fn headers(&self, token: &str) -> Result<HeaderMap, FetchError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, adapter::bearer("stripe", token)?);
+        let version = &self.config.api_version;
+        let version = HeaderValue::from_str(version).map_err(|_| FetchError::Client {
+            message: format!("api_version {version:?} cannot be sent as a header"),
+        })?;
+        headers.insert("stripe-version", version);
+        Ok(headers)
     }
 
     async fn fetch(
@@ -156,110 +142,66 @@ impl StripeProvider {
         token: &str,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        let starting_after = match position {
-            None => None,
-            Some(PagePosition::Cursor { cursor }) => Some(cursor.as_str()),
-            Some(other) => {
-                return Err(adapter::position_mismatch(
-                    "stripe",
-                    other,
-                    "cursor (starting_after)",
-                ))
-            }
-        };
-        let url = self.page_url(context, starting_after)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, adapter::bearer("stripe", token)?);
-        if let Some(version) = &self.config.api_version {
-            let version = HeaderValue::from_str(version).map_err(|_| FetchError::Client {
-                message: format!("api_version {version:?} cannot be sent as a header"),
-            })?;
-            headers.insert("stripe-version", version);
+        let stream = Stream::named(context.stream)
+            .ok_or_else(|| unknown_stream("stripe", context.stream))?;
+        let position = position.map(StripePosition::parse).transpose()?;
+        let plan = position::plan(stream, context.since, position, Utc::now())?;
+        let headers = self.headers(token)?;
+        match plan {
+            Plan::List(page) => self.fetch_list(context, stream, page, headers).await,
+            Plan::Events(page) => self.fetch_events(page, headers).await,
         }
-        // The page is read where its body is, in the scan that checks it is JSON.
+    }
+
+    /// A page of the stream's own list (for line items, of the context's invoice).
+    async fn fetch_list(
+        &self,
+        context: &FetchContext<'_>,
+        stream: &'static Stream,
+        page: ListPage,
+        headers: HeaderMap,
+    ) -> Result<Page, FetchError> {
+        let invoice_id = match stream.changes {
+            Changes::PerInvoice => {
+                let parent = list::parent_of(stream, context.parent)?;
+                match streams::invoice_id(&parent) {
+                    Ok(id) => Some(id),
+                    Err(reason) => return Ok(list::parent_gone(reason)),
+                }
+            }
+            Changes::Events(_) | Changes::Created => None,
+        };
+        let url = page.url(
+            &self.config.base_url,
+            stream,
+            invoice_id.as_deref(),
+            self.config.limit,
+        )?;
+        let watermark = page.watermark;
+        let read =
+            move |answered: &Answered<'_>| list::read_page(answered, stream.object, watermark);
+        let answer = self
+            .client
+            .get_read(url, headers, &StripePolicy, read)
+            .await;
+        match (answer, invoice_id) {
+            // A draft invoice deleted since it was stored: its lines went with it.
+            (Err(error), Some(id)) if matches!(error, FetchError::Status { status: 404, .. }) => {
+                let reason = format!("Stripe has no invoice {id:?} any more: {error}");
+                Ok(list::parent_gone(reason))
+            }
+            (answer, _) => answer,
+        }
+    }
+
+    /// A page of the events walk.
+    async fn fetch_events(&self, page: EventsPage, headers: HeaderMap) -> Result<Page, FetchError> {
+        let url = page.url(&self.config.base_url, self.config.limit)?;
+        let read = move |answered: &Answered<'_>| page.read_page(answered);
         self.client
-            .get_read(url, headers, &StripePolicy, read_list)
+            .get_read(url, headers, &StripePolicy, read)
             .await
     }
-}
-
-/// The list's fields with `data` read in the same scan that checks the body is JSON, or
-/// by the slower way when that fails (e.g. a number past f64 in `data`, which only the
-/// record-by-record scan keeps). `None` when the body is not a JSON object.
-fn read_list_fields(text: &str, max_records: usize) -> Option<RawList<'_>> {
-    let shape = ListShape {
-        key: "data",
-        fields: &["has_more"],
-        max_items: max_records,
-    };
-    RawList::parse_text(text, shape).or_else(|| {
-        let body: &RawValue = serde_json::from_str(text).ok()?;
-        let fields = RawObject::parse(body, &["data", "has_more"])?;
-        let items = fields
-            .get("data")
-            .map(|data| array_items(data, max_records));
-        Some(RawList { fields, items })
-    })
-}
-
-/// One page of a Stripe list (`{"object": "list", "data": [...], "has_more": ...}`): its
-/// charges keyed by `id`, the next `starting_after` and the newest `created`.
-fn read_list(answered: &Answered<'_>) -> Result<Page, FetchError> {
-    let text = answered.text;
-    let shape = |message: String| FetchError::Shape {
-        url: display_url(answered.url),
-        message,
-        body: cap_body(text.as_bytes()),
-    };
-    let list = read_list_fields(text, answered.max_records).ok_or_else(|| {
-        shape(format!(
-            "the body is {}, expected a Stripe list object",
-            text_kind(text).name()
-        ))
-    })?;
-    let records = match list.items {
-        Some(Ok(records)) => records,
-        Some(Err(not_items)) => {
-            let max = answered.max_records;
-            return Err(adapter::unreadable_records(
-                answered.url,
-                text,
-                max,
-                not_items,
-                |kind| format!("`data` is {}, expected an array of charges", kind.name()),
-            ));
-        }
-        None => {
-            return Err(shape(
-                "`data` is missing, expected an array of charges".into(),
-            ))
-        }
-    };
-    let last_id = records
-        .last()
-        .and_then(|last| lookup_raw(last, "id"))
-        .map(to_value);
-    let next = match (list.fields.get("has_more").map(to_value), last_id) {
-        (Some(Value::Bool(false)), _) => None,
-        (Some(Value::Bool(true)), Some(Value::String(id))) if !id.is_empty() => {
-            Some(PagePosition::Cursor { cursor: id })
-        }
-        (Some(Value::Bool(true)), _) => {
-            return Err(shape(
-                "`has_more` is true, but the page has no last charge with a string `id` to \
-                 continue after"
-                    .to_string(),
-            ));
-        }
-        (found, _) => {
-            let found = found.as_ref().map_or("missing", json_type_name);
-            return Err(shape(format!(
-                "`has_more` is {found}, expected a boolean (is this a Stripe list?)"
-            )));
-        }
-    };
-    let created = adapter::WatermarkField::Epoch("created");
-    Ok(adapter::page_by_id(&records, created, next))
 }
 
 impl ProviderKind for StripeConfig {
@@ -268,7 +210,7 @@ impl ProviderKind for StripeConfig {
     }
 
     fn streams(&self) -> Vec<StreamSpec> {
-        vec![StreamSpec::top("charges")]
+        STREAMS.iter().map(Stream::spec).collect()
     }
 
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
@@ -283,15 +225,22 @@ impl Provider for StripeProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        if context.stream != "charges" {
-            return Err(unknown_stream("stripe", context.stream));
-        }
         let token = adapter::token(context.credentials)
             .ok_or_else(|| adapter::missing_token("stripe", "a Stripe secret API key"))?;
-        self.fetch(context, token, position)
-            .await
-            .map_err(|error| error.redact_secret(token))
+        match self.fetch(context, token, position).await {
+            Ok(mut page) => {
+                // Stripe's message is quoted in the reason, and a token never is.
+                page.parent_gone = page.parent_gone.map(|reason| redacted(reason, token));
+                Ok(page)
+            }
+            Err(error) => Err(error.redact_secret(token)),
+        }
     }
+}
+
+/// `text` with `secret` (never empty: blank tokens are refused) replaced.
+fn redacted(text: String, secret: &str) -> String {
+    text.replace(secret, "[redacted]")
 }
 
 /// How Stripe's answers are read: `Stripe-Should-Retry` and its JSON error bodies.

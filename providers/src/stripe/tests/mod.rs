@@ -1,22 +1,33 @@
-//! The stripe adapter against a wiremock emulation of `GET /v1/charges` as Stripe documents
-//! it.
+//! The stripe adapter against a wiremock emulation of Stripe's list endpoints and Events
+//! API as Stripe documents them. Every mock asserts the key and the pinned
+//! `Stripe-Version`.
+
+mod events;
+mod streams;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-use super::{StripeConfig, StripeProvider};
+use super::{StripeConfig, StripeProvider, DEFAULT_API_VERSION};
 use crate::test_support::{fast_client, ids, token_credentials};
 use crate::{
-    FetchContext, FetchError, NoCredentialStore, PagePosition, Provider, ProviderConfig, Watermark,
+    FetchContext, FetchError, NoCredentialStore, Page, PagePosition, ParentRecord, Provider,
+    ProviderConfig, Watermark,
 };
 
 const KEY: &str = "sk_test_51Sekret0123456789";
 
 fn provider(server: &MockServer) -> StripeProvider {
+    provider_with_limit(server, 100)
+}
+
+/// A provider asking for `limit` objects a page, so that a few objects make several pages.
+fn provider_with_limit(server: &MockServer, limit: u32) -> StripeProvider {
     let config = StripeConfig {
         base_url: server.uri().parse().unwrap(),
+        limit,
         ..StripeConfig::default()
     };
     config.validate().unwrap();
@@ -45,6 +56,37 @@ fn charges() -> wiremock::MockBuilder {
         .and(path("/v1/charges"))
         .and(query_param("limit", "100"))
         .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .and(header("stripe-version", DEFAULT_API_VERSION))
+}
+
+/// Matches a request whose query holds exactly these pairs, in any order.
+struct ExactQuery(Vec<(String, String)>);
+
+impl wiremock::Match for ExactQuery {
+    fn matches(&self, request: &Request) -> bool {
+        let mut pairs: Vec<(String, String)> = request.url.query_pairs().into_owned().collect();
+        pairs.sort();
+        pairs == self.0
+    }
+}
+
+/// A `GET` of `path` with exactly the query `query`, the key and the pinned version.
+fn get(path_text: &str, query: &[(&str, &str)]) -> wiremock::MockBuilder {
+    let mut query: Vec<(String, String)> = query
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    query.sort();
+    Mock::given(method("GET"))
+        .and(path(path_text))
+        .and(ExactQuery(query))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .and(header("stripe-version", DEFAULT_API_VERSION))
+}
+
+/// A 200 answer with `body`.
+fn answer(body: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(body)
 }
 
 async fn fetch(
@@ -59,92 +101,74 @@ async fn fetch(
         .await
 }
 
-#[tokio::test]
-async fn lists_charges_page_by_page_with_starting_after_the_last_id() {
-    let server = MockServer::start().await;
-    charges()
-        .and(query_param_is_missing("starting_after"))
-        .and(query_param_is_missing("created[gte]"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(list(
-            vec![charge("ch_3", 1_700_000_300), charge("ch_2", 1_700_000_200)],
-            true,
-        )))
-        .expect(1)
-        .mount(&server)
-        .await;
-    charges()
-        .and(query_param("starting_after", "ch_2"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(list(vec![charge("ch_1", 1_700_000_100)], true)),
-        )
-        .expect(1)
-        .mount(&server)
-        .await;
-    charges()
-        .and(query_param("starting_after", "ch_1"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(list(vec![], false)))
-        .expect(1)
-        .mount(&server)
-        .await;
-    let provider = provider(&server);
-    let first = fetch(&provider, None).await.unwrap();
-    assert_eq!(ids(&first.items), ["ch_3", "ch_2"]);
-    assert_eq!(first.watermark, Some(Watermark::Epoch(1_700_000_300)));
-    assert_eq!(
-        first.next,
-        Some(PagePosition::Cursor {
-            cursor: "ch_2".into()
-        })
-    );
-    let second = fetch(&provider, first.next.as_ref()).await.unwrap();
-    assert_eq!(ids(&second.items), ["ch_1"]);
-    assert_eq!(second.watermark, Some(Watermark::Epoch(1_700_000_100)));
-    let third = fetch(&provider, second.next.as_ref()).await.unwrap();
-    assert!(third.items.is_empty());
-    assert_eq!((third.next, third.watermark), (None, None));
-}
-
-#[tokio::test]
-async fn created_gte_is_sent_from_the_watermark_on_every_page() {
-    let server = MockServer::start().await;
-    charges()
-        .and(query_param("created[gte]", "1700000200"))
-        .and(query_param_is_missing("starting_after"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(list(vec![charge("ch_9", 1_700_000_900)], true)),
-        )
-        .expect(1)
-        .mount(&server)
-        .await;
-    charges()
-        .and(query_param("created[gte]", "1700000200"))
-        .and(query_param("starting_after", "ch_9"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(list(vec![charge("ch_8", 1_700_000_200)], false)),
-        )
-        .expect(1)
-        .mount(&server)
-        .await;
-    let provider = provider(&server);
+/// The page of `stream` at `position`, with the cursor `since` and the invoice `parent`.
+async fn fetch_stream(
+    provider: &StripeProvider,
+    stream: &str,
+    since: Option<&Watermark>,
+    parent: Option<ParentRecord<'_>>,
+    position: Option<&PagePosition>,
+) -> Result<Page, FetchError> {
     let credentials = token_credentials(KEY);
-    let since = Watermark::Epoch(1_700_000_200);
     let context = FetchContext {
-        stream: "charges",
-        parent: None,
+        stream,
+        parent,
         credentials: &credentials,
-        since: Some(&since),
+        since,
         credential_store: &NoCredentialStore,
     };
-    let first = provider.fetch_page(&context, None).await.unwrap();
-    let second = provider
-        .fetch_page(&context, first.next.as_ref())
-        .await
-        .unwrap();
-    assert_eq!(ids(&second.items), ["ch_8"]);
-    assert_eq!(second.next, None);
+    provider.fetch_page(&context, position).await
+}
+
+/// Every page of `stream`, from the first to the one without a next position.
+async fn walk(
+    provider: &StripeProvider,
+    stream: &str,
+    since: Option<&Watermark>,
+    parent: Option<ParentRecord<'_>>,
+) -> Vec<Page> {
+    let mut pages: Vec<Page> = Vec::new();
+    loop {
+        let position = pages.last().and_then(|page| page.next.clone());
+        if !pages.is_empty() && position.is_none() {
+            return pages;
+        }
+        assert!(pages.len() < 20, "the walk of {stream} does not end");
+        let page = fetch_stream(provider, stream, since, parent, position.as_ref())
+            .await
+            .unwrap_or_else(|error| panic!("{stream}: {error}"));
+        pages.push(page);
+    }
+}
+
+/// The cursor a position holds, for assertions.
+fn cursor(text: &str) -> Option<PagePosition> {
+    Some(PagePosition::Cursor {
+        cursor: text.to_string(),
+    })
+}
+
+/// The query strings of the requests `server` received for `path_text`, in order.
+async fn queries(server: &MockServer, path_text: &str) -> Vec<String> {
+    let requests = server.received_requests().await.unwrap_or_default();
+    requests
+        .iter()
+        .filter(|request| request.url.path() == path_text)
+        .map(|request| {
+            let mut pairs: Vec<String> = request
+                .url
+                .query_pairs()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            pairs.sort();
+            pairs.join("&")
+        })
+        .collect()
+}
+
+/// The seconds since the epoch now.
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
 }
 
 #[tokio::test]
@@ -382,38 +406,55 @@ async fn bodies_that_are_not_stripe_lists_are_shape_errors() {
 }
 
 #[tokio::test]
-async fn a_pinned_api_version_is_sent_as_stripe_version_on_every_page() {
+async fn an_overriding_api_version_is_sent_on_every_request_of_every_kind() {
     let server = MockServer::start().await;
-    charges()
-        .and(header("stripe-version", "2025-03-31.basil"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(list(vec![charge("ch_1", 1)], false)),
-        )
-        .expect(2)
+    let pinned = "2025-03-31.basil";
+    let version = || header("stripe-version", pinned);
+    let auth = || header("authorization", format!("Bearer {KEY}").as_str());
+    Mock::given(path("/v1/charges"))
+        .and(version())
+        .and(auth())
+        .respond_with(answer(list(vec![charge("ch_1", 1)], false)))
+        .expect(1)
         .mount(&server)
         .await;
-    let pinned = StripeProvider::new(
+    Mock::given(path("/v1/events"))
+        .and(version())
+        .and(auth())
+        .respond_with(answer(list(vec![], false)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(path("/v1/invoices/in_1/lines"))
+        .and(version())
+        .and(auth())
+        .respond_with(answer(list(vec![], false)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = StripeProvider::new(
         StripeConfig {
             base_url: server.uri().parse().unwrap(),
-            api_version: Some("2025-03-31.basil".to_string()),
+            api_version: pinned.to_string(),
             ..StripeConfig::default()
         },
         fast_client(),
     );
-    let page = fetch(&pinned, None).await.unwrap();
+    let page = fetch(&provider, None).await.unwrap();
     assert_eq!(ids(&page.items), ["ch_1"]);
-    fetch(&pinned, None).await.unwrap();
-
-    // Unpinned, no header: Stripe answers in the account's default version.
-    let unpinned_server = MockServer::start().await;
-    charges()
-        .respond_with(ResponseTemplate::new(200).set_body_json(list(Vec::new(), false)))
-        .mount(&unpinned_server)
-        .await;
-    fetch(&provider(&unpinned_server), None).await.unwrap();
-    let requests = unpinned_server.received_requests().await.unwrap();
-    assert_eq!(requests.len(), 1);
-    assert!(!requests[0].headers.contains_key("stripe-version"));
+    let since = Watermark::Epoch(now() - 60);
+    fetch_stream(&provider, "charges", Some(&since), None, None)
+        .await
+        .unwrap();
+    let invoice = ParentRecord {
+        external_id: "in_1",
+        payload: r#"{"id":"in_1","object":"invoice"}"#,
+    };
+    fetch_stream(&provider, "invoice_line_items", None, Some(invoice), None)
+        .await
+        .unwrap();
+    let requests = server.received_requests().await.unwrap_or_default();
+    assert_eq!(requests.len(), 3, "each request matched a mock");
 }
 
 #[test]
@@ -429,6 +470,7 @@ fn config_defaults_ranges_and_unknown_keys() {
     assert_eq!(stripe, StripeConfig::default());
     assert_eq!(stripe.base_url.as_str(), "https://api.stripe.com/");
     assert_eq!(stripe.limit, 100);
+    assert_eq!(stripe.api_version, DEFAULT_API_VERSION);
     let parse = |text: &str| {
         let table: toml::Table = toml::from_str(text).unwrap();
         ProviderConfig::deserialize_kind("stripe", table)
@@ -439,9 +481,13 @@ fn config_defaults_ranges_and_unknown_keys() {
     }
     let error = parse("limt = 10").unwrap_err().to_string();
     assert!(error.contains("unknown field `limt`"), "{error}");
-    for version in ["2024-06-20", "2025-03-31.basil"] {
+    for version in ["2024-06-20", "2025-03-31.basil", DEFAULT_API_VERSION] {
         let config = parse(&format!("api_version = {version:?}")).unwrap();
         config.validate().unwrap();
+        let ProviderConfig::Stripe(stripe) = config else {
+            panic!("expected a stripe config, got {config:?}");
+        };
+        assert_eq!(stripe.api_version, version);
     }
     for version in [
         "",

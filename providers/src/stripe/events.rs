@@ -26,21 +26,22 @@ use super::position::{StripePosition, WalkPosition};
 use super::streams::EventKinds;
 use crate::adapter;
 use crate::http::Answered;
+use crate::quote::{quote_cursor, truncated, MAX_QUOTED_CHARS};
 use crate::raw::{json_kind, lookup_raw, to_value, RawObject};
 use crate::{
     DeletedRecord, FetchError, IdSpec, Page, PageItem, RecordStage, RejectedRecord, Watermark,
 };
 
 /// How long Stripe keeps events listable: "List events, going back up to 30 days".
-pub(super) const EVENT_RETENTION: TimeDelta = TimeDelta::days(30);
+const EVENT_RETENTION: TimeDelta = TimeDelta::days(30);
 
 /// How much younger than [`EVENT_RETENTION`] a cursor must be to be walked from: a walk
 /// takes time, may be resumed later after a crash, and clocks differ.
-pub(super) const RETENTION_MARGIN: TimeDelta = TimeDelta::days(2);
+const RETENTION_MARGIN: TimeDelta = TimeDelta::days(2);
 
 /// How far before the request the first page's watermark may lie: Stripe may list an event
 /// a little after the second it was created in, so the next run reads this much again.
-pub(super) const EVENT_LAG_MARGIN: TimeDelta = TimeDelta::minutes(5);
+const EVENT_LAG_MARGIN: TimeDelta = TimeDelta::minutes(5);
 
 /// One page of the events walk to ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,35 +140,47 @@ impl EventsPage {
         if going_back && list.has_more {
             return self.back_page(answered, &list);
         }
-        let next = match &self.step {
-            // Every event since the cursor fit in this one page.
-            Step::First { .. } => None,
-            Step::Walk(WalkPosition::Back { after }) => {
-                if list.items.is_empty() {
-                    return Err(list::shape_error(
-                        answered,
-                        format!(
-                            "no events are older than {after:?}, although the page that \
-                             ended with it said `has_more`: the oldest events cannot be read"
-                        ),
-                    ));
-                }
-                let before = list::continue_id(answered, list.items.first().copied(), "event")?;
-                Some(WalkPosition::Forward { before })
-            }
-            Step::Walk(WalkPosition::Forward { .. }) if list.has_more => {
-                let first = list.items.first().copied();
-                let before = list::continue_id(answered, first, "newest event")?;
-                Some(WalkPosition::Forward { before })
-            }
-            Step::Walk(WalkPosition::Forward { .. }) => None,
-        };
+        let next = self.next_after(answered, &list)?;
         let mut page = self.applied(&list);
         page.next = next.map(|walk| StripePosition::Events(walk).into_page_position());
         if let Step::First { floor } = self.step {
             page.watermark = page.watermark.max(Some(Watermark::Epoch(floor)));
         }
         Ok(page)
+    }
+
+    /// Where the walk goes after a page whose events are applied: forward from its newest
+    /// event while newer ones remain.
+    fn next_after(
+        &self,
+        answered: &Answered<'_>,
+        list: &StripeList<'_>,
+    ) -> Result<Option<WalkPosition>, FetchError> {
+        let newest = list.items.first().copied();
+        match &self.step {
+            // Every event since the cursor fit in this one page.
+            Step::First { .. } => Ok(None),
+            // The oldest events: the walk turns forward from the newest of them.
+            Step::Walk(WalkPosition::Back { after }) if list.items.is_empty() => {
+                Err(list::shape_error(
+                    answered,
+                    format!(
+                        "no events are older than {}, although the page that ended with it \
+                         said `has_more`: the oldest events cannot be read",
+                        quote_cursor(after)
+                    ),
+                ))
+            }
+            Step::Walk(WalkPosition::Back { .. }) => {
+                let before = list::continue_id(answered, newest, "event")?;
+                Ok(Some(WalkPosition::Forward { before }))
+            }
+            Step::Walk(WalkPosition::Forward { .. }) if list.has_more => {
+                let before = list::continue_id(answered, newest, "newest event")?;
+                Ok(Some(WalkPosition::Forward { before }))
+            }
+            Step::Walk(WalkPosition::Forward { .. }) => Ok(None),
+        }
     }
 
     /// A page of phase 1: no records, the id to go back from, and on the first page its
@@ -232,6 +245,7 @@ impl EventsPage {
             return None;
         }
         let id = fields.get("id").map_or("(no id)", RawValue::get);
+        let id = truncated(id, MAX_QUOTED_CHARS);
         let Some(object) = fields
             .get("data")
             .and_then(|data| lookup_raw(data, "object"))

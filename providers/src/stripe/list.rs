@@ -9,6 +9,7 @@ use super::position::StripePosition;
 use super::streams::Stream;
 use crate::adapter;
 use crate::http::{cap_body, display_url, Answered};
+use crate::quote::quote_cursor;
 use crate::raw::{array_items, lookup_raw, text_kind, to_value, ListShape, RawList, RawObject};
 use crate::record::json_type_name;
 use crate::{FetchError, Page, ParentRecord, Watermark};
@@ -149,7 +150,8 @@ pub(super) fn continue_id(
         Some(Value::String(id)) => Err(shape_error(
             answered,
             format!(
-                "the {object} id {id:?} cannot be continued from: it is empty or not visible ASCII"
+                "the {object} id {} cannot be continued from: it is empty or not visible ASCII",
+                quote_cursor(&id)
             ),
         )),
         _ => Err(shape_error(

@@ -100,6 +100,7 @@ pub use config::{StripeConfig, DEFAULT_API_VERSION};
 use crate::adapter;
 use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient, ResponsePolicy, Verdict};
+use crate::quote::quote_cursor;
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use events::EventsPage;
@@ -187,7 +188,10 @@ impl StripeProvider {
         match (answer, invoice_id) {
             // A draft invoice deleted since it was stored: its lines went with it.
             (Err(error), Some(id)) if matches!(error, FetchError::Status { status: 404, .. }) => {
-                let reason = format!("Stripe has no invoice {id:?} any more: {error}");
+                let reason = format!(
+                    "Stripe has no invoice {} any more: {error}",
+                    quote_cursor(&id)
+                );
                 Ok(list::parent_gone(reason))
             }
             (answer, _) => answer,

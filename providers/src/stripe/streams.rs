@@ -7,6 +7,7 @@ use url::Url;
 
 use crate::adapter;
 use crate::http::display_url;
+use crate::quote::quote_cursor;
 use crate::raw::{to_value, RawObject};
 use crate::{FetchError, ParentRecord, StreamSpec};
 
@@ -184,7 +185,8 @@ pub(super) fn invoice_id(parent: &ParentRecord<'_>) -> Result<String, String> {
     // A path segment of `.` or `..` would be dropped or climb a level, not name the invoice.
     if matches!(id.trim(), "" | "." | "..") {
         return Err(format!(
-            "the invoice's id {id:?} cannot name it in the path /v1/invoices/{{id}}/lines"
+            "the invoice's id {} cannot name it in the path /v1/invoices/{{id}}/lines",
+            quote_cursor(&id)
         ));
     }
     Ok(id)

@@ -33,7 +33,8 @@ pub struct RunCounts {
     pub failed: u64,
     /// Records whose watermark lay beyond the clock by more than the allowed skew.
     pub watermark_anomalies: u64,
-    /// Records the run's complete listing no longer returned, marked deleted as it closed.
+    /// Records marked deleted: the API reported them deleted, or the run's complete
+    /// listing no longer returned them (marked as it closed).
     pub deleted: u64,
     /// Deleted records the run saw again (with or without new content) and restored.
     pub restored: u64,
@@ -257,7 +258,7 @@ pub async fn finish_run(
     if let Some(max_fraction) = decided {
         // After the run's and the connection's rows, as every writer of the connection.
         let applied = deletions::apply(&txn, connection, stream, run_id, max_fraction, now).await?;
-        closed.counts.deleted = applied.deleted;
+        closed.counts.deleted = closed.counts.deleted.saturating_add(applied.deleted);
         if let Some(reason) = applied.refused {
             tracing::warn!(
                 reason = reason.as_str(),

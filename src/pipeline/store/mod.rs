@@ -11,6 +11,7 @@
 
 mod append;
 mod backend;
+mod deleted;
 mod mysql;
 mod postgres;
 mod run_errors;
@@ -23,7 +24,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, TransactionTrait,
 };
-use tributary_providers::{PageItem, Record, RejectedRecord};
+use tributary_providers::{DeletedRecord, PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
@@ -104,6 +105,8 @@ pub struct PageStoreCounts {
     pub failed: u64,
     /// Records marked deleted that the page carried again.
     pub restored: u64,
+    /// Stored records the page reported deleted, marked so.
+    pub deleted: u64,
     /// Every record was unchanged and nothing was written (see
     /// [`PageExpectation::Unchanged`]).
     pub deferred: bool,
@@ -146,17 +149,22 @@ pub async fn store_page(
     let mut counts = PageStoreCounts::default();
     let fetched = items.len() as u64;
     let mut rejected: Vec<RejectedRecord> = Vec::new();
+    let items = keep_last_of_each_key(items, &mut counts);
     let mut records: Vec<Record> = Vec::with_capacity(items.len());
+    let mut deleted: Vec<DeletedRecord> = Vec::new();
     for item in items {
         match item {
             PageItem::Record(record) => records.push(record),
             PageItem::Rejected(reject) => rejected.push(reject),
+            PageItem::Deleted(gone) => match context.mode {
+                WriteMode::Upsert => deleted.push(gone),
+                WriteMode::Append { .. } => rejected.push(not_appendable(gone)),
+            },
         }
     }
-    let mut records = keep_last_of_each_key(records, &mut counts);
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
-    let shortcut = rejected.is_empty() && context.mode == WriteMode::Upsert;
+    let shortcut = rejected.is_empty() && deleted.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
         && all_stored_unchanged(backend, context, &records).await?
@@ -177,6 +185,7 @@ pub async fn store_page(
         context,
         records: &records,
         rejected: &rejected,
+        deleted: &deleted,
         fetched,
         counts,
     };
@@ -273,6 +282,8 @@ struct PageWrite<'a> {
     records: &'a [Record],
     /// Records set aside before any write.
     rejected: &'a [RejectedRecord],
+    /// Records the API reported deleted, one per key (none in append mode).
+    deleted: &'a [DeletedRecord],
     fetched: u64,
     /// Counts known before any write (repeated keys).
     counts: PageStoreCounts,
@@ -333,6 +344,7 @@ impl PageWrite<'_> {
             }
         }
 
+        counts.deleted += deleted::mark(&txn, context, self.deleted, now, &mut changes).await?;
         if new_records.is_empty() && changed_records.is_empty() && restored_records.is_empty() {
             return self.finish(txn, counts, failed, changes, totals, now).await;
         }
@@ -446,6 +458,7 @@ impl PageWrite<'_> {
         after.duplicate += counts.duplicate;
         after.failed += counts.failed;
         after.restored += counts.restored;
+        after.deleted += counts.deleted;
         after
     }
 
@@ -664,25 +677,51 @@ pub(crate) async fn insert_carefully(
 }
 
 /// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.
-fn keep_last_of_each_key(records: Vec<Record>, counts: &mut PageStoreCounts) -> Vec<Record> {
-    let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(records.len());
-    for (index, record) in records.iter().enumerate() {
-        last_index.insert(record.external_id.as_str(), index);
+fn keep_last_of_each_key(items: Vec<PageItem>, counts: &mut PageStoreCounts) -> Vec<PageItem> {
+    let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(items.len());
+    let mut keyed = 0;
+    for (index, item) in items.iter().enumerate() {
+        if let Some(key) = key_of(item) {
+            last_index.insert(key, index);
+            keyed += 1;
+        }
     }
-    if last_index.len() == records.len() {
-        return records;
+    if last_index.len() == keyed {
+        return items;
     }
-    let keep: Vec<bool> = records
+    let keep: Vec<bool> = items
         .iter()
         .enumerate()
-        .map(|(index, record)| last_index.get(record.external_id.as_str()) == Some(&index))
+        .map(|(index, item)| key_of(item).is_none_or(|key| last_index.get(key) == Some(&index)))
         .collect();
     counts.duplicate += keep.iter().filter(|kept| !**kept).count() as u64;
-    records
+    items
         .into_iter()
         .zip(keep)
-        .filter_map(|(record, kept)| kept.then_some(record))
+        .filter_map(|(item, kept)| kept.then_some(item))
         .collect()
+}
+
+/// The key an item writes: a record's, or a deletion's. A rejected record writes none.
+fn key_of(item: &PageItem) -> Option<&str> {
+    match item {
+        PageItem::Record(record) => Some(&record.external_id),
+        PageItem::Deleted(gone) => Some(&gone.external_id),
+        PageItem::Rejected(_) => None,
+    }
+}
+
+/// A deletion in append mode, where records are events that are never marked: set aside
+/// with its payload, so it is not lost and says why.
+fn not_appendable(gone: DeletedRecord) -> RejectedRecord {
+    RejectedRecord {
+        external_id: Some(gone.external_id),
+        stage: RecordStage::Validate,
+        message: "the API reported the record deleted, and mode = \"append\" keeps events, \
+                  which are never marked deleted"
+            .into(),
+        payload: gone.payload,
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ async fn github_syncs_incrementally_and_refetches_boundary_ties_without_skipping
             .and(query_param("filter", "all"))
             .and(query_param("state", "all"))
             .and(query_param("sort", "updated"))
-            .and(query_param("direction", "asc"))
+            .and(query_param("direction", "desc"))
             .and(header("authorization", "Bearer token-alice"))
             .and(header("x-github-api-version", "2022-11-28"))
     };

@@ -168,16 +168,18 @@ impl Listing {
                 .map(|(name, value)| (*name, value.to_string()))
                 .collect::<Vec<_>>()
         };
+        // Every listing is newest change first. GitHub pages by page number, so a record
+        // changed during the walk moves to the front: the records behind it shift one
+        // place back and one is read twice (the key absorbs it), and its new `updated_at`
+        // lies past the cursor, so the next run fetches it. Oldest first, the records
+        // behind it would shift forward, and one would be skipped for good.
         let mut query = match self.endpoint {
             Endpoint::Issues => pairs(&[
                 ("filter", "all"),
                 ("state", "all"),
                 ("sort", "updated"),
-                ("direction", "asc"),
+                ("direction", "desc"),
             ]),
-            // Newest change first: a repository changed during the walk moves to the
-            // front, where this run may miss it, but its new `updated_at` lies past the
-            // cursor, so the next run fetches it.
             Endpoint::Repos => pairs(&[
                 ("affiliation", "owner,collaborator,organization_member"),
                 ("sort", "updated"),
@@ -188,7 +190,7 @@ impl Listing {
             Endpoint::PullRequests(_) => {
                 pairs(&[("state", "all"), ("sort", "updated"), ("direction", "desc")])
             }
-            Endpoint::IssueComments(_) => pairs(&[("sort", "updated"), ("direction", "asc")]),
+            Endpoint::IssueComments(_) => pairs(&[("sort", "updated"), ("direction", "desc")]),
         };
         let since = match self.endpoint {
             // Inclusive at GitHub: boundary ties are fetched again.

@@ -63,7 +63,7 @@ fn issues() -> wiremock::MockBuilder {
         .and(query_param("filter", "all"))
         .and(query_param("state", "all"))
         .and(query_param("sort", "updated"))
-        .and(query_param("direction", "asc"))
+        .and(query_param("direction", "desc"))
         .and(query_param("per_page", "100"))
         .and(header("authorization", format!("Bearer {TOKEN}").as_str()))
         .and(header("accept", "application/vnd.github+json"))
@@ -107,7 +107,7 @@ async fn lists_issues_page_by_page_following_the_link_header() {
     let server = MockServer::start().await;
     let next = |page: u32| {
         format!(
-            r#"<{}/issues?filter=all&state=all&sort=updated&direction=asc&per_page=100&page={page}>; rel="next", <{}/issues?page=3>; rel="last""#,
+            r#"<{}/issues?filter=all&state=all&sort=updated&direction=desc&per_page=100&page={page}>; rel="next", <{}/issues?page=3>; rel="last""#,
             server.uri(),
             server.uri()
         )
@@ -308,7 +308,7 @@ async fn rate_limit_waits_beyond_max_rate_limit_wait_end_the_fetch_at_once() {
     );
     let second = PagePosition::Url {
         url: format!(
-            "{}/issues?filter=all&state=all&sort=updated&direction=asc&per_page=100&page=2",
+            "{}/issues?filter=all&state=all&sort=updated&direction=desc&per_page=100&page=2",
             server.uri()
         ),
     };

@@ -290,11 +290,11 @@ async fn pull_requests_stop_at_the_first_one_older_than_the_cursor() {
 #[tokio::test]
 async fn lists_a_repositorys_issue_comments_since_the_cursor_page_by_page() {
     let server = MockServer::start().await;
-    let query = "/repos/octocat/hello/issues/comments?sort=updated&direction=asc&since=2024-03-01T11%3A59%3A59Z&per_page=100";
+    let query = "/repos/octocat/hello/issues/comments?sort=updated&direction=desc&since=2024-03-01T11%3A59%3A59Z&per_page=100";
     let comments = || {
         get("/repos/octocat/hello/issues/comments")
             .and(query_param("sort", "updated"))
-            .and(query_param("direction", "asc"))
+            .and(query_param("direction", "desc"))
             .and(query_param("since", "2024-03-01T11:59:59Z"))
             .and(query_param("per_page", "100"))
     };
@@ -304,7 +304,7 @@ async fn lists_a_repositorys_issue_comments_since_the_cursor_page_by_page() {
             ResponseTemplate::new(200)
                 .insert_header("link", link(&server, query, 1))
                 .set_body_json(json!([
-                    comment(61, "2024-03-01T12:00:00Z"),
+                    comment(63, "2024-03-03T00:00:00Z"),
                     comment(62, "2024-03-02T00:00:00Z"),
                 ])),
         )
@@ -316,7 +316,7 @@ async fn lists_a_repositorys_issue_comments_since_the_cursor_page_by_page() {
         .respond_with(
             ResponseTemplate::new(200)
                 .insert_header("link", link(&server, query, 2))
-                .set_body_json(json!([comment(63, "2024-03-03T00:00:00Z")])),
+                .set_body_json(json!([comment(61, "2024-03-01T12:00:00Z")])),
         )
         .expect(1)
         .mount(&server)
@@ -334,9 +334,9 @@ async fn lists_a_repositorys_issue_comments_since_the_cursor_page_by_page() {
     )
     .await;
     let listed: Vec<Vec<String>> = pages.iter().map(|page| ids(&page.items)).collect();
-    assert_eq!(listed, [vec!["61", "62"], vec!["63"]]);
+    assert_eq!(listed, [vec!["63", "62"], vec!["61"]]);
     assert_eq!(
-        pages[1].watermark,
+        pages[0].watermark,
         Some(Watermark::Time(time("2024-03-03T00:00:00Z")))
     );
 }

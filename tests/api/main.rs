@@ -34,5 +34,6 @@ mod redaction;
 mod scripted;
 mod secrets;
 mod shortcuts;
+mod streams;
 mod tenants;
 mod tools;

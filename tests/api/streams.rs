@@ -1,0 +1,649 @@
+//! Streams: a connection's listings, each with its own runs, cursor, checkpoint and
+//! namespace, and child streams walked per stored parent record. GitHub's API as its
+//! documentation describes it stands in.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
+    Statement,
+};
+use serde_json::json;
+use tributary::entities::{connection, connection_stream, record, sync_run};
+use tributary::pipeline::RunStatus;
+use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::helpers::{connections, spawn_app, TestApp};
+
+/// A `github` provider named `gh` syncing `streams` for alice.
+fn github(app: &TestApp, streams: &str) -> String {
+    format!(
+        "[providers.gh]\nkind = \"github\"\nbase_url = \"{}\"\nschedule = \"0 * * * * *\"\n\
+         streams = {streams}\n\
+         [providers.gh.http]\nmax_retries = 0\nretry_initial_delay = \"1ms\"\n{}",
+        app.api.uri(),
+        connections("gh", &["alice"])
+    )
+}
+
+fn repo(id: u64, full_name: &str, updated_at: &str) -> serde_json::Value {
+    let (owner, name) = full_name.split_once('/').expect("owner/name");
+    json!({"id": id, "name": name, "full_name": full_name, "owner": {"login": owner},
+           "private": false, "updated_at": updated_at})
+}
+
+fn issue(id: u64, updated_at: &str) -> serde_json::Value {
+    json!({"id": id, "number": id, "title": format!("Issue {id}"), "state": "open",
+           "updated_at": updated_at})
+}
+
+fn pull(id: u64, updated_at: &str) -> serde_json::Value {
+    json!({"id": id, "number": id, "state": "open", "title": format!("PR {id}"),
+           "updated_at": updated_at})
+}
+
+fn github_get(endpoint: &str) -> wiremock::MockBuilder {
+    Mock::given(method("GET"))
+        .and(path(endpoint))
+        .and(header("authorization", "Bearer token-alice"))
+        .and(header("x-github-api-version", "2022-11-28"))
+}
+
+async fn mount_repos(api: &MockServer, repos: serde_json::Value) {
+    github_get("/user/repos")
+        .and(query_param(
+            "affiliation",
+            "owner,collaborator,organization_member",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(repos))
+        .mount(api)
+        .await;
+}
+
+async fn mount_issues(api: &MockServer, issues: serde_json::Value) {
+    github_get("/issues")
+        .and(query_param("filter", "all"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(issues))
+        .mount(api)
+        .await;
+}
+
+/// One page of `full_name`'s pull requests; `next`, when given, is the `page` of the
+/// page after it, sent as GitHub's `Link` header.
+fn pulls_page(
+    api: &MockServer,
+    full_name: &str,
+    page: Option<u32>,
+    next: Option<u32>,
+    pulls: serde_json::Value,
+) -> Mock {
+    let endpoint = format!("/repos/{full_name}/pulls");
+    let mut mock = github_get(&endpoint)
+        .and(query_param("state", "all"))
+        .and(query_param("sort", "updated"))
+        .and(query_param("direction", "desc"));
+    mock = match page {
+        None => mock.and(query_param_is_missing("page")),
+        Some(page) => mock.and(query_param("page", page.to_string())),
+    };
+    let mut response = ResponseTemplate::new(200).set_body_json(pulls);
+    if let Some(next) = next {
+        response = response.insert_header(
+            "link",
+            format!(
+                "<{}{endpoint}?state=all&sort=updated&direction=desc&per_page=100&page={next}>; \
+                 rel=\"next\"",
+                api.uri()
+            ),
+        );
+    }
+    mock.respond_with(response)
+}
+
+/// The stored records as (namespace, external id), in key order.
+async fn keys(app: &TestApp) -> Vec<(String, String)> {
+    app.records()
+        .await
+        .into_iter()
+        .map(|record| (record.provider, record.external_id))
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(namespace, id)| (namespace.to_string(), id.to_string()))
+        .collect()
+}
+
+async fn stream_state(app: &TestApp, stream: &str) -> connection_stream::Model {
+    connection_stream::Entity::find()
+        .filter(connection_stream::Column::Stream.eq(stream))
+        .one(&app.db)
+        .await
+        .expect("connection_streams")
+        .unwrap_or_else(|| panic!("no state for stream {stream}"))
+}
+
+/// How many requests the API received for `endpoint`.
+async fn requests_to(api: &MockServer, endpoint: &str) -> usize {
+    api.received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|request| request.url.path() == endpoint)
+        .count()
+}
+
+#[tokio::test]
+async fn each_stream_runs_with_its_own_state_and_equal_ids_of_two_streams_are_two_records() {
+    let app = spawn_app().await;
+    // A repository and an issue that share the number 7, as ids of two of GitHub's
+    // resources can.
+    mount_repos(
+        &app.api,
+        json!([repo(7, "octo/widgets", "2026-11-02T10:00:00Z")]),
+    )
+    .await;
+    mount_issues(&app.api, json!([issue(7, "2026-11-03T10:00:00Z")])).await;
+    pulls_page(
+        &app.api,
+        "octo/widgets",
+        None,
+        None,
+        json!([pull(70, "2026-11-04T10:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    let settings = app
+        .settings(&github(&app, r#"["pull_requests", "issues", "repos"]"#))
+        .await;
+
+    let outcomes = app.sync(&settings).await;
+    let ran: Vec<(&str, RunStatus, u64)> = outcomes
+        .iter()
+        .map(|o| (o.stream.as_str(), o.status, o.counts.inserted))
+        .collect();
+    // Parents before their children, otherwise in the order given.
+    assert_eq!(
+        ran,
+        [
+            ("issues", RunStatus::Succeeded, 1),
+            ("repos", RunStatus::Succeeded, 1),
+            ("pull_requests", RunStatus::Succeeded, 1)
+        ]
+    );
+    assert_eq!(
+        keys(&app).await,
+        pairs(&[("gh", "7"), ("gh.pull_requests", "70"), ("gh.repos", "7")])
+    );
+    let runs = sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::Id)
+        .all(&app.db)
+        .await
+        .expect("runs");
+    let streams: Vec<Option<&str>> = runs.iter().map(|run| run.stream.as_deref()).collect();
+    assert_eq!(
+        streams,
+        [Some("issues"), Some("repos"), Some("pull_requests")]
+    );
+    for (stream, cursor) in [
+        ("issues", r#"{"time":"2026-11-03T10:00:00Z"}"#),
+        ("repos", r#"{"time":"2026-11-02T10:00:00Z"}"#),
+    ] {
+        let state = stream_state(&app, stream).await;
+        assert_eq!(state.cursor.as_deref(), Some(cursor), "{stream}");
+        assert_eq!(state.checkpoint, None);
+        let run = runs
+            .iter()
+            .find(|run| run.stream.as_deref() == Some(stream));
+        assert_eq!(state.last_success_run_id, run.map(|run| run.id));
+    }
+
+    // Run twice, insert once, stream by stream.
+    let again = app.sync(&settings).await;
+    assert!(
+        again
+            .iter()
+            .all(|o| o.counts.inserted == 0 && o.status == RunStatus::Succeeded),
+        "{again:?}"
+    );
+    assert_eq!(app.records().await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_failing_stream_leaves_its_siblings_progress_committed() {
+    let app = spawn_app().await;
+    mount_issues(&app.api, json!([issue(1, "2026-11-03T10:00:00Z")])).await;
+    github_get("/user/repos")
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({"message": "boom"})))
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&github(&app, r#"["repos", "issues"]"#)).await;
+
+    let outcomes = app.sync(&settings).await;
+    let ran: Vec<(&str, RunStatus)> = outcomes
+        .iter()
+        .map(|o| (o.stream.as_str(), o.status))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("repos", RunStatus::Failed),
+            ("issues", RunStatus::Succeeded)
+        ]
+    );
+    assert!(
+        outcomes[0].error.as_deref().unwrap_or("").contains("500"),
+        "{:?}",
+        outcomes[0].error
+    );
+    assert_eq!(keys(&app).await, pairs(&[("gh", "1")]));
+    let issues = stream_state(&app, "issues").await;
+    assert_eq!(
+        issues.cursor.as_deref(),
+        Some(r#"{"time":"2026-11-03T10:00:00Z"}"#)
+    );
+    assert_eq!(issues.last_success_run_id, Some(outcomes[1].run_id));
+    let repos = stream_state(&app, "repos").await;
+    assert_eq!((repos.cursor, repos.last_success_run_id), (None, None));
+}
+
+/// Stores repositories 1, 2 and 3 (external ids in that order) for alice.
+async fn three_repositories(app: &TestApp) {
+    mount_repos(
+        &app.api,
+        json!([
+            repo(1, "octo/one", "2026-11-01T10:00:00Z"),
+            repo(2, "octo/two", "2026-11-01T10:00:00Z"),
+            repo(3, "octo/three", "2026-11-01T10:00:00Z"),
+        ]),
+    )
+    .await;
+}
+
+/// The pull requests of the three repositories; two's span two pages.
+async fn mount_three_repositories_pulls(api: &MockServer) {
+    pulls_page(
+        api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(api)
+    .await;
+    pulls_page(
+        api,
+        "octo/two",
+        None,
+        Some(2),
+        json!([pull(21, "2026-11-01T12:00:00Z")]),
+    )
+    .mount(api)
+    .await;
+    pulls_page(
+        api,
+        "octo/two",
+        Some(2),
+        None,
+        json!([pull(22, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(api)
+    .await;
+    pulls_page(
+        api,
+        "octo/three",
+        None,
+        None,
+        json!([pull(31, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(api)
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_stream_stopped_mid_parents_resumes_at_the_parent_it_reached() {
+    let app = spawn_app().await;
+    three_repositories(&app).await;
+    let settings = app
+        .settings(&github(&app, r#"["repos", "pull_requests"]"#))
+        .await;
+    // Repository two's second page fails once.
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        None,
+        Some(2),
+        json!([pull(21, "2026-11-01T12:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    github_get("/repos/octo/two/pulls")
+        .and(query_param("page", "2"))
+        .respond_with(ResponseTemplate::new(502))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&app.api)
+        .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        Some(2),
+        None,
+        json!([pull(22, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/three",
+        None,
+        None,
+        json!([pull(31, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+
+    let first = app.sync(&settings).await;
+    assert_eq!(first[1].stream, "pull_requests");
+    assert_eq!(first[1].status, RunStatus::Failed, "{:?}", first[1]);
+    let checkpoint: serde_json::Value = serde_json::from_str(
+        stream_state(&app, "pull_requests")
+            .await
+            .checkpoint
+            .as_deref()
+            .expect("a checkpoint"),
+    )
+    .expect("JSON");
+    assert_eq!(checkpoint["parent"], "2", "{checkpoint}");
+    assert!(
+        checkpoint["position"]["url"]
+            .as_str()
+            .is_some_and(|url| url.ends_with("page=2")),
+        "{checkpoint}"
+    );
+    assert_eq!(requests_to(&app.api, "/repos/octo/three/pulls").await, 0);
+
+    let second = app.sync(&settings).await;
+    assert_eq!(second[1].status, RunStatus::Succeeded, "{:?}", second[1]);
+    // The second run went on at repository two's second page: one's pull requests and
+    // two's first page were not asked for again.
+    assert_eq!(requests_to(&app.api, "/repos/octo/one/pulls").await, 1);
+    assert_eq!(requests_to(&app.api, "/repos/octo/two/pulls").await, 3);
+    assert_eq!(requests_to(&app.api, "/repos/octo/three/pulls").await, 1);
+    assert_eq!(second[1].counts.inserted, 2);
+    assert_eq!(stream_state(&app, "pull_requests").await.checkpoint, None);
+
+    // It ends as a run that was never stopped does.
+    let uninterrupted = spawn_app().await;
+    three_repositories(&uninterrupted).await;
+    mount_three_repositories_pulls(&uninterrupted.api).await;
+    let other = uninterrupted
+        .settings(&github(&uninterrupted, r#"["repos", "pull_requests"]"#))
+        .await;
+    let clean = uninterrupted.sync(&other).await;
+    assert!(clean.iter().all(|o| o.status == RunStatus::Succeeded));
+    let payloads = |records: Vec<record::Model>| -> Vec<(String, String, String)> {
+        records
+            .into_iter()
+            .map(|r| (r.provider, r.external_id, r.payload))
+            .collect()
+    };
+    assert_eq!(
+        payloads(app.records().await),
+        payloads(uninterrupted.records().await)
+    );
+}
+
+#[tokio::test]
+async fn deleted_parents_are_skipped_and_a_repository_no_longer_visible_is_counted() {
+    let app = spawn_app().await;
+    three_repositories(&app).await;
+    let settings = app
+        .settings(&github(&app, r#"["repos", "pull_requests"]"#))
+        .await;
+    let repos_only = app.settings(&github(&app, r#"["repos"]"#)).await;
+    app.sync(&repos_only).await;
+    // Repository two was marked deleted by an earlier complete pass.
+    app.db
+        .execute_raw(Statement::from_string(
+            app.db.get_database_backend(),
+            "UPDATE records SET deleted_at = created_at WHERE provider = 'gh.repos' \
+             AND external_id = '2'",
+        ))
+        .await
+        .expect("marked");
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    github_get("/repos/octo/three/pulls")
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+            "message": "Not Found",
+            "documentation_url": "https://docs.github.com/rest/pulls/pulls#list-pull-requests"
+        })))
+        .mount(&app.api)
+        .await;
+
+    let outcomes = app.sync(&settings).await;
+    let pulls = &outcomes[1];
+    assert_eq!(pulls.stream, "pull_requests");
+    assert_eq!(pulls.status, RunStatus::Succeeded, "{pulls:?}");
+    assert_eq!(
+        (pulls.counts.inserted, pulls.counts.parents_skipped),
+        (1, 1)
+    );
+    assert_eq!(requests_to(&app.api, "/repos/octo/two/pulls").await, 0);
+    let row = app.run_row(pulls.run_id).await;
+    assert_eq!(row.parents_skipped, 1);
+    assert_eq!(
+        keys(&app)
+            .await
+            .into_iter()
+            .filter(|(namespace, _)| namespace == "gh.pull_requests")
+            .collect::<Vec<_>>(),
+        pairs(&[("gh.pull_requests", "11")])
+    );
+}
+
+#[tokio::test]
+async fn a_new_parent_is_listed_in_full_and_a_known_one_down_to_the_cursor() {
+    let app = spawn_app().await;
+    mount_repos(
+        &app.api,
+        json!([repo(1, "octo/one", "2026-11-01T10:00:00Z")]),
+    )
+    .await;
+    let settings = app
+        .settings(&github(&app, r#"["repos", "pull_requests"]"#))
+        .await;
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .up_to_n_times(1)
+    .mount(&app.api)
+    .await;
+    let first = app.sync(&settings).await;
+    assert_eq!(first[1].counts.inserted, 1, "{first:?}");
+
+    // Repository two appears; both list a pull request older than the cursor.
+    app.api.reset().await;
+    mount_repos(
+        &app.api,
+        json!([
+            repo(1, "octo/one", "2026-11-01T10:00:00Z"),
+            repo(2, "octo/two", "2026-11-01T10:00:00Z"),
+        ]),
+    )
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([
+            pull(12, "2026-11-05T09:00:00Z"),
+            pull(11, "2026-11-01T11:00:00Z"),
+            pull(10, "2026-10-01T00:00:00Z"),
+        ]),
+    )
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        None,
+        None,
+        json!([pull(21, "2020-01-01T00:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    let second = app.sync(&settings).await;
+    let pulls = &second[1];
+    assert_eq!(pulls.status, RunStatus::Succeeded, "{pulls:?}");
+    // One's listing stopped at the first pull request older than the cursor (the one of
+    // the cursor's own second is read again); two's, new since the last complete run,
+    // was read whole however old.
+    assert_eq!((pulls.counts.fetched, pulls.counts.inserted), (3, 2));
+    let stored: Vec<String> = keys(&app)
+        .await
+        .into_iter()
+        .filter(|(namespace, _)| namespace == "gh.pull_requests")
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(stored, ["11", "12", "21"]);
+}
+
+/// Answers with `body` and notes when it was asked.
+struct Noting {
+    body: serde_json::Value,
+    at: std::sync::Arc<std::sync::Mutex<Option<DateTime<Utc>>>>,
+}
+
+impl wiremock::Respond for Noting {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        if let Ok(mut at) = self.at.lock() {
+            at.get_or_insert_with(Utc::now);
+        }
+        ResponseTemplate::new(200).set_body_json(self.body.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_child_streams_cursor_never_passes_the_start_of_its_walk() {
+    let app = spawn_app().await;
+    mount_repos(
+        &app.api,
+        json!([
+            repo(1, "octo/one", "2026-11-01T10:00:00Z"),
+            repo(2, "octo/two", "2026-11-01T10:00:00Z"),
+        ]),
+    )
+    .await;
+    let first_asked = std::sync::Arc::new(std::sync::Mutex::new(None));
+    github_get("/repos/octo/one/pulls")
+        .respond_with(Noting {
+            body: json!([pull(11, "2026-11-01T11:00:00Z")]),
+            at: first_asked.clone(),
+        })
+        .mount(&app.api)
+        .await;
+    // Repository two's pull request changed after repository one was listed (a clock
+    // ahead stands in for "later"): one's may have changed meanwhile too, unseen.
+    github_get("/repos/octo/two/pulls")
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([pull(21, "2999-01-01T00:00:00Z")]))
+                .set_delay(std::time::Duration::from_millis(50)),
+        )
+        .mount(&app.api)
+        .await;
+    let settings = app
+        .settings(&github(&app, r#"["repos", "pull_requests"]"#))
+        .await;
+    let outcomes = app.sync(&settings).await;
+    assert_eq!(outcomes[1].status, RunStatus::Succeeded, "{outcomes:?}");
+
+    let cursor = stream_state(&app, "pull_requests")
+        .await
+        .cursor
+        .expect("a cursor");
+    let cursor: serde_json::Value = serde_json::from_str(&cursor).expect("JSON");
+    let cursor: DateTime<Utc> = cursor["time"]
+        .as_str()
+        .expect("a time cursor")
+        .parse()
+        .expect("RFC 3339");
+    let first_asked = first_asked
+        .lock()
+        .expect("lock")
+        .expect("repository one was listed");
+    assert!(
+        cursor <= first_asked,
+        "the cursor {cursor} passed the walk's first request at {first_asked}"
+    );
+}
+
+#[tokio::test]
+async fn the_primary_stream_takes_over_the_cursor_the_connection_kept_before_streams() {
+    let app = spawn_app().await;
+    let settings = app.settings(&github(&app, r#"["issues"]"#)).await;
+    // As an upgraded database holds it: the connection's own cursor, no stream rows.
+    let alice = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("query")
+        .expect("alice");
+    let mut legacy: connection::ActiveModel = alice.clone().into();
+    legacy.cursor = Set(Some(r#"{"time":"2026-10-01T00:00:00Z"}"#.to_string()));
+    legacy.last_success_run_id = Set(Some(41));
+    legacy.update(&app.db).await.expect("legacy state");
+    github_get("/issues")
+        .and(query_param("since", "2026-10-01T00:00:00Z"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!([issue(5, "2026-11-05T00:00:00Z")])),
+        )
+        .expect(1)
+        .mount(&app.api)
+        .await;
+
+    let run = app.sync_one(&settings).await;
+    assert_eq!((run.status, run.counts.inserted), (RunStatus::Succeeded, 1));
+    app.api.verify().await;
+    let state = stream_state(&app, "issues").await;
+    assert_eq!(
+        state.cursor.as_deref(),
+        Some(r#"{"time":"2026-11-05T00:00:00Z"}"#)
+    );
+    assert_eq!(state.last_success_run_id, Some(run.run_id));
+    let alice = connection::Entity::find_by_id(alice.id)
+        .one(&app.db)
+        .await
+        .expect("query")
+        .expect("alice");
+    assert_eq!(
+        (alice.cursor, alice.checkpoint, alice.last_success_run_id),
+        (None, None, None),
+        "moved, not copied"
+    );
+    assert_eq!(keys(&app).await, pairs(&[("gh", "5")]));
+}

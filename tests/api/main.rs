@@ -35,5 +35,6 @@ mod scripted;
 mod secrets;
 mod shortcuts;
 mod streams;
+mod stripe_events;
 mod tenants;
 mod tools;

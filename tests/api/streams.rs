@@ -13,7 +13,7 @@ use tributary::pipeline::RunStatus;
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{connections, spawn_app, TestApp};
+use crate::helpers::{connections, run, spawn_app, tributary, TestApp};
 
 /// A `github` provider named `gh` syncing `streams` for alice.
 fn github(app: &TestApp, streams: &str) -> String {
@@ -646,4 +646,111 @@ async fn the_primary_stream_takes_over_the_cursor_the_connection_kept_before_str
         "moved, not copied"
     );
     assert_eq!(keys(&app).await, pairs(&[("gh", "5")]));
+}
+
+#[tokio::test]
+async fn the_cli_syncs_lists_and_filters_by_stream() {
+    let app = spawn_app().await;
+    mount_issues(&app.api, json!([issue(1, "2026-11-03T10:00:00Z")])).await;
+    mount_repos(
+        &app.api,
+        json!([
+            repo(7, "octo/widgets", "2026-11-02T10:00:00Z"),
+            {"name": "no id"}
+        ]),
+    )
+    .await;
+    let config = app.write_config(&github(&app, r#"["issues", "repos"]"#));
+
+    let one = run(tributary(&config).args(["sync", "--stream", "repos", "--json"]));
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    let report: serde_json::Value = serde_json::from_str(&one.stdout).expect("JSON");
+    let ran: Vec<&str> = report["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|run| run["stream"].as_str().expect("a stream"))
+        .collect();
+    assert_eq!(ran, ["repos"]);
+
+    let unknown = run(tributary(&config).args(["sync", "--stream", "wikis"]));
+    assert_eq!(unknown.code, 1, "{}", unknown.stdout);
+    assert!(
+        unknown.stderr.contains(
+            "no provider in the config syncs a stream named \"wikis\"; configured: \
+             gh.issues, gh.repos"
+        ),
+        "{}",
+        unknown.stderr
+    );
+
+    let both = run(tributary(&config).args(["sync", "--quiet"]));
+    assert_eq!(both.code, 0, "{}", both.stderr);
+    assert!(
+        both.stdout
+            .contains("alice@gh succeeded stream=issues pages=1")
+            && both
+                .stdout
+                .contains("alice@gh partial stream=repos pages=1"),
+        "{}",
+        both.stdout
+    );
+
+    let runs = run(tributary(&config).args(["runs", "--stream", "repos", "--json"]));
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    let runs: serde_json::Value = serde_json::from_str(&runs.stdout).expect("JSON");
+    let streams: Vec<&str> = runs
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|run| run["stream"].as_str().expect("a stream"))
+        .collect();
+    assert_eq!(streams, ["repos", "repos"]);
+
+    let errors = |stream: &str| {
+        let output =
+            run(tributary(&config).args(["errors", "--open", "--stream", stream, "--json"]));
+        assert_eq!(output.code, 0, "{}", output.stderr);
+        let errors: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+        errors
+            .as_array()
+            .expect("errors")
+            .iter()
+            .map(|error| error["payload"].as_str().expect("a payload").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        errors("repos"),
+        [r#"{"name":"no id"}"#, r#"{"name":"no id"}"#]
+    );
+    assert!(errors("issues").is_empty());
+
+    let list = run(tributary(&config).args(["connections", "list", "--json"]));
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let list: serde_json::Value = serde_json::from_str(&list.stdout).expect("JSON");
+    let lines: Vec<(&str, &str, Option<&str>)> = list
+        .as_array()
+        .expect("connections")
+        .iter()
+        .map(|line| {
+            (
+                line["user_id"].as_str().expect("a user"),
+                line["stream"].as_str().expect("a stream"),
+                line["cursor"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (
+                "alice",
+                "issues",
+                Some(r#"{"time":"2026-11-03T10:00:00Z"}"#)
+            ),
+            ("alice", "repos", Some(r#"{"time":"2026-11-02T10:00:00Z"}"#)),
+        ]
+    );
+    let table = run(tributary(&config).args(["connections", "list"]));
+    assert!(table.stdout.contains("stream") && table.stdout.contains("repos"));
 }

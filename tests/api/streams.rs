@@ -754,3 +754,99 @@ async fn the_cli_syncs_lists_and_filters_by_stream() {
     let table = run(tributary(&config).args(["connections", "list"]));
     assert!(table.stdout.contains("stream") && table.stdout.contains("repos"));
 }
+
+/// Strava as its documentation describes its budget: every answer carries the
+/// application's 15-minute and daily usage, counting every request of the application.
+struct StravaBudget {
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl wiremock::Respond for StravaBudget {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let used = self.used.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let first_page = request
+            .url
+            .query_pairs()
+            .any(|(name, value)| name == "page" && value == "1");
+        // Strava's activities end with an empty page.
+        let body = match (request.url.path(), first_page) {
+            ("/api/v3/athlete", _) => json!({"id": 100, "username": "athlete"}),
+            (_, true) => json!([{"id": used, "name": "Run", "start_date": "2026-11-01T07:00:00Z"}]),
+            (_, false) => json!([]),
+        };
+        ResponseTemplate::new(200)
+            .insert_header("x-ratelimit-limit", "100,1000")
+            .insert_header("x-ratelimit-usage", format!("{used},{used}").as_str())
+            .set_body_json(body)
+    }
+}
+
+#[tokio::test]
+async fn stravas_budget_is_shared_by_every_stream_and_connection_of_the_application() {
+    let app = spawn_app().await;
+    std::env::set_var("TRIBUTARY_TEST_STRAVA_BUDGET_SECRET", "client-secret-value");
+    let later = chrono::Utc::now().timestamp() + 6 * 3600;
+    let connection = |user: &str| {
+        format!(
+            "[[providers.strava.connections]]\nuser_id = \"{user}\"\ntoken = \"access-{user}\"\n\
+             refresh_token = \"refresh-{user}\"\nexpires_at = {later}\n"
+        )
+    };
+    // A reserve of 96 of the 100 requests of the window: four requests may go. One
+    // connection at a time, so the order is known.
+    let providers = format!(
+        "[providers.strava]\nkind = \"strava\"\nbase_url = \"{uri}\"\noauth_url = \"{uri}\"\n\
+         client_id = \"4242\"\nclient_secret_env = \"TRIBUTARY_TEST_STRAVA_BUDGET_SECRET\"\n\
+         schedule = \"0 * * * * *\"\nstreams = [\"activities\", \"athlete\"]\n\
+         rate_limit_reserve = 96\nmax_concurrent_connections = 1\n\
+         [providers.strava.http]\nmax_rate_limit_wait = \"1s\"\n{}{}",
+        connection("alice"),
+        connection("bob"),
+        uri = app.api.uri()
+    );
+    Mock::given(method("GET"))
+        .respond_with(StravaBudget {
+            used: std::sync::atomic::AtomicUsize::new(0),
+        })
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&providers).await;
+
+    let outcomes = app.sync(&settings).await;
+    let ran: Vec<(&str, &str, RunStatus, u64)> = outcomes
+        .iter()
+        .map(|o| {
+            (
+                o.user_id.as_str(),
+                o.stream.as_str(),
+                o.status,
+                o.counts.pages_fetched,
+            )
+        })
+        .collect();
+    // Alice's two streams spent three requests; Bob's activities the fourth, and then
+    // the window was spent for his athlete too.
+    assert_eq!(
+        ran,
+        [
+            ("alice", "activities", RunStatus::Succeeded, 2),
+            ("alice", "athlete", RunStatus::Succeeded, 1),
+            ("bob", "activities", RunStatus::Partial, 1),
+            ("bob", "athlete", RunStatus::Partial, 0),
+        ]
+    );
+    for limited in &outcomes[2..] {
+        assert!(
+            limited
+                .error
+                .as_deref()
+                .is_some_and(|error| error.contains("rate limited")),
+            "{limited:?}"
+        );
+    }
+    assert_eq!(
+        app.api.received_requests().await.unwrap_or_default().len(),
+        4,
+        "two streams of two connections shared the window's four requests"
+    );
+}

@@ -850,3 +850,141 @@ async fn stravas_budget_is_shared_by_every_stream_and_connection_of_the_applicat
         "two streams of two connections shared the window's four requests"
     );
 }
+
+/// The pull_requests stream's checkpoint, as JSON, once it has one.
+async fn pulls_checkpoint(app: &TestApp) -> Option<serde_json::Value> {
+    let state = connection_stream::Entity::find()
+        .filter(connection_stream::Column::Stream.eq("pull_requests"))
+        .one(&app.db)
+        .await
+        .expect("connection_streams")?;
+    serde_json::from_str(state.checkpoint.as_deref()?).ok()
+}
+
+#[tokio::test]
+async fn a_child_stream_killed_mid_parents_resumes_at_the_parent_it_reached() {
+    let app = spawn_app().await;
+    three_repositories(&app).await;
+    // Repository two's second page answers slowly the first time: the process is killed
+    // while it waits, with two's first page committed.
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        None,
+        Some(2),
+        json!([pull(21, "2026-11-01T12:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    github_get("/repos/octo/two/pulls")
+        .and(query_param("page", "2"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([pull(22, "2026-11-01T11:00:00Z")]))
+                .set_delay(std::time::Duration::from_secs(60)),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&app.api)
+        .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        Some(2),
+        None,
+        json!([pull(22, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/three",
+        None,
+        None,
+        json!([pull(31, "2026-11-01T11:00:00Z")]),
+    )
+    .mount(&app.api)
+    .await;
+    let providers = github(&app, r#"["repos", "pull_requests"]"#);
+    let config = app.write_config(&providers);
+
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["sync", "--quiet"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tributary starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reached = pulls_checkpoint(&app).await;
+        if reached
+            .as_ref()
+            .is_some_and(|checkpoint| checkpoint["parent"] == "2")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the process never reached repository two: {reached:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let reached = pulls_checkpoint(&app).await.expect("a checkpoint");
+    assert!(
+        reached["position"]["url"]
+            .as_str()
+            .is_some_and(|url| url.ends_with("page=2")),
+        "{reached}"
+    );
+    assert_eq!(requests_to(&app.api, "/repos/octo/three/pulls").await, 0);
+
+    // The next run takes the dead process's lease over and goes on at two's second page.
+    let settings = app.settings(&providers).await;
+    let resumed = app.sync(&settings).await;
+    let pulls = resumed
+        .iter()
+        .find(|o| o.stream == "pull_requests")
+        .expect("a pull_requests run");
+    assert_eq!(pulls.status, RunStatus::Succeeded, "{resumed:?}");
+    assert_eq!(
+        (pulls.counts.pages_fetched, pulls.counts.inserted),
+        (2, 2),
+        "two's second page and three's"
+    );
+    assert_eq!(requests_to(&app.api, "/repos/octo/one/pulls").await, 1);
+    assert_eq!(requests_to(&app.api, "/repos/octo/two/pulls").await, 3);
+    assert_eq!(requests_to(&app.api, "/repos/octo/three/pulls").await, 1);
+
+    let uninterrupted = spawn_app().await;
+    three_repositories(&uninterrupted).await;
+    mount_three_repositories_pulls(&uninterrupted.api).await;
+    let other = uninterrupted
+        .settings(&github(&uninterrupted, r#"["repos", "pull_requests"]"#))
+        .await;
+    uninterrupted.sync(&other).await;
+    let content = |records: Vec<record::Model>| -> Vec<(String, String, String)> {
+        records
+            .into_iter()
+            .map(|r| (r.provider, r.external_id, r.payload))
+            .collect()
+    };
+    assert_eq!(
+        content(app.records().await),
+        content(uninterrupted.records().await)
+    );
+}

@@ -204,6 +204,7 @@ async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifie
     assert_eq!(body["run_id"], run.run_id);
     assert_eq!(body["user_id"], "alice");
     assert_eq!(body["provider"], "acme");
+    assert_eq!(body["stream"], "records");
     assert_eq!(body["status"], "succeeded");
     assert_eq!(body["counts"]["inserted"], 3);
     assert_eq!(body["counts"]["updated"], 0);

@@ -16,6 +16,20 @@ use crate::entities::{change, connection, record, run_sighting, sync_run};
 use crate::pipeline::changes::{self, BatchOwner};
 use crate::pipeline::streams::StreamScope;
 
+/// What a run's walk saw, as deciding its deletions needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WalkSeen {
+    /// The run tracks deletions (a full pass of a provider with `track_deletes`).
+    pub tracked: bool,
+    pub listing_complete: bool,
+    /// It went on from an earlier run's checkpoint.
+    pub resumed: bool,
+    /// Records it could not key.
+    pub unkeyed: u64,
+    /// Parents of a child stream whose children could not be listed.
+    pub parents_skipped: u64,
+}
+
 /// What a closing run does about deletions.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeletionPass {
@@ -31,13 +45,14 @@ pub enum DeletionPass {
 
 impl DeletionPass {
     /// The pass of a tracked run that ended as its walk did.
-    pub(crate) fn for_run(
-        tracked: bool,
-        listing_complete: bool,
-        resumed: bool,
-        unkeyed: u64,
-        max_fraction: f64,
-    ) -> DeletionPass {
+    pub(crate) fn for_run(walk: &WalkSeen, max_fraction: f64) -> DeletionPass {
+        let WalkSeen {
+            tracked,
+            listing_complete,
+            resumed,
+            unkeyed,
+            parents_skipped,
+        } = *walk;
         if !tracked {
             DeletionPass::Off
         } else if !listing_complete {
@@ -54,6 +69,15 @@ impl DeletionPass {
                 reason: Some(format!(
                     "deletions not applied: {unkeyed} record(s) of the listing could not be \
                      keyed, so which records it returned is not known"
+                )),
+            }
+        } else if parents_skipped > 0 {
+            // A parent skipped for a while (a repository answering 403) would otherwise
+            // lose all its children.
+            DeletionPass::Skipped {
+                reason: Some(format!(
+                    "deletions not applied: {parents_skipped} parent record(s) could not be \
+                     listed, so which of their records still exist is not known"
                 )),
             }
         } else {

@@ -184,10 +184,13 @@ pub async fn sync_connection(
             },
             notify: settings.notify,
             deletions: DeletionPass::for_run(
-                run.track_deletes,
-                listing_complete,
-                committed.resumed,
-                committed.unkeyed,
+                &deletions::WalkSeen {
+                    tracked: run.track_deletes,
+                    listing_complete,
+                    resumed: committed.resumed,
+                    unkeyed: committed.unkeyed,
+                    parents_skipped: committed.counts.parents_skipped,
+                },
                 settings.deletions.max_fraction,
             ),
         };

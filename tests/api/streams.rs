@@ -988,3 +988,89 @@ async fn a_child_stream_killed_mid_parents_resumes_at_the_parent_it_reached() {
         content(uninterrupted.records().await)
     );
 }
+
+#[tokio::test]
+async fn a_full_pass_that_skipped_a_parent_marks_none_of_its_records_deleted() {
+    let app = spawn_app().await;
+    mount_repos(
+        &app.api,
+        json!([
+            repo(1, "octo/one", "2026-11-01T10:00:00Z"),
+            repo(2, "octo/two", "2026-11-01T10:00:00Z"),
+        ]),
+    )
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/one",
+        None,
+        None,
+        json!([pull(11, "2026-11-01T11:00:00Z")]),
+    )
+    .up_to_n_times(1)
+    .mount(&app.api)
+    .await;
+    pulls_page(
+        &app.api,
+        "octo/two",
+        None,
+        None,
+        json!([pull(21, "2026-11-01T11:00:00Z")]),
+    )
+    .up_to_n_times(1)
+    .mount(&app.api)
+    .await;
+    let providers = github(&app, r#"["repos", "pull_requests"]"#)
+        .replace("streams = ", "track_deletes = true\nstreams = ");
+    let settings = app.settings(&providers).await;
+    app.sync(&settings).await;
+
+    // A full pass: repository one lists nothing now, and two answers 403 for a while.
+    pulls_page(&app.api, "octo/one", None, None, json!([]))
+        .mount(&app.api)
+        .await;
+    github_get("/repos/octo/two/pulls")
+        .respond_with(ResponseTemplate::new(403).set_body_json(json!({
+            "message": "Resource not accessible by personal access token",
+            "documentation_url": "https://docs.github.com/rest/pulls/pulls#list-pull-requests"
+        })))
+        .mount(&app.api)
+        .await;
+    let full = tributary::sync::sync_matching(
+        &app.db,
+        &settings,
+        &tributary::sync::SyncFilter {
+            stream: Some("pull_requests".to_string()),
+            ..Default::default()
+        },
+        &tributary::pipeline::RunOptions {
+            full: true,
+            ..tributary::pipeline::RunOptions::manual()
+        },
+        &tributary::pipeline::NoProgress,
+    )
+    .await
+    .expect("runs recorded")
+    .outcomes;
+    let pulls = &full[0];
+    assert_eq!(
+        (
+            pulls.status,
+            pulls.counts.parents_skipped,
+            pulls.counts.deleted
+        ),
+        (RunStatus::Succeeded, 1, 0),
+        "{pulls:?}"
+    );
+    assert_eq!(
+        pulls.error.as_deref(),
+        Some(
+            "deletions not applied: 1 parent record(s) could not be listed, so which of \
+             their records still exist is not known"
+        )
+    );
+    assert!(
+        app.records().await.iter().all(|r| r.deleted_at.is_none()),
+        "nothing marked deleted"
+    );
+}

@@ -13,7 +13,7 @@
 //! stream's cursor the newest of its last complete run.
 //!
 //! - `issues` (the primary stream): `GET /issues?filter=all&state=all`, every issue and
-//!   pull request visible to the user, oldest change first. Incremental: `since` is the
+//!   pull request visible to the user, newest change first. Incremental: `since` is the
 //!   cursor (inclusive at GitHub, so boundary ties are fetched again).
 //! - `repos`: `GET /user/repos?affiliation=owner,collaborator,organization_member`, newest
 //!   change first. Incremental: `since` (documented as "updated after") is the cursor less
@@ -22,7 +22,7 @@
 //!   newest change first. The endpoint has no `since`: incremental, a page ends at the
 //!   first pull request changed in a second before the cursor's, and the listing there.
 //! - `issue_comments`, per stored repository: `GET /repos/{owner}/{repo}/issues/comments`,
-//!   oldest change first. Incremental: `since` (documented as "updated after") is the
+//!   newest change first. Incremental: `since` (documented as "updated after") is the
 //!   cursor less a second.
 //!
 //! An update moves a record's `updated_at` past the cursor, so the next incremental run
@@ -31,7 +31,7 @@
 //! record's `full_name` (or `owner.login` and `name`), percent-encoded; a repository that
 //! answers 404, or 403 without a rate-limit signal (deleted, made private, or out of the
 //! token's reach), gives a page with [`Page::parent_gone`] and no records, so the run goes
-//! on with the next repository.
+//! on with the next repository; so does a stored record that names no repository.
 //!
 //! For every stream:
 //! - Pages are walked by the `Link` header's `rel="next"` URL, followed as given but only on
@@ -58,7 +58,7 @@ use crate::config::ProviderKind;
 use crate::http::{asked_wait, Answer, HttpClient, ResponsePolicy, Verdict};
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
-use streams::{GithubStream, Listing};
+use streams::{GithubStream, Listing, NotListed};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
 pub const API_VERSION: &str = "2022-11-28";
@@ -190,7 +190,16 @@ impl Provider for GithubProvider {
     ) -> Result<Page, FetchError> {
         let stream = GithubStream::named(context.stream)
             .ok_or_else(|| unknown_stream("github", context.stream))?;
-        let listing = Listing::new(stream, context)?;
+        let listing = match Listing::new(stream, context) {
+            Ok(listing) => listing,
+            Err(NotListed::Error(error)) => return Err(error),
+            Err(NotListed::Parent(reason)) => {
+                return Ok(Page {
+                    parent_gone: Some(reason),
+                    ..Page::default()
+                })
+            }
+        };
         let token = adapter::token(context.credentials)
             .ok_or_else(|| adapter::missing_token("github", "a GitHub token"))?;
         let fetched = self

@@ -90,6 +90,16 @@ pub(crate) struct Listing {
     since: Option<DateTime<Utc>>,
 }
 
+/// Why a listing cannot be asked for.
+#[derive(Debug)]
+pub(crate) enum NotListed {
+    /// The request itself is wrong (a child stream asked without its parent).
+    Error(FetchError),
+    /// The stored parent names no repository: one bad record, skipped as a parent the
+    /// API no longer lists, not a failed run.
+    Parent(String),
+}
+
 /// The endpoint a stream lists, with the repository of a child stream.
 #[derive(Debug)]
 enum Endpoint {
@@ -104,16 +114,16 @@ impl Listing {
     pub(crate) fn new(
         stream: GithubStream,
         context: &FetchContext<'_>,
-    ) -> Result<Listing, FetchError> {
+    ) -> Result<Listing, NotListed> {
         let repository = || match context.parent {
-            Some(parent) => Repository::of_parent(stream, &parent),
-            None => Err(FetchError::Client {
+            Some(parent) => Repository::of_parent(stream, &parent).map_err(NotListed::Parent),
+            None => Err(NotListed::Error(FetchError::Client {
                 message: format!(
                     "the github stream {} is listed per repository, but no parent \
                      repository was given",
                     stream.name()
                 ),
-            }),
+            })),
         };
         let endpoint = match stream {
             GithubStream::Issues => Endpoint::Issues,
@@ -312,16 +322,13 @@ pub(crate) struct Repository {
 impl Repository {
     /// The repository a stored `repos` record names: its `full_name` ("owner/repo"), else
     /// its `owner.login` and `name`.
-    fn of_parent(
-        stream: GithubStream,
-        parent: &ParentRecord<'_>,
-    ) -> Result<Repository, FetchError> {
-        let unusable = |why: &str| FetchError::Client {
-            message: format!(
+    fn of_parent(stream: GithubStream, parent: &ParentRecord<'_>) -> Result<Repository, String> {
+        let unusable = |why: &str| {
+            format!(
                 "the github stream {} cannot list the repository {}: its stored record {why}",
                 stream.name(),
                 quoted(parent.external_id)
-            ),
+            )
         };
         let payload: Value = serde_json::from_str(parent.payload)
             .map_err(|err| unusable(&format!("is not JSON ({err})")))?;

@@ -426,7 +426,7 @@ async fn a_403_with_githubs_rate_limit_signals_is_still_a_rate_limit() {
 }
 
 #[tokio::test]
-async fn a_parent_that_names_no_repository_is_an_error_naming_it() {
+async fn a_parent_that_names_no_repository_is_skipped_naming_it() {
     let server = MockServer::start().await;
     let provider = provider(&server);
     let credentials = token_credentials(TOKEN);
@@ -443,16 +443,15 @@ async fn a_parent_that_names_no_repository_is_an_error_naming_it() {
             external_id: "9",
             payload,
         };
-        let error = provider
+        let page = provider
             .fetch_page(
                 &context("pull_requests", Some(parent), None, &credentials),
                 None,
             )
             .await
-            .unwrap_err();
-        let FetchError::Client { message } = &error else {
-            panic!("{payload}: expected a client error, got {error:?}");
-        };
+            .unwrap();
+        assert!(page.items.is_empty() && page.next.is_none(), "{payload}");
+        let message = page.parent_gone.expect("the parent is skipped");
         assert!(
             message.starts_with(
                 "the github stream pull_requests cannot list the repository \"9\": its stored record "

@@ -114,6 +114,7 @@ pub async fn print_runs(
         "failed",
         "deleted",
         "restored",
+        "parents skipped",
         "ahead",
         "error",
     ];
@@ -145,6 +146,7 @@ pub async fn print_runs(
             run.records_failed.to_string(),
             run.records_deleted.to_string(),
             run.records_restored.to_string(),
+            run.parents_skipped.to_string(),
             run.watermark_anomalies.to_string(),
             shorten(run.error.as_deref().unwrap_or("")),
         ]

@@ -9,6 +9,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use url::Url;
 
+use super::field_path::FieldPath;
+use super::incremental::IncrementalConfig;
 use crate::IdSpec;
 
 /// The largest `pagination.page_size`.
@@ -56,6 +58,10 @@ pub struct RestConfig {
     /// Static headers sent on every request. Not for the token: `auth` sends that.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Incremental sync: `incremental = { cursor_field = "updated_at", param = "since" }`
+    /// (see [`IncrementalConfig`]). Omitted: every run is a full pass.
+    #[serde(default)]
+    pub incremental: Option<IncrementalConfig>,
 }
 
 impl fmt::Debug for RestConfig {
@@ -88,6 +94,7 @@ impl fmt::Debug for RestConfig {
             .field("pagination", &self.pagination)
             .field("query", &query)
             .field("headers", &headers)
+            .field("incremental", &self.incremental)
             .finish()
     }
 }
@@ -115,7 +122,7 @@ pub enum Auth {
 
 /// The pagination styles (`pagination.type`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum PaginationType {
     /// The body carries the next page's token (`cursor_path`), sent back as `cursor_param`.
     Cursor,
@@ -125,6 +132,14 @@ pub enum PaginationType {
     Page,
     /// The `Link` response header's `rel="next"` URL (RFC 8288), followed as is.
     Link,
+    /// The body carries the next page's URL (`next_url_path`), followed as is.
+    NextUrl,
+    /// A response header (`next_header`) carries the next page's token, sent back as
+    /// `cursor_param`.
+    Header,
+    /// Stripe style: the body's boolean (`has_more_path`) says whether more pages follow,
+    /// and the last record's `id_field` is sent as `after_param`.
+    HasMore,
     /// One request, one page.
     #[default]
     None,
@@ -134,13 +149,16 @@ pub enum PaginationType {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PaginationConfig {
-    /// `"cursor"`, `"offset"`, `"page"`, `"link"` or `"none"`. Default `"none"`.
+    /// `"cursor"`, `"offset"`, `"page"`, `"link"`, `"next_url"`, `"header"`, `"has_more"`
+    /// or `"none"`. Default `"none"`. Every type ends a run that is handed the same
+    /// position twice.
     #[serde(rename = "type")]
     pub kind: PaginationType,
     /// cursor: dotted path of the next page's token in the body (a string or a number;
     /// null, missing or `""` means this was the last page). Required for `"cursor"`.
     pub cursor_path: Option<String>,
-    /// cursor: the query parameter that sends the token back. Required for `"cursor"`.
+    /// cursor, header: the query parameter that sends the token back. Required for
+    /// `"cursor"` and `"header"`.
     pub cursor_param: Option<String>,
     /// Optional query parameter that sends `page_size` on every request, e.g. `"limit"`.
     /// For offset and page pagination it also lets a short page end the walk.
@@ -154,6 +172,25 @@ pub struct PaginationConfig {
     pub page_param: Option<String>,
     /// page: the number of the first page. 0 to 1,000,000, default 1.
     pub first_page: Option<u64>,
+    /// next_url: dotted path of the next page's URL in the body, e.g. `"links.next"`; a
+    /// segment in double quotes may hold dots, as OData's key does: `'"@odata.nextLink"'`.
+    /// An absolute URL is followed only on the origin of `base_url` (another origin stops
+    /// the run with the reason, so the token never leaves); one without a scheme is
+    /// appended to `base_url` the way `path` is. Null, missing or `""` means this was the
+    /// last page; any other non-string is an error. Required for `"next_url"`.
+    pub next_url_path: Option<String>,
+    /// header: the response header holding the next page's token, e.g.
+    /// `"X-Next-Page-Token"`; absent or empty means this was the last page. Required for
+    /// `"header"`.
+    pub next_header: Option<String>,
+    /// has_more: dotted path of the boolean that says more pages follow. False or missing
+    /// means this was the last page; any other non-boolean is an error, and so is true on
+    /// a page without records (there is no id to go on from). Default `"has_more"`.
+    pub has_more_path: Option<String>,
+    /// has_more: the query parameter that sends the last record's `id_field`, e.g.
+    /// `"starting_after"`. Required for `"has_more"`, which needs `id_field` (not
+    /// `key_fields`).
+    pub after_param: Option<String>,
 }
 
 impl Default for PaginationConfig {
@@ -167,6 +204,10 @@ impl Default for PaginationConfig {
             offset_param: None,
             page_param: None,
             first_page: None,
+            next_url_path: None,
+            next_header: None,
+            has_more_path: None,
+            after_param: None,
         }
     }
 }
@@ -179,6 +220,9 @@ impl PaginationType {
             PaginationType::Offset => "offset",
             PaginationType::Page => "page",
             PaginationType::Link => "link",
+            PaginationType::NextUrl => "next_url",
+            PaginationType::Header => "header",
+            PaginationType::HasMore => "has_more",
             PaginationType::None => "none",
         }
     }
@@ -200,6 +244,11 @@ impl PaginationConfig {
         self.first_page.unwrap_or(1)
     }
 
+    /// `has_more_path`, or its default `"has_more"`.
+    pub fn has_more_path(&self) -> &str {
+        self.has_more_path.as_deref().unwrap_or("has_more")
+    }
+
     fn validate(&self) -> Result<(), String> {
         let kind = self.kind;
         crate::bounds::count_in(self.page_size, 1, MAX_PAGE_SIZE)
@@ -214,51 +263,70 @@ impl PaginationConfig {
             Some(v) if v.trim().is_empty() => Err(format!("pagination.{key} must not be empty")),
             Some(_) => Ok(()),
         };
-        if kind == PaginationType::Cursor {
-            required("cursor_path", &self.cursor_path)?;
-            required("cursor_param", &self.cursor_param)?;
+        match kind {
+            PaginationType::Cursor => {
+                required("cursor_path", &self.cursor_path)?;
+                required("cursor_param", &self.cursor_param)?;
+            }
+            PaginationType::NextUrl => required("next_url_path", &self.next_url_path)?,
+            PaginationType::Header => {
+                required("next_header", &self.next_header)?;
+                required("cursor_param", &self.cursor_param)?;
+            }
+            PaginationType::HasMore => required("after_param", &self.after_param)?,
+            PaginationType::Offset
+            | PaginationType::Page
+            | PaginationType::Link
+            | PaginationType::None => {}
         }
-        let used_by: [(&str, bool, PaginationType); 5] = [
-            (
-                "cursor_path",
-                self.cursor_path.is_some(),
-                PaginationType::Cursor,
-            ),
+        use PaginationType::{Cursor, HasMore, Header, NextUrl, Offset, Page};
+        let used_by: [(&str, bool, &[PaginationType]); 9] = [
+            ("cursor_path", self.cursor_path.is_some(), &[Cursor]),
             (
                 "cursor_param",
                 self.cursor_param.is_some(),
-                PaginationType::Cursor,
+                &[Cursor, Header],
             ),
-            (
-                "offset_param",
-                self.offset_param.is_some(),
-                PaginationType::Offset,
-            ),
-            (
-                "page_param",
-                self.page_param.is_some(),
-                PaginationType::Page,
-            ),
-            (
-                "first_page",
-                self.first_page.is_some(),
-                PaginationType::Page,
-            ),
+            ("offset_param", self.offset_param.is_some(), &[Offset]),
+            ("page_param", self.page_param.is_some(), &[Page]),
+            ("first_page", self.first_page.is_some(), &[Page]),
+            ("next_url_path", self.next_url_path.is_some(), &[NextUrl]),
+            ("next_header", self.next_header.is_some(), &[Header]),
+            ("has_more_path", self.has_more_path.is_some(), &[HasMore]),
+            ("after_param", self.after_param.is_some(), &[HasMore]),
         ];
-        for (key, set, owner) in used_by {
-            if set && kind != owner {
+        for (key, set, owners) in used_by {
+            if set && !owners.contains(&kind) {
+                let owners: Vec<String> = owners
+                    .iter()
+                    .map(|owner| format!("\"{}\"", owner.as_str()))
+                    .collect();
                 return Err(format!(
                     "pagination.{key} is set, but pagination.type = \"{}\" does not use it \
-                     (it belongs to pagination.type = \"{}\")",
+                     (it belongs to pagination.type = {})",
                     kind.as_str(),
-                    owner.as_str()
+                    owners.join(" or ")
                 ));
             }
+        }
+        for (key, value) in [
+            ("next_url_path", &self.next_url_path),
+            ("has_more_path", &self.has_more_path),
+        ] {
+            if let Some(path) = value {
+                FieldPath::parse(path).map_err(|message| format!("pagination.{key} {message}"))?;
+            }
+        }
+        if let Some(name) = &self.next_header {
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                format!("pagination.next_header {name:?} is not a valid HTTP header name")
+            })?;
         }
         for (key, value) in [
             ("page_size_param", &self.page_size_param),
             ("offset_param", &self.offset_param),
             ("page_param", &self.page_param),
+            ("after_param", &self.after_param),
         ] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(format!("pagination.{key} must not be empty"));
@@ -374,7 +442,73 @@ impl RestConfig {
                 ));
             }
         }
-        self.pagination.validate()
+        self.pagination.validate()?;
+        self.validate_listing()
+    }
+
+    /// The checks of `has_more` pagination and `incremental` that look at more than their
+    /// own table: the id `after_param` sends, and parameter names that would clash.
+    fn validate_listing(&self) -> Result<(), String> {
+        let pagination = &self.pagination;
+        if pagination.kind == PaginationType::HasMore && self.key_fields.is_some() {
+            return Err(
+                "pagination.type = \"has_more\" sends the last record's id_field as \
+                 pagination.after_param, so it needs id_field, not key_fields"
+                    .to_string(),
+            );
+        }
+        let incremental_param = match &self.incremental {
+            Some(incremental) => {
+                incremental.plan()?;
+                incremental.param.as_deref()
+            }
+            None => None,
+        };
+        // Every parameter the requests built from base_url and path may carry.
+        let mut sent: Vec<(String, &str)> = self
+            .query
+            .keys()
+            .map(|name| (format!("query.{name}"), name.as_str()))
+            .collect();
+        let kind = pagination.kind;
+        let in_use = [
+            (
+                "pagination.page_size_param",
+                pagination.page_size_param.as_deref(),
+            ),
+            (
+                "pagination.cursor_param",
+                pagination.cursor_param.as_deref(),
+            ),
+            (
+                "pagination.offset_param",
+                (kind == PaginationType::Offset).then(|| pagination.offset_param()),
+            ),
+            (
+                "pagination.page_param",
+                (kind == PaginationType::Page).then(|| pagination.page_param()),
+            ),
+            ("auth.query", self.auth_query_param()),
+        ];
+        sent.extend(
+            in_use
+                .into_iter()
+                .filter_map(|(key, name)| name.map(|name| (key.to_string(), name))),
+        );
+        let new = [
+            ("pagination.after_param", pagination.after_param.as_deref()),
+            ("incremental.param", incremental_param),
+        ];
+        for (key, name) in new {
+            let Some(name) = name else { continue };
+            if let Some((other, _)) = sent.iter().find(|(_, sent)| *sent == name) {
+                return Err(format!(
+                    "{key} {name:?} is also {other}; a request cannot carry both"
+                ));
+            }
+            sent.push((key.to_string(), name));
+        }
+        Ok(())
     }
 
     /// Whether connections need a token: false only for `auth = "none"`.

@@ -20,6 +20,8 @@
 //! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
 
 mod config;
+mod field_path;
+mod incremental;
 pub(crate) mod link;
 mod pagination;
 #[cfg(test)]
@@ -29,13 +31,23 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION}
 use secrecy::ExposeSecret;
 
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
+pub use incremental::IncrementalConfig;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use url::Url;
+
+use incremental::Incremental;
 
 use crate::adapter::unreadable_records;
 use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
 use crate::raw::{array_items, lookup_raw};
 use crate::stream::unknown_stream;
-use crate::{FetchContext, FetchError, IdSpec, Page, PagePosition, Provider, StreamSpec};
+use crate::{
+    FetchContext, FetchError, IdSpec, Page, PagePosition, Provider, StreamSpec, Watermark,
+};
 
 /// The adapter for one `kind = "rest"` provider.
 #[derive(Clone, Debug)]
@@ -43,6 +55,8 @@ pub struct RestProvider {
     config: RestConfig,
     client: HttpClient,
     id_spec: IdSpec,
+    /// The checked `incremental` settings, or why they are wrong.
+    incremental: Result<Option<Arc<Incremental>>, String>,
 }
 
 impl RestProvider {
@@ -50,10 +64,16 @@ impl RestProvider {
     /// [`RestConfig::validate`]; what is still wrong surfaces as an error of `fetch_page`.
     pub fn new(config: RestConfig, client: HttpClient) -> RestProvider {
         let id_spec = config.id_spec();
+        let incremental = config
+            .incremental
+            .as_ref()
+            .map(|incremental| incremental.plan().map(Arc::new))
+            .transpose();
         RestProvider {
             config,
             client,
             id_spec,
+            incremental,
         }
     }
 
@@ -66,8 +86,10 @@ impl RestProvider {
         &self,
         token: Option<&str>,
         position: Option<&PagePosition>,
+        since: Option<&Watermark>,
     ) -> Result<Page, FetchError> {
-        let mut url = pagination::page_url(&self.config, position)?;
+        let (incremental, filter) = self.run_filter(since)?;
+        let mut url = pagination::page_url(&self.config, position, filter.param.as_ref())?;
         if let Some(name) = self.config.auth_query_param() {
             pagination::set_query_param(&mut url, name, self.token(token)?);
         }
@@ -76,6 +98,7 @@ impl RestProvider {
         let pagination = self.config.pagination.clone();
         let records_path = self.config.records_path.clone().unwrap_or_default();
         let id_spec = self.id_spec.clone();
+        let base_url = self.config.base_url.clone();
         let position = position.cloned();
         // The page is read on the thread that read its body, in the same step.
         let read = move |answered: &Answered<'_>| {
@@ -83,8 +106,11 @@ impl RestProvider {
             let listing = Listing {
                 records_path: &records_path,
                 pagination: &pagination,
+                base_url: &base_url,
                 id_spec: &id_spec,
                 max_records: answered.max_records,
+                incremental: incremental.as_deref(),
+                older_than: filter.older_than,
             };
             let mut page = read_page(&response, &listing, position.as_ref())?;
             // A next URL that echoes the key is stored without it (it goes into the
@@ -97,6 +123,20 @@ impl RestProvider {
         self.client
             .get_read(url, headers, &DefaultPolicy, read)
             .await
+    }
+
+    /// The incremental settings and what this run sends and stops at, from the stream's
+    /// cursor `since`.
+    fn run_filter(
+        &self,
+        since: Option<&Watermark>,
+    ) -> Result<(Option<Arc<Incremental>>, incremental::RunFilter), FetchError> {
+        let client_error = |message: String| FetchError::Client { message };
+        let Some(incremental) = self.incremental.clone().map_err(client_error)? else {
+            return Ok((None, incremental::RunFilter::default()));
+        };
+        let filter = incremental.for_run(since).map_err(client_error)?;
+        Ok((Some(incremental), filter))
     }
 
     /// `Accept`, the static headers, then the token as `auth` says. Values are marked
@@ -190,7 +230,7 @@ impl Provider for RestProvider {
             .as_ref()
             .map(|token| token.expose_secret().trim())
             .filter(|token| !token.is_empty());
-        let result = self.fetch(token, position).await;
+        let result = self.fetch(token, position, context.since).await;
         match token {
             Some(secret) => result.map_err(|error| error.redact_secret(secret)),
             None => result,
@@ -202,9 +242,16 @@ impl Provider for RestProvider {
 struct Listing<'a> {
     records_path: &'a str,
     pagination: &'a PaginationConfig,
+    /// Next-page URLs are followed only on its origin.
+    base_url: &'a Url,
     id_spec: &'a IdSpec,
     /// `max_records_per_page`.
     max_records: usize,
+    /// The `incremental` settings, when set.
+    incremental: Option<&'a Incremental>,
+    /// With `incremental.stop_when_older` on an incremental run: the listing ends at the
+    /// first record older than this.
+    older_than: Option<DateTime<Utc>>,
 }
 
 /// One page: the records at `records_path` keyed by `id_spec`, and where the next page
@@ -245,21 +292,39 @@ fn read_page(
             },
         )
     })?;
-    let count = u64::try_from(records.len()).unwrap_or(u64::MAX);
+    let read = match listing.incremental {
+        Some(incremental) => {
+            incremental.read_records(listing.id_spec, &records, listing.older_than)
+        }
+        None => incremental::ReadRecords {
+            items: crate::adapter::identify_records(listing.id_spec, &records, None).0,
+            ..incremental::ReadRecords::default()
+        },
+    };
+    // A record older than the cursor of a newest-first listing ends it here.
+    let next = if read.ended {
+        Ok(None)
+    } else {
+        let from = pagination::NextFrom {
+            pagination: listing.pagination,
+            base_url: listing.base_url,
+            id_spec: listing.id_spec,
+            records: &records,
+        };
+        pagination::next_position(&from, position, response)
+    };
     // A page whose records can be read but whose next position cannot is stored, and
     // the run stops after it.
-    let next = pagination::next_position(listing.pagination, position, response, count);
     let (next, stop_after) = match next {
         Ok(next) => (next, None),
         Err(FetchError::Shape { message, .. }) => (None, Some(message)),
         Err(other) => return Err(other),
     };
-    let (items, _) = crate::adapter::identify_records(listing.id_spec, &records, None);
     Ok(Page {
-        items,
+        items: read.items,
         next,
-        watermark: None,
-        watermarks_ahead: 0,
+        watermark: read.watermark,
+        watermarks_ahead: read.ahead,
         stop_after,
         parent_gone: None,
     })

@@ -1,20 +1,24 @@
 //! Pagination of a `kind = "rest"` provider: the URL of a page and where the next one starts.
 
 use reqwest::header::LINK;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
 
 use super::config::{PaginationConfig, PaginationType, RestConfig};
+use super::field_path::FieldPath;
 use super::link;
 use crate::http::{cap_body, display_url, display_url_text, JsonResponse};
 use crate::raw::{lookup_raw, to_value};
 use crate::record::json_type_name;
-use crate::{FetchError, PagePosition};
+use crate::{FetchError, IdSpec, PagePosition};
 
-/// The URL of the page at `position` (`None`: the first page).
+/// The URL of the page at `position` (`None`: the first page). `filter` is the
+/// incremental query parameter, sent on every page built from `base_url` and `path`.
 pub(super) fn page_url(
     config: &RestConfig,
     position: Option<&PagePosition>,
+    filter: Option<&(String, String)>,
 ) -> Result<Url, FetchError> {
     let pagination = &config.pagination;
     let param: Option<(&str, String)> = match (pagination.kind, position) {
@@ -36,13 +40,21 @@ pub(super) fn page_url(
                 })?;
             Some((name, cursor.clone()))
         }
+        (PaginationType::Header, Some(PagePosition::Cursor { cursor })) => Some((
+            required(pagination.cursor_param.as_deref(), "cursor_param", "header")?,
+            cursor.clone(),
+        )),
+        (PaginationType::HasMore, Some(PagePosition::Cursor { cursor })) => Some((
+            required(pagination.after_param.as_deref(), "after_param", "has_more")?,
+            cursor.clone(),
+        )),
         (PaginationType::Offset, Some(PagePosition::Offset { offset })) => {
             Some((pagination.offset_param(), offset.to_string()))
         }
         (PaginationType::Page, Some(PagePosition::Page { page })) => {
             Some((pagination.page_param(), page.to_string()))
         }
-        (PaginationType::Link, Some(PagePosition::Url { url })) => {
+        (PaginationType::Link | PaginationType::NextUrl, Some(PagePosition::Url { url })) => {
             return followed_url(config, url);
         }
         (kind, Some(other)) => {
@@ -69,6 +81,9 @@ pub(super) fn page_url(
         if let Some(name) = &pagination.page_size_param {
             query.append_pair(name, &pagination.page_size.to_string());
         }
+        if let Some((name, value)) = filter {
+            query.append_pair(name, value);
+        }
         if let Some((name, value)) = param {
             query.append_pair(name, &value);
         }
@@ -80,20 +95,38 @@ pub(super) fn page_url(
     Ok(url)
 }
 
+/// A pagination parameter `validate` requires for `kind`.
+fn required<'a>(value: Option<&'a str>, key: &str, kind: &str) -> Result<&'a str, FetchError> {
+    value.ok_or_else(|| FetchError::Client {
+        message: format!("pagination.{key} is required when pagination.type = \"{kind}\""),
+    })
+}
+
 /// A next-page URL given by the API, fetched as is but only on the configured origin, so the
 /// token is never sent to another host.
 fn followed_url(config: &RestConfig, text: &str) -> Result<Url, FetchError> {
     crate::adapter::same_origin_url(&config.base_url, text)
 }
 
-/// Where the page after this one starts; `None` when this was the last page. `records` is
-/// the number of records the page held.
+/// What the next position is read from besides the response.
+pub(super) struct NextFrom<'a> {
+    pub pagination: &'a PaginationConfig,
+    /// Next-page URLs must be on its origin.
+    pub base_url: &'a Url,
+    /// Keys the last record for `has_more` pagination.
+    pub id_spec: &'a IdSpec,
+    /// The page's records, as the API listed them.
+    pub records: &'a [&'a RawValue],
+}
+
+/// Where the page after this one starts; `None` when this was the last page.
 pub(super) fn next_position(
-    pagination: &PaginationConfig,
+    from: &NextFrom<'_>,
     position: Option<&PagePosition>,
     response: &JsonResponse,
-    records: u64,
 ) -> Result<Option<PagePosition>, FetchError> {
+    let pagination = from.pagination;
+    let records = u64::try_from(from.records.len()).unwrap_or(u64::MAX);
     let shape = |message: String| FetchError::Shape {
         url: display_url(&response.url),
         message,
@@ -159,11 +192,125 @@ pub(super) fn next_position(
                     display_url_text(&target)
                 ))
             })?;
-            Ok(Some(PagePosition::Url {
-                url: next.to_string(),
+            same_origin(from.base_url, next).map_err(shape)
+        }
+        PaginationType::NextUrl => {
+            let path = field_path(pagination.next_url_path.as_deref(), "next_url_path")?;
+            match path.lookup(&response.body).map(to_value) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
+                Some(Value::String(text)) => {
+                    let next = next_url(from.base_url, text.trim()).map_err(|message| {
+                        shape(format!("pagination.next_url_path `{path}`: {message}"))
+                    })?;
+                    same_origin(from.base_url, next).map_err(shape)
+                }
+                Some(other) => Err(shape(format!(
+                    "pagination.next_url_path `{path}` is {}, expected a URL string",
+                    json_type_name(&other)
+                ))),
+            }
+        }
+        PaginationType::Header => {
+            let name = required(pagination.next_header.as_deref(), "next_header", "header")?;
+            let Some(value) = response.headers.get(name) else {
+                return Ok(None);
+            };
+            let token = value.to_str().map_err(|_| {
+                shape(format!(
+                    "the {name} header (pagination.next_header) is not visible ASCII text"
+                ))
+            })?;
+            let token = token.trim();
+            Ok((!token.is_empty()).then(|| PagePosition::Cursor {
+                cursor: token.to_string(),
             }))
         }
+        PaginationType::HasMore => {
+            let path = field_path(Some(pagination.has_more_path()), "has_more_path")?;
+            match path.lookup(&response.body).map(to_value) {
+                None | Some(Value::Bool(false)) => Ok(None),
+                Some(Value::Bool(true)) => {
+                    let Some(last) = from.records.last() else {
+                        return Err(shape(format!(
+                            "pagination.has_more_path `{path}` is true, but the page holds no \
+                             records, so there is no last id to send as pagination.after_param"
+                        )));
+                    };
+                    let id = from.id_spec.identify_raw(last).map_err(|rejected| {
+                        shape(format!(
+                            "pagination.has_more_path `{path}` is true, but the page's last \
+                             record has no id to send as pagination.after_param: {}",
+                            rejected.message
+                        ))
+                    })?;
+                    Ok(Some(PagePosition::Cursor {
+                        cursor: id.external_id,
+                    }))
+                }
+                Some(other) => Err(shape(format!(
+                    "pagination.has_more_path `{path}` is {}, expected true or false",
+                    json_type_name(&other)
+                ))),
+            }
+        }
     }
+}
+
+/// A path `validate` checked, parsed again.
+fn field_path(text: Option<&str>, key: &str) -> Result<FieldPath, FetchError> {
+    let text = text.ok_or_else(|| FetchError::Client {
+        message: format!("pagination.{key} is required"),
+    })?;
+    FieldPath::parse(text).map_err(|message| FetchError::Client {
+        message: format!("pagination.{key} {message}"),
+    })
+}
+
+/// The next-page URL `text` from a body: absolute, or appended to `base_url` the way
+/// `path` is.
+fn next_url(base_url: &Url, text: &str) -> Result<Url, String> {
+    let joined;
+    let absolute = match Url::parse(text) {
+        Ok(url) => return Ok(url),
+        Err(url::ParseError::RelativeUrlWithoutBase) => {
+            let base = base_url.as_str().trim_end_matches('/');
+            joined = if text.starts_with('/') {
+                format!("{base}{text}")
+            } else {
+                format!("{base}/{text}")
+            };
+            &joined
+        }
+        Err(err) => {
+            return Err(format!(
+                "the next-page URL {:?} is not a valid URL: {err}",
+                display_url_text(text)
+            ))
+        }
+    };
+    Url::parse(absolute).map_err(|err| {
+        format!(
+            "the next-page URL {:?} is not a valid URL: {err}",
+            display_url_text(absolute)
+        )
+    })
+}
+
+/// `next` as the next position when it is on the origin of `base_url`; another origin is
+/// refused here, before the page's records are handed on, so the run stops with the reason.
+fn same_origin(base_url: &Url, next: Url) -> Result<Option<PagePosition>, String> {
+    if next.origin() != base_url.origin() {
+        return Err(format!(
+            "the next-page URL {} is not on the origin of base_url ({}), so it is not \
+             followed with the connection's credentials",
+            display_url(&next),
+            base_url.origin().ascii_serialization()
+        ));
+    }
+    Ok(Some(PagePosition::Url {
+        url: next.to_string(),
+    }))
 }
 
 /// Sets the query parameter `name` to `value`, replacing any it already had.

@@ -3,6 +3,8 @@
 mod bodies;
 mod config;
 mod fetch;
+mod incremental;
+mod paging;
 
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -59,6 +61,27 @@ fn provider(server: &MockServer, extra: Value) -> RestProvider {
         rest_config(server, extra),
         HttpClient::new(settings).unwrap(),
     )
+}
+
+/// `validate()`'s message for `{"kind": "rest", "base_url": "https://api.example.com"}`
+/// with `extra` merged in.
+fn invalid_rest(extra: Value) -> String {
+    let mut value = json!({"kind": "rest", "base_url": "https://api.example.com"});
+    if let (Some(base), Value::Object(extra)) = (value.as_object_mut(), extra) {
+        base.extend(extra);
+    }
+    provider_config(value).unwrap().validate().unwrap_err()
+}
+
+/// The query strings of the requests `server` received, in order (`""` for none).
+async fn queries(server: &MockServer) -> Vec<String> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|request| request.url.query().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// The external ids of a page's items; rejected ones as `!reason`, deleted ones as `-id`.

@@ -52,7 +52,7 @@ pub struct RestConfig {
     #[serde(default)]
     pub pagination: PaginationConfig,
     /// Static query parameters sent on every request built from `base_url` and `path`
-    /// (`link` pagination follows the API's next URLs as they are).
+    /// (`link` and `next_url` pagination follow the API's next URLs as they are).
     #[serde(default)]
     pub query: BTreeMap<String, String>,
     /// Static headers sent on every request. Not for the token: `auth` sends that.

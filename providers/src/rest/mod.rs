@@ -9,14 +9,28 @@
 //! records_path = "data"
 //! id_field = "id"
 //! auth = "bearer"
+//! incremental = { cursor_field = "updated_at", param = "updated_since", lookback = "5m" }
 //! [providers.acme.pagination]
 //! type = "cursor"
 //! cursor_path = "next_cursor"
 //! cursor_param = "cursor"
 //! ```
 //!
+//! Pagination types: `cursor` (a body token sent back), `offset`, `page`, `link` (the
+//! `Link` header), `next_url` (a body URL), `header` (a response header's token sent back),
+//! `has_more` (a body boolean, and the last record's id sent back) and `none`. Next-page
+//! URLs are followed only on the origin of `base_url`.
+//!
+//! Without `incremental` every run is a full pass. With it, a page's watermark is the
+//! newest `cursor_field` of its records; a later run sends the stream's cursor as `param`
+//! (minus `lookback`, in `format`), and with `stop_when_older` a newest-first listing ends
+//! at the first record older than the cursor.
+//!
 //! - `config`: [`RestConfig`] and its validation.
-//! - `pagination`: page URLs and next positions for cursor, offset, page, link and none.
+//! - `incremental`: [`IncrementalConfig`], the cursor sent, the watermark read, and where a
+//!   newest-first listing ends.
+//! - `pagination`: page URLs and next positions for every pagination type.
+//! - `field_path`: dotted paths whose quoted segments may hold dots (`"@odata.nextLink"`).
 //! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
 
 mod config;

@@ -2,12 +2,15 @@
 //! listings that end at the first older record, and the settings validation refuses.
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{credentials, ids, invalid_rest, provider, queries, RestProvider};
-use crate::{FetchContext, NoCredentialStore, Page, PagePosition, Provider, Watermark};
+use crate::{
+    FetchContext, NoCredentialStore, Page, PagePosition, Provider, ProviderConfig, Watermark,
+};
 
 /// The stream's cursor the incremental runs of these tests start from.
 const CURSOR: &str = "2024-05-06T07:08:09Z";
@@ -259,6 +262,37 @@ async fn stop_when_older_ends_the_listing_at_exactly_the_first_older_record() {
         Some(PagePosition::Cursor {
             cursor: "c2".into()
         })
+    );
+}
+
+#[test]
+fn the_documented_incremental_table_works_as_written() {
+    let text = r#"
+        [providers.acme]
+        kind = "rest"
+        base_url = "https://api.acme.example"
+        path = "/v1/items"
+        incremental = { cursor_field = "updated_at", param = "updated_since", format = "rfc3339", inclusive = true, lookback = "5m", start = "2024-01-01T00:00:00Z", stop_when_older = false }
+        [providers.acme.pagination]
+        type = "next_url"
+        next_url_path = '"@odata.nextLink"'
+    "#;
+    let document: toml::Table = toml::from_str(text).unwrap();
+    let config = ProviderConfig::deserialize(document["providers"]["acme"].clone()).unwrap();
+    config.validate().unwrap();
+    let ProviderConfig::Rest(rest) = config else {
+        panic!("expected a rest config, got {config:?}");
+    };
+    let incremental = rest.incremental.unwrap();
+    assert_eq!(incremental.lookback.as_deref(), Some("5m"));
+    assert_eq!(
+        rest.pagination.next_url_path.as_deref(),
+        Some("\"@odata.nextLink\"")
+    );
+    let filter = incremental.plan().unwrap().for_run(None).unwrap();
+    assert_eq!(
+        filter.param,
+        Some(("updated_since".into(), "2024-01-01T00:00:00Z".into()))
     );
 }
 

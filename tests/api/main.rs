@@ -31,6 +31,7 @@ mod poison;
 mod pools;
 mod race;
 mod redaction;
+mod rest_incremental;
 mod scripted;
 mod secrets;
 mod shortcuts;

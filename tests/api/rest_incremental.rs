@@ -1,0 +1,105 @@
+//! The `rest` kind's incremental sync through the pipeline: a full pass from `start`, then
+//! runs that ask from the stream's cursor, keep boundary ties and insert only what is new.
+
+use serde_json::json;
+use tributary::pipeline::RunStatus;
+use wiremock::matchers::{method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, ResponseTemplate};
+
+use crate::helpers::{connections, spawn_app, TestApp};
+
+fn rest(app: &TestApp) -> String {
+    format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\nid_field = \"id\"\n\
+         incremental = {{ cursor_field = \"updated_at\", param = \"updated_since\", \
+         start = \"2024-01-01T00:00:00Z\" }}\n\
+         [providers.acme.pagination]\ntype = \"has_more\"\nafter_param = \"after\"\n{}",
+        app.api.uri(),
+        connections("acme", &["alice"])
+    )
+}
+
+fn item(id: &str, updated_at: &str) -> serde_json::Value {
+    json!({"id": id, "updated_at": updated_at})
+}
+
+fn page(items: serde_json::Value, has_more: bool) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"data": items, "has_more": has_more}))
+}
+
+#[tokio::test]
+async fn the_second_run_asks_from_the_cursor_keeps_ties_and_inserts_only_what_is_new() {
+    let app = spawn_app().await;
+    let listing = |since: &str| {
+        Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(query_param("updated_since", since))
+    };
+    // Run 1: from `start`, two pages by the last record's id.
+    listing("2024-01-01T00:00:00Z")
+        .and(query_param_is_missing("after"))
+        .respond_with(page(
+            json!([
+                item("a", "2026-11-01T10:00:00Z"),
+                item("b", "2026-11-02T10:00:00Z")
+            ]),
+            true,
+        ))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    listing("2024-01-01T00:00:00Z")
+        .and(query_param("after", "b"))
+        .respond_with(page(json!([item("c", "2026-11-03T10:00:00Z")]), false))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&rest(&app)).await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(
+        (
+            first.status,
+            first.counts.pages_fetched,
+            first.counts.inserted
+        ),
+        (RunStatus::Succeeded, 2, 3)
+    );
+    let state = app.only_stream().await.expect("the stream's state");
+    assert_eq!(
+        state.cursor.as_deref(),
+        Some(r#"{"time":"2026-11-03T10:00:00Z"}"#)
+    );
+
+    // Run 2 asks from the cursor, inclusively: c comes back unchanged beside d, which
+    // changed in the same second after run 1 listed, and e.
+    listing("2026-11-03T10:00:00Z")
+        .and(query_param_is_missing("after"))
+        .respond_with(page(
+            json!([
+                item("c", "2026-11-03T10:00:00Z"),
+                item("d", "2026-11-03T10:00:00Z"),
+                item("e", "2026-11-04T10:00:00Z"),
+            ]),
+            false,
+        ))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    let second = app.sync_one(&settings).await;
+    assert_eq!(
+        (
+            second.status,
+            second.counts.inserted,
+            second.counts.unchanged
+        ),
+        (RunStatus::Succeeded, 2, 1)
+    );
+    app.api.verify().await;
+    assert_eq!(app.record_ids().await, ["a", "b", "c", "d", "e"]);
+    let state = app.only_stream().await.expect("the stream's state");
+    assert_eq!(
+        state.cursor.as_deref(),
+        Some(r#"{"time":"2026-11-04T10:00:00Z"}"#)
+    );
+}

@@ -17,6 +17,8 @@
 //!   their line items, subscriptions and more, kept current through Stripe's Events API.
 //! - [`strava`]: `kind = "strava"`, the connected athlete's activities and profile, with
 //!   OAuth2 refresh and the application's shared rate-limit budget.
+//! - `oauth2`: what the OAuth2 adapters share: reading a token endpoint's answer and
+//!   refreshing a connection's access token through the [`CredentialStore`].
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
 //!   registry that turns it into a `Box<dyn Provider>`.
 //!
@@ -34,6 +36,7 @@ pub mod strava;
 pub mod stripe;
 
 mod adapter;
+mod oauth2;
 mod page;
 mod stream;
 #[cfg(test)]

@@ -51,13 +51,11 @@ pub use config::StravaConfig;
 use crate::adapter;
 use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient};
+use crate::oauth2;
 use crate::stream::unknown_stream;
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use limits::{Clock, RateLimits, Wait};
 use oauth::OAuthClient;
-
-/// Refresh an access token that expires within this many seconds.
-const REFRESH_MARGIN_SECONDS: i64 = 60;
 
 /// The adapter for one `kind = "strava"` provider (one Strava API application). One
 /// instance serves all the provider's connections, so its rate-limit state is the
@@ -124,68 +122,31 @@ impl StravaProvider {
         self
     }
 
-    /// Whether to refresh before using `credentials`: the token expires within a minute,
-    /// or is missing or of unknown expiry, while a refresh token exists to renew it.
-    fn needs_refresh(&self, credentials: &Credentials) -> bool {
-        if !has_refresh_token(credentials) {
-            return false;
-        }
-        match (adapter::token(credentials), credentials.expires_at) {
-            (Some(_), Some(expires_at)) => {
-                expires_at
-                    <= self
-                        .limits
-                        .now()
-                        .timestamp()
-                        .saturating_add(REFRESH_MARGIN_SECONDS)
-            }
-            _ => true,
-        }
-    }
-
-    /// Fetches the page, refreshing the credentials first when they are about to expire
-    /// and once after a 401 (unless they were just refreshed). Every credential seen is
-    /// added to `seen`, so errors can be cleaned of them.
+    /// Fetches the page, refreshing the credentials through the store first when they
+    /// are about to expire and once after a 401 (see [`crate::oauth2::fetch_refreshing`]).
+    /// Every credential seen is added to `seen`, so errors can be cleaned of them.
     async fn fetch_refreshing(
         &self,
         context: &FetchContext<'_>,
         request: Request,
         seen: &mut Vec<SecretString>,
     ) -> Result<Page, FetchError> {
-        let mut credentials = context.credentials.clone();
-        let mut refreshed = false;
-        if self.needs_refresh(&credentials) {
-            tracing::info!(
-                expires_at = credentials.expires_at,
-                "The Strava access token expires within a minute or has no known expiry; refreshing it first."
-            );
-            credentials = context
-                .credential_store
-                .refresh(&credentials, self.oauth.clone())
-                .await?;
-            remember(seen, &credentials);
-            refreshed = true;
-        }
-        let result = self
-            .fetch(context, access_token(&credentials)?, request)
-            .await;
-        match result {
-            Err(FetchError::Unauthorized { status: 401, .. })
-                if !refreshed && has_refresh_token(&credentials) =>
-            {
-                tracing::info!(
-                    request = ?request,
-                    "Strava rejected the access token; refreshing it once and retrying."
-                );
-                let fresh = context
-                    .credential_store
-                    .refresh(&credentials, self.oauth.clone())
-                    .await?;
-                remember(seen, &fresh);
-                self.fetch(context, access_token(&fresh)?, request).await
-            }
-            other => other,
-        }
+        let refreshing = oauth2::Refreshing {
+            store: context.credential_store,
+            refresher: self.oauth.clone(),
+            now: self.limits.now().timestamp(),
+            api: "Strava",
+        };
+        oauth2::fetch_refreshing(
+            refreshing,
+            context.credentials,
+            seen,
+            |credentials| async move {
+                self.fetch(context, access_token(&credentials)?, request)
+                    .await
+            },
+        )
+        .await
     }
 
     /// One request, after waiting out the rate limit if need be: every stream's requests
@@ -304,7 +265,7 @@ impl Provider for StravaProvider {
     ) -> Result<Page, FetchError> {
         let request = Request::new(context.stream, position)?;
         let mut seen = Vec::new();
-        remember(&mut seen, context.credentials);
+        oauth2::remember(&mut seen, context.credentials);
         let result = self.fetch_refreshing(context, request, &mut seen).await;
         result.map_err(|error| {
             let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
@@ -355,19 +316,6 @@ impl Request {
 fn access_token(credentials: &Credentials) -> Result<&str, FetchError> {
     adapter::token(credentials)
         .ok_or_else(|| adapter::missing_token("strava", "an OAuth access token or a refresh token"))
-}
-
-fn has_refresh_token(credentials: &Credentials) -> bool {
-    credentials
-        .refresh_token
-        .as_ref()
-        .is_some_and(|token| !token.expose_secret().trim().is_empty())
-}
-
-/// Adds the credentials' secrets to `seen`.
-fn remember(seen: &mut Vec<SecretString>, credentials: &Credentials) {
-    seen.extend(credentials.token.iter().cloned());
-    seen.extend(credentials.refresh_token.iter().cloned());
 }
 
 /// Strava's error body `{"message": ..., "errors": [{"resource", "field", "code"}]}` as one

@@ -1,0 +1,296 @@
+//! What the OAuth2 adapters share (RFC 6749): reading a token endpoint's answer (§5.1) and
+//! its errors (§5.2), bounding the expiry it gives, and the refresh-token loop that renews a
+//! connection's access token through the pipeline's [`CredentialStore`] before it expires
+//! and once after a 401.
+//!
+//! Used by `strava` (its own token endpoint and error bodies) and by `rest`'s
+//! `auth = { oauth2 = ... }`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use url::Url;
+
+use crate::http::{cap_body, display_url, Answer, ResponsePolicy, Verdict};
+use crate::{CredentialStore, Credentials, FetchError, TokenRefresher};
+
+/// Refresh an access token that expires within this many seconds, so that a token is
+/// never sent in its last minute (clocks drift, and a page may take a while to fetch).
+pub(crate) const REFRESH_MARGIN_SECONDS: i64 = 60;
+
+/// How long an access token is taken to live when the answer says nothing of it.
+pub(crate) const ASSUMED_TOKEN_LIFETIME_SECONDS: i64 = 60 * 60;
+
+/// The longest an access token is taken to live, whatever the token endpoint says.
+pub(crate) const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
+
+/// The longest token accepted from a token endpoint: large JWTs run to a few KiB.
+pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// What a token endpoint's successful answer grants (RFC 6749 §5.1).
+pub(crate) struct TokenAnswer {
+    /// `access_token`.
+    pub access_token: SecretString,
+    /// `refresh_token`, when the endpoint issued (or rotated) one.
+    pub refresh_token: Option<SecretString>,
+    /// When the access token expires, in seconds since the Unix epoch: `expires_at` (an
+    /// extension some APIs send, e.g. Strava), else now plus `expires_in`, else now plus
+    /// [`ASSUMED_TOKEN_LIFETIME_SECONDS`]; always between now and
+    /// [`MAX_TOKEN_LIFETIME_SECONDS`] from now.
+    pub expires_at: i64,
+}
+
+impl TokenAnswer {
+    /// Reads `{"access_token", "token_type", "expires_in", "refresh_token"}`. The access
+    /// token must be present, at most [`MAX_TOKEN_BYTES`] of visible ASCII (it travels in a
+    /// header), and of `token_type` bearer when the type is given. An answer without an
+    /// expiry is taken to live [`ASSUMED_TOKEN_LIFETIME_SECONDS`]: refusing it would lose a
+    /// refresh token it may have rotated.
+    pub(crate) fn read(
+        url: &Url,
+        body: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<TokenAnswer, FetchError> {
+        let shape = |message: String| FetchError::Shape {
+            url: display_url(url),
+            message: format!("the token endpoint's answer {message}"),
+            body: cap_body(without_secrets(body).to_string().as_bytes()),
+        };
+        let token = |name: &str| -> Result<Option<SecretString>, FetchError> {
+            let Some(text) = body
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|text| !text.is_empty())
+            else {
+                return Ok(None);
+            };
+            if text.len() > MAX_TOKEN_BYTES {
+                return Err(shape(format!(
+                    "has a {name} longer than {MAX_TOKEN_BYTES} bytes"
+                )));
+            }
+            if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
+                return Err(shape(format!(
+                    "has a {name} with characters other than visible ASCII"
+                )));
+            }
+            Ok(Some(SecretString::from(text)))
+        };
+        let access_token =
+            token("access_token")?.ok_or_else(|| shape("has no access_token".to_string()))?;
+        match body.get("token_type") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(kind)) if kind.trim().eq_ignore_ascii_case("bearer") => {}
+            Some(other) => {
+                let shown: String = other.to_string().chars().take(40).collect();
+                return Err(shape(format!(
+                    "has token_type {shown}; only bearer tokens can be sent"
+                )));
+            }
+        }
+        let refresh_token = token("refresh_token")?;
+        let expires_at = expiry(
+            body.get("expires_at").and_then(seconds),
+            body.get("expires_in").and_then(seconds),
+            now,
+        )
+        .unwrap_or_else(|| {
+            tracing::warn!(
+                assumed_secs = ASSUMED_TOKEN_LIFETIME_SECONDS,
+                "The token endpoint's answer has neither expires_at nor expires_in; assuming a short lifetime."
+            );
+            now.timestamp()
+                .saturating_add(ASSUMED_TOKEN_LIFETIME_SECONDS)
+        });
+        Ok(TokenAnswer {
+            access_token,
+            refresh_token,
+            expires_at,
+        })
+    }
+
+    /// The connection's new credentials: a missing `refresh_token` keeps `current`'s.
+    pub(crate) fn into_credentials(self, current: &Credentials) -> Credentials {
+        Credentials {
+            token: Some(self.access_token),
+            refresh_token: self.refresh_token.or_else(|| current.refresh_token.clone()),
+            expires_at: Some(self.expires_at),
+        }
+    }
+}
+
+/// A number of seconds however the endpoint writes it: an integer of any size (saturated
+/// to `i64`), a finite float (truncated) or a string of digits. An answer that carries a
+/// rotated refresh token must not be refused over the form of its expiry.
+pub(crate) fn seconds(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(number) => number
+            .as_i64()
+            .or_else(|| number.as_u64().map(|_| i64::MAX))
+            // A float-to-integer `as` saturates; NaN and infinities are not JSON numbers.
+            .or_else(|| number.as_f64().filter(|f| f.is_finite()).map(|f| f as i64)),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// When the new access token expires: `expires_at`, else `now` plus `expires_in`, either
+/// kept between `now` (already expired: refreshed before its next use) and
+/// [`MAX_TOKEN_LIFETIME_SECONDS`] from now, so no value the endpoint sends overflows.
+pub(crate) fn expiry(
+    expires_at: Option<i64>,
+    expires_in: Option<i64>,
+    now: DateTime<Utc>,
+) -> Option<i64> {
+    let now = now.timestamp();
+    let latest = now.saturating_add(MAX_TOKEN_LIFETIME_SECONDS);
+    let at = match (expires_at, expires_in) {
+        (Some(at), _) => at,
+        (None, Some(seconds)) => now.saturating_add(seconds),
+        (None, None) => return None,
+    };
+    Some(at.clamp(now, latest))
+}
+
+/// The answer with its token values replaced, safe to keep in an error report.
+pub(crate) fn without_secrets(body: &Value) -> Value {
+    let mut clean = body.clone();
+    if let Value::Object(map) = &mut clean {
+        for name in ["access_token", "refresh_token", "id_token"] {
+            if let Some(value) = map.get_mut(name) {
+                *value = Value::String("[redacted]".to_string());
+            }
+        }
+    }
+    clean
+}
+
+/// How a standard token endpoint's answers are read (RFC 6749 §5.2): a 400 or 401 means
+/// the grant or the client was refused, a credentials fault never retried, explained by
+/// the body's `error` and `error_description`; other statuses keep the client's verdict.
+pub(crate) struct TokenEndpointPolicy {
+    /// What was asked for, for messages: e.g. "the refresh".
+    pub what: &'static str,
+}
+
+impl ResponsePolicy for TokenEndpointPolicy {
+    fn classify(&self, answer: &Answer<'_>, default: Verdict) -> Verdict {
+        let message = token_error_message(answer);
+        match answer.status.as_u16() {
+            status @ (400 | 401) => Verdict::Fail(FetchError::Unauthorized {
+                status,
+                message: format!("the token endpoint refused {}: {message}", self.what),
+            }),
+            _ => default.with_message(message),
+        }
+    }
+}
+
+/// `error: error_description` from an RFC 6749 §5.2 error body, or the start of the body
+/// when it is not one. Both values are cut short: they are the server's text.
+fn token_error_message(answer: &Answer<'_>) -> String {
+    let Some(body) = answer.json() else {
+        return answer.excerpt();
+    };
+    let Some(code) = body.get("error").and_then(Value::as_str) else {
+        return answer.excerpt();
+    };
+    let short = |text: &str| crate::quote::truncated(text.trim(), 200);
+    match body.get("error_description").and_then(Value::as_str) {
+        Some(description) if !description.trim().is_empty() => {
+            format!("{}: {}", short(code), short(description))
+        }
+        _ => short(code),
+    }
+}
+
+/// Whether the credentials hold a refresh token to renew the access token with.
+pub(crate) fn has_refresh_token(credentials: &Credentials) -> bool {
+    credentials
+        .refresh_token
+        .as_ref()
+        .is_some_and(|token| !token.expose_secret().trim().is_empty())
+}
+
+/// Whether to refresh before using `credentials` at `now` (seconds since the epoch): the
+/// token expires within [`REFRESH_MARGIN_SECONDS`], or is missing or of unknown expiry,
+/// while a refresh token exists to renew it.
+pub(crate) fn needs_refresh(credentials: &Credentials, now: i64) -> bool {
+    if !has_refresh_token(credentials) {
+        return false;
+    }
+    match (crate::adapter::token(credentials), credentials.expires_at) {
+        (Some(_), Some(expires_at)) => expires_at <= now.saturating_add(REFRESH_MARGIN_SECONDS),
+        _ => true,
+    }
+}
+
+/// Adds the credentials' secrets to `seen`, so errors can be cleaned of them.
+pub(crate) fn remember(seen: &mut Vec<SecretString>, credentials: &Credentials) {
+    seen.extend(credentials.token.iter().cloned());
+    seen.extend(credentials.refresh_token.iter().cloned());
+}
+
+/// How [`fetch_refreshing`] renews a connection's credentials.
+pub(crate) struct Refreshing<'a> {
+    /// The pipeline's store, which serialises refreshes per connection and commits the
+    /// new credentials before handing them back.
+    pub store: &'a dyn CredentialStore,
+    /// Spends a refresh token at the API's token endpoint.
+    pub refresher: Arc<dyn TokenRefresher>,
+    /// Now, in seconds since the Unix epoch.
+    pub now: i64,
+    /// The API, for log lines: e.g. "Strava".
+    pub api: &'a str,
+}
+
+/// Runs `fetch` with the connection's credentials, refreshing them first when they are
+/// about to expire and once after a 401 (unless they were just refreshed). Every
+/// credential seen is added to `seen`.
+pub(crate) async fn fetch_refreshing<T, F, Fut>(
+    refreshing: Refreshing<'_>,
+    credentials: &Credentials,
+    seen: &mut Vec<SecretString>,
+    fetch: F,
+) -> Result<T, FetchError>
+where
+    F: Fn(Credentials) -> Fut,
+    Fut: Future<Output = Result<T, FetchError>>,
+{
+    let Refreshing {
+        store,
+        refresher,
+        now,
+        api,
+    } = refreshing;
+    let mut credentials = credentials.clone();
+    let mut refreshed = false;
+    if needs_refresh(&credentials, now) {
+        tracing::info!(
+            api,
+            expires_at = credentials.expires_at,
+            "The access token expires within a minute or has no known expiry; refreshing it first."
+        );
+        credentials = store.refresh(&credentials, refresher.clone()).await?;
+        remember(seen, &credentials);
+        refreshed = true;
+    }
+    match fetch(credentials.clone()).await {
+        Err(FetchError::Unauthorized { status: 401, .. })
+            if !refreshed && has_refresh_token(&credentials) =>
+        {
+            tracing::info!(
+                api,
+                "The API rejected the access token; refreshing it once and retrying."
+            );
+            let fresh = store.refresh(&credentials, refresher).await?;
+            remember(seen, &fresh);
+            fetch(fresh).await
+        }
+        other => other,
+    }
+}

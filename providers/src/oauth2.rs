@@ -68,14 +68,15 @@ impl TokenAnswer {
             else {
                 return Ok(None);
             };
+            let article = if name.starts_with('a') { "an" } else { "a" };
             if text.len() > MAX_TOKEN_BYTES {
                 return Err(shape(format!(
-                    "has a {name} longer than {MAX_TOKEN_BYTES} bytes"
+                    "has {article} {name} longer than {MAX_TOKEN_BYTES} bytes"
                 )));
             }
             if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
                 return Err(shape(format!(
-                    "has a {name} with characters other than visible ASCII"
+                    "has {article} {name} with characters other than visible ASCII"
                 )));
             }
             Ok(Some(SecretString::from(text)))
@@ -206,6 +207,25 @@ fn token_error_message(answer: &Answer<'_>) -> String {
         }
         _ => short(code),
     }
+}
+
+/// Checks that `name`, the value of the config key `key`, can name an environment
+/// variable and does not look like the secret itself.
+pub(crate) fn validate_env_var_name(key: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains(['=', '\0']) || name.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "{key} must be the name of an environment variable (e.g. \"ACME_CLIENT_SECRET\"), \
+             not {name:?}"
+        ));
+    }
+    // Client secrets are long runs of hexadecimal digits; variable names hardly ever are.
+    if name.len() >= 32 && name.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{key} looks like a client secret itself: it must name the environment variable \
+             that holds the secret, never the secret"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the credentials hold a refresh token to renew the access token with.

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use url::Url;
 
+pub use super::auth::Auth;
 use super::field_path::FieldPath;
 use super::incremental::IncrementalConfig;
 use crate::IdSpec;
@@ -42,10 +42,14 @@ pub struct RestConfig {
     /// hashed, become the id, e.g. `["date", "type"]`. Not together with `id_field`.
     #[serde(default)]
     pub key_fields: Option<Vec<String>>,
-    /// How the connection's token is sent: `"bearer"` (`Authorization: Bearer TOKEN`),
-    /// `"none"`, `{ header = "X-Api-Key" }` (the token as that header's value), or
+    /// How requests are authenticated: `"bearer"` (`Authorization: Bearer TOKEN`),
+    /// `"none"`, `{ header = "X-Api-Key" }` (the token as that header's value),
     /// `{ query = "api_key" }` (the token as that query parameter, for APIs that take
-    /// nothing else; its value is hidden wherever a URL is quoted). Default `"bearer"`.
+    /// nothing else; its value is hidden wherever a URL is quoted), `"basic"` (the token
+    /// is `USER:PASSWORD`, sent as HTTP basic credentials), `{ basic = "USER" }` (the token
+    /// is USER's password), or `{ oauth2 = "refresh_token" | "client_credentials",
+    /// token_url, client_id, client_secret_env, scope, client_auth }` (an access token
+    /// from an OAuth2 token endpoint; see [`Auth`]). Default `"bearer"`.
     #[serde(default)]
     pub auth: Auth,
     /// How pages are walked: `[providers.NAME.pagination]`. Default: one page, no pagination.
@@ -97,27 +101,6 @@ impl fmt::Debug for RestConfig {
             .field("incremental", &self.incremental)
             .finish()
     }
-}
-
-/// How the connection's token is sent (`auth`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Auth {
-    /// `auth = "bearer"`: `Authorization: Bearer TOKEN`.
-    #[default]
-    Bearer,
-    /// `auth = "none"`: the API needs no token.
-    None,
-    /// `auth = { header = "X-Api-Key" }`: the token, as is, as the value of this header.
-    Header {
-        /// The header's name.
-        name: String,
-    },
-    /// `auth = { query = "api_key" }`: the token, as is, as the value of this query
-    /// parameter of every request.
-    Query {
-        /// The parameter's name.
-        name: String,
-    },
 }
 
 /// The pagination styles (`pagination.type`).
@@ -393,13 +376,7 @@ impl RestConfig {
             }
             _ => {}
         }
-        if let Auth::Header { name } = &self.auth {
-            if HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(format!(
-                    "auth.header {name:?} is not a valid HTTP header name"
-                ));
-            }
-        }
+        self.auth.validate()?;
         for (name, value) in &self.headers {
             let parsed = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("headers.{name} is not a valid HTTP header name"))?;
@@ -511,81 +488,18 @@ impl RestConfig {
         Ok(())
     }
 
-    /// Whether connections need a token: false only for `auth = "none"`.
+    /// Whether connections need a token (see [`Auth::needs_token`]).
     pub fn needs_token(&self) -> bool {
-        self.auth != Auth::None
+        self.auth.needs_token()
     }
 
     /// The header `auth` sends the token in, if any.
     pub(crate) fn auth_header(&self) -> Option<HeaderName> {
-        match &self.auth {
-            Auth::Bearer => Some(AUTHORIZATION),
-            Auth::None | Auth::Query { .. } => None,
-            Auth::Header { name } => HeaderName::from_bytes(name.as_bytes()).ok(),
-        }
+        self.auth.header_name()
     }
 
     /// The query parameter `auth` sends the token in, if any.
     pub fn auth_query_param(&self) -> Option<&str> {
-        match &self.auth {
-            Auth::Query { name } => Some(name),
-            _ => None,
-        }
-    }
-}
-
-/// The TOML spelling, for messages: `"bearer"`, `"none"`, `{ header = "X-Api-Key" }`.
-impl fmt::Display for Auth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Auth::Bearer => f.write_str("\"bearer\""),
-            Auth::None => f.write_str("\"none\""),
-            Auth::Header { name } => write!(f, "{{ header = {name:?} }}"),
-            Auth::Query { name } => write!(f, "{{ query = {name:?} }}"),
-        }
-    }
-}
-
-const AUTH_EXPECTED: &str =
-    "expected \"bearer\", \"none\", { header = \"NAME\" } or { query = \"NAME\" }";
-
-impl<'de> Deserialize<'de> for Auth {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(AuthVisitor)
-    }
-}
-
-struct AuthVisitor;
-
-impl<'de> Visitor<'de> for AuthVisitor {
-    type Value = Auth;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&AUTH_EXPECTED["expected ".len()..])
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Auth, E> {
-        match value {
-            "bearer" => Ok(Auth::Bearer),
-            "none" => Ok(Auth::None),
-            other => Err(E::custom(format!("{AUTH_EXPECTED}, found {other:?}"))),
-        }
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Auth, A::Error> {
-        let mut auth: Option<Auth> = None;
-        while let Some(key) = map.next_key::<String>()? {
-            let make: fn(String) -> Auth = match key.as_str() {
-                "header" if auth.is_none() => |name| Auth::Header { name },
-                "query" if auth.is_none() => |name| Auth::Query { name },
-                _ => {
-                    return Err(de::Error::custom(format!(
-                        "{AUTH_EXPECTED}, found a table with the key {key:?}"
-                    )))
-                }
-            };
-            auth = Some(make(map.next_value()?));
-        }
-        auth.ok_or_else(|| de::Error::custom(format!("{AUTH_EXPECTED}, found an empty table")))
+        self.auth.query_param()
     }
 }

@@ -16,6 +16,28 @@
 //! cursor_param = "cursor"
 //! ```
 //!
+//! `auth` says how requests are authenticated: with the connection's token (`"bearer"`, the
+//! default; `{ header = "X-Api-Key" }`; `{ query = "api_key" }`; HTTP basic with
+//! `"basic"`, the token being `USER:PASSWORD`, or `{ basic = "USER" }`, the token being the
+//! password), with none (`"none"`), or with an OAuth2 access token:
+//!
+//! ```toml
+//! [providers.acme.auth]
+//! oauth2 = "refresh_token"        # or "client_credentials"
+//! token_url = "https://auth.acme.example/oauth/token"
+//! client_id = "tributary"
+//! client_secret_env = "ACME_CLIENT_SECRET"
+//! # scope = "items:read"
+//! # client_auth = "basic"         # default "post": id and secret as form fields
+//! ```
+//!
+//! With `"refresh_token"` each connection holds an access token, a refresh token and its
+//! expiry; the token is refreshed through the pipeline's
+//! [`CredentialStore`](crate::CredentialStore) a minute before it expires and once after a
+//! 401, and a rotated refresh token is committed before it is used. With
+//! `"client_credentials"` connections need no token: the provider fetches one for all of
+//! them, caches it until a minute before it expires and fetches a new one once after a 401.
+//!
 //! Pagination types: `cursor` (a body token sent back), `offset`, `page`, `link` (the
 //! `Link` header), `next_url` (a body URL), `header` (a response header's token sent back),
 //! `has_more` (a body boolean, and the last record's id sent back) and `none`. Next-page
@@ -27,23 +49,28 @@
 //! at the first record older than the cursor.
 //!
 //! - `config`: [`RestConfig`] and its validation.
+//! - `auth`: [`Auth`], its TOML forms and the headers it sends.
+//! - `oauth2`: the OAuth2 grants at run time.
 //! - `incremental`: [`IncrementalConfig`], the cursor sent, the watermark read, and where a
 //!   newest-first listing ends.
 //! - `pagination`: page URLs and next positions for every pagination type.
 //! - `field_path`: dotted paths whose quoted segments may hold dots (`"@odata.nextLink"`).
 //! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
 
+mod auth;
 mod config;
 mod field_path;
 mod incremental;
 pub(crate) mod link;
+mod oauth2;
 mod pagination;
 #[cfg(test)]
 mod tests;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
-use secrecy::ExposeSecret;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT};
+use secrecy::{ExposeSecret, SecretString};
 
+pub use auth::{ClientAuth, Grant, OAuth2};
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 pub use incremental::IncrementalConfig;
 
@@ -62,6 +89,7 @@ use crate::stream::unknown_stream;
 use crate::{
     FetchContext, FetchError, IdSpec, Page, PagePosition, Provider, StreamSpec, Watermark,
 };
+use oauth2::OAuth2Runtime;
 
 /// The adapter for one `kind = "rest"` provider.
 #[derive(Clone, Debug)]
@@ -71,24 +99,59 @@ pub struct RestProvider {
     id_spec: IdSpec,
     /// The checked `incremental` settings, or why they are wrong.
     incremental: Result<Option<Arc<Incremental>>, String>,
+    /// How OAuth2 access tokens are had, for `auth = { oauth2 = ... }`.
+    oauth2: Option<OAuth2Runtime>,
 }
 
 impl RestProvider {
-    /// Builds the adapter. The configuration is expected to have passed
+    /// Builds the adapter without an OAuth2 client secret (see
+    /// [`RestProvider::with_client_secret`]). The configuration is expected to have passed
     /// [`RestConfig::validate`]; what is still wrong surfaces as an error of `fetch_page`.
     pub fn new(config: RestConfig, client: HttpClient) -> RestProvider {
+        RestProvider::with_client_secret(config, client, None)
+    }
+
+    /// Builds the adapter with the OAuth2 client secret `auth.client_secret_env` names
+    /// (ignored by the other kinds of `auth`).
+    pub fn with_client_secret(
+        config: RestConfig,
+        client: HttpClient,
+        client_secret: Option<SecretString>,
+    ) -> RestProvider {
         let id_spec = config.id_spec();
         let incremental = config
             .incremental
             .as_ref()
             .map(|incremental| incremental.plan().map(Arc::new))
             .transpose();
+        let oauth2 = match &config.auth {
+            Auth::OAuth2(settings) => {
+                Some(OAuth2Runtime::new(settings, client.clone(), client_secret))
+            }
+            _ => None,
+        };
         RestProvider {
             config,
             client,
             id_spec,
             incremental,
+            oauth2,
         }
+    }
+
+    /// Builds the adapter, reading the OAuth2 client secret from the environment variable
+    /// `auth.client_secret_env` names; an unset or empty one is a [`FetchError::Client`]
+    /// naming it.
+    pub fn from_env(config: RestConfig, client: HttpClient) -> Result<RestProvider, FetchError> {
+        let client_secret = match &config.auth {
+            Auth::OAuth2(settings) => oauth2::client_secret_from_env(settings)?,
+            _ => None,
+        };
+        Ok(RestProvider::with_client_secret(
+            config,
+            client,
+            client_secret,
+        ))
     }
 
     /// The provider's configuration.
@@ -167,37 +230,14 @@ impl RestProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let (name, value) = match &self.config.auth {
-            Auth::None | Auth::Query { .. } => return Ok(headers),
-            Auth::Bearer => (AUTHORIZATION, format!("Bearer {}", self.token(token)?)),
-            Auth::Header { name } => {
-                let name =
-                    HeaderName::from_bytes(name.as_bytes()).map_err(|_| FetchError::Client {
-                        message: format!("auth.header {name:?} is not a valid HTTP header name"),
-                    })?;
-                (name, self.token(token)?.to_string())
-            }
-        };
-        let mut value =
-            HeaderValue::from_str(&value).map_err(|_| FetchError::MissingCredentials {
-                message: format!(
-                    "the connection's token cannot be sent with auth = {}: it contains characters \
-                 that are not allowed in an HTTP header",
-                    self.config.auth
-                ),
-            })?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
+        if let Some((name, value)) = self.config.auth.header(token)? {
+            headers.insert(name, value);
+        }
         Ok(headers)
     }
 
     fn token<'a>(&self, token: Option<&'a str>) -> Result<&'a str, FetchError> {
-        token.ok_or_else(|| FetchError::MissingCredentials {
-            message: format!(
-                "connection has no token, but auth = {} needs one",
-                self.config.auth
-            ),
-        })
+        self.config.auth.token(token)
     }
 }
 
@@ -214,12 +254,16 @@ impl ProviderKind for RestConfig {
         RestConfig::needs_token(self)
     }
 
+    fn required_env_vars(&self) -> Vec<(String, String)> {
+        self.auth.required_env_vars()
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         let client = match self.auth_query_param() {
             Some(name) => client.hiding_query_param(name),
             None => client,
         };
-        Ok(Box::new(RestProvider::new(self.clone(), client)))
+        Ok(Box::new(RestProvider::from_env(self.clone(), client)?))
     }
 }
 
@@ -237,18 +281,43 @@ impl Provider for RestProvider {
         if context.stream != "records" {
             return Err(unknown_stream("rest", context.stream));
         }
-        let credentials = context.credentials;
-        // Tokens pasted from files often end in a newline; no token has outer whitespace.
-        let token = credentials
-            .token
-            .as_ref()
-            .map(|token| token.expose_secret().trim())
-            .filter(|token| !token.is_empty());
-        let result = self.fetch(token, position, context.since).await;
-        match token {
-            Some(secret) => result.map_err(|error| error.redact_secret(secret)),
-            None => result,
-        }
+        // Every secret a request may carry, so that errors can be cleaned of them.
+        let mut seen = Vec::new();
+        crate::oauth2::remember(&mut seen, context.credentials);
+        let result = match &self.oauth2 {
+            None => {
+                // Tokens pasted from files often end in a newline; no token has outer
+                // whitespace.
+                let token = crate::adapter::token(context.credentials);
+                seen.extend(self.config.auth.derived_secrets(token));
+                self.fetch(token, position, context.since).await
+            }
+            Some(OAuth2Runtime::RefreshToken(endpoint)) => {
+                let refreshing = crate::oauth2::Refreshing {
+                    store: context.credential_store,
+                    refresher: endpoint.clone(),
+                    now: chrono::Utc::now().timestamp(),
+                    api: "rest",
+                };
+                let fetch = |credentials: crate::Credentials| async move {
+                    self.fetch(crate::adapter::token(&credentials), position, context.since)
+                        .await
+                };
+                crate::oauth2::fetch_refreshing(refreshing, context.credentials, &mut seen, fetch)
+                    .await
+            }
+            Some(OAuth2Runtime::ClientCredentials(cache)) => {
+                let fetch = |token: SecretString| async move {
+                    self.fetch(Some(token.expose_secret()), position, context.since)
+                        .await
+                };
+                cache.fetch_with(&mut seen, fetch).await
+            }
+        };
+        result.map_err(|error| {
+            let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
+            error.redact_secrets(secrets)
+        })
     }
 }
 

@@ -74,21 +74,7 @@ impl StravaConfig {
                 self.client_id
             ));
         }
-        let name = &self.client_secret_env;
-        if name.is_empty() || name.contains(['=', '\0']) || name.chars().any(char::is_whitespace) {
-            return Err(format!(
-                "client_secret_env must be the name of an environment variable (e.g. \
-                 \"STRAVA_CLIENT_SECRET\"), not {name:?}"
-            ));
-        }
-        // Strava's client secrets are 40 hexadecimal digits; variable names hardly ever are.
-        if name.len() == 40 && name.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(
-                "client_secret_env looks like a client secret itself: it must name the \
-                 environment variable that holds the secret, never the secret"
-                    .to_string(),
-            );
-        }
+        crate::oauth2::validate_env_var_name("client_secret_env", &self.client_secret_env)?;
         crate::bounds::count_in(self.rate_limit_reserve, 0, MAX_RATE_LIMIT_RESERVE)
             .map_err(crate::bounds::named("rate_limit_reserve"))?;
         if !(1..=200).contains(&self.per_page) {

@@ -126,7 +126,7 @@ fn unknown_keys_are_rejected_by_name() {
 }
 
 #[test]
-fn auth_accepts_its_four_forms_and_explains_otherwise() {
+fn auth_accepts_its_forms_and_explains_otherwise() {
     let auth = |value: serde_json::Value| {
         provider_config(json!({"kind": "rest", "base_url": "http://h", "auth": value})).map(
             |config| match config {
@@ -149,9 +149,19 @@ fn auth_accepts_its_four_forms_and_explains_otherwise() {
             name: "api_key".into()
         }
     );
-    let expected = r#"expected "bearer", "none", { header = "NAME" } or { query = "NAME" }"#;
+    assert_eq!(
+        auth(json!("basic")).unwrap(),
+        Auth::Basic { username: None }
+    );
+    assert_eq!(
+        auth(json!({"basic": "api"})).unwrap(),
+        Auth::Basic {
+            username: Some("api".into())
+        }
+    );
+    let expected = r#"expected "bearer", "none", "basic", { header = "NAME" }, { query = "NAME" }, { basic = "USER" } or { oauth2 = "#;
     for bad in [
-        json!("basic"),
+        json!("digest"),
         json!({"heder": "X"}),
         json!({}),
         json!(42),

@@ -1,5 +1,6 @@
 //! Tests of the rest provider: its configuration, and fetching pages from wiremock APIs.
 
+mod auth;
 mod bodies;
 mod config;
 mod fetch;

@@ -642,14 +642,18 @@ fn documented_configs() -> Vec<(String, String)> {
 #[test]
 fn the_documented_config_examples_are_valid() {
     let configs = documented_configs();
-    assert_eq!(
-        configs.len(),
-        2,
-        "one whole example in each of README.md and docs/configuration.md"
-    );
+    for doc in ["README.md", "docs/configuration.md"] {
+        assert!(
+            configs.iter().any(|(from, _)| from == doc),
+            "{doc} has no whole example (a ```toml block from [database] on)"
+        );
+    }
     for (doc, text) in configs {
         let settings = Settings::parse(std::path::Path::new(&doc), &text, None, &|_| true)
             .unwrap_or_else(|error| panic!("{doc}: {error}\n{text}"));
-        assert_eq!(settings.providers["acme"].connections.len(), 1, "{doc}");
+        assert!(!settings.providers.is_empty(), "{doc}: no provider\n{text}");
+        if let Some(acme) = settings.providers.get("acme") {
+            assert_eq!(acme.connections.len(), 1, "{doc}");
+        }
     }
 }

@@ -28,6 +28,7 @@ pub mod bounds;
 pub mod config;
 pub mod github;
 pub mod http;
+pub mod presets;
 pub mod quote;
 pub mod raw;
 pub mod record;

@@ -1,0 +1,160 @@
+//! Ready presets: `preset = "NAME"` in a provider table stands for the `kind = "rest"`
+//! description of a widely used API, so that a user writes only what is theirs.
+//!
+//! ```toml
+//! [providers.shop]
+//! preset = "shopify_orders"
+//! base_url = "https://example.myshopify.com"   # the preset cannot know the shop
+//! schedule = "0 */15 * * * *"
+//! connections = [{ user_id = "ops", token_env = "SHOPIFY_TOKEN" }]
+//! ```
+//!
+//! [`apply`] replaces `preset = "NAME"` by the preset's table merged with the user's: every
+//! key the user gives wins over the preset's; tables (`pagination`, `query`, `headers`,
+//! `incremental`) merge key by key, recursively; arrays and other values are replaced
+//! whole. The root crate calls it on the adapter part of `[providers.NAME]` before that
+//! part is deserialized, so the merged table is read and validated exactly as if the user
+//! had written it all.
+//!
+//! Each preset is a file `providers/presets/NAME.toml`, embedded at build time, that holds
+//! `kind = "rest"`, the adapter keys its API's documentation calls for, and a `[requires]`
+//! table naming the keys the user must give (dotted, e.g. `"headers.Harvest-Account-Id"`)
+//! and what each one is; `apply` refuses a table that leaves one out. A preset never holds
+//! a secret: tokens stay on the connections. `providers/presets/README.md` lists the
+//! presets and the documentation facts each follows.
+//!
+//! - [`apply`]: expands `preset = "NAME"`.
+//! - [`names`]: the presets there are.
+
+use toml::{Table, Value};
+
+/// Declares the registry: the preset names and their embedded files, in the same order.
+macro_rules! presets {
+    ($($name:literal,)+) => {
+        /// The name of every preset, in the order of [`FILES`].
+        const NAMES: &[&str] = &[$($name),+];
+        /// The text of every preset file, in the order of [`NAMES`].
+        const FILES: &[&str] = &[$(include_str!(concat!("../../presets/", $name, ".toml"))),+];
+    };
+}
+
+presets! {
+    "asana_tasks",
+    "freshdesk_tickets",
+    "gitlab_issues",
+    "harvest_time_entries",
+    "pipedrive_deals",
+    "shopify_orders",
+}
+
+/// The key of a provider table that names a preset.
+const PRESET_KEY: &str = "preset";
+/// The table of a preset file that names the keys the user must give.
+const REQUIRES_KEY: &str = "requires";
+
+/// The name of every preset, for messages and docs.
+pub fn names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// Expands `preset = "NAME"` in a provider's table: the key is removed and the table
+/// becomes the preset merged with the user's keys, the user's winning (tables merge key by
+/// key, other values are replaced). A table without `preset` is left as it is. On error
+/// the table is left as it is and the message names what was wrong: a `preset` that is not
+/// a string, an unknown name (listing the presets), a `kind` other than the preset's, or a
+/// key the preset requires that the table does not give.
+pub fn apply(table: &mut Table) -> Result<(), String> {
+    let name = match table.get(PRESET_KEY) {
+        None => return Ok(()),
+        Some(Value::String(name)) => name.clone(),
+        Some(other) => {
+            return Err(format!(
+                "preset must be a string naming a preset ({}), not {}",
+                names().join(", "),
+                other.type_str()
+            ))
+        }
+    };
+    let mut preset = load(&name)?;
+    let requires = take_requires(&name, &mut preset)?;
+    if let (Some(own), Some(theirs)) = (preset.get("kind"), table.get("kind")) {
+        if own != theirs {
+            return Err(format!(
+                "preset {name:?} is kind = {own}, but the table sets kind = {theirs}; leave \
+                 kind out when using a preset"
+            ));
+        }
+    }
+    let mut user = table.clone();
+    user.remove(PRESET_KEY);
+    merge(&mut preset, user);
+    for (key, what) in &requires {
+        if lookup(&preset, key).is_none() {
+            return Err(format!("preset {name:?} needs {key}: {what}"));
+        }
+    }
+    *table = preset;
+    Ok(())
+}
+
+/// The preset called `name`, parsed.
+fn load(name: &str) -> Result<Table, String> {
+    let Some(index) = NAMES.iter().position(|known| *known == name) else {
+        return Err(format!(
+            "unknown preset {name:?}; the presets are: {}",
+            names().join(", ")
+        ));
+    };
+    let text = FILES.get(index).copied().unwrap_or_default();
+    text.parse::<Table>()
+        .map_err(|err| format!("preset {name:?} is not valid TOML: {err}"))
+}
+
+/// Removes the preset's `[requires]` table: (dotted key, what the user must give).
+fn take_requires(name: &str, preset: &mut Table) -> Result<Vec<(String, String)>, String> {
+    let Some(requires) = preset.remove(REQUIRES_KEY) else {
+        return Ok(Vec::new());
+    };
+    let Value::Table(requires) = requires else {
+        return Err(format!(
+            "preset {name:?} has a [requires] that is not a table"
+        ));
+    };
+    requires
+        .into_iter()
+        .map(|(key, what)| match what {
+            Value::String(what) => Ok((key, what)),
+            other => Err(format!(
+                "preset {name:?} has requires.{key} = {}, expected a string saying what to \
+                 give",
+                other.type_str()
+            )),
+        })
+        .collect()
+}
+
+/// Merges `user` into `base`: each of its keys replaces the base's, except that a table
+/// given for a table merges into it key by key.
+fn merge(base: &mut Table, user: Table) {
+    for (key, value) in user {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Table(own)), Value::Table(theirs)) => merge(own, theirs),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// The value at a dotted `key` (`"headers.Harvest-Account-Id"`), if the table has one.
+fn lookup<'a>(table: &'a Table, key: &str) -> Option<&'a Value> {
+    let mut segments = key.split('.');
+    let mut value = table.get(segments.next()?)?;
+    for segment in segments {
+        value = value.as_table()?.get(segment)?;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -579,6 +579,9 @@ fn parse_provider(
         .map_err(|message| (prefix.clone(), message))?;
 
     let mut adapter_table = raw.adapter;
+    // `preset = "NAME"` expands into the preset's keys, the table's own keys winning.
+    tributary_providers::presets::apply(&mut adapter_table)
+        .map_err(|message| (format!("{prefix}.preset"), message))?;
     let kind = match adapter_table.remove("kind") {
         Some(toml::Value::String(kind)) => kind,
         Some(other) => {

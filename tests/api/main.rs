@@ -29,6 +29,7 @@ mod pagination;
 mod panics;
 mod poison;
 mod pools;
+mod presets;
 mod race;
 mod redaction;
 mod rest_incremental;

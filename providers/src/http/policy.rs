@@ -190,17 +190,40 @@ pub(crate) fn asked_wait(seconds: u64) -> Duration {
     Duration::from_secs(seconds.min(MAX_ASKED_WAIT.as_secs()))
 }
 
-/// The wait a `Retry-After` header asks for: integer seconds or an HTTP date (a date in the
-/// past means no wait), at most [`MAX_ASKED_WAIT`]. `None` when absent or unreadable.
+/// The wait a `Retry-After` header asks for: seconds, or an HTTP date (a date in the past
+/// means no wait), at most [`MAX_ASKED_WAIT`]. `None` when absent or unreadable. RFC 9110
+/// allows whole seconds only, but some APIs send decimals (Shopify's `2.0`): those are
+/// read too rather than ignored for the backoff, which could retry too early.
 pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(asked_wait(seconds));
     }
+    if let Some(wait) = decimal_seconds(value) {
+        return Some(wait);
+    }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(
         at.duration_since(now)
             .unwrap_or(Duration::ZERO)
+            .min(MAX_ASKED_WAIT),
+    )
+}
+
+/// `value` as decimal seconds (`2.0`, `0.25`: digits, a point, one to nine digits), at
+/// most [`MAX_ASKED_WAIT`]; `None` for anything else.
+fn decimal_seconds(value: &str) -> Option<Duration> {
+    let (whole, fraction) = value.split_once('.')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) || fraction.len() > 9 {
+        return None;
+    }
+    let seconds = whole.parse::<u64>().ok()?;
+    // Nine digits after the point are nanoseconds; fewer are padded with zeros.
+    let nanos: u64 = format!("{fraction:0<9}").parse().ok()?;
+    Some(
+        asked_wait(seconds)
+            .saturating_add(Duration::from_nanos(nanos))
             .min(MAX_ASKED_WAIT),
     )
 }

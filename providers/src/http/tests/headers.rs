@@ -18,6 +18,19 @@ fn retry_after_beyond_a_day_is_read_as_a_day() {
     assert_eq!(wait("99999999999999999999999"), None);
 }
 
+#[test]
+fn retry_after_in_decimal_seconds_is_read_as_sent() {
+    let now = SystemTime::now();
+    let wait = |value: &str| retry_after(&header_map(&[("retry-after", value)]), now);
+    assert_eq!(wait("2.0"), Some(Duration::from_secs(2)));
+    assert_eq!(wait("0.25"), Some(Duration::from_millis(250)));
+    assert_eq!(wait("1.000000001"), Some(Duration::new(1, 1)));
+    assert_eq!(wait("86400.5"), Some(MAX_ASKED_WAIT));
+    for unreadable in ["2.", ".5", "1.0000000001", "1.2.3", "1,5", "+1.5", "1.5e3"] {
+        assert_eq!(wait(unreadable), None, "{unreadable}");
+    }
+}
+
 proptest! {
     #![proptest_config(proptest_config(1024, 0x7265_7472))]
 

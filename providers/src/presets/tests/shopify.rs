@@ -104,7 +104,8 @@ async fn shopify_orders_wait_out_retry_after_on_429() {
         .and(path(ORDERS))
         .respond_with(
             ResponseTemplate::new(429)
-                .insert_header("Retry-After", "1")
+                // Shopify writes it with a decimal point.
+                .insert_header("Retry-After", "1.0")
                 .insert_header("X-Shopify-Shop-Api-Call-Limit", "40/40")
                 .set_body_json(json!({"errors": "Exceeded 2 calls per second for api client. Reduce request rates to resume uninterrupted service."})),
         )

@@ -245,6 +245,7 @@ pub(crate) fn page_by_id(
         watermarks_ahead: watermarks.ahead,
         stop_after: None,
         parent_gone: None,
+        filtered: 0,
     }
 }
 

@@ -187,6 +187,10 @@ pub struct Page {
     /// pipeline counts the parent as skipped, says why in the run's log, and goes on with
     /// the next parent.
     pub parent_gone: Option<String>,
+    /// How many records the API listed on this page that the provider's configured filter
+    /// dropped (the rest kind's `records_filter`): they are in neither `items` nor the
+    /// run's errors, and the pipeline may count them. 0 for providers without a filter.
+    pub filtered: u64,
 }
 
 impl Page {

@@ -10,7 +10,10 @@ use url::Url;
 
 pub use super::auth::Auth;
 use super::field_path::FieldPath;
+use super::filter::RecordsFilter;
 use super::incremental::IncrementalConfig;
+use super::records_path::RecordsPath;
+use super::resources::ResourceConfig;
 use crate::IdSpec;
 
 /// The largest `pagination.page_size`.
@@ -66,28 +69,27 @@ pub struct RestConfig {
     /// (see [`IncrementalConfig`]). Omitted: every run is a full pass.
     #[serde(default)]
     pub incremental: Option<IncrementalConfig>,
+    /// Keeps only the records that pass one test, e.g.
+    /// `records_filter = { field = "status", not_in = ["deleted"] }` (see
+    /// [`RecordsFilter`]); the others are dropped and counted, neither stored nor errors.
+    /// Omitted: every record is kept.
+    #[serde(default)]
+    pub records_filter: Option<RecordsFilter>,
+    /// More fields (dotted paths) of these records that a child resource's templates may
+    /// name as `{parent.FIELD}`, e.g. `["owner.login"]`. A parent already has its id field
+    /// (`id_field`, or `"id"` by default), its `key_fields` and its
+    /// `incremental.cursor_field`.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// More streams of the same API: `[providers.NAME.resources.RESOURCE]` tables (see
+    /// [`ResourceConfig`]), each synced as the stream named RESOURCE. The keys above
+    /// describe the primary stream, `records`.
+    #[serde(default)]
+    pub resources: BTreeMap<String, ResourceConfig>,
 }
 
 impl fmt::Debug for RestConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hidden = "[REDACTED]";
-        let query: BTreeMap<&str, &str> = self
-            .query
-            .iter()
-            .map(|(name, value)| {
-                let shown = if crate::http::is_secret_param(name) {
-                    hidden
-                } else {
-                    value
-                };
-                (name.as_str(), shown)
-            })
-            .collect();
-        let headers: BTreeMap<&str, &str> = self
-            .headers
-            .keys()
-            .map(|name| (name.as_str(), hidden))
-            .collect();
         f.debug_struct("RestConfig")
             .field("base_url", &crate::http::display_url(&self.base_url))
             .field("path", &self.path)
@@ -96,11 +98,37 @@ impl fmt::Debug for RestConfig {
             .field("key_fields", &self.key_fields)
             .field("auth", &self.auth)
             .field("pagination", &self.pagination)
-            .field("query", &query)
-            .field("headers", &headers)
+            .field("query", &shown_query(&self.query))
+            .field("headers", &hidden_headers(&self.headers))
             .field("incremental", &self.incremental)
+            .field("records_filter", &self.records_filter)
+            .field("fields", &self.fields)
+            .field("resources", &self.resources)
             .finish()
     }
+}
+
+/// The query parameters for `Debug`, the values of secret ones hidden.
+pub(super) fn shown_query(query: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    query
+        .iter()
+        .map(|(name, value)| {
+            let shown = if crate::http::is_secret_param(name) {
+                "[REDACTED]"
+            } else {
+                value.as_str()
+            };
+            (name.as_str(), shown)
+        })
+        .collect()
+}
+
+/// The headers for `Debug`: their names, every value hidden.
+pub(super) fn hidden_headers(headers: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    headers
+        .keys()
+        .map(|name| (name.as_str(), "[REDACTED]"))
+        .collect()
 }
 
 /// The pagination styles (`pagination.type`).
@@ -345,8 +373,16 @@ impl RestConfig {
         }
     }
 
-    /// Checks what serde cannot and returns a message naming the key that is wrong.
+    /// Checks what serde cannot and returns a message naming the key that is wrong: the
+    /// primary stream's keys, then every resource with what it inherits.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_stream()?;
+        super::resources::validate(self)
+    }
+
+    /// Checks the keys of one stream: the primary one, or a resource merged with what it
+    /// inherits.
+    pub(super) fn validate_stream(&self) -> Result<(), String> {
         let endpoint = self.endpoint()?;
         if !matches!(endpoint.scheme(), "http" | "https") {
             return Err(format!(
@@ -420,6 +456,13 @@ impl RestConfig {
             }
         }
         self.pagination.validate()?;
+        RecordsPath::parse(self.records_path.as_deref())?;
+        if let Some(filter) = &self.records_filter {
+            filter.plan("records_filter")?;
+        }
+        for field in &self.fields {
+            FieldPath::parse(field).map_err(|message| format!("fields: {field:?} {message}"))?;
+        }
         self.validate_listing()
     }
 

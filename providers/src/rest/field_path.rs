@@ -87,6 +87,11 @@ impl FieldPath {
         })
     }
 
+    /// The keys, unquoted: two paths name the same field when these are equal.
+    pub(crate) fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
     /// The field at this path in `raw`; `None` when a segment is missing or a value on the
     /// way is not an object.
     pub(crate) fn lookup<'a>(&self, raw: &'a RawValue) -> Option<&'a RawValue> {

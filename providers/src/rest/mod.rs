@@ -60,10 +60,14 @@
 mod auth;
 mod config;
 mod field_path;
+mod filter;
 mod incremental;
 pub(crate) mod link;
 mod oauth2;
 mod pagination;
+mod records_path;
+mod resources;
+mod template;
 #[cfg(test)]
 mod tests;
 
@@ -72,22 +76,29 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub use auth::{ClientAuth, Grant, OAuth2};
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
+pub use filter::{FilterValue, RecordsFilter};
 pub use incremental::IncrementalConfig;
+pub use resources::ResourceConfig;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
 use url::Url;
 
+use filter::Filter;
 use incremental::Incremental;
+use records_path::{NotRecords, RecordsPath};
+use resources::StreamPlan;
 
-use crate::adapter::unreadable_records;
 use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
-use crate::raw::{array_items, lookup_raw};
+use crate::quote::{quoted, truncated, MAX_QUOTED_CHARS};
 use crate::stream::unknown_stream;
 use crate::{
-    FetchContext, FetchError, IdSpec, Page, PagePosition, Provider, StreamSpec, Watermark,
+    FetchContext, FetchError, IdSpec, Page, PagePosition, ParentRecord, Provider, StreamSpec,
+    Watermark,
 };
 use oauth2::OAuth2Runtime;
 
@@ -96,11 +107,54 @@ use oauth2::OAuth2Runtime;
 pub struct RestProvider {
     config: RestConfig,
     client: HttpClient,
+    /// How the primary stream's records are keyed.
     id_spec: IdSpec,
-    /// The checked `incremental` settings, or why they are wrong.
-    incremental: Result<Option<Arc<Incremental>>, String>,
+    /// Every stream's checked settings, `records` first, or why they are wrong.
+    streams: Vec<(String, Result<Arc<Stream>, String>)>,
     /// How OAuth2 access tokens are had, for `auth = { oauth2 = ... }`.
     oauth2: Option<OAuth2Runtime>,
+}
+
+/// One stream's checked settings.
+#[derive(Debug)]
+struct Stream {
+    plan: StreamPlan,
+    id_spec: IdSpec,
+    /// The `incremental` settings, when set.
+    incremental: Option<Arc<Incremental>>,
+    records_path: RecordsPath,
+    filter: Option<Filter>,
+}
+
+impl Stream {
+    /// The stream's settings checked; a resource's message names it.
+    fn new(plan: StreamPlan) -> Result<Stream, String> {
+        let named = |message: String| match plan.name.as_str() {
+            resources::PRIMARY => message,
+            name => format!("resources.{name}: {message}"),
+        };
+        let config = &plan.config;
+        let incremental = config
+            .incremental
+            .as_ref()
+            .map(|incremental| incremental.plan().map(Arc::new))
+            .transpose()
+            .map_err(named)?;
+        let records_path = RecordsPath::parse(config.records_path.as_deref()).map_err(named)?;
+        let filter = config
+            .records_filter
+            .as_ref()
+            .map(|filter| filter.plan("records_filter"))
+            .transpose()
+            .map_err(named)?;
+        Ok(Stream {
+            id_spec: config.id_spec(),
+            incremental,
+            records_path,
+            filter,
+            plan,
+        })
+    }
 }
 
 impl RestProvider {
@@ -119,11 +173,10 @@ impl RestProvider {
         client_secret: Option<SecretString>,
     ) -> RestProvider {
         let id_spec = config.id_spec();
-        let incremental = config
-            .incremental
-            .as_ref()
-            .map(|incremental| incremental.plan().map(Arc::new))
-            .transpose();
+        let streams = resources::plans(&config)
+            .into_iter()
+            .map(|(name, plan)| (name, plan.and_then(Stream::new).map(Arc::new)))
+            .collect();
         let oauth2 = match &config.auth {
             Auth::OAuth2(settings) => {
                 Some(OAuth2Runtime::new(settings, client.clone(), client_secret))
@@ -134,7 +187,7 @@ impl RestProvider {
             config,
             client,
             id_spec,
-            incremental,
+            streams,
             oauth2,
         }
     }
@@ -159,34 +212,45 @@ impl RestProvider {
         &self.config
     }
 
+    /// The stream called `name`, checked.
+    fn stream(&self, name: &str) -> Result<Arc<Stream>, FetchError> {
+        let (_, stream) = self
+            .streams
+            .iter()
+            .find(|(stream, _)| stream == name)
+            .ok_or_else(|| unknown_stream("rest", name))?;
+        stream
+            .clone()
+            .map_err(|message| FetchError::Client { message })
+    }
+
+    /// One page of `stream`, listed with `config` (the stream's settings, rendered for the
+    /// parent record of a child stream).
     async fn fetch(
         &self,
+        stream: &Arc<Stream>,
+        config: &RestConfig,
         token: Option<&str>,
         position: Option<&PagePosition>,
         since: Option<&Watermark>,
     ) -> Result<Page, FetchError> {
-        let (incremental, filter) = self.run_filter(since)?;
-        let mut url = pagination::page_url(&self.config, position, filter.param.as_ref())?;
+        let filter = run_filter(stream, since)?;
+        let mut url = pagination::page_url(config, position, filter.param.as_ref())?;
         if let Some(name) = self.config.auth_query_param() {
             pagination::set_query_param(&mut url, name, self.token(token)?);
         }
-        let headers = self.request_headers(token)?;
+        let headers = self.request_headers(config, token)?;
         let auth_param = self.config.auth_query_param().map(str::to_string);
-        let pagination = self.config.pagination.clone();
-        let records_path = self.config.records_path.clone().unwrap_or_default();
-        let id_spec = self.id_spec.clone();
-        let base_url = self.config.base_url.clone();
+        let stream = Arc::clone(stream);
+        let base_url = config.base_url.clone();
         let position = position.cloned();
         // The page is read on the thread that read its body, in the same step.
         let read = move |answered: &Answered<'_>| {
             let response = JsonResponse::read(answered)?;
             let listing = Listing {
-                records_path: &records_path,
-                pagination: &pagination,
+                stream: &stream,
                 base_url: &base_url,
-                id_spec: &id_spec,
                 max_records: answered.max_records,
-                incremental: incremental.as_deref(),
                 older_than: filter.older_than,
             };
             let mut page = read_page(&response, &listing, position.as_ref())?;
@@ -202,26 +266,16 @@ impl RestProvider {
             .await
     }
 
-    /// The incremental settings and what this run sends and stops at, from the stream's
-    /// cursor `since`.
-    fn run_filter(
+    /// `Accept`, the stream's static headers, then the token as `auth` says. Values are
+    /// marked sensitive so they never show in `Debug` output.
+    fn request_headers(
         &self,
-        since: Option<&Watermark>,
-    ) -> Result<(Option<Arc<Incremental>>, incremental::RunFilter), FetchError> {
-        let client_error = |message: String| FetchError::Client { message };
-        let Some(incremental) = self.incremental.clone().map_err(client_error)? else {
-            return Ok((None, incremental::RunFilter::default()));
-        };
-        let filter = incremental.for_run(since).map_err(client_error)?;
-        Ok((Some(incremental), filter))
-    }
-
-    /// `Accept`, the static headers, then the token as `auth` says. Values are marked
-    /// sensitive so they never show in `Debug` output.
-    fn request_headers(&self, token: Option<&str>) -> Result<HeaderMap, FetchError> {
+        config: &RestConfig,
+        token: Option<&str>,
+    ) -> Result<HeaderMap, FetchError> {
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        for (name, value) in &self.config.headers {
+        for (name, value) in &config.headers {
             let invalid = |what: &str| FetchError::Client {
                 message: format!("headers.{name} is not a valid HTTP header {what}"),
             };
@@ -239,6 +293,101 @@ impl RestProvider {
     fn token<'a>(&self, token: Option<&'a str>) -> Result<&'a str, FetchError> {
         self.config.auth.token(token)
     }
+
+    /// One page of `stream` as `auth` says: with the connection's token, or an OAuth2
+    /// access token refreshed or fetched as needed. Errors are cleaned of every secret the
+    /// request may have carried.
+    async fn fetch_authorized(
+        &self,
+        stream: &Arc<Stream>,
+        config: &RestConfig,
+        context: &FetchContext<'_>,
+        position: Option<&PagePosition>,
+    ) -> Result<Page, FetchError> {
+        // Every secret a request may carry, so that errors can be cleaned of them.
+        let mut seen = Vec::new();
+        crate::oauth2::remember(&mut seen, context.credentials);
+        let result = match &self.oauth2 {
+            None => {
+                // Tokens pasted from files often end in a newline; no token has outer
+                // whitespace.
+                let token = crate::adapter::token(context.credentials);
+                seen.extend(self.config.auth.derived_secrets(token));
+                self.fetch(stream, config, token, position, context.since)
+                    .await
+            }
+            Some(OAuth2Runtime::RefreshToken(endpoint)) => {
+                let refreshing = crate::oauth2::Refreshing {
+                    store: context.credential_store,
+                    refresher: endpoint.clone(),
+                    now: chrono::Utc::now().timestamp(),
+                    api: "rest",
+                };
+                let fetch = |credentials: crate::Credentials| async move {
+                    let token = crate::adapter::token(&credentials);
+                    self.fetch(stream, config, token, position, context.since)
+                        .await
+                };
+                crate::oauth2::fetch_refreshing(refreshing, context.credentials, &mut seen, fetch)
+                    .await
+            }
+            Some(OAuth2Runtime::ClientCredentials(cache)) => {
+                let fetch = |token: SecretString| async move {
+                    let token = Some(token.expose_secret());
+                    self.fetch(stream, config, token, position, context.since)
+                        .await
+                };
+                cache.fetch_with(&mut seen, fetch).await
+            }
+        };
+        result.map_err(|error| {
+            let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
+            error.redact_secrets(secrets)
+        })
+    }
+}
+
+/// What an incremental run of `stream` stops at and sends, from the stream's cursor
+/// `since`.
+fn run_filter(
+    stream: &Stream,
+    since: Option<&Watermark>,
+) -> Result<incremental::RunFilter, FetchError> {
+    let Some(incremental) = &stream.incremental else {
+        return Ok(incremental::RunFilter::default());
+    };
+    incremental
+        .for_run(since)
+        .map_err(|message| FetchError::Client { message })
+}
+
+/// A page saying the parent's children cannot be listed, and why.
+fn parent_gone(reason: String) -> Page {
+    Page {
+        parent_gone: Some(reason),
+        ..Page::default()
+    }
+}
+
+/// The fetch's outcome for a child stream, with a parent the API no longer knows (404 or
+/// 410 on its children's listing) turned into a page saying the parent is gone, so the
+/// pipeline goes on with the next one.
+fn parent_gone_or(
+    parent: &ParentRecord<'_>,
+    fetched: Result<Page, FetchError>,
+) -> Result<Page, FetchError> {
+    match fetched {
+        Err(FetchError::Status {
+            status: status @ (404 | 410),
+            message,
+            ..
+        }) => Ok(parent_gone(format!(
+            "the API answered {status} listing the children of parent record {}: {}",
+            quoted(parent.external_id),
+            truncated(&message, MAX_QUOTED_CHARS)
+        ))),
+        other => other,
+    }
 }
 
 impl ProviderKind for RestConfig {
@@ -247,7 +396,7 @@ impl ProviderKind for RestConfig {
     }
 
     fn streams(&self) -> Vec<StreamSpec> {
-        vec![StreamSpec::top("records")]
+        resources::streams(self)
     }
 
     fn needs_token(&self) -> bool {
@@ -278,109 +427,87 @@ impl Provider for RestProvider {
         context: &FetchContext<'_>,
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError> {
-        if context.stream != "records" {
-            return Err(unknown_stream("rest", context.stream));
-        }
-        // Every secret a request may carry, so that errors can be cleaned of them.
-        let mut seen = Vec::new();
-        crate::oauth2::remember(&mut seen, context.credentials);
-        let result = match &self.oauth2 {
-            None => {
-                // Tokens pasted from files often end in a newline; no token has outer
-                // whitespace.
-                let token = crate::adapter::token(context.credentials);
-                seen.extend(self.config.auth.derived_secrets(token));
-                self.fetch(token, position, context.since).await
-            }
-            Some(OAuth2Runtime::RefreshToken(endpoint)) => {
-                let refreshing = crate::oauth2::Refreshing {
-                    store: context.credential_store,
-                    refresher: endpoint.clone(),
-                    now: chrono::Utc::now().timestamp(),
-                    api: "rest",
-                };
-                let fetch = |credentials: crate::Credentials| async move {
-                    self.fetch(crate::adapter::token(&credentials), position, context.since)
-                        .await
-                };
-                crate::oauth2::fetch_refreshing(refreshing, context.credentials, &mut seen, fetch)
-                    .await
-            }
-            Some(OAuth2Runtime::ClientCredentials(cache)) => {
-                let fetch = |token: SecretString| async move {
-                    self.fetch(Some(token.expose_secret()), position, context.since)
-                        .await
-                };
-                cache.fetch_with(&mut seen, fetch).await
-            }
+        let stream = self.stream(context.stream)?;
+        let Some(parent_stream) = &stream.plan.parent else {
+            return self
+                .fetch_authorized(&stream, &stream.plan.config, context, position)
+                .await;
         };
-        result.map_err(|error| {
-            let secrets = seen.iter().map(|secret| secret.expose_secret().trim());
-            error.redact_secrets(secrets)
-        })
+        let Some(parent) = context.parent else {
+            return Err(FetchError::Client {
+                message: format!(
+                    "the rest stream {} is listed once per record of {parent_stream}, but no \
+                     parent record was given",
+                    context.stream
+                ),
+            });
+        };
+        let config = match stream.plan.for_parent(&parent) {
+            Ok(config) => config,
+            // One parent without the fields the templates name costs that parent only.
+            Err(reason) => return Ok(parent_gone(reason)),
+        };
+        let fetched = self
+            .fetch_authorized(&stream, &config, context, position)
+            .await;
+        parent_gone_or(&parent, fetched)
     }
 }
 
-/// How the provider's pages are read.
+/// How one stream's pages are read.
 struct Listing<'a> {
-    records_path: &'a str,
-    pagination: &'a PaginationConfig,
+    stream: &'a Stream,
     /// Next-page URLs are followed only on its origin.
     base_url: &'a Url,
-    id_spec: &'a IdSpec,
     /// `max_records_per_page`.
     max_records: usize,
-    /// The `incremental` settings, when set.
-    incremental: Option<&'a Incremental>,
     /// With `incremental.stop_when_older` on an incremental run: the listing ends at the
     /// first record older than this.
     older_than: Option<DateTime<Utc>>,
 }
 
-/// One page: the records at `records_path` keyed by `id_spec`, and where the next page
-/// starts.
+/// One page: the records at `records_path` that `records_filter` keeps, keyed by the
+/// stream's id, and where the next page starts.
 fn read_page(
     response: &JsonResponse,
     listing: &Listing<'_>,
     position: Option<&PagePosition>,
 ) -> Result<Page, FetchError> {
-    let path = listing.records_path;
+    let stream = listing.stream;
     let text = response.body.get();
-    let Some(found) = lookup_raw(&response.body, path) else {
-        return Err(FetchError::Shape {
-            url: display_url(&response.url),
-            message: format!("records_path `{path}` is not in the body"),
-            body: cap_body(text.as_bytes()),
-        });
-    };
-    let records = array_items(found, listing.max_records).map_err(|not_items| {
-        unreadable_records(
-            &response.url,
-            text,
-            listing.max_records,
-            not_items,
-            |kind| {
-                if path.is_empty() {
-                    format!(
-                        "the body is {}, expected an array of records (set records_path to the \
-                     dotted path of the array)",
-                        kind.name()
-                    )
-                } else {
-                    format!(
-                        "records_path `{path}` is {}, expected an array of records",
-                        kind.name()
-                    )
-                }
+    let records = stream
+        .records_path
+        .read(&response.body, listing.max_records)
+        .map_err(|not_records| match not_records {
+            NotRecords::TooMany { count } => FetchError::TooManyRecords {
+                url: display_url(&response.url),
+                count,
+                limit: listing.max_records,
+                body: cap_body(text.as_bytes()),
             },
-        )
-    })?;
-    let read = match listing.incremental {
-        Some(incremental) => {
-            incremental.read_records(listing.id_spec, &records, listing.older_than)
-        }
+            NotRecords::Shape(message) => FetchError::Shape {
+                url: display_url(&response.url),
+                message,
+                body: cap_body(text.as_bytes()),
+            },
+        })?;
+    // Dropped records are as if the API had not listed them, but for pagination, which
+    // goes by what the API listed.
+    let kept: Cow<'_, [&RawValue]> = match &stream.filter {
+        None => Cow::Borrowed(&records),
+        Some(filter) => Cow::Owned(
+            records
+                .iter()
+                .copied()
+                .filter(|record| filter.keeps(record))
+                .collect(),
+        ),
+    };
+    let filtered = u64::try_from(records.len().saturating_sub(kept.len())).unwrap_or(u64::MAX);
+    let read = match &stream.incremental {
+        Some(incremental) => incremental.read_records(&stream.id_spec, &kept, listing.older_than),
         None => incremental::ReadRecords {
-            items: crate::adapter::identify_records(listing.id_spec, &records, None).0,
+            items: crate::adapter::identify_records(&stream.id_spec, &kept, None).0,
             ..incremental::ReadRecords::default()
         },
     };
@@ -389,9 +516,9 @@ fn read_page(
         Ok(None)
     } else {
         let from = pagination::NextFrom {
-            pagination: listing.pagination,
+            pagination: &stream.plan.config.pagination,
             base_url: listing.base_url,
-            id_spec: listing.id_spec,
+            id_spec: &stream.id_spec,
             records: &records,
         };
         pagination::next_position(&from, position, response)
@@ -410,5 +537,6 @@ fn read_page(
         watermarks_ahead: read.ahead,
         stop_after,
         parent_gone: None,
+        filtered,
     })
 }

@@ -215,7 +215,9 @@ async fn basic_auth_sends_user_and_password_and_never_shows_them() {
             .await
             .unwrap();
         assert_eq!(ids(&page.items), ["1"]);
-        let headers = provider.request_headers(Some(token.trim())).unwrap();
+        let headers = provider
+            .request_headers(provider.config(), Some(token.trim()))
+            .unwrap();
         let shown = format!("{headers:?} {provider:?}");
         assert!(
             !shown.contains(PASSWORD) && !shown.contains(&expected[6..]),

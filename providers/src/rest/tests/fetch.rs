@@ -441,7 +441,9 @@ async fn the_token_never_appears_in_errors_or_debug_output() {
             let shown = format!("{error} {error:?} {:?}", error.body());
             assert!(!shown.contains(TOKEN), "{route}: {shown}");
             assert!(shown.contains("[redacted]"), "{route}: {shown}");
-            let headers = provider.request_headers(Some(TOKEN)).unwrap();
+            let headers = provider
+                .request_headers(provider.config(), Some(TOKEN))
+                .unwrap();
             assert!(!format!("{headers:?} {provider:?}").contains(TOKEN));
         }
     }

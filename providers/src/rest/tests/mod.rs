@@ -6,6 +6,8 @@ mod config;
 mod fetch;
 mod incremental;
 mod paging;
+mod records;
+mod streams;
 
 use secrecy::SecretString;
 use serde_json::{json, Value};

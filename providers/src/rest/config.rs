@@ -1,5 +1,5 @@
 //! The configuration of a `kind = "rest"` provider: `[providers.NAME]` and its
-//! `pagination`, `query` and `headers` tables.
+//! `pagination`, `query`, `headers` and `resources` tables.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,7 +34,10 @@ pub struct RestConfig {
     #[serde(default)]
     pub path: String,
     /// Dotted path of the array of records in the JSON body, e.g. `"data"` or
-    /// `"result.items"`. Omitted: the body itself is the array.
+    /// `"result.items"`. A segment ending in `[]` names an array whose elements the rest of
+    /// the path is followed in: `"data.groups[].items"` yields every item of every group,
+    /// in order, and `max_records_per_page` counts them together. Omitted: the body itself
+    /// is the array.
     #[serde(default)]
     pub records_path: Option<String>,
     /// Dotted path of each record's stable id (a non-empty string or an integer), e.g.
@@ -59,10 +62,14 @@ pub struct RestConfig {
     #[serde(default)]
     pub pagination: PaginationConfig,
     /// Static query parameters sent on every request built from `base_url` and `path`
-    /// (`link` and `next_url` pagination follow the API's next URLs as they are).
+    /// (`link` and `next_url` pagination follow the API's next URLs as they are), and on
+    /// every resource's, whose own `query` is merged over them. Never templates: braces are
+    /// sent as they are.
     #[serde(default)]
     pub query: BTreeMap<String, String>,
-    /// Static headers sent on every request. Not for the token: `auth` sends that.
+    /// Static headers sent on every request, every resource's included (a resource's own
+    /// `headers` are merged over them). Not for the token: `auth` sends that. Never
+    /// templates.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Incremental sync: `incremental = { cursor_field = "updated_at", param = "since" }`
@@ -82,8 +89,9 @@ pub struct RestConfig {
     #[serde(default)]
     pub fields: Vec<String>,
     /// More streams of the same API: `[providers.NAME.resources.RESOURCE]` tables (see
-    /// [`ResourceConfig`]), each synced as the stream named RESOURCE. The keys above
-    /// describe the primary stream, `records`.
+    /// [`ResourceConfig`]), each synced as the stream named RESOURCE (lowercase letters,
+    /// digits and `_`, not `records`). The keys above describe the primary stream,
+    /// `records`; `streams = [...]` picks among `records` and the resources' names.
     #[serde(default)]
     pub resources: BTreeMap<String, ResourceConfig>,
 }

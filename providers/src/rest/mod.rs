@@ -48,7 +48,60 @@
 //! (minus `lookback`, in `format`), and with `stop_when_older` a newest-first listing ends
 //! at the first record older than the cursor.
 //!
+//! `records_path` is a dotted path to the array of records; a segment ending in `[]`
+//! flattens an array, so `records_path = "data.groups[].items"` yields every item of every
+//! group, in order (the per-page cap, `max_records_per_page`, counts them together).
+//! `records_filter = { field = "status", not_in = ["deleted"] }` keeps only the records
+//! that pass one test (`equals`, `not_equals`, `in`, `not_in` or `exists`, on a dotted
+//! field); the others are dropped before they are keyed or stored, and counted in
+//! [`Page::filtered`].
+//!
+//! # Streams
+//!
+//! The top-level keys describe the primary stream, `records`. Each
+//! `[providers.NAME.resources.RESOURCE]` table adds a stream named RESOURCE (lowercase
+//! letters, digits and `_`), and `streams = ["records", "projects", "tasks"]` picks which
+//! are synced (default: `records` only). Streams are listed `records` first, then the
+//! resources in name order.
+//!
+//! ```toml
+//! [providers.acme.resources.projects]
+//! path = "/v1/projects"
+//! fields = ["owner.login"]
+//!
+//! [providers.acme.resources.tasks]
+//! parent = "projects"
+//! path = "/v1/projects/{parent.id}/tasks"
+//! query = { owner = "{parent.owner.login}" }
+//! records_filter = { field = "status", not_in = ["deleted"] }
+//! ```
+//!
+//! A resource takes from the top-level keys:
+//! - always `base_url` and `auth` (a resource cannot set them);
+//! - `query` and `headers` merged: the top-level ones, then the resource's, whose value wins
+//!   for a name given in both (header names in any case);
+//! - `records_path`, `id_field`/`key_fields` (as a pair) and `pagination` (as a whole
+//!   table), unless the resource gives its own (`records_path = ""` is the body itself);
+//! - never `path` (required), `incremental`, `records_filter` or `fields`.
+//!
+//! A resource with `parent` (`"records"` or another resource; a cycle is refused) is a
+//! child stream: it is listed once per stored record of its parent, and its `path`, `query`
+//! values and `headers` values may name the parent record's fields as `{parent.FIELD}`
+//! (a dotted path; `{{` and `}}` stand for braces). A string or an integer is put in, as a
+//! percent-encoded path segment in `path`. Only fields the parent is known to have may be
+//! named, which validation checks: its id field (`id_field`, or `"id"` by default), its
+//! `key_fields`, its `incremental.cursor_field`, and those its `fields` lists. At run time
+//! a parent record without the field (or with another kind of value) gives a page with
+//! [`Page::parent_gone`], as does a 404 or 410 on its children's listing, so the run goes
+//! on with the next parent. The top-level keys are never templates: their braces are sent
+//! as they are.
+//!
 //! - `config`: [`RestConfig`] and its validation.
+//! - `resources`: [`ResourceConfig`], what a resource inherits, and its templates rendered
+//!   per parent record.
+//! - `template`: the `{parent.FIELD}` templates.
+//! - `records_path`: reading the records at `records_path`, flattening `[]` segments.
+//! - `filter`: [`RecordsFilter`].
 //! - `auth`: [`Auth`], its TOML forms and the headers it sends.
 //! - `oauth2`: the OAuth2 grants at run time.
 //! - `incremental`: [`IncrementalConfig`], the cursor sent, the watermark read, and where a

@@ -401,17 +401,22 @@ fn streams_lists_records_first_then_the_resources_with_their_parents() {
         [providers.acme]
         kind = "rest"
         base_url = "https://api.acme.example"
-        path = "/v1/projects"
+        path = "/v1/items"
         records_path = "data"
-        fields = ["owner.login"]
 
         [providers.acme.resources.users]
         path = "/v1/users"
 
+        # As the module documentation shows it.
+        [providers.acme.resources.projects]
+        path = "/v1/projects"
+        fields = ["owner.login"]
+
         [providers.acme.resources.tasks]
-        parent = "records"
+        parent = "projects"
         path = "/v1/projects/{parent.id}/tasks"
         query = { owner = "{parent.owner.login}" }
+        records_filter = { field = "status", not_in = ["deleted"] }
 
         [providers.acme.resources.comments]
         parent = "tasks"
@@ -425,7 +430,8 @@ fn streams_lists_records_first_then_the_resources_with_their_parents() {
         [
             StreamSpec::top("records"),
             StreamSpec::child("comments", "tasks"),
-            StreamSpec::child("tasks", "records"),
+            StreamSpec::top("projects"),
+            StreamSpec::child("tasks", "projects"),
             StreamSpec::top("users"),
         ]
     );

@@ -99,7 +99,11 @@ pub async fn replay_run(
                 run_id,
                 provider: run.provider.clone(),
             })?;
-    let id_spec = crate::sync::build(provider_settings)?.id_spec();
+    let stream_name = run
+        .stream
+        .clone()
+        .unwrap_or_else(|| provider_settings.primary_stream().name);
+    let id_spec = crate::sync::build(provider_settings)?.id_spec_of(&stream_name);
     let connection = connection::Entity::find()
         .filter(connection::Column::UserId.eq(run.user_id.as_str()))
         .filter(connection::Column::Provider.eq(run.provider.as_str()))

@@ -144,4 +144,10 @@ pub trait Provider: Send + Sync {
     fn id_spec(&self) -> IdSpec {
         IdSpec::Field("id".to_string())
     }
+
+    /// How the records of `stream` are keyed (a `rest` resource may key on other fields
+    /// than the primary stream). By default, [`Provider::id_spec`].
+    fn id_spec_of(&self, _stream: &str) -> IdSpec {
+        self.id_spec()
+    }
 }

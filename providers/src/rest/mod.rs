@@ -475,6 +475,13 @@ impl Provider for RestProvider {
         self.id_spec.clone()
     }
 
+    fn id_spec_of(&self, stream: &str) -> IdSpec {
+        match self.stream(stream) {
+            Ok(stream) => stream.id_spec.clone(),
+            Err(_) => self.id_spec.clone(),
+        }
+    }
+
     async fn fetch_page(
         &self,
         context: &FetchContext<'_>,

@@ -563,3 +563,19 @@ fn templates_may_name_the_parents_id_key_cursor_and_listed_fields() {
     let literal = json!({"path": "/v1/{id}", "query": {"filter": "{\"a\":1}"}});
     assert_eq!(valid(literal), Ok(()));
 }
+
+#[tokio::test]
+async fn each_stream_keys_its_records_as_its_own_settings_say() {
+    let server = MockServer::start().await;
+    let provider = provider(&server, projects_users_tasks());
+    // Replays re-key stored payloads with the failed run's stream's spec.
+    assert_eq!(
+        provider.id_spec_of("users"),
+        crate::IdSpec::Field("login".to_string())
+    );
+    assert_eq!(
+        provider.id_spec_of("tasks"),
+        crate::IdSpec::Field("id".to_string())
+    );
+    assert_eq!(provider.id_spec_of("records"), provider.id_spec());
+}

@@ -9,6 +9,7 @@
 //! - `sync_runs.stream`: the stream a run synced; null for runs from before streams.
 //! - `sync_runs.parents_skipped`: a child stream's parents whose children the API no
 //!   longer lists (a repository the token cannot see any more).
+//! - `sync_runs.records_filtered`: records a configured filter dropped before storing.
 
 use sea_orm_migration::prelude::*;
 
@@ -47,6 +48,7 @@ enum SyncRuns {
     Table,
     Stream,
     ParentsSkipped,
+    RecordsFiltered,
 }
 
 /// The longest stream name (config validates names against it).
@@ -131,18 +133,25 @@ impl MigrationTrait for Migration {
             )
             .await?;
         // One column per statement: SQLite adds one column per ALTER TABLE.
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(SyncRuns::Table)
-                    .add_column(counter(SyncRuns::ParentsSkipped))
-                    .to_owned(),
-            )
-            .await
+        for column in [SyncRuns::ParentsSkipped, SyncRuns::RecordsFiltered] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(SyncRuns::Table)
+                        .add_column(counter(column))
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for column in [SyncRuns::ParentsSkipped, SyncRuns::Stream] {
+        for column in [
+            SyncRuns::RecordsFiltered,
+            SyncRuns::ParentsSkipped,
+            SyncRuns::Stream,
+        ] {
             manager
                 .alter_table(
                     Table::alter()

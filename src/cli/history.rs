@@ -115,6 +115,7 @@ pub async fn print_runs(
         "deleted",
         "restored",
         "parents skipped",
+        "filtered",
         "ahead",
         "error",
     ];
@@ -147,6 +148,7 @@ pub async fn print_runs(
             run.records_deleted.to_string(),
             run.records_restored.to_string(),
             run.parents_skipped.to_string(),
+            run.records_filtered.to_string(),
             run.watermark_anomalies.to_string(),
             shorten(run.error.as_deref().unwrap_or("")),
         ]

@@ -121,6 +121,9 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
     if c.parents_skipped > 0 {
         line.push_str(&format!(" parents_skipped={}", c.parents_skipped));
     }
+    if c.filtered > 0 {
+        line.push_str(&format!(" filtered={}", c.filtered));
+    }
     if let Some(error) = &outcome.error {
         line.push_str(&format!(": {error}"));
     }

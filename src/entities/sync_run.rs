@@ -35,6 +35,8 @@ pub struct Model {
     pub records_restored: i64,
     /// A child stream's parents whose children the API no longer lists, passed over.
     pub parents_skipped: i64,
+    /// Records the provider's configured filter dropped before storing (not errors).
+    pub records_filtered: i64,
     /// The run-level failure, else null.
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,

@@ -40,6 +40,8 @@ pub struct RunCounts {
     pub restored: u64,
     /// A child stream's parents whose children the API no longer lists.
     pub parents_skipped: u64,
+    /// Records the provider's configured filter dropped before storing.
+    pub filtered: u64,
 }
 
 /// The result of one run of one connection.
@@ -114,6 +116,7 @@ pub async fn start_run(
         records_deleted: Set(0),
         records_restored: Set(0),
         parents_skipped: Set(0),
+        records_filtered: Set(0),
         error: Set(None),
         ..Default::default()
     }
@@ -153,7 +156,7 @@ fn counts_model(run_id: i64, counts: &RunCounts) -> sync_run::ActiveModel {
 
 /// Each counter of a run and the `sync_runs` column it is stored in: the one mapping that
 /// the ORM's updates and the batched statements (`store/backend.rs`) both use.
-pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 11] {
+pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm::Value); 12] {
     use sync_run::Column;
     [
         (Column::PagesFetched, to_db(counts.pages_fetched).into()),
@@ -170,6 +173,7 @@ pub(crate) fn counter_columns(counts: &RunCounts) -> [(sync_run::Column, sea_orm
         (Column::RecordsDeleted, to_db(counts.deleted).into()),
         (Column::RecordsRestored, to_db(counts.restored).into()),
         (Column::ParentsSkipped, to_db(counts.parents_skipped).into()),
+        (Column::RecordsFiltered, to_db(counts.filtered).into()),
     ]
 }
 

@@ -408,6 +408,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         totals_after.watermark_anomalies = totals_after
             .watermark_anomalies
             .saturating_add(page.watermarks_ahead);
+        totals_after.filtered = totals_after.filtered.saturating_add(page.filtered);
         // Ask for the next page while this one is stored, unless the checks before the
         // next fetch are going to stop the run first.
         let ahead = page.next.as_ref().filter(|next| {

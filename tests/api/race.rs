@@ -444,6 +444,7 @@ async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same
         unchanged: count("unchanged"),
         duplicate: count("duplicate"),
         parents_skipped: count("parents_skipped"),
+        filtered: count("filtered"),
         failed: count("failed"),
         watermark_anomalies: count("watermark_anomalies"),
         deleted: count("deleted"),

@@ -103,3 +103,39 @@ async fn the_second_run_asks_from_the_cursor_keeps_ties_and_inserts_only_what_is
         Some(r#"{"time":"2026-11-04T10:00:00Z"}"#)
     );
 }
+
+#[tokio::test]
+async fn records_the_filter_drops_are_counted_not_stored_nor_errors() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [
+            {"id": "a", "status": "open"},
+            {"id": "b", "status": "deleted"},
+            {"id": "c", "status": "open"},
+            {"no_id": true, "status": "deleted"},
+        ]})))
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         records_filter = {{ field = \"status\", not_in = [\"deleted\"] }}\n{}",
+        app.api.uri(),
+        connections("acme", &["alice"])
+    );
+    let settings = app.settings(&providers).await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(
+        (
+            run.status,
+            run.counts.fetched,
+            run.counts.inserted,
+            run.counts.failed,
+            run.counts.filtered
+        ),
+        (RunStatus::Succeeded, 2, 2, 0, 2)
+    );
+    assert_eq!(app.record_ids().await, ["a", "c"]);
+    assert_eq!(app.run_row(run.run_id).await.records_filtered, 2);
+}

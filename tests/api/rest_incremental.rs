@@ -139,3 +139,68 @@ async fn records_the_filter_drops_are_counted_not_stored_nor_errors() {
     assert_eq!(app.record_ids().await, ["a", "c"]);
     assert_eq!(app.run_row(run.run_id).await.records_filtered, 2);
 }
+
+#[tokio::test]
+async fn a_rest_oauth2_refresh_token_is_rotated_committed_sealed_and_then_used() {
+    let app = spawn_app().await;
+    std::env::set_var("TRIBUTARY_TEST_REST_SECRET", "rest-client-secret");
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{uri}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         [providers.acme.auth]\noauth2 = \"refresh_token\"\n\
+         token_url = \"{uri}/oauth/token\"\nclient_id = \"tributary\"\n\
+         client_secret_env = \"TRIBUTARY_TEST_REST_SECRET\"\n\
+         [[providers.acme.connections]]\nuser_id = \"alice\"\ntoken = \"old-access\"\n\
+         refresh_token = \"old-refresh\"\nexpires_at = 1\n",
+        uri = app.api.uri()
+    );
+    // RFC 6749 section 6: the refresh-token grant, answered per section 5.1.
+    Mock::given(method("POST"))
+        .and(path("/oauth/token"))
+        .and(wiremock::matchers::body_string_contains(
+            "grant_type=refresh_token",
+        ))
+        .and(wiremock::matchers::body_string_contains(
+            "refresh_token=old-refresh",
+        ))
+        .and(wiremock::matchers::body_string_contains(
+            "client_secret=rest-client-secret",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "access_token": "new-access", "token_type": "Bearer", "expires_in": 3600,
+            "refresh_token": "new-refresh"
+        })))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer new-access",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [{"id": "a"}]})))
+        .expect(2)
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&providers).await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(
+        (run.status, run.counts.inserted),
+        (RunStatus::Succeeded, 1),
+        "{:?}",
+        run.error
+    );
+    let stored = app.stored_credentials("alice", "acme").await;
+    let refreshed = stored.oauth.clone().expect("the rotated pair is stored");
+    assert_eq!(refreshed.token.as_deref(), Some("new-access"));
+    assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));
+
+    // A restart reloads config.toml: the rotated pair is used without another refresh.
+    let settings = app.settings(&providers).await;
+    let again = app.sync_one(&settings).await;
+    assert_eq!(again.status, RunStatus::Succeeded, "{:?}", again.error);
+    app.api.verify().await;
+    let tokens = ["old-access", "old-refresh", "new-access", "new-refresh"];
+    crate::secrets::assert_nowhere_in_clear(&app, &tokens).await;
+}

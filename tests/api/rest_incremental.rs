@@ -204,3 +204,67 @@ async fn a_rest_oauth2_refresh_token_is_rotated_committed_sealed_and_then_used()
     let tokens = ["old-access", "old-refresh", "new-access", "new-refresh"];
     crate::secrets::assert_nowhere_in_clear(&app, &tokens).await;
 }
+
+#[tokio::test]
+async fn a_rest_child_resource_is_listed_per_stored_parent_under_its_namespace() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/projects"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [
+            {"id": 7, "name": "Seven"},
+            {"id": 8, "name": "Eight"},
+        ]})))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    for (project, tasks) in [("7", json!([{"id": 7}, {"id": 71}])), ("8", json!([]))] {
+        Mock::given(method("GET"))
+            .and(path(format!("/v1/projects/{project}/tasks")))
+            .and(query_param("project", project))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": tasks})))
+            .expect(1)
+            .mount(&app.api)
+            .await;
+    }
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         streams = [\"tasks\", \"projects\"]\n\
+         [providers.acme.resources.projects]\npath = \"/v1/projects\"\n\
+         [providers.acme.resources.tasks]\nparent = \"projects\"\n\
+         path = \"/v1/projects/{{parent.id}}/tasks\"\nquery = {{ project = \"{{parent.id}}\" }}\n{}",
+        app.api.uri(),
+        connections("acme", &["alice"])
+    );
+    let settings = app.settings(&providers).await;
+    let outcomes = app.sync(&settings).await;
+    let ran: Vec<(&str, RunStatus, u64)> = outcomes
+        .iter()
+        .map(|o| (o.stream.as_str(), o.status, o.counts.inserted))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("projects", RunStatus::Succeeded, 2),
+            ("tasks", RunStatus::Succeeded, 2)
+        ]
+    );
+    app.api.verify().await;
+    let keys: Vec<(String, String)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.provider, r.external_id))
+        .collect();
+    // Project 7 and task 7 are two records.
+    let expected: Vec<(String, String)> = [
+        ("acme.projects", "7"),
+        ("acme.projects", "8"),
+        ("acme.tasks", "7"),
+        ("acme.tasks", "71"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(keys, expected);
+}

@@ -268,3 +268,129 @@ async fn a_rest_child_resource_is_listed_per_stored_parent_under_its_namespace()
     .collect();
     assert_eq!(keys, expected);
 }
+
+/// The tasks stream's checkpoint, once it has one.
+async fn tasks_checkpoint(app: &TestApp) -> Option<serde_json::Value> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    use tributary::entities::connection_stream;
+    let state = connection_stream::Entity::find()
+        .filter(connection_stream::Column::Stream.eq("tasks"))
+        .one(&app.db)
+        .await
+        .expect("connection_streams")?;
+    serde_json::from_str(state.checkpoint.as_deref()?).ok()
+}
+
+#[tokio::test]
+async fn a_rest_child_resource_killed_mid_parents_resumes_at_the_parent_it_reached() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/projects"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [
+            {"id": 1}, {"id": 2}, {"id": 3},
+        ], "next": null})))
+        .mount(&app.api)
+        .await;
+    let tasks = |project: &str| {
+        Mock::given(method("GET")).and(path(format!("/v1/projects/{project}/tasks")))
+    };
+    let answer = |ids: &[u32], next: Option<&str>| {
+        let data: Vec<serde_json::Value> = ids.iter().map(|id| json!({"id": id})).collect();
+        ResponseTemplate::new(200).set_body_json(json!({"data": data, "next": next}))
+    };
+    tasks("1")
+        .respond_with(answer(&[11], None))
+        .mount(&app.api)
+        .await;
+    tasks("2")
+        .and(query_param_is_missing("cursor"))
+        .respond_with(answer(&[21], Some("t2")))
+        .mount(&app.api)
+        .await;
+    // Project two's second page answers slowly the first time: the process is killed
+    // while it waits, with the first page committed.
+    tasks("2")
+        .and(query_param("cursor", "t2"))
+        .respond_with(answer(&[22], None).set_delay(std::time::Duration::from_secs(60)))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&app.api)
+        .await;
+    tasks("2")
+        .and(query_param("cursor", "t2"))
+        .respond_with(answer(&[22], None))
+        .mount(&app.api)
+        .await;
+    tasks("3")
+        .respond_with(answer(&[31], None))
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         streams = [\"projects\", \"tasks\"]\n\
+         [providers.acme.pagination]\ntype = \"cursor\"\ncursor_path = \"next\"\n\
+         cursor_param = \"cursor\"\n\
+         [providers.acme.resources.projects]\npath = \"/v1/projects\"\n\
+         [providers.acme.resources.tasks]\nparent = \"projects\"\n\
+         path = \"/v1/projects/{{parent.id}}/tasks\"\n{}",
+        app.api.uri(),
+        connections("acme", &["alice"])
+    );
+    let config = app.write_config(&providers);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["sync", "--quiet"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tributary starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reached = tasks_checkpoint(&app).await;
+        if reached
+            .as_ref()
+            .is_some_and(|checkpoint| checkpoint["parent"] == "2")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the process never reached project two: {reached:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let reached = tasks_checkpoint(&app).await.expect("a checkpoint");
+    assert_eq!(reached["position"]["cursor"], "t2", "{reached}");
+
+    let settings = app.settings(&providers).await;
+    let resumed = app.sync(&settings).await;
+    let tasks_run = resumed
+        .iter()
+        .find(|o| o.stream == "tasks")
+        .expect("a tasks run");
+    assert_eq!(tasks_run.status, RunStatus::Succeeded, "{resumed:?}");
+    // Two's second page and three's: one's tasks and two's first page were not asked again.
+    assert_eq!(
+        (tasks_run.counts.pages_fetched, tasks_run.counts.inserted),
+        (2, 2)
+    );
+    let received = app.api.received_requests().await.unwrap_or_default();
+    let asked = |route: &str| received.iter().filter(|r| r.url.path() == route).count();
+    assert_eq!(asked("/v1/projects/1/tasks"), 1);
+    assert_eq!(asked("/v1/projects/2/tasks"), 3);
+    assert_eq!(asked("/v1/projects/3/tasks"), 1);
+    let tasks_stored: Vec<String> = app
+        .records()
+        .await
+        .into_iter()
+        .filter(|r| r.provider == "acme.tasks")
+        .map(|r| r.external_id)
+        .collect();
+    assert_eq!(tasks_stored, ["11", "21", "22", "31"]);
+}

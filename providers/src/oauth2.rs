@@ -236,6 +236,25 @@ pub(crate) fn has_refresh_token(credentials: &Credentials) -> bool {
         .is_some_and(|token| !token.expose_secret().trim().is_empty())
 }
 
+/// The refresh token `credentials` hold (trimmed: tokens pasted from files end in a
+/// newline), or an error saying the `whose` access token cannot be renewed without one.
+pub(crate) fn refresh_token_of<'c>(
+    credentials: &'c Credentials,
+    whose: &str,
+) -> Result<&'c str, FetchError> {
+    credentials
+        .refresh_token
+        .as_ref()
+        .map(|token| token.expose_secret().trim())
+        .filter(|token| !token.is_empty())
+        .ok_or_else(|| FetchError::MissingCredentials {
+            message: format!(
+                "the {whose} access token has expired or was rejected, and the connection \
+                 has no refresh token to renew it: connect the account again"
+            ),
+        })
+}
+
 /// Whether to refresh before using `credentials` at `now` (seconds since the epoch): the
 /// token expires within [`REFRESH_MARGIN_SECONDS`], or is missing or of unknown expiry,
 /// while a refresh token exists to renew it.

@@ -180,17 +180,7 @@ impl TokenEndpoint {
 #[async_trait::async_trait]
 impl TokenRefresher for TokenEndpoint {
     async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError> {
-        let refresh_token = current
-            .refresh_token
-            .as_ref()
-            .map(|token| token.expose_secret().trim())
-            .filter(|token| !token.is_empty())
-            .ok_or_else(|| FetchError::MissingCredentials {
-                message: "the access token has expired or was rejected, and the connection \
-                          has no refresh token to renew it (auth.oauth2 = \"refresh_token\"): \
-                          connect the account again"
-                    .to_string(),
-            })?;
+        let refresh_token = crate::oauth2::refresh_token_of(current, "OAuth2")?;
         let grant = [
             ("grant_type", "refresh_token"),
             ("refresh_token", refresh_token),

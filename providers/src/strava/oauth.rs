@@ -43,17 +43,7 @@ impl std::fmt::Debug for OAuthClient {
 #[async_trait::async_trait]
 impl TokenRefresher for OAuthClient {
     async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError> {
-        let refresh_token = current
-            .refresh_token
-            .as_ref()
-            .map(|token| token.expose_secret().trim())
-            .filter(|token| !token.is_empty())
-            .ok_or_else(|| FetchError::MissingCredentials {
-                message: "the Strava access token has expired or was rejected, and the \
-                          connection has no refresh token to renew it: connect the account \
-                          again"
-                    .to_string(),
-            })?;
+        let refresh_token = crate::oauth2::refresh_token_of(current, "Strava")?;
         let client_secret = self.client_secret.expose_secret();
         let form = [
             ("client_id", self.client_id.as_str()),

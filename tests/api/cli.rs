@@ -119,7 +119,32 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
         db_path.display(),
         cursor_provider("acme", "http://127.0.0.1:9", &["alice"])
     );
+    let rest_key =
+        |line: &str| valid.replace("kind = \"rest\"", &format!("kind = \"rest\"\n{line}"));
     let cases: Vec<(String, &str, &str)> = vec![
+        (
+            rest_key("streams = [\"records\", \"tasks\"]"),
+            "providers.acme.streams",
+            "unknown stream \"tasks\"",
+        ),
+        (
+            rest_key("incremental = { cursor_field = \"t\", param = \"since\", format = \"%Q\" }"),
+            "providers.acme",
+            "incremental.format",
+        ),
+        (
+            format!(
+                "{valid}[providers.acme.resources.tasks]\nparent = \"records\"\n\
+                 path = \"/v1/items/{{parent.owner.login}}/tasks\"\n"
+            ),
+            "providers.acme",
+            "parent.owner.login",
+        ),
+        (
+            rest_key("preset = \"nope\""),
+            "providers.acme.preset",
+            "gitlab_issues",
+        ),
         (
             valid.replace("records_path", "recrods_path"),
             "providers.acme",

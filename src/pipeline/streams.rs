@@ -104,10 +104,12 @@ pub async fn open_stream(
             .exec(&txn)
             .await?;
     }
-    let state = find(&txn, connection.id, &settings.name)
+    txn.commit().await?;
+    // Read after the commit: on MySQL a transaction that lost the race to insert the row
+    // still reads its older snapshot, where the other's row is not yet there.
+    let state = find(db, connection.id, &settings.name)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(format!("stream {:?}", settings.name)))?;
-    txn.commit().await?;
     Ok(StreamScope {
         settings: settings.clone(),
         state,

@@ -394,3 +394,74 @@ async fn a_rest_child_resource_killed_mid_parents_resumes_at_the_parent_it_reach
         .collect();
     assert_eq!(tasks_stored, ["11", "21", "22", "31"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_that_find_a_rest_token_expired_refresh_it_once() {
+    let app = spawn_app().await;
+    std::env::set_var("TRIBUTARY_TEST_REST_SECRET_2", "rest-client-secret");
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{uri}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         [providers.acme.auth]\noauth2 = \"refresh_token\"\n\
+         token_url = \"{uri}/oauth/token\"\nclient_id = \"tributary\"\n\
+         client_secret_env = \"TRIBUTARY_TEST_REST_SECRET_2\"\n\
+         [[providers.acme.connections]]\nuser_id = \"alice\"\ntoken = \"old-access\"\n\
+         refresh_token = \"old-refresh\"\nexpires_at = 1\n",
+        uri = app.api.uri()
+    );
+    // A slow token endpoint that rotates the refresh token: a second refresh with the old
+    // one would be refused by a real server, so exactly one may reach it.
+    Mock::given(method("POST"))
+        .and(path("/oauth/token"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({
+                    "access_token": "new-access", "token_type": "Bearer", "expires_in": 3600,
+                    "refresh_token": "new-refresh"
+                }))
+                .set_delay(std::time::Duration::from_millis(300)),
+        )
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer new-access",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [{"id": "a"}]})))
+        .expect(2)
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&providers).await;
+    let provider_settings = &settings.providers["acme"];
+    let provider = tributary::sync::build(provider_settings).expect("provider");
+    let connection = {
+        use sea_orm::EntityTrait;
+        tributary::entities::connection::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("query")
+            .expect("alice")
+    };
+    // Lease-free, as two processes whose leases overlapped after one stalled.
+    let run = || {
+        tributary::pipeline::sync_connection(
+            &app.db,
+            provider.as_ref(),
+            provider_settings,
+            &connection,
+            tributary::pipeline::RunOptions::manual(),
+            &tributary::pipeline::NoProgress,
+        )
+    };
+    let (first, second) = tokio::join!(run(), run());
+    for outcome in [first.expect("recorded"), second.expect("recorded")] {
+        assert_eq!(outcome.status, RunStatus::Succeeded, "{:?}", outcome.error);
+    }
+    app.api.verify().await;
+    let stored = app.stored_credentials("alice", "acme").await;
+    let refreshed = stored.oauth.clone().expect("the rotated pair is stored");
+    assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));
+}

@@ -686,3 +686,54 @@ pub async fn mount_cursor_pages(
         .await;
     }
 }
+
+/// The checkpoint of `stream` (JSON), once it has one.
+pub async fn stream_checkpoint_json(app: &TestApp, stream: &str) -> Option<serde_json::Value> {
+    let state = connection_stream::Entity::find()
+        .filter(connection_stream::Column::Stream.eq(stream))
+        .one(&app.db)
+        .await
+        .expect("connection_streams")?;
+    serde_json::from_str(state.checkpoint.as_deref()?).ok()
+}
+
+/// Starts `tributary sync --quiet` on `config`, waits until `stream`'s checkpoint names
+/// parent `parent` (its listing's first page committed), then kills the process with
+/// SIGKILL; returns that checkpoint.
+pub async fn kill_sync_at_parent(
+    app: &TestApp,
+    config: &std::path::Path,
+    stream: &str,
+    parent: &str,
+) -> serde_json::Value {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(config)
+        .args(["sync", "--quiet"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tributary starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reached = stream_checkpoint_json(app, stream).await;
+        if reached
+            .as_ref()
+            .is_some_and(|checkpoint| checkpoint["parent"] == parent)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the process never reached parent {parent}: {reached:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    stream_checkpoint_json(app, stream)
+        .await
+        .expect("a checkpoint")
+}

@@ -6,7 +6,7 @@ use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{connections, spawn_app, TestApp};
+use crate::helpers::{connections, kill_sync_at_parent, spawn_app, TestApp};
 
 fn rest(app: &TestApp) -> String {
     format!(
@@ -269,18 +269,6 @@ async fn a_rest_child_resource_is_listed_per_stored_parent_under_its_namespace()
     assert_eq!(keys, expected);
 }
 
-/// The tasks stream's checkpoint, once it has one.
-async fn tasks_checkpoint(app: &TestApp) -> Option<serde_json::Value> {
-    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-    use tributary::entities::connection_stream;
-    let state = connection_stream::Entity::find()
-        .filter(connection_stream::Column::Stream.eq("tasks"))
-        .one(&app.db)
-        .await
-        .expect("connection_streams")?;
-    serde_json::from_str(state.checkpoint.as_deref()?).ok()
-}
-
 #[tokio::test]
 async fn a_rest_child_resource_killed_mid_parents_resumes_at_the_parent_it_reached() {
     let app = spawn_app().await;
@@ -338,34 +326,7 @@ async fn a_rest_child_resource_killed_mid_parents_resumes_at_the_parent_it_reach
         connections("acme", &["alice"])
     );
     let config = app.write_config(&providers);
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
-        .arg("--config")
-        .arg(&config)
-        .args(["sync", "--quiet"])
-        .env_remove("TRIBUTARY_DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tributary starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let reached = tasks_checkpoint(&app).await;
-        if reached
-            .as_ref()
-            .is_some_and(|checkpoint| checkpoint["parent"] == "2")
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the process never reached project two: {reached:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
-    let reached = tasks_checkpoint(&app).await.expect("a checkpoint");
+    let reached = kill_sync_at_parent(&app, &config, "tasks", "2").await;
     assert_eq!(reached["position"]["cursor"], "t2", "{reached}");
 
     let settings = app.settings(&providers).await;

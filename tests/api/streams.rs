@@ -13,7 +13,7 @@ use tributary::pipeline::RunStatus;
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{connections, run, spawn_app, tributary, TestApp};
+use crate::helpers::{connections, kill_sync_at_parent, run, spawn_app, tributary, TestApp};
 
 /// A `github` provider named `gh` syncing `streams` for alice.
 fn github(app: &TestApp, streams: &str) -> String {
@@ -851,16 +851,6 @@ async fn stravas_budget_is_shared_by_every_stream_and_connection_of_the_applicat
     );
 }
 
-/// The pull_requests stream's checkpoint, as JSON, once it has one.
-async fn pulls_checkpoint(app: &TestApp) -> Option<serde_json::Value> {
-    let state = connection_stream::Entity::find()
-        .filter(connection_stream::Column::Stream.eq("pull_requests"))
-        .one(&app.db)
-        .await
-        .expect("connection_streams")?;
-    serde_json::from_str(state.checkpoint.as_deref()?).ok()
-}
-
 #[tokio::test]
 async fn a_child_stream_killed_mid_parents_resumes_at_the_parent_it_reached() {
     let app = spawn_app().await;
@@ -917,34 +907,7 @@ async fn a_child_stream_killed_mid_parents_resumes_at_the_parent_it_reached() {
     let providers = github(&app, r#"["repos", "pull_requests"]"#);
     let config = app.write_config(&providers);
 
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tributary"))
-        .arg("--config")
-        .arg(&config)
-        .args(["sync", "--quiet"])
-        .env_remove("TRIBUTARY_DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tributary starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let reached = pulls_checkpoint(&app).await;
-        if reached
-            .as_ref()
-            .is_some_and(|checkpoint| checkpoint["parent"] == "2")
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the process never reached repository two: {reached:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
-    let reached = pulls_checkpoint(&app).await.expect("a checkpoint");
+    let reached = kill_sync_at_parent(&app, &config, "pull_requests", "2").await;
     assert!(
         reached["position"]["url"]
             .as_str()

@@ -2,6 +2,7 @@
 //! besides config.toml. Connections listed in config.toml belong to the file (they are
 //! upserted on every start), so these commands only change the ones added here.
 
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,7 +19,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
-use crate::entities::connection;
+use crate::entities::{connection, connection_stream};
 
 use super::open::connect_with_keys;
 use super::secrets::load_keyring;
@@ -254,13 +255,17 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
         .all(db)
         .await?;
     let ids = rows.iter().map(|row| row.id).collect();
-    let mut states = crate::pipeline::streams::states_of(db.main(), ids).await?;
+    let mut states: HashMap<i64, Vec<connection_stream::Model>> = HashMap::new();
+    for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
+        states.entry(state.connection_id).or_default().push(state);
+    }
     let mut views: Vec<ConnectionView> = Vec::new();
     for row in rows {
         let credentials =
             StoredCredentials::describe_column(db.secrets(), row.binding(), &row.credentials);
         let defined_in = defined_in(settings, &row);
-        for stream in stream_states(settings, &row, &mut states) {
+        let own = states.remove(&row.id).unwrap_or_default();
+        for stream in stream_states(settings, &row, own) {
             views.push(ConnectionView {
                 id: row.id,
                 provider: row.provider.clone(),
@@ -315,24 +320,20 @@ struct StreamState {
     last_success_at: Option<chrono::DateTime<Utc>>,
 }
 
-/// The streams of connection `row` to show, taken out of `states`: the configured ones in
-/// their order, then any other stream that has state. A stream that never ran shows
+/// The streams of connection `row` to show, given its stream states `own`: the configured
+/// ones in their order, then any other stream that has state. A stream that never ran shows
 /// nothing, except the primary stream, which shows the state the connection kept from
 /// before streams until its first run takes it over.
 fn stream_states(
     settings: &Settings,
     row: &connection::Model,
-    states: &mut Vec<crate::entities::connection_stream::Model>,
+    own: Vec<connection_stream::Model>,
 ) -> Vec<StreamState> {
     let provider = settings.providers.get(&row.provider);
     let primary = provider.map(|provider| provider.primary_stream().name);
     let mut names: Vec<String> = provider
         .map(|provider| provider.streams.iter().map(|s| s.name.clone()).collect())
         .unwrap_or_default();
-    let (own, others): (Vec<_>, Vec<_>) = std::mem::take(states)
-        .into_iter()
-        .partition(|state| state.connection_id == row.id);
-    *states = others;
     for state in &own {
         if !names.contains(&state.stream) {
             names.push(state.stream.clone());

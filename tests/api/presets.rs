@@ -11,7 +11,7 @@ use crate::helpers::{connections, spawn_app, TestApp};
 fn gitlab(app: &TestApp) -> String {
     format!(
         "[providers.gl]\npreset = \"gitlab_issues\"\nbase_url = \"{}/api/v4\"\n\
-         schedule = \"0 * * * * *\"\n{}",
+         path = \"/projects/3/issues\"\nschedule = \"0 * * * * *\"\n{}",
         app.api.uri(),
         connections("gl", &["alice"])
     )
@@ -27,7 +27,7 @@ async fn a_preset_syncs_with_only_the_connection_and_its_overrides() {
     let app = spawn_app().await;
     let issues = || {
         Mock::given(method("GET"))
-            .and(path("/api/v4/issues"))
+            .and(path("/api/v4/projects/3/issues"))
             .and(header("private-token", "token-alice"))
             .and(query_param("scope", "all"))
             .and(query_param("order_by", "updated_at"))

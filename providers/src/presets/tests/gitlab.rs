@@ -1,4 +1,4 @@
-//! `preset = "gitlab_issues"` against an emulation of GitLab's Issues API on a
+//! `preset = "gitlab_issues"` against an emulation of GitLab's group Issues API on a
 //! self-managed host: `PRIVATE-TOKEN`, offset pages linked by `Link` headers that repeat
 //! every parameter, the `x-*` page headers and `RateLimit-*` headers, a plain-text 429
 //! with `Retry-After`, and `{"message": ...}` errors.
@@ -9,11 +9,11 @@ use wiremock::Mock;
 
 use super::*;
 
-const ISSUES: &str = "/api/v4/issues";
+const ISSUES: &str = "/api/v4/groups/7/issues";
 
 fn gitlab(server: &MockServer) -> Box<dyn Provider> {
     provider(&format!(
-        "preset = \"gitlab_issues\"\nbase_url = \"{}/api/v4\"\n",
+        "preset = \"gitlab_issues\"\nbase_url = \"{}/api/v4\"\npath = \"/groups/7/issues\"\n",
         server.uri()
     ))
 }
@@ -195,4 +195,28 @@ async fn gitlab_issues_incremental_run_sends_updated_after() {
         walk.watermark,
         Some(Watermark::Time(time("2024-03-04T10:00:00Z")))
     );
+}
+
+#[tokio::test]
+async fn gitlab_issues_keep_a_url_encoded_group_path_as_written() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/v4/groups/acme%2Fplatform/issues"))
+        .and(exact_query(&FIRST))
+        .respond_with(answer(
+            &server,
+            issues(&[(1, "2024-03-01T09:00:00.000Z")]),
+            1,
+            1,
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(&format!(
+        "preset = \"gitlab_issues\"\nbase_url = \"{}/api/v4\"\n\
+         path = \"/groups/acme%2Fplatform/issues\"\n",
+        server.uri()
+    ));
+    let walk = walk(provider.as_ref(), TOKEN, None).await.unwrap();
+    assert_eq!(walk.ids, ["1"]);
 }

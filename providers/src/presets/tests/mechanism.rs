@@ -45,6 +45,7 @@ fn nested_tables_merge_key_by_key() {
     let config = rest(
         r#"
         preset = "gitlab_issues"
+        path = "/projects/42/issues"
         query = { state = "opened", sort = "asc" }
         pagination = { page_size = 20 }
         incremental = { lookback = "5m" }
@@ -138,7 +139,7 @@ fn another_kind_is_refused() {
         "{message}"
     );
     // The same kind is harmless.
-    rest("preset = \"gitlab_issues\"\nkind = \"rest\"\n");
+    rest("preset = \"gitlab_issues\"\nkind = \"rest\"\npath = \"/issues\"\n");
 }
 
 #[test]
@@ -148,6 +149,7 @@ fn a_missing_required_key_is_named_with_what_to_give() {
         ("freshdesk_tickets", "base_url"),
         ("harvest_time_entries", "headers.Harvest-Account-Id"),
         ("asana_tasks", "query.project"),
+        ("gitlab_issues", "path"),
     ] {
         let message = apply(&mut table(&format!("preset = \"{preset}\"\n"))).unwrap_err();
         assert!(
@@ -164,6 +166,7 @@ fn minimal(preset: &str) -> String {
         "freshdesk_tickets" => "base_url = \"https://example.freshdesk.com\"",
         "harvest_time_entries" => "headers = { \"Harvest-Account-Id\" = \"123456\" }",
         "asana_tasks" => "query = { project = \"1200000000000000\" }",
+        "gitlab_issues" => "path = \"/groups/7/issues\"",
         _ => "",
     };
     format!("preset = \"{preset}\"\n{own}\n")

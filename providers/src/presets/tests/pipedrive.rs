@@ -1,7 +1,8 @@
 //! `preset = "pipedrive_deals"` against an emulation of Pipedrive's API v2 deal list: the
 //! token in `x-api-token`, records in `data`, `additional_data.next_cursor` sent back as
 //! `cursor` with the same parameters (null on the last page), the `x-ratelimit-*` headers,
-//! and `{"success": false, "error", "error_code"}` errors.
+//! a 429 without `Retry-After`, and `{"success": false, "error", "errorCode",
+//! "error_info"}` errors.
 
 use serde_json::json;
 use wiremock::matchers::{header, method, path};
@@ -35,13 +36,24 @@ fn deals(ids_and_times: &[(u64, &str)], next_cursor: Option<&str>) -> Json {
     })
 }
 
-/// An answer with Pipedrive's rate-limit headers.
+/// An answer with Pipedrive's rate-limit headers: the burst window's limit, what is left
+/// of it and the seconds until it resets. (`x-daily-requests-left` comes only on POST and
+/// PUT.)
 fn answer(body: Json) -> ResponseTemplate {
     json(body)
         .insert_header("x-ratelimit-limit", "40")
         .insert_header("x-ratelimit-remaining", "39")
         .insert_header("x-ratelimit-reset", "2")
-        .insert_header("x-daily-requests-left", "9999")
+}
+
+/// Pipedrive's error body.
+fn error(message: &str, code: u16) -> Json {
+    json!({
+        "success": false,
+        "error": message,
+        "errorCode": code,
+        "error_info": "Please check developers.pipedrive.com for more information about Pipedrive API."
+    })
 }
 
 #[tokio::test]
@@ -96,22 +108,21 @@ async fn pipedrive_deals_send_next_cursor_back_until_it_is_null() {
     );
 }
 
+/// Pipedrive's 429 carries no `Retry-After`, only the burst window's `x-ratelimit-*`
+/// headers: the client's backoff retries it.
 #[tokio::test]
-async fn pipedrive_deals_wait_out_retry_after_on_429() {
+async fn pipedrive_deals_back_off_and_retry_a_429_without_retry_after() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(DEALS))
         .respond_with(
             ResponseTemplate::new(429)
-                .insert_header("Retry-After", "1")
                 .insert_header("x-ratelimit-limit", "40")
                 .insert_header("x-ratelimit-remaining", "0")
                 .insert_header("x-ratelimit-reset", "1")
-                .set_body_json(
-                    json!({"success": false, "error": "Request over limit", "error_code": 429}),
-                ),
+                .set_body_json(error("Request over limit", 429)),
         )
-        .up_to_n_times(1)
+        .up_to_n_times(2)
         .with_priority(1)
         .mount(&server)
         .await;
@@ -121,8 +132,38 @@ async fn pipedrive_deals_wait_out_retry_after_on_429() {
         .respond_with(answer(deals(&[(1, "2024-03-01T09:00:00Z")], None)))
         .mount(&server)
         .await;
-    assert_waits_out_429(pipedrive(&server).as_ref(), TOKEN, &["1"]).await;
-    assert_eq!(requests(&server).await, 2);
+    let walk = walk(pipedrive(&server).as_ref(), TOKEN, None)
+        .await
+        .unwrap();
+    assert_eq!(walk.ids, ["1"]);
+    assert_eq!(requests(&server).await, 3, "two 429s, then the page");
+}
+
+/// A 429 that outlasts the retries (the daily budget spent) ends the fetch quoting
+/// Pipedrive's error.
+#[tokio::test]
+async fn pipedrive_deals_quote_the_error_of_a_429_that_outlasts_the_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(DEALS))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(error("Daily request limit reached", 429)),
+        )
+        .mount(&server)
+        .await;
+    let error = walk(pipedrive(&server).as_ref(), TOKEN, None)
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("429") && message.contains("Daily request limit reached"),
+        "{message}"
+    );
+    assert_eq!(
+        requests(&server).await,
+        3,
+        "the first try and fast()'s two retries"
+    );
 }
 
 #[tokio::test]
@@ -130,11 +171,7 @@ async fn pipedrive_deals_surface_the_error_of_a_401() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(DEALS))
-        .respond_with(ResponseTemplate::new(401).set_body_json(json!({
-            "success": false,
-            "error": "unauthorized access",
-            "error_code": 401
-        })))
+        .respond_with(ResponseTemplate::new(401).set_body_json(error("unauthorized access", 401)))
         .expect(1)
         .mount(&server)
         .await;

@@ -18,8 +18,8 @@ pub struct Checkpoint {
     /// listing the walk was in. Parents are walked in external id order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// A child stream's walk: when it began. Its cursor never passes this instant, since
-    /// a parent walked early may have changed before the walk reached a later one.
+    /// When the walk began. The cursor never passes this instant, since a record read
+    /// early may have changed before the walk reached a later, newer one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk_started: Option<chrono::DateTime<Utc>>,
     /// The watermark the run asked from (`None` for a full pass): a resumed run must ask

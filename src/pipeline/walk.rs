@@ -55,15 +55,16 @@ pub(super) struct Committed {
     /// The checkpoint of the last page stored unchanged, which rides with the run's next
     /// commit: a run that stops before that commit writes it as it closes.
     pub deferred_checkpoint: Option<Checkpoint>,
-    /// A child stream's walk: when it began (in an earlier run, if this one resumed it).
+    /// When the walk began (in an earlier run, if this one resumed it).
     pub walk_started: Option<chrono::DateTime<Utc>>,
 }
 
 impl Committed {
     /// The cursor a complete run leaves: the newest watermark of its pages and the
-    /// cursor before, and for a child stream never past the walk's start. A parent walked
-    /// early may change after its listing was read and before the walk reaches a later
-    /// parent whose records are newer; a cursor past that change would hide it.
+    /// cursor before, never past the walk's start. A record on a page read early may
+    /// change before the walk reaches a later page holding a newer record (a listing not
+    /// sorted by the cursor, or a child stream's later parent); a cursor past that change
+    /// would hide it.
     pub fn cursor_after(&self, before: Option<Watermark>) -> Option<Watermark> {
         let newest = newest(self.watermark.clone(), before)?;
         Some(match self.walk_started {
@@ -110,12 +111,10 @@ pub(super) async fn walk_listing(
         committed.watermark = checkpoint.watermark.clone();
         committed.resumed = true;
     }
-    if run.stream.settings.parent.is_some() {
-        committed.walk_started = resume
-            .as_ref()
-            .and_then(|checkpoint| checkpoint.walk_started)
-            .or_else(|| Some(Utc::now()));
-    }
+    committed.walk_started = resume
+        .as_ref()
+        .and_then(|checkpoint| checkpoint.walk_started)
+        .or_else(|| Some(Utc::now()));
     match &run.stream.settings.parent {
         None => {
             let start = resume.and_then(|checkpoint| checkpoint.position);

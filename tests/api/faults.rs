@@ -105,9 +105,19 @@ async fn server_errors_that_persist_fail_the_run_and_keep_committed_pages() {
     app.api.verify().await;
 
     // The connection's checkpoint points at page 2, so the next run resumes there.
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&app.stream_checkpoint().await.unwrap()).unwrap();
     assert_eq!(
-        app.stream_checkpoint().await.as_deref(),
-        Some(r#"{"position":{"type":"cursor","cursor":"p2"},"since":null,"watermark":null}"#)
+        checkpoint["position"],
+        serde_json::json!({"type": "cursor", "cursor": "p2"})
+    );
+    assert_eq!(
+        (&checkpoint["since"], &checkpoint["watermark"]),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
+    assert!(
+        checkpoint["walk_started"].is_string(),
+        "the resumed run's cursor stays bounded by the walk's start: {checkpoint}"
     );
     // A resumed run counts its pages from the one it resumed at: failing there again,
     // it fails on its own page 1.

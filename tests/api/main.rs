@@ -22,6 +22,7 @@ mod keying;
 mod leases;
 mod lock_order;
 mod long_values;
+mod mid_run_changes;
 mod migration_lock;
 mod notifications;
 mod oauth_refresh;

@@ -69,6 +69,14 @@ impl Watermark {
             .is_some_and(|limit| self.is_after(limit))
     }
 
+    /// The watermark for messages: an RFC 3339 time, or epoch seconds.
+    pub fn describe(&self) -> String {
+        match self {
+            Watermark::Time(time) => time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            Watermark::Epoch(seconds) => format!("{seconds} (epoch seconds)"),
+        }
+    }
+
     /// The watermark, or `time` in the same kind when the watermark lies after it: a cursor
     /// never passes the moment its page was asked for.
     pub fn at_most(self, time: chrono::DateTime<chrono::Utc>) -> Watermark {
@@ -104,6 +112,14 @@ pub enum PagePosition {
         /// The absolute URL.
         url: String,
     },
+    /// A page number of a listing started over because the API serves no page past
+    /// `pagination.max_page`: asked from `since`, not from the run's cursor.
+    RestartedPage {
+        /// The page number.
+        page: u64,
+        /// The newest change read before the listing started over.
+        since: Watermark,
+    },
 }
 
 impl PagePosition {
@@ -114,6 +130,12 @@ impl PagePosition {
             PagePosition::Cursor { cursor } => format!("cursor {}", quote_cursor(cursor)),
             PagePosition::Offset { offset } => format!("offset {offset}"),
             PagePosition::Page { page } => format!("page {page}"),
+            PagePosition::RestartedPage { page, since } => {
+                format!(
+                    "page {page} of the listing started over from {}",
+                    since.describe()
+                )
+            }
             PagePosition::Url { url } => {
                 let without_query = url.split('?').next().unwrap_or(url);
                 format!("URL {}", truncated(without_query, MAX_QUOTED_CHARS))
@@ -258,5 +280,26 @@ mod tests {
         assert!(described.starts_with("URL https://h/ppp") && described.ends_with('…'));
         assert!(!described.contains("token"));
         assert_eq!(PagePosition::Offset { offset: 7 }.describe(), "offset 7");
+    }
+
+    #[test]
+    fn a_restarted_page_keeps_its_time_through_the_checkpoint() {
+        let position = PagePosition::RestartedPage {
+            page: 3,
+            since: Watermark::Time("2024-03-04T05:06:07Z".parse().unwrap()),
+        };
+        let text = serde_json::to_string(&position).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"restarted_page","page":3,"since":{"time":"2024-03-04T05:06:07Z"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<PagePosition>(&text).unwrap(),
+            position
+        );
+        assert_eq!(
+            position.describe(),
+            "page 3 of the listing started over from 2024-03-04T05:06:07Z"
+        );
     }
 }

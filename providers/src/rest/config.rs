@@ -191,6 +191,16 @@ pub struct PaginationConfig {
     pub page_param: Option<String>,
     /// page: the number of the first page. 0 to 1,000,000, default 1.
     pub first_page: Option<u64>,
+    /// page: the last page the API serves (Freshdesk refuses page 301). With it the
+    /// listing, which must be sorted oldest change first, is read by the newest change:
+    /// after each full page the next request asks with `incremental.param` from the
+    /// newest `incremental.cursor_field` read, inclusively, at `first_page` again, so no
+    /// page number grows past the cap and a record that moves to the end of the listing
+    /// during the walk pushes none past a page boundary. Only while a page adds nothing
+    /// newer (records sharing one time) does the page number grow; a walk that reaches
+    /// `max_page` that way stops after it with the reason. Needs `incremental.param`. At
+    /// least `first_page`.
+    pub max_page: Option<u64>,
     /// next_url: dotted path of the next page's URL in the body, e.g. `"links.next"`; a
     /// segment in double quotes may hold dots, as OData's key does: `'"@odata.nextLink"'`.
     /// An absolute URL is followed only on the origin of `base_url` (another origin stops
@@ -223,6 +233,7 @@ impl Default for PaginationConfig {
             offset_param: None,
             page_param: None,
             first_page: None,
+            max_page: None,
             next_url_path: None,
             next_header: None,
             has_more_path: None,
@@ -299,7 +310,14 @@ impl PaginationConfig {
             | PaginationType::None => {}
         }
         use PaginationType::{Cursor, HasMore, Header, NextUrl, Offset, Page};
-        let used_by: [(&str, bool, &[PaginationType]); 9] = [
+        if let Some(max_page) = self.max_page.filter(|max| *max < self.first_page()) {
+            return Err(format!(
+                "pagination.max_page must be at least pagination.first_page ({}), got \
+                 {max_page}",
+                self.first_page()
+            ));
+        }
+        let used_by: [(&str, bool, &[PaginationType]); 10] = [
             ("cursor_path", self.cursor_path.is_some(), &[Cursor]),
             (
                 "cursor_param",
@@ -309,6 +327,7 @@ impl PaginationConfig {
             ("offset_param", self.offset_param.is_some(), &[Offset]),
             ("page_param", self.page_param.is_some(), &[Page]),
             ("first_page", self.first_page.is_some(), &[Page]),
+            ("max_page", self.max_page.is_some(), &[Page]),
             ("next_url_path", self.next_url_path.is_some(), &[NextUrl]),
             ("next_header", self.next_header.is_some(), &[Header]),
             ("has_more_path", self.has_more_path.is_some(), &[HasMore]),
@@ -492,6 +511,13 @@ impl RestConfig {
             }
             None => None,
         };
+        if pagination.max_page.is_some() && incremental_param.is_none() {
+            return Err(
+                "pagination.max_page starts the listing over from the newest \
+                 incremental.cursor_field read, so it needs incremental.param to ask from it"
+                    .to_string(),
+            );
+        }
         // Every parameter the requests built from base_url and path may carry.
         let mut sent: Vec<(String, &str)> = self
             .query

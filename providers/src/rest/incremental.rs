@@ -227,6 +227,23 @@ impl Incremental {
         })
     }
 
+    /// The parameter of a listing started over past `pagination.max_page` from `since`,
+    /// the newest value read before: sent as read, inclusive and without `lookback`, so
+    /// the records that share it and were not yet read are listed and nothing read
+    /// before is asked for again beyond those.
+    pub(crate) fn restart_from(&self, since: &Watermark) -> Result<RunFilter, String> {
+        let time = watermark_time(since).ok_or_else(|| {
+            format!("the time {since:?} to start the listing over from cannot be represented")
+        })?;
+        Ok(RunFilter {
+            param: match &self.param {
+                Some(name) => Some((name.clone(), self.format.write(time)?)),
+                None => None,
+            },
+            older_than: None,
+        })
+    }
+
     /// Keys `records` with `spec` and reads each one's `cursor_field`: the newest value is
     /// the page's watermark. With `older_than`, the records from the first one older than it
     /// are left out and the listing ends. A record whose value cannot be read is set aside

@@ -287,7 +287,10 @@ impl RestProvider {
         position: Option<&PagePosition>,
         since: Option<&Watermark>,
     ) -> Result<Page, FetchError> {
-        let filter = run_filter(stream, since)?;
+        let filter = match position {
+            Some(PagePosition::RestartedPage { since, .. }) => restart_filter(stream, since)?,
+            _ => run_filter(stream, since)?,
+        };
         let mut url = pagination::page_url(config, position, filter.param.as_ref())?;
         if let Some(name) = self.config.auth_query_param() {
             pagination::set_query_param(&mut url, name, self.token(token)?);
@@ -411,6 +414,22 @@ fn run_filter(
     };
     incremental
         .for_run(since)
+        .map_err(|message| FetchError::Client { message })
+}
+
+/// What a listing started over past `pagination.max_page` from `since` sends.
+fn restart_filter(
+    stream: &Stream,
+    since: &Watermark,
+) -> Result<incremental::RunFilter, FetchError> {
+    let Some(incremental) = &stream.incremental else {
+        return Err(FetchError::Client {
+            message: "a listing started over past pagination.max_page needs incremental"
+                .to_string(),
+        });
+    };
+    incremental
+        .restart_from(since)
         .map_err(|message| FetchError::Client { message })
 }
 
@@ -580,6 +599,7 @@ fn read_page(
             base_url: listing.base_url,
             id_spec: &stream.id_spec,
             records: &records,
+            watermark: read.watermark.as_ref(),
         };
         pagination::next_position(&from, position, response)
     };

@@ -11,7 +11,7 @@ use super::link;
 use crate::http::{cap_body, display_url, display_url_text, JsonResponse};
 use crate::raw::{lookup_raw, to_value};
 use crate::record::json_type_name;
-use crate::{FetchError, IdSpec, PagePosition};
+use crate::{FetchError, IdSpec, PagePosition, Watermark};
 
 /// The URL of the page at `position` (`None`: the first page). `filter` is the
 /// incremental query parameter, sent on every page built from `base_url` and `path`.
@@ -51,9 +51,10 @@ pub(super) fn page_url(
         (PaginationType::Offset, Some(PagePosition::Offset { offset })) => {
             Some((pagination.offset_param(), offset.to_string()))
         }
-        (PaginationType::Page, Some(PagePosition::Page { page })) => {
-            Some((pagination.page_param(), page.to_string()))
-        }
+        (
+            PaginationType::Page,
+            Some(PagePosition::Page { page } | PagePosition::RestartedPage { page, .. }),
+        ) => Some((pagination.page_param(), page.to_string())),
         (PaginationType::Link | PaginationType::NextUrl, Some(PagePosition::Url { url })) => {
             return followed_url(config, url);
         }
@@ -95,6 +96,49 @@ pub(super) fn page_url(
     Ok(url)
 }
 
+/// The position after a full page `page` of a listing with `max_page`, read by the
+/// newest change: the first page again, asked from the newest change read
+/// (`watermark`), when that moved on from `since`; else the next page number with the
+/// same `since` (records that share one time span pages), up to `max_page`. An error
+/// when neither can move the listing on.
+fn keyset_next(
+    pagination: &PaginationConfig,
+    max_page: u64,
+    page: u64,
+    watermark: Option<&Watermark>,
+    since: Option<&Watermark>,
+) -> Result<PagePosition, String> {
+    if let Some(watermark) = watermark.filter(|w| since.is_none_or(|since| *w > since)) {
+        return Ok(PagePosition::RestartedPage {
+            page: pagination.first_page(),
+            since: watermark.clone(),
+        });
+    }
+    let next = page.saturating_add(1);
+    if next <= max_page {
+        return Ok(match since {
+            Some(since) => PagePosition::RestartedPage {
+                page: next,
+                since: since.clone(),
+            },
+            None => PagePosition::Page { page: next },
+        });
+    }
+    Err(match since {
+        Some(since) => format!(
+            "pages {} to {max_page} (pagination.max_page, the last the API serves) hold no \
+             record changed after {}: more records share that time than the API serves \
+             pages, so the listing cannot go on",
+            pagination.first_page(),
+            since.describe()
+        ),
+        None => format!(
+            "page {max_page} is pagination.max_page, the last the API serves, and no record \
+             up to it holds incremental.cursor_field to ask the next page from"
+        ),
+    })
+}
+
 /// A pagination parameter `validate` requires for `kind`.
 fn required<'a>(value: Option<&'a str>, key: &str, kind: &str) -> Result<&'a str, FetchError> {
     value.ok_or_else(|| FetchError::Client {
@@ -117,6 +161,9 @@ pub(super) struct NextFrom<'a> {
     pub id_spec: &'a IdSpec,
     /// The page's records, as the API listed them.
     pub records: &'a [&'a RawValue],
+    /// The newest `incremental.cursor_field` among the page's records, which a listing
+    /// past `max_page` starts over from.
+    pub watermark: Option<&'a Watermark>,
 }
 
 /// Where the page after this one starts; `None` when this was the last page.
@@ -162,13 +209,22 @@ pub(super) fn next_position(
             }))
         }
         PaginationType::Page => {
-            let page = match position {
-                Some(PagePosition::Page { page }) => *page,
-                _ => pagination.first_page(),
+            let (page, since) = match position {
+                Some(PagePosition::Page { page }) => (*page, None),
+                Some(PagePosition::RestartedPage { page, since }) => (*page, Some(since)),
+                _ => (pagination.first_page(), None),
             };
-            Ok(full_page.then(|| PagePosition::Page {
-                page: page.saturating_add(1),
-            }))
+            if !full_page {
+                return Ok(None);
+            }
+            match pagination.max_page {
+                Some(max_page) => keyset_next(pagination, max_page, page, from.watermark, since)
+                    .map(Some)
+                    .map_err(shape),
+                None => Ok(Some(PagePosition::Page {
+                    page: page.saturating_add(1),
+                })),
+            }
         }
         PaginationType::Link => {
             let values = response

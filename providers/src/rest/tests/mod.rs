@@ -5,6 +5,7 @@ mod bodies;
 mod config;
 mod fetch;
 mod incremental;
+mod max_page;
 mod paging;
 mod records;
 mod streams;

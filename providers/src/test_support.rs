@@ -96,3 +96,12 @@ pub(crate) fn header_map(pairs: &[(&'static str, &str)]) -> reqwest::header::Hea
     }
     headers
 }
+
+/// The value of the query parameter `name` of a request an emulated API received.
+pub(crate) fn query_value(request: &wiremock::Request, name: &str) -> Option<String> {
+    request
+        .url
+        .query_pairs()
+        .find(|(own, _)| own == name)
+        .map(|(_, value)| value.into_owned())
+}

@@ -11,6 +11,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, Respond};
 
 use super::*;
+use crate::test_support::query_value;
 
 const TICKETS: &str = "/api/v2/tickets";
 /// A connection's token: the API key and Freshdesk's dummy password.
@@ -62,13 +63,7 @@ impl Respond for HelpDesk {
                 "message": "You have to be logged in to perform this action."
             }));
         }
-        let param = |name: &str| {
-            request
-                .url
-                .query_pairs()
-                .find(|(own, _)| own == name)
-                .map(|(_, value)| value.into_owned())
-        };
+        let param = |name: &str| query_value(request, name);
         let page: usize = param("page").map_or(1, |page| page.parse().unwrap());
         let per_page: usize = param("per_page").map_or(30, |size| size.parse().unwrap());
         if page > LAST_PAGE {

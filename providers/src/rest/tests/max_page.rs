@@ -11,7 +11,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 use super::{credentials, invalid_rest, provider, queries, walk};
 use crate::rest::RestProvider;
-use crate::test_support::assert_stops_after;
+use crate::test_support::{assert_stops_after, query_value};
 use crate::{FetchContext, PagePosition, Provider, Watermark};
 
 /// An API listing oldest change first, `updated_since` inclusive, two a page, that
@@ -25,13 +25,7 @@ struct Capped {
 impl Respond for Capped {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut records = self.records.lock().unwrap();
-        let param = |name: &str| {
-            request
-                .url
-                .query_pairs()
-                .find(|(own, _)| own == name)
-                .map(|(_, value)| value.into_owned())
-        };
+        let param = |name: &str| query_value(request, name);
         let page: usize = param("page").unwrap().parse().unwrap();
         if page > 2 {
             return ResponseTemplate::new(400).set_body_json(json!({

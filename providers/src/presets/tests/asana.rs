@@ -121,7 +121,7 @@ async fn asana_tasks_wait_out_retry_after_on_429() {
         .respond_with(
             ResponseTemplate::new(429)
                 .insert_header("Retry-After", "1")
-                .set_body_json(json!({"errors": [{"message": "You have made too many requests recently. Please, be chill."}]})),
+                .set_body_json(json!({"errors": [{"message": "You've made too many requests and hit a rate limit. Please retry after the given amount of time."}]})),
         )
         .up_to_n_times(1)
         .with_priority(1)

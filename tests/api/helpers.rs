@@ -476,9 +476,9 @@ impl TestApp {
         }
     }
 
-    /// Sessions of this test's database waiting for a lock. On MariaDB the transactions
-    /// shown are a copy refreshed only when it was not read for 100 ms, so poll this at
-    /// most every [`LOCK_WAITS_POLL`], from one place at a time.
+    /// Sessions of this test's database waiting for a lock. On MySQL the count comes from
+    /// a copy of `INNODB_TRX` that MariaDB refreshed after this call began (see
+    /// [`TestApp::read_innodb_trx`]).
     pub async fn lock_waits(&self) -> i64 {
         let sql = match backend() {
             Backend::Sqlite => return 0,
@@ -492,13 +492,109 @@ impl TestApp {
                  WHERE p.DB = DATABASE() AND t.trx_state = 'LOCK WAIT'"
             }
         };
-        let row = self
-            .db
-            .query_one_raw(Statement::from_string(self.db.get_database_backend(), sql))
+        let rows = match backend() {
+            Backend::Mysql => self.read_innodb_trx(sql).await,
+            _ => self.query_rows(sql).await,
+        };
+        rows.first().expect("a count").try_get("", "n").expect("n")
+    }
+
+    /// What each session of this test's database is doing, one line each, for failure
+    /// messages: its command, state and statement, and on MySQL its transaction's state;
+    /// on PostgreSQL what it waits for.
+    pub async fn sessions(&self) -> String {
+        let sql = match backend() {
+            Backend::Sqlite => return "(SQLite has no sessions to show)".to_string(),
+            Backend::Postgres => {
+                "SELECT concat_ws(' ', 'pid=' || pid, state, \
+                 'wait=' || coalesce(wait_event_type || ':' || wait_event, 'none'), \
+                 'for=' || (now() - query_start)::text, 'query=' || left(query, 160)) AS line \
+                 FROM pg_stat_activity WHERE datname = current_database() ORDER BY pid"
+            }
+            // Those of other databases that wait for a lock too, in case they wait for ours.
+            Backend::Mysql => {
+                "SELECT CAST(CONCAT_WS(' ', CONCAT('id=', p.ID), \
+                 CONCAT('db=', IFNULL(p.DB, 'NULL')), p.COMMAND, CONCAT('for=', p.TIME, 's'), \
+                 CONCAT('state=', IFNULL(p.STATE, '')), CONCAT('trx=', IFNULL(t.trx_state, 'none')), \
+                 IF(p.ID = CONNECTION_ID(), '(this report)', ''), \
+                 CONCAT('query=', LEFT(IFNULL(p.INFO, ''), 160))) AS CHAR) AS line \
+                 FROM information_schema.PROCESSLIST p \
+                 LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID \
+                 WHERE p.DB = DATABASE() OR t.trx_state = 'LOCK WAIT' ORDER BY p.ID"
+            }
+        };
+        let rows = match backend() {
+            Backend::Mysql => self.read_innodb_trx(sql).await,
+            _ => self.query_rows(sql).await,
+        };
+        let lines: Vec<String> = rows
+            .iter()
+            .map(|row| row.try_get("", "line").expect("line"))
+            .collect();
+        lines.join("\n")
+    }
+
+    /// The rows of `sql` on the app's pool.
+    async fn query_rows(&self, sql: &str) -> Vec<sea_orm::QueryResult> {
+        self.db
+            .query_all_raw(Statement::from_string(self.db.get_database_backend(), sql))
             .await
-            .expect("lock waits")
-            .expect("a count");
-        row.try_get("", "n").expect("n")
+            .expect("session query")
+    }
+
+    /// Runs `sql`, a read of `information_schema.INNODB_TRX`, on a copy of it taken after
+    /// this call began. MariaDB refreshes that copy only once no session has read it for
+    /// 100 ms, so tests polling at once could keep it stale for good: this process's reads
+    /// take turns [`LOCK_WAITS_POLL`] apart, and a copy that does not show the reading
+    /// transaction itself is older than the call and is read again.
+    async fn read_innodb_trx(&self, sql: &str) -> Vec<sea_orm::QueryResult> {
+        use sea_orm::TransactionTrait;
+        static LAST_READ: tokio::sync::Mutex<Option<std::time::Instant>> =
+            tokio::sync::Mutex::const_new(None);
+        let mut last_read = LAST_READ.lock().await;
+        let statement = |sql: &str| Statement::from_string(self.db.get_database_backend(), sql);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(last) = *last_read {
+                tokio::time::sleep(
+                    (last + LOCK_WAITS_POLL).saturating_duration_since(std::time::Instant::now()),
+                )
+                .await;
+            }
+            let txn = self.db.begin().await.expect("INNODB_TRX transaction");
+            txn.query_one_raw(statement("SELECT 1 FROM seaql_migrations LIMIT 1"))
+                .await
+                .expect("transaction begun in InnoDB");
+            let shown: i64 = txn
+                .query_one_raw(statement(
+                    "SELECT count(*) AS n FROM information_schema.INNODB_TRX \
+                     WHERE trx_mysql_thread_id = CONNECTION_ID()",
+                ))
+                .await
+                .expect("INNODB_TRX")
+                .expect("a count")
+                .try_get("", "n")
+                .expect("n");
+            let rows = txn.query_all_raw(statement(sql)).await.expect("INNODB_TRX");
+            txn.commit().await.expect("INNODB_TRX transaction");
+            *last_read = Some(std::time::Instant::now());
+            if shown == 1 {
+                return rows;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "MariaDB has not refreshed INNODB_TRX for 30 s: something else reads it \
+                 more often than every 100 ms"
+            );
+            // Another process reading it in step with this one would keep it stale: a
+            // varying delay before the next try breaks the step.
+            let jitter = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970")
+                .subsec_nanos()
+                % 100;
+            tokio::time::sleep(std::time::Duration::from_millis(jitter.into())).await;
+        }
     }
 
     /// How many requests the mock API has received.
@@ -519,7 +615,8 @@ impl TestApp {
     }
 }
 
-/// How often to ask [`TestApp::lock_waits`].
+/// How often to ask [`TestApp::lock_waits`], and the least time between two reads of
+/// MariaDB's `INNODB_TRX` from this process.
 pub const LOCK_WAITS_POLL: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// Every change after `since` up to the newest batch committed when it is called, read

@@ -88,10 +88,12 @@ impl InsertGate {
             if waiting >= writers as i64 {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "only {waiting} of {writers} writers reached the insert gate"
-            );
+            if Instant::now() >= deadline {
+                panic!(
+                    "only {waiting} of {writers} writers reached the insert gate; sessions:\n{}",
+                    app.sessions().await
+                );
+            }
             tokio::time::sleep(LOCK_WAITS_POLL).await;
         }
         txn.commit().await.expect("gate opened");
@@ -579,7 +581,9 @@ async fn a_page_waiting_while_another_process_commits_is_stored_not_failed() {
         Backend::Sqlite => tokio::time::sleep(Duration::from_millis(800)).await,
         _ => {
             while app.lock_waits().await < 1 {
-                assert!(Instant::now() < deadline, "the page never waited");
+                if Instant::now() >= deadline {
+                    panic!("the page never waited; sessions:\n{}", app.sessions().await);
+                }
                 tokio::time::sleep(LOCK_WAITS_POLL).await;
             }
         }

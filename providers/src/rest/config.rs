@@ -196,9 +196,9 @@ pub struct PaginationConfig {
     /// after each full page the next request asks with `incremental.param` from the
     /// newest `incremental.cursor_field` read, inclusively, at `first_page` again, so no
     /// page number grows past the cap and a record that moves to the end of the listing
-    /// during the walk pushes none past a page boundary. Only while a page adds nothing
-    /// newer (records sharing one time) does the page number grow; a walk that reaches
-    /// `max_page` that way stops after it with the reason. Needs `incremental.param`. At
+    /// during the walk pushes none past a page boundary. Only while a page's records all
+    /// share one time does the page number grow; a walk that reaches `max_page` that way
+    /// with no newer time to start over from stops after it with the reason. Needs `incremental.param`. At
     /// least `first_page`.
     pub max_page: Option<u64>,
     /// next_url: dotted path of the next page's URL in the body, e.g. `"links.next"`; a

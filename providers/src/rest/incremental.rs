@@ -177,6 +177,8 @@ pub(crate) struct ReadRecords {
     pub items: Vec<PageItem>,
     /// The newest `cursor_field` among them.
     pub watermark: Option<Watermark>,
+    /// The oldest `cursor_field` among them.
+    pub oldest: Option<Watermark>,
     /// How many lie beyond the clock by more than [`crate::WATERMARK_CLOCK_SKEW`].
     pub ahead: u64,
     /// Whether a record older than [`RunFilter::older_than`] ended the listing.
@@ -280,6 +282,10 @@ impl Incremental {
                     if watermark.is_beyond_skew(now) {
                         read.ahead = read.ahead.saturating_add(1);
                     }
+                    read.oldest = Some(match read.oldest.take() {
+                        Some(oldest) => oldest.min(watermark.clone()),
+                        None => watermark.clone(),
+                    });
                     read.watermark = read.watermark.take().max(Some(watermark));
                 }
                 Err(message) => {

@@ -599,7 +599,8 @@ fn read_page(
             base_url: listing.base_url,
             id_spec: &stream.id_spec,
             records: &records,
-            watermark: read.watermark.as_ref(),
+            newest: read.watermark.as_ref(),
+            oldest: read.oldest.as_ref(),
         };
         pagination::next_position(&from, position, response)
     };

@@ -97,22 +97,28 @@ pub(super) fn page_url(
 }
 
 /// The position after a full page `page` of a listing with `max_page`, read by the
-/// newest change: the first page again, asked from the newest change read
-/// (`watermark`), when that moved on from `since`; else the next page number with the
-/// same `since` (records that share one time span pages), up to `max_page`. An error
-/// when neither can move the listing on.
+/// newest change. When the page holds a record older than its newest (`from.oldest` <
+/// `from.newest`), the first page again, asked from the newest: that leaves at least one
+/// record behind, and since the listing is sorted, every earlier page's too. Otherwise
+/// (records that share one time) the next page number of the same listing, up to
+/// `max_page`; past it, starting over from the newest when that is past the time the
+/// listing asks from (`since`, `None` for the run's own). An error when nothing can move
+/// the listing on.
 fn keyset_next(
     pagination: &PaginationConfig,
     max_page: u64,
     page: u64,
-    watermark: Option<&Watermark>,
+    from: &NextFrom<'_>,
     since: Option<&Watermark>,
 ) -> Result<PagePosition, String> {
-    if let Some(watermark) = watermark.filter(|w| since.is_none_or(|since| *w > since)) {
-        return Ok(PagePosition::RestartedPage {
-            page: pagination.first_page(),
-            since: watermark.clone(),
-        });
+    let restart = |newest: &Watermark| PagePosition::RestartedPage {
+        page: pagination.first_page(),
+        since: newest.clone(),
+    };
+    if let (Some(newest), Some(oldest)) = (from.newest, from.oldest) {
+        if oldest < newest {
+            return Ok(restart(newest));
+        }
     }
     let next = page.saturating_add(1);
     if next <= max_page {
@@ -124,19 +130,20 @@ fn keyset_next(
             None => PagePosition::Page { page: next },
         });
     }
-    Err(match since {
-        Some(since) => format!(
-            "pages {} to {max_page} (pagination.max_page, the last the API serves) hold no \
-             record changed after {}: more records share that time than the API serves \
-             pages, so the listing cannot go on",
+    match (from.newest, since) {
+        (Some(newest), since) if since.is_none_or(|since| newest > since) => Ok(restart(newest)),
+        (Some(newest), _) => Err(format!(
+            "pages {} to {max_page} (pagination.max_page, the last the API serves) hold only \
+             records changed at {}: more records share that time than the API serves pages, \
+             so the listing cannot go on",
             pagination.first_page(),
-            since.describe()
-        ),
-        None => format!(
-            "page {max_page} is pagination.max_page, the last the API serves, and no record \
-             up to it holds incremental.cursor_field to ask the next page from"
-        ),
-    })
+            newest.describe()
+        )),
+        (None, _) => Err(format!(
+            "page {max_page} is pagination.max_page, the last the API serves, and none of its \
+             records holds incremental.cursor_field to ask the next page from"
+        )),
+    }
 }
 
 /// A pagination parameter `validate` requires for `kind`.
@@ -161,9 +168,10 @@ pub(super) struct NextFrom<'a> {
     pub id_spec: &'a IdSpec,
     /// The page's records, as the API listed them.
     pub records: &'a [&'a RawValue],
-    /// The newest `incremental.cursor_field` among the page's records, which a listing
-    /// past `max_page` starts over from.
-    pub watermark: Option<&'a Watermark>,
+    /// The newest and the oldest `incremental.cursor_field` among the page's records: a
+    /// listing with `max_page` starts over from the newest.
+    pub newest: Option<&'a Watermark>,
+    pub oldest: Option<&'a Watermark>,
 }
 
 /// Where the page after this one starts; `None` when this was the last page.
@@ -218,7 +226,7 @@ pub(super) fn next_position(
                 return Ok(None);
             }
             match pagination.max_page {
-                Some(max_page) => keyset_next(pagination, max_page, page, from.watermark, since)
+                Some(max_page) => keyset_next(pagination, max_page, page, from, since)
                     .map(Some)
                     .map_err(shape),
                 None => Ok(Some(PagePosition::Page {

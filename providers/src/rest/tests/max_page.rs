@@ -182,8 +182,8 @@ async fn a_listing_that_cannot_move_past_max_page_stops_with_the_reason() {
     assert_stops_after(
         &page,
         &["d", "e"],
-        "pages 1 to 2 (pagination.max_page, the last the API serves) hold no record changed \
-         after 2024-03-02T00:00:00Z: more records share that time than the API serves \
+        "pages 1 to 2 (pagination.max_page, the last the API serves) hold only records \
+         changed at 2024-03-02T00:00:00Z: more records share that time than the API serves \
          pages, so the listing cannot go on",
     );
     assert_eq!(
@@ -215,4 +215,39 @@ fn max_page_is_validated_naming_the_key() {
         let message = invalid_rest(extra.clone());
         assert!(message.contains(expected), "{extra}: {message}");
     }
+}
+
+#[tokio::test]
+async fn pages_each_of_one_time_start_over_at_max_page_from_the_newest() {
+    let server = MockServer::start().await;
+    mount(
+        &server,
+        vec![
+            ("a", "2024-03-01T00:00:00Z"),
+            ("b", "2024-03-01T00:00:00Z"),
+            ("c", "2024-03-02T00:00:00Z"),
+            ("d", "2024-03-02T00:00:00Z"),
+            ("e", "2024-03-03T00:00:00Z"),
+        ],
+        None,
+    )
+    .await;
+    let (ids, positions) = walk(&capped(&server), &credentials()).await.unwrap();
+    assert_eq!(ids, ["a", "b", "c", "d", "c", "d", "e"]);
+    let from_c = since("2024-03-02T00:00:00Z");
+    assert_eq!(
+        positions,
+        [
+            None,
+            Some(PagePosition::Page { page: 2 }),
+            Some(PagePosition::RestartedPage {
+                page: 1,
+                since: from_c.clone()
+            }),
+            Some(PagePosition::RestartedPage {
+                page: 2,
+                since: from_c
+            }),
+        ]
+    );
 }

@@ -93,6 +93,8 @@ enum RunFault {
     ListingStopped { page: u64, reason: String },
     #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
     PaginationLoop { position: String },
+    #[error("page {page} ({position}) holds the same records as the page before it: the API seems to ignore the pagination parameter; stopped to avoid a loop")]
+    RepeatedPage { page: u64, position: String },
     #[error(
         "stopped after max_pages = {max_pages} pages; the next run resumes from the checkpoint"
     )]
@@ -168,7 +170,10 @@ pub async fn sync_connection(
             error: error.as_deref(),
             listing_complete,
             checkpoint: if listing_complete
-                || matches!(result, Err(RunFault::PaginationLoop { .. }))
+                || matches!(
+                    result,
+                    Err(RunFault::PaginationLoop { .. } | RunFault::RepeatedPage { .. })
+                )
             {
                 CheckpointMove::Write(None)
             } else {

@@ -206,6 +206,8 @@ struct Walker<'r, 'a> {
     /// The page to fetch next (`None`: the first page).
     position: Option<PagePosition>,
     seen_positions: HashSet<PagePosition>,
+    /// The fingerprint of the last page's items (see [`page_fingerprint`]).
+    last_page: Option<u64>,
     /// What the next page most likely holds, judged by the one before.
     expect: PageExpectation,
     last_commit: Instant,
@@ -231,6 +233,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             listing: Listing::default(),
             position: None,
             seen_positions: HashSet::new(),
+            last_page: None,
             // The first page of a run is looked up outside a transaction first, since
             // most runs of a daemon change nothing.
             expect: PageExpectation::Unchanged,
@@ -250,6 +253,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         self.listing = Listing { parent, since };
         self.position = start;
         self.seen_positions.clear();
+        self.last_page = None;
         self.prefetched = None;
     }
 
@@ -259,6 +263,12 @@ impl<'r, 'a> Walker<'r, 'a> {
             self.check_before_fetch(committed)?;
             let page_number = committed.counts.pages_fetched + 1;
             let page = self.next_page(page_number).await?;
+            if let Some(position) = self.repeated_page(&page) {
+                return Err(RunFault::RepeatedPage {
+                    page: page_number,
+                    position,
+                });
+            }
             if let Some(reason) = page.parent_gone {
                 self.parent_gone(&reason, committed);
                 return Ok(());
@@ -291,6 +301,22 @@ impl<'r, 'a> Walker<'r, 'a> {
         );
         committed.counts.pages_fetched = committed.counts.pages_fetched.saturating_add(1);
         committed.counts.parents_skipped = committed.counts.parents_skipped.saturating_add(1);
+    }
+
+    /// The position of `page` when it holds the items of the page before, in the same
+    /// order, at a position that only counts forward (an offset or a page number), which
+    /// never repeats: an API that ignores the parameter would otherwise be walked, the same
+    /// page again and again, to `max_pages`.
+    fn repeated_page(&mut self, page: &Page) -> Option<String> {
+        let fingerprint = page_fingerprint(&page.items);
+        let before = std::mem::replace(&mut self.last_page, fingerprint);
+        let counting = matches!(
+            self.position,
+            Some(PagePosition::Offset { .. } | PagePosition::Page { .. })
+        );
+        (counting && fingerprint.is_some() && before == fingerprint)
+            .then(|| self.position.as_ref().map(PagePosition::describe))
+            .flatten()
     }
 
     /// The checks that stop a run before it asks for another page.
@@ -521,6 +547,29 @@ fn expect_after(stored: &PageStoreCounts) -> PageExpectation {
 struct Listing {
     parent: Option<Parent>,
     since: Option<Watermark>,
+}
+
+/// A hash of the keys and contents of `items` in order; `None` for an empty page.
+fn page_fingerprint(items: &[PageItem]) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    if items.is_empty() {
+        return None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for item in items {
+        match item {
+            PageItem::Record(record) => {
+                (&record.external_id, &record.content_hash).hash(&mut hasher)
+            }
+            PageItem::Rejected(rejected) => {
+                (&rejected.external_id, &rejected.payload).hash(&mut hasher)
+            }
+            PageItem::Deleted(deleted) => {
+                (&deleted.external_id, &deleted.payload).hash(&mut hasher)
+            }
+        }
+    }
+    Some(hasher.finish())
 }
 
 /// Fetches the page at `position` unless the run is cancelled first. The page's

@@ -252,3 +252,103 @@ async fn a_cursor_that_never_ends_is_stopped_by_max_pages() {
     assert_eq!((run.counts.pages_fetched, run.counts.inserted), (10, 10));
     assert!(run.error.unwrap().contains("max_pages = 10"));
 }
+
+/// Runs `pagination` against an API that answers every request with `answer`, and returns
+/// the run's error after checking that it failed at the second request, keeping the
+/// records stored by then: a page whose position moved on is stored (`pages`), one that
+/// only repeats the page before is not.
+async fn run_against_a_stuck_api(
+    records_path: Option<&str>,
+    pagination: &str,
+    answer: ResponseTemplate,
+    pages: u64,
+) -> String {
+    let app = spawn_app().await;
+    get().respond_with(answer).mount(&app.api).await;
+    let settings = app
+        .settings(&provider(&app.api.uri(), records_path, pagination))
+        .await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        (
+            run.counts.pages_fetched,
+            run.counts.inserted,
+            run.counts.unchanged
+        ),
+        (pages, 2, (pages - 1) * 2),
+        "the pages stored before the stop are kept"
+    );
+    assert_eq!(
+        app.received_requests().await,
+        2,
+        "stopped at the second page"
+    );
+    run.error.unwrap()
+}
+
+#[tokio::test]
+async fn a_next_url_that_points_back_stops_the_run() {
+    let answer = ResponseTemplate::new(200)
+        .set_body_json(json!({"data": items("n", "alice", 0..2), "next": "/v1/items?page=2"}));
+    let error = run_against_a_stuck_api(
+        Some("data"),
+        "type = \"next_url\"\nnext_url_path = \"next\"",
+        answer,
+        2,
+    )
+    .await;
+    assert!(error.contains("already fetched"), "{error}");
+}
+
+#[tokio::test]
+async fn a_has_more_listing_that_ignores_the_last_id_stops_the_run() {
+    let answer = ResponseTemplate::new(200)
+        .set_body_json(json!({"data": items("h", "alice", 0..2), "has_more": true}));
+    let error = run_against_a_stuck_api(
+        Some("data"),
+        "type = \"has_more\"\nafter_param = \"starting_after\"",
+        answer,
+        2,
+    )
+    .await;
+    assert!(
+        error.contains("already fetched") && error.contains("cursor \"h1\""),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_header_token_that_repeats_stops_the_run() {
+    let answer = ResponseTemplate::new(200)
+        .set_body_json(json!({"data": items("t", "alice", 0..2)}))
+        .insert_header("X-Next-Page-Token", "same");
+    let error = run_against_a_stuck_api(
+        Some("data"),
+        "type = \"header\"\nnext_header = \"X-Next-Page-Token\"\ncursor_param = \"page_token\"",
+        answer,
+        2,
+    )
+    .await;
+    assert!(error.contains("already fetched"), "{error}");
+}
+
+#[tokio::test]
+async fn an_api_that_ignores_the_page_number_stops_the_run() {
+    let answer = ResponseTemplate::new(200).set_body_json(json!(items("p", "alice", 0..2)));
+    let error = run_against_a_stuck_api(None, "type = \"page\"", answer, 1).await;
+    assert!(
+        error.contains("page 2 (page 2) holds the same records as the page before it"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn an_api_that_ignores_the_offset_stops_the_run() {
+    let answer = ResponseTemplate::new(200).set_body_json(json!(items("o", "alice", 0..2)));
+    let error = run_against_a_stuck_api(None, "type = \"offset\"", answer, 1).await;
+    assert!(
+        error.contains("page 2 (offset 2) holds the same records as the page before it"),
+        "{error}"
+    );
+}

@@ -170,7 +170,8 @@ pub enum PaginationType {
 pub struct PaginationConfig {
     /// `"cursor"`, `"offset"`, `"page"`, `"link"`, `"next_url"`, `"header"`, `"has_more"`
     /// or `"none"`. Default `"none"`. Every type ends a run that is handed the same
-    /// position twice.
+    /// position twice; offset and page, whose positions only count forward, end one whose
+    /// page holds the same records as the page before.
     #[serde(rename = "type")]
     pub kind: PaginationType,
     /// cursor: dotted path of the next page's token in the body (a string or a number;

@@ -492,6 +492,28 @@ impl Settings {
     }
 }
 
+/// The key an adapter's validation message is about: `prefix` and the dotted key the
+/// message starts with, when that names a key of the provider's table
+/// (`pagination.max_page must be ...` is about `providers.NAME.pagination.max_page`), else
+/// `prefix` alone.
+fn key_of_message(prefix: &str, table_keys: &[String], message: &str) -> String {
+    let head = message
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches([':', ',']);
+    let dotted = !head.is_empty()
+        && head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let first = head.split('.').next().unwrap_or_default();
+    if dotted && table_keys.iter().any(|key| key == first) {
+        format!("{prefix}.{head}")
+    } else {
+        prefix.to_string()
+    }
+}
+
 /// Parses one provider table; errors are `(key, message)`.
 fn parse_provider(
     name: &str,
@@ -603,13 +625,14 @@ fn parse_provider(
             ))
         }
     };
+    let adapter_keys: Vec<String> = adapter_table.keys().cloned().collect();
     // Keys the adapter does not know are reported by its own `deny_unknown_fields`.
     let adapter = deserialize_with_path(&prefix, toml::Value::Table(adapter_table), |de| {
         ProviderConfig::deserialize_kind(&kind, de)
     })?;
     adapter
         .validate()
-        .map_err(|message| (prefix.clone(), message))?;
+        .map_err(|message| (key_of_message(&prefix, &adapter_keys, &message), message))?;
     let streams = streams::parse(name, &adapter, raw.streams).map_err(at("streams"))?;
     for (key, var) in adapter.required_env_vars() {
         if !env_is_set(&var) {

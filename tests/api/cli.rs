@@ -129,15 +129,47 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
         ),
         (
             rest_key("incremental = { cursor_field = \"t\", param = \"since\", format = \"%Q\" }"),
-            "providers.acme",
+            "providers.acme.incremental.format",
             "incremental.format",
+        ),
+        (
+            rest_key("incremental = { cursor_field = \"t\", param = \"since\", lookback = \"90d\" }"),
+            "providers.acme.incremental.lookback",
+            "must be between 0s and 30days",
+        ),
+        (
+            valid.replace("page_size = 100", "page_size = 100\nmax_page = 300"),
+            "providers.acme.pagination.max_page",
+            "pagination.type = \"cursor\" does not use it",
+        ),
+        (
+            rest_key("records_filter = { field = \"status\", equls = \"open\" }"),
+            "providers.acme",
+            "unknown field `equls`",
+        ),
+        (
+            valid.replace(
+                "auth = \"bearer\"",
+                "auth = { oauth2 = \"client_credentials\", token_url = \"https://auth.example.com/token\", \
+                 client_id = \"app\", client_secret_env = \"TRIBUTARY_TEST_NOT_SET_SECRET\" }",
+            ),
+            "providers.acme.auth.client_secret_env",
+            "TRIBUTARY_TEST_NOT_SET_SECRET is not set",
+        ),
+        (
+            valid.replace(
+                "kind = \"rest\"",
+                "preset = \"gitlab_issues\"\nquery_params = { state = \"opened\" }",
+            ),
+            "providers.acme",
+            "unknown field `query_params`",
         ),
         (
             format!(
                 "{valid}[providers.acme.resources.tasks]\nparent = \"records\"\n\
                  path = \"/v1/items/{{parent.owner.login}}/tasks\"\n"
             ),
-            "providers.acme",
+            "providers.acme.resources.tasks.path",
             "parent.owner.login",
         ),
         (

@@ -208,3 +208,26 @@ fn no_preset_file_holds_a_secret_or_tributary_keys() {
         assert_eq!(parsed["kind"].as_str(), Some("rest"), "{preset}");
     }
 }
+
+/// The first cells of the rows of the table whose header starts `| Preset |`.
+fn preset_table(readme: &str) -> Vec<&str> {
+    let mut lines = readme
+        .lines()
+        .skip_while(|line| !line.to_lowercase().starts_with("| preset |"))
+        .skip(2);
+    let mut listed = Vec::new();
+    while let Some(row) = lines.next().filter(|line| line.starts_with('|')) {
+        let first = row.split('|').nth(1).unwrap_or_default().trim();
+        listed.push(first.trim_matches('`'));
+    }
+    listed.sort_unstable();
+    listed
+}
+
+#[test]
+fn both_readmes_list_every_preset_and_no_other() {
+    let presets_readme = include_str!("../../../presets/README.md");
+    let root_readme = include_str!("../../../../README.md");
+    assert_eq!(preset_table(presets_readme), names(), "presets/README.md");
+    assert_eq!(preset_table(root_readme), names(), "README.md");
+}

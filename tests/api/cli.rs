@@ -173,6 +173,11 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "parent.owner.login",
         ),
         (
+            format!("{valid}[providers.acme.resources.tasks]\nparent = \"records\"\npaht = \"/t\"\n"),
+            "providers.acme",
+            "unknown field `paht`",
+        ),
+        (
             rest_key("preset = \"nope\""),
             "providers.acme.preset",
             "gitlab_issues",

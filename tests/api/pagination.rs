@@ -108,6 +108,34 @@ async fn offset_pagination_stops_on_a_short_page() {
 }
 
 #[tokio::test]
+async fn offset_pagination_without_a_page_size_stops_on_an_empty_page() {
+    let app = spawn_app().await;
+    for (offset, range) in [("0", 0..3), ("3", 3..4), ("4", 4..4)] {
+        get()
+            .and(query_param("offset", offset))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"items": items("o", "alice", range)})),
+            )
+            .expect(1)
+            .mount(&app.api)
+            .await;
+    }
+    let settings = app
+        .settings(&provider(
+            &app.api.uri(),
+            Some("items"),
+            "type = \"offset\"",
+        ))
+        .await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    // Without page_size_param a short page proves nothing: only the empty one ends it.
+    assert_eq!((run.counts.pages_fetched, run.counts.inserted), (3, 4));
+    app.api.verify().await;
+}
+
+#[tokio::test]
 async fn page_pagination_stops_on_an_empty_page() {
     let app = spawn_app().await;
     for page in 1..=3 {

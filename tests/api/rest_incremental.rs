@@ -426,3 +426,67 @@ async fn two_runs_that_find_a_rest_token_expired_refresh_it_once() {
     let refreshed = stored.oauth.clone().expect("the rotated pair is stored");
     assert_eq!(refreshed.refresh_token.as_deref(), Some("new-refresh"));
 }
+
+#[tokio::test]
+async fn rest_client_credentials_connections_sync_without_a_token_of_their_own() {
+    let app = spawn_app().await;
+    std::env::set_var("TRIBUTARY_TEST_CC_SECRET", "cc-client-secret");
+    let providers = format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{uri}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 * * * * *\"\nrecords_path = \"data\"\n\
+         [providers.acme.auth]\noauth2 = \"client_credentials\"\n\
+         token_url = \"{uri}/oauth/token\"\nclient_id = \"tributary\"\n\
+         client_secret_env = \"TRIBUTARY_TEST_CC_SECRET\"\nscope = \"items:read\"\n\
+         [[providers.acme.connections]]\nuser_id = \"alice\"\n\
+         [[providers.acme.connections]]\nuser_id = \"bob\"\n",
+        uri = app.api.uri()
+    );
+    // RFC 6749 section 4.4: one token for the provider, cached across its connections.
+    Mock::given(method("POST"))
+        .and(path("/oauth/token"))
+        .and(wiremock::matchers::body_string_contains(
+            "grant_type=client_credentials",
+        ))
+        .and(wiremock::matchers::body_string_contains(
+            "client_secret=cc-client-secret",
+        ))
+        .and(wiremock::matchers::body_string_contains(
+            "scope=items%3Aread",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "access_token": "cc-access", "token_type": "Bearer", "expires_in": 3600
+        })))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer cc-access",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": [{"id": "a"}]})))
+        .expect(2)
+        .mount(&app.api)
+        .await;
+    let settings = app.settings(&providers).await;
+    let runs = app.sync(&settings).await;
+    assert_eq!(runs.len(), 2);
+    for run in &runs {
+        assert_eq!(
+            (run.status, run.counts.inserted),
+            (RunStatus::Succeeded, 1),
+            "{:?}",
+            run.error
+        );
+    }
+    app.api.verify().await;
+    for user in ["alice", "bob"] {
+        let stored = app.stored_credentials(user, "acme").await;
+        assert_eq!(
+            (stored.token, stored.oauth),
+            (None, None),
+            "the provider's token is not stored on a connection"
+        );
+    }
+}

@@ -243,7 +243,6 @@ impl TestApp {
         outcomes.remove(0)
     }
 
-    /// The whole records table, ordered by key.
     /// Configures alice's connection at a cursor provider `acme` and opens a manual run
     /// of it, for tests that drive the store directly.
     pub async fn alice_with_a_run(&self) -> (connection::Model, i64) {
@@ -278,6 +277,7 @@ impl TestApp {
         self.only_stream().await.and_then(|state| state.checkpoint)
     }
 
+    /// The whole records table, ordered by key.
     pub async fn records(&self) -> Vec<record::Model> {
         record::Entity::find()
             .order_by_asc(record::Column::UserId)

@@ -345,6 +345,21 @@ async fn several_daemons_share_the_work_and_one_killed_mid_run_is_taken_over() {
         },
     )
     .await;
+    // Two finished runs each, so that the check for overlaps below has ticks to compare:
+    // a quick takeover can otherwise end the window before a second tick of bob's.
+    eventually(
+        Duration::from_secs(30),
+        "two finished runs of alice and of bob",
+        || async {
+            let mut each = Vec::new();
+            for user in ["alice", "bob"] {
+                let runs = runs_of(&app, user).await;
+                each.push(runs.iter().filter(|r| r.finished_at.is_some()).count() >= 2);
+            }
+            each.iter().all(|done| *done)
+        },
+    )
+    .await;
     for (i, daemon) in daemons.iter_mut().enumerate() {
         if i != victim {
             daemon.signal(Signal::SIGTERM);

@@ -598,7 +598,7 @@ fn parse_provider(
     http.max_records_per_page = raw.max_records_per_page;
     http.metrics_label = name.to_string();
     http.validate()
-        .map_err(|message| (prefix.clone(), message))?;
+        .map_err(|message| (key_of_message(&prefix, &["http".into()], &message), message))?;
 
     let mut adapter_table = raw.adapter;
     // `preset = "NAME"` expands into the preset's keys, the table's own keys winning.

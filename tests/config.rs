@@ -23,6 +23,8 @@ fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
 
 /// A config that sets nearly every key there is.
 fn full_config() -> String {
+    // The client secret the `tasks` provider's OAuth2 client-credentials grant names.
+    std::env::set_var("TASKS_SECRET", "secret");
     r#"[database]
 url = "sqlite:///tmp/never.db?mode=rwc"
 max_connections = 4
@@ -92,6 +94,51 @@ per_page = 50
 [[providers.gh.connections]]
 user_id = "alice"
 token = "ghp"
+
+[providers.tasks]
+kind = "rest"
+base_url = "https://api.tasks.example"
+path = "/v1/projects"
+schedule = "0 */5 * * * *"
+records_path = "data.groups[].items"
+id_field = "id"
+fields = ["owner.login"]
+records_filter = { field = "status", not_in = ["deleted"] }
+incremental = { cursor_field = "updated_at", param = "updated_since", format = "rfc3339", inclusive = true, lookback = "5m", start = "2024-01-01T00:00:00Z" }
+
+[providers.tasks.auth]
+oauth2 = "client_credentials"
+token_url = "https://auth.tasks.example/oauth/token"
+client_id = "tributary"
+client_secret_env = "TASKS_SECRET"
+scope = "tasks:read"
+
+[providers.tasks.pagination]
+type = "page"
+page_param = "page"
+first_page = 1
+max_page = 300
+page_size_param = "per_page"
+page_size = 100
+
+[providers.tasks.resources.tasks]
+parent = "records"
+path = "/v1/projects/{parent.id}/tasks"
+query = { owner = "{parent.owner.login}" }
+pagination = { type = "has_more", after_param = "starting_after" }
+
+[[providers.tasks.connections]]
+user_id = "alice"
+
+[providers.desk]
+preset = "freshdesk_tickets"
+base_url = "https://example.freshdesk.com"
+schedule = "0 */15 * * * *"
+query = { include = "requester" }
+
+[[providers.desk.connections]]
+user_id = "alice"
+token = "key:X"
 "#
     .to_string()
 }
@@ -273,7 +320,7 @@ fn mutated_configs_parse_or_name_the_file_and_key_and_never_panic() {
     let base = full_config();
     let settings = Settings::parse(std::path::Path::new(CONFIG_PATH), &base, None, &|_| true)
         .expect("the base is valid");
-    assert_eq!(settings.providers.len(), 2);
+    assert_eq!(settings.providers.len(), 4);
     let mut runner = TestRunner::new(proptest_config(400, 0x636f_6e66));
     runner
         .run(&prop::collection::vec(mutation(), 1..4), |mutations| {
@@ -327,6 +374,7 @@ fn check_config_command(text: &str) -> (Option<i32>, String) {
         .env_remove("TRIBUTARY_DATABASE_URL")
         .env("BOB_TOKEN", "token")
         .env("STRAVA_CLIENT_SECRET", "secret")
+        .env("TASKS_SECRET", "secret")
         // The literal tokens of `full_config` need a key to be storable: 32 zero bytes.
         .env(
             "TRIBUTARY_SECRETS_KEY",

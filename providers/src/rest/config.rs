@@ -12,6 +12,7 @@ pub use super::auth::Auth;
 use super::field_path::FieldPath;
 use super::filter::RecordsFilter;
 use super::incremental::IncrementalConfig;
+use super::rate_limit::RateLimitConfig;
 use super::records_path::RecordsPath;
 use super::resources::ResourceConfig;
 use crate::IdSpec;
@@ -94,6 +95,10 @@ pub struct RestConfig {
     /// `records`; `streams = [...]` picks among `records` and the resources' names.
     #[serde(default)]
     pub resources: BTreeMap<String, ResourceConfig>,
+    /// The API's own rate-limit headers: `rate_limit = { remaining_header, reset_header,
+    /// reset }` (see [`RateLimitConfig`]). Omitted: only `Retry-After` is read.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 impl fmt::Debug for RestConfig {
@@ -112,6 +117,7 @@ impl fmt::Debug for RestConfig {
             .field("records_filter", &self.records_filter)
             .field("fields", &self.fields)
             .field("resources", &self.resources)
+            .field("rate_limit", &self.rate_limit)
             .finish()
     }
 }
@@ -405,6 +411,9 @@ impl RestConfig {
     /// primary stream's keys, then every resource with what it inherits.
     pub fn validate(&self) -> Result<(), String> {
         self.validate_stream()?;
+        if let Some(rate_limit) = &self.rate_limit {
+            rate_limit.validate()?;
+        }
         super::resources::validate(self)
     }
 

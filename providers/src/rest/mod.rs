@@ -107,6 +107,7 @@
 //! - `incremental`: [`IncrementalConfig`], the cursor sent, the watermark read, and where a
 //!   newest-first listing ends.
 //! - `pagination`: page URLs and next positions for every pagination type.
+//! - `rate_limit`: [`RateLimitConfig`], the API's own rate-limit headers.
 //! - `field_path`: dotted paths whose quoted segments may hold dots (`"@odata.nextLink"`).
 //! - `link`: the RFC 8288 `Link` header parser behind `type = "link"`.
 
@@ -118,6 +119,7 @@ mod incremental;
 pub(crate) mod link;
 mod oauth2;
 mod pagination;
+mod rate_limit;
 mod records_path;
 mod resources;
 mod template;
@@ -131,6 +133,7 @@ pub use auth::{ClientAuth, Grant, OAuth2};
 pub use config::{Auth, PaginationConfig, PaginationType, RestConfig};
 pub use filter::{FilterValue, RecordsFilter};
 pub use incremental::IncrementalConfig;
+pub use rate_limit::{RateLimitConfig, ResetFormat};
 pub use resources::ResourceConfig;
 
 use std::borrow::Cow;
@@ -166,6 +169,8 @@ pub struct RestProvider {
     streams: Vec<(String, Result<Arc<Stream>, String>)>,
     /// How OAuth2 access tokens are had, for `auth = { oauth2 = ... }`.
     oauth2: Option<OAuth2Runtime>,
+    /// The API's rate-limit headers read, for `rate_limit = { ... }`.
+    rate_limiter: Option<rate_limit::RateLimiter>,
 }
 
 /// One stream's checked settings.
@@ -236,12 +241,14 @@ impl RestProvider {
             }
             _ => None,
         };
+        let rate_limiter = config.rate_limit.clone().map(rate_limit::RateLimiter::new);
         RestProvider {
             config,
             client,
             id_spec,
             streams,
             oauth2,
+            rate_limiter,
         }
     }
 
@@ -317,9 +324,19 @@ impl RestProvider {
             }
             Ok(page)
         };
-        self.client
-            .get_read(url, headers, &DefaultPolicy, read)
-            .await
+        match &self.rate_limiter {
+            None => {
+                self.client
+                    .get_read(url, headers, &DefaultPolicy, read)
+                    .await
+            }
+            Some(limiter) => {
+                let max_wait = self.client.settings().max_rate_limit_wait;
+                limiter.wait_turn(token, max_wait).await?;
+                let policy = limiter.policy(token);
+                self.client.get_read(url, headers, &policy, read).await
+            }
+        }
     }
 
     /// `Accept`, the stream's static headers, then the token as `auth` says. Values are

@@ -7,6 +7,7 @@ mod fetch;
 mod incremental;
 mod max_page;
 mod paging;
+mod rate_limits;
 mod records;
 mod streams;
 

@@ -220,3 +220,40 @@ async fn gitlab_issues_keep_a_url_encoded_group_path_as_written() {
     let walk = walk(provider.as_ref(), TOKEN, None).await.unwrap();
     assert_eq!(walk.ids, ["1"]);
 }
+
+/// A page that spends the window (`RateLimit-Remaining: 0`) holds the next request back
+/// until `RateLimit-Reset`, a Unix time.
+#[tokio::test]
+async fn gitlab_issues_wait_out_a_spent_window_before_the_next_page() {
+    let server = MockServer::start().await;
+    let reset = (chrono::Utc::now().timestamp() + 2).to_string();
+    Mock::given(method("GET"))
+        .and(path(ISSUES))
+        .and(exact_query(&FIRST))
+        .respond_with(
+            answer(&server, issues(&[(2, "2024-03-02T09:00:00.000Z")]), 1, 2)
+                .insert_header("RateLimit-Remaining", "0")
+                .insert_header("RateLimit-Reset", reset.as_str()),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let mut second = FIRST.to_vec();
+    second.push(("page", "2"));
+    Mock::given(method("GET"))
+        .and(path(ISSUES))
+        .and(exact_query(&second))
+        .respond_with(answer(
+            &server,
+            issues(&[(1, "2024-03-01T09:00:00.000Z")]),
+            2,
+            2,
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let started = Instant::now();
+    let walk = walk(gitlab(&server).as_ref(), TOKEN, None).await.unwrap();
+    assert_eq!(walk.ids, ["2", "1"]);
+    assert_waited_a_second(started, "the second page");
+}

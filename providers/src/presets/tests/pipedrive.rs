@@ -1,8 +1,9 @@
 //! `preset = "pipedrive_deals"` against an emulation of Pipedrive's API v2 deal list: the
 //! token in `x-api-token`, records in `data`, `additional_data.next_cursor` sent back as
 //! `cursor` with the same parameters (null on the last page), the `x-ratelimit-*` headers,
-//! a 429 without `Retry-After`, and `{"success": false, "error", "errorCode",
-//! "error_info"}` errors.
+//! a 429 without `Retry-After` and a spent window, both waited out until
+//! `x-ratelimit-reset`, and `{"success": false, "error", "errorCode", "error_info"}`
+//! errors.
 
 use serde_json::json;
 use wiremock::matchers::{header, method, path};
@@ -109,9 +110,9 @@ async fn pipedrive_deals_send_next_cursor_back_until_it_is_null() {
 }
 
 /// Pipedrive's 429 carries no `Retry-After`, only the burst window's `x-ratelimit-*`
-/// headers: the client's backoff retries it.
+/// headers: the preset's `rate_limit` waits for `x-ratelimit-reset`.
 #[tokio::test]
-async fn pipedrive_deals_back_off_and_retry_a_429_without_retry_after() {
+async fn pipedrive_deals_wait_for_the_burst_window_to_reset_on_429() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(DEALS))
@@ -122,7 +123,7 @@ async fn pipedrive_deals_back_off_and_retry_a_429_without_retry_after() {
                 .insert_header("x-ratelimit-reset", "1")
                 .set_body_json(error("Request over limit", 429)),
         )
-        .up_to_n_times(2)
+        .up_to_n_times(1)
         .with_priority(1)
         .mount(&server)
         .await;
@@ -132,15 +133,46 @@ async fn pipedrive_deals_back_off_and_retry_a_429_without_retry_after() {
         .respond_with(answer(deals(&[(1, "2024-03-01T09:00:00Z")], None)))
         .mount(&server)
         .await;
+    assert_waits_out_429(pipedrive(&server).as_ref(), TOKEN, &["1"]).await;
+    assert_eq!(requests(&server).await, 2);
+}
+
+/// A page that spends the burst window holds the next request back until it resets,
+/// rather than running into the 429.
+#[tokio::test]
+async fn pipedrive_deals_wait_out_a_spent_window_before_the_next_page() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(DEALS))
+        .and(exact_query(&FIRST))
+        .respond_with(
+            json(deals(&[(1, "2024-03-01T09:00:00Z")], Some("c2")))
+                .insert_header("x-ratelimit-limit", "40")
+                .insert_header("x-ratelimit-remaining", "0")
+                .insert_header("x-ratelimit-reset", "1"),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let mut second = FIRST.to_vec();
+    second.push(("cursor", "c2"));
+    Mock::given(method("GET"))
+        .and(path(DEALS))
+        .and(exact_query(&second))
+        .respond_with(answer(deals(&[(2, "2024-03-02T09:00:00Z")], None)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let started = Instant::now();
     let walk = walk(pipedrive(&server).as_ref(), TOKEN, None)
         .await
         .unwrap();
-    assert_eq!(walk.ids, ["1"]);
-    assert_eq!(requests(&server).await, 3, "two 429s, then the page");
+    assert_eq!(walk.ids, ["1", "2"]);
+    assert_waited_a_second(started, "the second page");
 }
 
-/// A 429 that outlasts the retries (the daily budget spent) ends the fetch quoting
-/// Pipedrive's error.
+/// A 429 that outlasts the retries (the daily budget spent, no reset to wait for) ends
+/// the fetch quoting Pipedrive's error.
 #[tokio::test]
 async fn pipedrive_deals_quote_the_error_of_a_429_that_outlasts_the_retries() {
     let server = MockServer::start().await;

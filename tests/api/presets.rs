@@ -72,13 +72,13 @@ impl Match for ExactQuery {
     }
 }
 
-async fn mount(app: &TestApp, emulation: &TwoRuns, pages: Vec<Page>) {
+async fn mount(app: &TestApp, at: &str, headers: &[(&str, &str)], pages: Vec<Page>) {
     app.api.reset().await;
     for Page { query, answer } in pages {
         let mut mock = Mock::given(method("GET"))
-            .and(path(emulation.path))
+            .and(path(at))
             .and(ExactQuery(query));
-        for (name, value) in &emulation.headers {
+        for (name, value) in headers {
             mock = mock.and(header(*name, *value));
         }
         mock.respond_with(answer).expect(1).mount(&app.api).await;
@@ -87,11 +87,16 @@ async fn mount(app: &TestApp, emulation: &TwoRuns, pages: Vec<Page>) {
 
 async fn assert_second_run_inserts_only_what_is_new(emulate: fn(&TestApp) -> TwoRuns) {
     let app = spawn_app().await;
-    let mut emulation = emulate(&app);
-    let settings = app.settings(&emulation.table).await;
+    let TwoRuns {
+        table,
+        path,
+        headers,
+        first,
+        second,
+    } = emulate(&app);
+    let settings = app.settings(&table).await;
 
-    let first = std::mem::take(&mut emulation.first);
-    mount(&app, &emulation, first).await;
+    mount(&app, path, &headers, first).await;
     let run = app.sync_one(&settings).await;
     assert_eq!(
         (run.status, run.counts.inserted),
@@ -100,8 +105,7 @@ async fn assert_second_run_inserts_only_what_is_new(emulate: fn(&TestApp) -> Two
     );
     app.api.verify().await;
 
-    let second = std::mem::take(&mut emulation.second);
-    mount(&app, &emulation, second).await;
+    mount(&app, path, &headers, second).await;
     let run = app.sync_one(&settings).await;
     assert_eq!(
         (run.status, run.counts.inserted, run.counts.updated),
@@ -123,6 +127,15 @@ fn table(preset: &str, keys: &str, token: &str) -> String {
     )
 }
 
+/// A JSON array of the records `ids`, each written by `record` from its id and the time
+/// of its change in [`CHANGED`].
+fn records(
+    ids: &[usize],
+    record: impl Fn(usize, &'static str) -> serde_json::Value,
+) -> serde_json::Value {
+    ids.iter().map(|&id| record(id, CHANGED[id - 1])).collect()
+}
+
 fn ok(body: serde_json::Value) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(body)
 }
@@ -133,15 +146,14 @@ fn link_next(url: String) -> String {
 
 /// Shopify writes times in the shop's zone: the cursor is sent in UTC.
 fn shopify(app: &TestApp) -> TwoRuns {
-    let order = |id: usize| {
-        let local = CHANGED[id - 1]
-            .replace("T10:", "T05:")
-            .replace('Z', "-05:00");
-        json!({"id": id, "name": format!("#100{id}"), "financial_status": "paid",
-               "updated_at": local})
+    let orders = |ids: &[usize]| {
+        let orders = records(ids, |id, changed| {
+            let local = changed.replace("T10:", "T05:").replace('Z', "-05:00");
+            json!({"id": id, "name": format!("#100{id}"), "financial_status": "paid",
+                   "updated_at": local})
+        });
+        json!({ "orders": orders })
     };
-    let orders =
-        |ids: &[usize]| json!({"orders": ids.iter().map(|id| order(*id)).collect::<Vec<_>>()});
     let path = "/admin/api/2025-10/orders.json";
     let next = format!(
         "{}{path}?limit=250&page_info=eyJsYXN0X2lkIjoyfQ",
@@ -180,13 +192,10 @@ fn shopify(app: &TestApp) -> TwoRuns {
 
 fn gitlab(app: &TestApp) -> TwoRuns {
     let issues = |ids: &[usize]| {
-        json!(ids
-            .iter()
-            .map(
-                |&id| json!({"id": id, "iid": id, "project_id": 3, "state": "opened",
-                              "title": format!("Issue {id}"), "updated_at": CHANGED[id - 1]})
-            )
-            .collect::<Vec<_>>())
+        records(ids, |id, changed| {
+            json!({"id": id, "iid": id, "project_id": 3, "state": "opened",
+                   "title": format!("Issue {id}"), "updated_at": changed})
+        })
     };
     let listing = [
         ("scope", "all"),
@@ -233,13 +242,10 @@ fn gitlab(app: &TestApp) -> TwoRuns {
 /// each page from the newest change read; a page size of 2 shows that with few tickets.
 fn freshdesk(app: &TestApp) -> TwoRuns {
     let tickets = |ids: &[usize]| {
-        json!(ids
-            .iter()
-            .map(
-                |&id| json!({"id": id, "subject": "Printer on fire", "status": 2,
-                              "updated_at": CHANGED[id - 1]})
-            )
-            .collect::<Vec<_>>())
+        records(ids, |id, changed| {
+            json!({"id": id, "subject": "Printer on fire", "status": 2,
+                   "updated_at": changed})
+        })
     };
     let asked = |since: &'static str| {
         [
@@ -288,8 +294,8 @@ fn freshdesk(app: &TestApp) -> TwoRuns {
 fn harvest(app: &TestApp) -> TwoRuns {
     let entries = |ids: &[usize], next: Option<String>| {
         json!({
-            "time_entries": ids.iter().map(|&id| json!({"id": id, "hours": 1.5,
-                "spent_date": "2026-11-01", "updated_at": CHANGED[id - 1]})).collect::<Vec<_>>(),
+            "time_entries": records(ids, |id, changed| json!({"id": id, "hours": 1.5,
+                "spent_date": "2026-11-01", "updated_at": changed})),
             "per_page": 2000, "total_pages": 1 + usize::from(next.is_some()),
             "links": {"next": next}
         })
@@ -328,9 +334,9 @@ fn harvest(app: &TestApp) -> TwoRuns {
 fn asana(app: &TestApp) -> TwoRuns {
     let tasks = |ids: &[usize], offset: Option<&str>| {
         json!({
-            "data": ids.iter().map(|&id| json!({"gid": id.to_string(), "name": "Write the docs",
-                "resource_type": "task", "modified_at": CHANGED[id - 1].replace('Z', ".147Z")}))
-                .collect::<Vec<_>>(),
+            "data": records(ids, |id, changed| json!({"gid": id.to_string(),
+                "name": "Write the docs", "resource_type": "task",
+                "modified_at": changed.replace('Z', ".147Z")})),
             "next_page": offset.map(|offset| json!({"offset": offset,
                 "path": format!("/tasks?project=1200&limit=100&offset={offset}")}))
         })
@@ -375,8 +381,8 @@ fn pipedrive(app: &TestApp) -> TwoRuns {
     let deals = |ids: &[usize], next: Option<&str>| {
         json!({
             "success": true,
-            "data": ids.iter().map(|&id| json!({"id": id, "title": "Deal", "value": 5000,
-                "update_time": CHANGED[id - 1]})).collect::<Vec<_>>(),
+            "data": records(ids, |id, changed| json!({"id": id, "title": "Deal",
+                "value": 5000, "update_time": changed})),
             "additional_data": {"next_cursor": next}
         })
     };

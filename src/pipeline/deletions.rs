@@ -128,14 +128,64 @@ fn unseen(
         .add(Expr::exists(sighting).not())
 }
 
+/// The stream's records that were live when run `run_id` started: live now, neither
+/// inserted by the run nor by anyone after it started, less the `restored` ones the run
+/// brought back (they were deleted before it).
+async fn live_before(
+    txn: &impl ConnectionTrait,
+    connection: &connection::Model,
+    stream: &StreamScope,
+    run_id: i64,
+    started_at: DateTime<Utc>,
+    restored: u64,
+) -> Result<u64, DbErr> {
+    let live_now_and_older = record::Entity::find()
+        .filter(
+            live(connection, stream)
+                .add(record::Column::FirstSeenRunId.ne(run_id))
+                .add(record::Column::CreatedAt.lt(started_at)),
+        )
+        .count(txn)
+        .await?;
+    Ok(live_now_and_older.saturating_sub(restored))
+}
+
+/// Why the valve holds back marking `candidates` of the `live` records that were live
+/// before the run, if it does.
+fn valve(candidates: u64, live: u64, max_fraction: f64) -> Option<String> {
+    if candidates >= live {
+        // A listing that replaced everything (another tenant's page, a changed
+        // `records_path` or `id_field`) looks exactly like an account emptied, so no
+        // setting lets a run mark every live record.
+        return Some(format!(
+            "deletions not applied: the complete listing returned none of the stream's \
+             {live} records that were live before the run, and a run never marks every live \
+             record deleted; nothing was marked (see deletion detection in \
+             docs/configuration.md)"
+        ));
+    }
+    // Counts fit an f64 exactly far beyond any table's size.
+    if candidates as f64 > max_fraction * live as f64 {
+        return Some(format!(
+            "deletions not applied: the complete listing no longer returned {candidates} of \
+             the connection's {live} live records (live before the run), more than \
+             max_delete_fraction = {max_fraction} of them; nothing was marked, and the next \
+             complete run decides again"
+        ));
+    }
+    None
+}
+
 /// Marks the connection's records the run did not see deleted, within the valve, and
 /// records their changes in one batch stamped at the end; in the run's closing `txn`.
+/// `restored` is how many deleted records the run restored.
 pub(crate) async fn apply(
     txn: &impl ConnectionTrait,
     connection: &connection::Model,
     stream: &StreamScope,
     run_id: i64,
     max_fraction: f64,
+    restored: u64,
     now: DateTime<Utc>,
 ) -> Result<Decided, DbErr> {
     let started_at = sync_run::Entity::find_by_id(run_id)
@@ -150,19 +200,13 @@ pub(crate) async fn apply(
     if candidates == 0 {
         return Ok(Decided::default());
     }
-    let live = record::Entity::find()
-        .filter(live(connection, stream))
-        .count(txn)
-        .await?;
-    // Counts fit an f64 exactly far beyond any table's size.
-    if candidates as f64 > max_fraction * live as f64 {
+    // The share is of what the run would lose: records it inserted or restored would
+    // dilute it, so a listing of entirely new ids could mark every old record.
+    let live = live_before(txn, connection, stream, run_id, started_at, restored).await?;
+    if let Some(reason) = valve(candidates, live, max_fraction) {
         return Ok(Decided {
             deleted: 0,
-            refused: Some(format!(
-                "deletions not applied: the complete listing no longer returned {candidates} of \
-                 the connection's {live} live records, more than max_delete_fraction = \
-                 {max_fraction} of them; nothing was marked, and the next complete run decides again"
-            )),
+            refused: Some(reason),
         });
     }
     let deleted = record::Entity::update_many()

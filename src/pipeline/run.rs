@@ -261,7 +261,16 @@ pub async fn finish_run(
     }
     if let Some(max_fraction) = decided {
         // After the run's and the connection's rows, as every writer of the connection.
-        let applied = deletions::apply(&txn, connection, stream, run_id, max_fraction, now).await?;
+        let applied = deletions::apply(
+            &txn,
+            connection,
+            stream,
+            run_id,
+            max_fraction,
+            closed.counts.restored,
+            now,
+        )
+        .await?;
         closed.counts.deleted = closed.counts.deleted.saturating_add(applied.deleted);
         if let Some(reason) = applied.refused {
             tracing::warn!(

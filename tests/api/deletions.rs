@@ -459,6 +459,84 @@ async fn max_delete_fraction_sets_the_valve() {
 }
 
 #[tokio::test]
+async fn the_valve_measures_the_records_live_before_the_run() {
+    let app = spawn_app().await;
+    let settings = ten_records(&app, "").await;
+    // A listing that replaced everything (another tenant's page, a changed `id_field`):
+    // the 30 new ids must not dilute the 10 the run would lose.
+    list(&app, vec![items("other", "alice", 0..30)]).await;
+    let held = app.sync_one(&settings).await;
+    assert_eq!(
+        (held.status, held.counts.inserted),
+        (RunStatus::Partial, 30),
+        "{held:?}"
+    );
+    let reason = held.error.clone().unwrap_or_default();
+    assert!(
+        reason.contains("none of the stream's 10 records that were live before the run"),
+        "{reason}"
+    );
+    assert_nothing_deleted(&app, &held).await;
+}
+
+#[tokio::test]
+async fn records_the_run_restored_do_not_dilute_the_valve() {
+    let app = spawn_app().await;
+    let settings = ten_records(&app, "").await;
+    list(&app, vec![items("k", "alice", 0..6)]).await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.counts.deleted, 4, "{first:?}");
+    // k6..k9 come back and k1..k5 are gone: five of the six live before the run, not
+    // five of the ten live at its end.
+    let mut listing = items("k", "alice", 6..10);
+    listing.extend(items("k", "alice", 0..1));
+    list(&app, vec![listing]).await;
+    let held = app.sync_one(&settings).await;
+    assert_eq!(
+        (held.status, held.counts.restored, held.counts.deleted),
+        (RunStatus::Partial, 4, 0),
+        "{held:?}"
+    );
+    let reason = held.error.clone().unwrap_or_default();
+    assert!(
+        reason.contains("5 of the connection's 6 live records"),
+        "{reason}"
+    );
+    assert_eq!(deleted_ids(&app).await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_run_never_marks_every_live_record_deleted_whatever_the_valve() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&tracked(&app, "max_delete_fraction = 1.0"))
+        .await;
+    list(&app, vec![items("k", "alice", 0..1)]).await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.counts.inserted, 1, "{first:?}");
+    // One of one gone, with one new id beside it.
+    list(&app, vec![items("other", "alice", 0..1)]).await;
+    let held = app.sync_one(&settings).await;
+    assert_eq!(held.status, RunStatus::Partial, "{held:?}");
+    assert!(
+        held.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("a run never marks every live record deleted"),
+        "{held:?}"
+    );
+    assert_nothing_deleted(&app, &held).await;
+    // Short of every record, the setting decides: one of the two live is within 1.0.
+    let decided = app.sync_one(&settings).await;
+    assert_eq!(
+        (decided.status, decided.counts.deleted),
+        (RunStatus::Succeeded, 1),
+        "{decided:?}"
+    );
+    assert_eq!(deleted_ids(&app).await, ["k0"]);
+}
+
+#[tokio::test]
 async fn a_record_seen_again_is_restored_and_the_feed_says_so() {
     let app = spawn_app().await;
     let settings = ten_records(&app, "").await;

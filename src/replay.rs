@@ -5,11 +5,13 @@
 //! configuration and stored like any record, so a replay is idempotent: what went through
 //! once is unchanged the second time. Errors whose record now goes through are marked
 //! resolved by the replay run; the rest stay open. An error whose record a newer run has
-//! stored since is superseded: it is closed by the replay run without writing its old
-//! payload over the newer one. Page-level errors (a body that could
+//! stored or marked deleted since is superseded: it is closed by the replay run without
+//! writing its old payload over the newer state. A payload is checked by the adapter as a
+//! fetched record is (`Provider::check_stored`). Page-level errors (a body that could
 //! not be read) are not replayable: the next sync fetches those pages again.
 
 use sea_orm::sea_query::Expr;
+use sea_orm::Condition;
 use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use serde::Serialize;
 use tributary_providers::PageItem;
@@ -59,8 +61,9 @@ pub struct ReplayReport {
     pub resolved: Vec<i64>,
     /// Errors whose record still fails, with today's reason; they stay open.
     pub still_failing: Vec<(i64, String)>,
-    /// Errors whose record a run newer than the failed one has stored since: closed
-    /// without replaying, so the old payload never replaces the newer record.
+    /// Errors whose record a run newer than the failed one has stored or marked deleted
+    /// since: closed without replaying, so the old payload never replaces the newer
+    /// record nor brings back a deleted one.
     pub superseded: Vec<i64>,
     /// Page-level errors, which a replay cannot redo.
     pub not_replayable: Vec<i64>,
@@ -103,7 +106,8 @@ pub async fn replay_run(
         .stream
         .clone()
         .unwrap_or_else(|| provider_settings.primary_stream().name);
-    let id_spec = crate::sync::build(provider_settings)?.id_spec_of(&stream_name);
+    // The adapter keys and checks a stored payload as it would a fetched record.
+    let provider = crate::sync::build(provider_settings)?;
     let connection = connection::Entity::find()
         .filter(connection::Column::UserId.eq(run.user_id.as_str()))
         .filter(connection::Column::Provider.eq(run.provider.as_str()))
@@ -129,7 +133,8 @@ pub async fn replay_run(
                 connection: &connection,
                 stream: &stream,
                 provider_settings,
-                id_spec: &id_spec,
+                provider: provider.as_ref(),
+                stream_name: &stream_name,
             };
             replay_records(db, &target, records, &mut report).await
         }
@@ -163,7 +168,9 @@ struct ReplayTarget<'a> {
     connection: &'a connection::Model,
     stream: &'a StreamScope,
     provider_settings: &'a crate::config::ProviderSettings,
-    id_spec: &'a tributary_providers::IdSpec,
+    provider: &'a dyn tributary_providers::Provider,
+    /// The stream as the adapter names it.
+    stream_name: &'a str,
 }
 
 async fn replay_records(
@@ -176,7 +183,8 @@ async fn replay_records(
         connection,
         stream,
         provider_settings,
-        id_spec,
+        provider,
+        stream_name,
     } = *target;
     let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
     report.replay_run_id = Some(replay_run_id);
@@ -195,7 +203,7 @@ async fn replay_records(
     for error in errors {
         // The payload is the record's text as received, so it keys and hashes the same.
         let record = match serde_json::from_str::<&serde_json::value::RawValue>(&error.payload) {
-            Ok(raw) => id_spec.identify_raw(raw),
+            Ok(raw) => provider.check_stored(stream_name, raw),
             Err(parse) => {
                 report
                     .still_failing
@@ -216,7 +224,7 @@ async fn replay_records(
                 continue;
             }
         };
-        if stored_since(db, connection, stream, &record.external_id, error.run_id).await? {
+        if changed_since(db, connection, stream, &record.external_id, error.run_id).await? {
             close_error(db, error.id, replay_run_id).await?;
             report.superseded.push(error.id);
             continue;
@@ -260,9 +268,10 @@ async fn replay_records(
     Ok(())
 }
 
-/// Whether a run newer than `failed_run_id` stored the record with new content: then the
-/// error's payload is older than what `records` holds.
-async fn stored_since(
+/// Whether a run newer than `failed_run_id` stored the record with new content or marked
+/// it deleted: then the error's payload is older than what `records` holds, and storing it
+/// would bring back a record the provider no longer lists.
+async fn changed_since(
     db: &DatabasePools,
     connection: &connection::Model,
     stream: &StreamScope,
@@ -273,7 +282,11 @@ async fn stored_since(
         .filter(record::Column::UserId.eq(connection.user_id.as_str()))
         .filter(record::Column::Provider.eq(stream.namespace()))
         .filter(record::Column::ExternalId.eq(external_id))
-        .filter(record::Column::LastSeenRunId.gt(failed_run_id))
+        .filter(
+            Condition::any()
+                .add(record::Column::LastSeenRunId.gt(failed_run_id))
+                .add(record::Column::DeletedByRunId.gt(failed_run_id)),
+        )
         .one(db)
         .await?;
     Ok(newer.is_some())

@@ -150,4 +150,15 @@ pub trait Provider: Send + Sync {
     fn id_spec_of(&self, _stream: &str) -> IdSpec {
         self.id_spec()
     }
+
+    /// A record of `stream` stored as received (a replayed error's payload), keyed and
+    /// checked as [`Provider::fetch_page`] checks a fetched one, or set aside with the
+    /// reason. By default, keyed by [`Provider::id_spec_of`].
+    fn check_stored(
+        &self,
+        stream: &str,
+        payload: &serde_json::value::RawValue,
+    ) -> Result<Record, RejectedRecord> {
+        self.id_spec_of(stream).identify_raw(payload)
+    }
 }

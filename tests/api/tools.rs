@@ -415,3 +415,106 @@ async fn replay_never_puts_an_old_payload_over_a_record_a_newer_run_stored() {
     let open: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(open, json!([]));
 }
+
+#[tokio::test]
+async fn replay_never_brings_back_a_record_a_newer_run_deleted() {
+    let app = spawn_app().await;
+    let provider = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "auth = \"bearer\"\n",
+        "auth = \"bearer\"\ntrack_deletes = true\n",
+        1,
+    );
+    let config = app.write_config(&provider);
+    let settings = app.settings(&provider).await;
+    serve(&app, json!([{"id": "a"}, {"id": "poison", "v": 1}])).await;
+    assert_eq!(app.sync_one(&settings).await.counts.inserted, 2);
+    // Run 2 cannot store poison's update; a later complete pass no longer lists poison.
+    app.refuse_updates_of("poison", "poison refused").await;
+    serve(&app, json!([{"id": "a"}, {"id": "poison", "v": 2}])).await;
+    let failed = app.sync_one(&settings).await;
+    assert_eq!(
+        (failed.status, failed.counts.failed),
+        (RunStatus::Partial, 1)
+    );
+    match backend() {
+        Backend::Postgres => app.execute("DROP TRIGGER refuse_update ON records").await,
+        _ => app.execute("DROP TRIGGER refuse_update").await,
+    }
+    serve(&app, json!([{"id": "a"}])).await;
+    let pass = app.sync_one(&settings).await;
+    assert_eq!(
+        (pass.status, pass.counts.deleted),
+        (RunStatus::Succeeded, 1),
+        "{pass:?}"
+    );
+    let before = app.dump_records().await;
+
+    let (code, stdout, stderr) =
+        tributary(&config, &["replay", &failed.run_id.to_string(), "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["resolved"], json!([]), "{report}");
+    assert_eq!(
+        report["superseded"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(app.dump_records().await, before, "poison stays deleted");
+    let poison = app
+        .records()
+        .await
+        .into_iter()
+        .find(|r| r.external_id == "poison")
+        .expect("marked, never removed");
+    assert_eq!(
+        (poison.deleted_by_run_id, poison.payload.as_str()),
+        (Some(pass.run_id), r#"{"id":"poison","v":1}"#)
+    );
+}
+
+#[tokio::test]
+async fn replay_checks_the_cursor_field_as_a_fetch_does() {
+    let app = spawn_app().await;
+    let provider = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "id_field = \"id\"\n",
+        "id_field = \"id\"\nincremental = { cursor_field = \"updated_at\", param = \"since\" }\n",
+        1,
+    );
+    let config = app.write_config(&provider);
+    let settings = app.settings(&provider).await;
+    serve(
+        &app,
+        json!([
+            {"id": "a", "updated_at": "2026-11-01T10:00:00Z"},
+            {"id": "bad", "updated_at": "last tuesday"}
+        ]),
+    )
+    .await;
+    let run = app.sync_one(&settings).await;
+    assert_eq!(
+        (run.status, run.counts.inserted, run.counts.failed),
+        (RunStatus::Partial, 1, 1),
+        "{run:?}"
+    );
+    let rejected = app.run_errors(run.run_id).await;
+    assert_eq!(rejected[0].stage, Stage::Validate);
+
+    let (code, stdout, stderr) = tributary(&config, &["replay", &run.run_id.to_string(), "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["resolved"], json!([]), "{report}");
+    let still = report["still_failing"].to_string();
+    assert!(
+        still.contains("incremental.cursor_field `updated_at`") && still.contains("last tuesday"),
+        "{report}"
+    );
+    let ids: Vec<String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.external_id)
+        .collect();
+    assert_eq!(ids, ["a"], "the record the fetch set aside is not stored");
+    let open = app.run_errors(run.run_id).await;
+    assert!(open.iter().all(|e| e.resolved_by_run_id.is_none()));
+}

@@ -290,18 +290,27 @@ impl Incremental {
                 }
                 Err(message) => {
                     if let PageItem::Record(record) = item {
-                        *item = PageItem::Rejected(RejectedRecord {
-                            external_id: Some(record.external_id.clone()),
-                            stage: RecordStage::Validate,
-                            message: message.into(),
-                            payload: std::mem::take(&mut record.payload),
-                        });
+                        *item = PageItem::Rejected(unreadable(record, message));
                     }
                 }
             }
         }
         read.items = items;
         read
+    }
+
+    /// A stored record keyed with `spec`, set aside as [`Incremental::read_records`] sets
+    /// aside a fetched one whose `cursor_field` cannot be read.
+    pub(crate) fn check_stored(
+        &self,
+        spec: &IdSpec,
+        payload: &RawValue,
+    ) -> Result<crate::Record, RejectedRecord> {
+        let mut record = spec.identify_raw(payload)?;
+        match self.value_of(payload) {
+            Ok(_) => Ok(record),
+            Err(message) => Err(unreadable(&mut record, message)),
+        }
     }
 
     /// The record's `cursor_field`: `None` when it is missing or null, an error naming the
@@ -322,6 +331,16 @@ impl Incremental {
                 self.format
             )
         })
+    }
+}
+
+/// `record` set aside because its `cursor_field` cannot be read, for `message`.
+fn unreadable(record: &mut crate::Record, message: String) -> RejectedRecord {
+    RejectedRecord {
+        external_id: Some(record.external_id.clone()),
+        stage: RecordStage::Validate,
+        message: message.into(),
+        payload: std::mem::take(&mut record.payload),
     }
 }
 

@@ -153,8 +153,8 @@ use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, Js
 use crate::quote::{quoted, truncated, MAX_QUOTED_CHARS};
 use crate::stream::unknown_stream;
 use crate::{
-    FetchContext, FetchError, IdSpec, Page, PagePosition, ParentRecord, Provider, StreamSpec,
-    Watermark,
+    FetchContext, FetchError, IdSpec, Page, PagePosition, ParentRecord, Provider, Record,
+    RejectedRecord, StreamSpec, Watermark,
 };
 use oauth2::OAuth2Runtime;
 
@@ -515,6 +515,16 @@ impl Provider for RestProvider {
         match self.stream(stream) {
             Ok(stream) => stream.id_spec.clone(),
             Err(_) => self.id_spec.clone(),
+        }
+    }
+
+    fn check_stored(&self, stream: &str, payload: &RawValue) -> Result<Record, RejectedRecord> {
+        let Ok(stream) = self.stream(stream) else {
+            return self.id_spec.identify_raw(payload);
+        };
+        match &stream.incremental {
+            Some(incremental) => incremental.check_stored(&stream.id_spec, payload),
+            None => stream.id_spec.identify_raw(payload),
         }
     }
 

@@ -255,6 +255,7 @@ async fn replay_records(
         watermark: None,
         notify: provider_settings.notify,
         deletions: crate::pipeline::DeletionPass::Off,
+        full_passes_served: 0,
     };
     finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
     tracing::info!(

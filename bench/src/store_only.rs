@@ -107,6 +107,7 @@ pub async fn run_store_only(
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
+            full_passes_served: 0,
         };
         finish_run(db, connection, stream, *run_id, counts, &end).await?;
     }

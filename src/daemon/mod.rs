@@ -27,6 +27,7 @@ use tributary_providers::Provider;
 use crate::config::{parse_cron, ProviderSettings, Settings};
 use crate::db::DatabasePools;
 use crate::lease::{sweep_abandoned_runs, Holder};
+use crate::pipeline::streams::owe_full_pass;
 use crate::pipeline::{NoProgress, RunOptions, Trigger};
 use crate::sync::{
     build, enabled_connections, sync_provider, LeaseSettings, SyncError, SyncFilter,
@@ -294,9 +295,26 @@ async fn fire(job: &ProviderJob) {
         }
     };
     tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
+    // Owed in the database before any claim: a connection busy now, or a run of another
+    // instance, makes its full pass at its next run.
+    let mut unrecorded = false;
+    if full {
+        for connection in &connections {
+            if let Err(error) = owe_full_pass(&job.db, connection).await {
+                tracing::error!(
+                    user_id = %connection.user_id,
+                    %provider,
+                    %error,
+                    "Noting the full pass owed failed; this firing makes it if it can."
+                );
+                unrecorded = true;
+            }
+        }
+    }
     let options = RunOptions {
         trigger: Trigger::Schedule,
-        full,
+        // The streams owed a full pass make one; a firing that could not note it asks.
+        full: unrecorded,
         cancel: job.cancel.child_token(),
         stream: None,
     };

@@ -19,6 +19,9 @@ pub struct Model {
     /// The last run of the stream that ended `succeeded` or `partial`.
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTimeUtc>,
+    /// `full_sync_schedule` firings not yet served by a complete full pass of the stream:
+    /// while above 0, its runs are full passes.
+    pub full_passes_owed: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

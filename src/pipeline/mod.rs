@@ -137,13 +137,17 @@ pub async fn sync_connection(
         stream = %stream.name()
     );
     async move {
+        // A full pass the schedule owes the stream makes this run one, whoever asked.
+        let owed = stream.state.full_passes_owed;
+        let full = options.full || owed > 0;
         tracing::info!(
             trigger = %options.trigger,
-            full = options.full,
+            full,
+            full_passes_owed = owed,
             "Run started."
         );
         let cursor = stored_cursor(&stream.state);
-        let since = if options.full { None } else { cursor.clone() };
+        let since = if full { None } else { cursor.clone() };
         match deletions::remove_orphans(db, connection, run_id).await {
             Ok(0) => {}
             Ok(removed) => tracing::info!(removed, "Removed the sightings of an unfinished run."),
@@ -188,6 +192,8 @@ pub async fn sync_connection(
                 None
             },
             notify: settings.notify,
+            // A run owed a full pass is one, so its complete listing serves them.
+            full_passes_served: if listing_complete { owed } else { 0 },
             deletions: DeletionPass::for_run(
                 &deletions::WalkSeen {
                     tracked: run.track_deletes,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
     QueryFilter, Set,
@@ -194,6 +195,9 @@ pub struct RunEnd<'a> {
     pub notify: NotifyRuns,
     /// Whether the run marks the records its listing no longer returned deleted.
     pub deletions: DeletionPass,
+    /// The `full_sync_schedule` firings the run served: what the stream owed when it
+    /// began, for a full pass whose listing completed (only with `listing_complete`).
+    pub full_passes_served: i64,
 }
 
 /// How a run closed: its status, reason and counters as stored, which deciding
@@ -258,6 +262,9 @@ pub async fn finish_run(
         // The connection's row first, as every writer of the connection takes it.
         lock_connection(&txn, connection.id, now).await?;
         connection_stream::Entity::update(state).exec(&txn).await?;
+        if end.listing_complete && end.full_passes_served > 0 {
+            serve_full_passes(&txn, stream, end.full_passes_served).await?;
+        }
     }
     if let Some(max_fraction) = decided {
         // After the run's and the connection's rows, as every writer of the connection.
@@ -305,6 +312,23 @@ pub async fn finish_run(
         tracing::debug!(run_id, delivery_id, "Notification queued.");
     }
     Ok(closed)
+}
+
+/// Takes the `served` firings off what the stream owes; firings noted since the run
+/// began stay owed, so its next run is a full pass again.
+async fn serve_full_passes(
+    txn: &impl ConnectionTrait,
+    stream: &StreamScope,
+    served: i64,
+) -> Result<(), DbErr> {
+    let owed = connection_stream::Column::FullPassesOwed;
+    connection_stream::Entity::update_many()
+        .col_expr(owed, Expr::col(owed).sub(served))
+        .filter(connection_stream::Column::Id.eq(stream.state.id))
+        .filter(owed.gte(served))
+        .exec(txn)
+        .await?;
+    Ok(())
 }
 
 /// Locks the connection's row by writing its `updated_at`, as the page transactions'

@@ -2,7 +2,7 @@
 //! at its first run created) before a run of the stream starts.
 
 use chrono::Utc;
-use sea_orm::sea_query::OnConflict;
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
     ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
     QueryFilter, Set,
@@ -69,6 +69,8 @@ pub async fn open_stream(
         checkpoint: Set(legacy.as_ref().and_then(|old| old.checkpoint.clone())),
         last_success_run_id: Set(legacy.as_ref().and_then(|old| old.last_success_run_id)),
         last_success_at: Set(legacy.as_ref().and_then(|old| old.last_success_at)),
+        // A stream's first run is a full pass anyway: it has no cursor.
+        full_passes_owed: Set(0),
         created_at: Set(now),
         updated_at: Set(now),
     };
@@ -114,6 +116,34 @@ pub async fn open_stream(
         settings: settings.clone(),
         state,
     })
+}
+
+/// Notes that a `full_sync_schedule` firing owes every stream of `connection` a full
+/// pass, before the firing tries to claim the connection: a connection busy with a long
+/// run still gets its full pass at its next run, whichever instance makes it. A stream
+/// without a row yet has no cursor, so its first run is a full pass without owing one.
+pub(crate) async fn owe_full_pass(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+) -> Result<u64, DbErr> {
+    let txn = begin_page_transaction(db).await?;
+    // The connection's row first, as every writer of the connection takes it.
+    connection::Entity::update_many()
+        .col_expr(connection::Column::UpdatedAt, Utc::now().into())
+        .filter(connection::Column::Id.eq(connection.id))
+        .exec(&txn)
+        .await?;
+    let owed = connection_stream::Entity::update_many()
+        .col_expr(
+            connection_stream::Column::FullPassesOwed,
+            Expr::col(connection_stream::Column::FullPassesOwed).add(1),
+        )
+        .filter(connection_stream::Column::ConnectionId.eq(connection.id))
+        .exec(&txn)
+        .await?
+        .rows_affected;
+    txn.commit().await?;
+    Ok(owed)
 }
 
 /// Whether the connection row holds sync state from before streams.

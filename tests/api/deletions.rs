@@ -9,7 +9,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFi
 use serde_json::{json, Value};
 use tributary::config::Settings;
 use tributary::entities::change::ChangeKind;
-use tributary::entities::{connection, record, run_sighting};
+use tributary::entities::{connection, connection_stream, record, run_sighting};
 use tributary::pipeline::changes::{self, Cursor, FeedChange};
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
@@ -928,4 +928,114 @@ async fn check_config_names_a_bad_deletion_key() {
     ));
     let output = run(tributary(&config).arg("check-config"));
     assert_eq!(output.code, 0, "{}", output.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pass_due_while_the_connection_is_busy_stays_owed_until_a_run_makes_it() {
+    let app = spawn_app().await;
+    // The full pass falls due a few seconds from now, once; the schedule fires every second.
+    let due = chrono::Utc::now() + chrono::TimeDelta::seconds(3);
+    let provider = format!(
+        "{}[providers.gh]\nkind = \"github\"\nbase_url = \"{}\"\nschedule = \"* * * * * *\"\n\
+         track_deletes = true\nfull_sync_schedule = \"{}\"\n{}",
+        crate::daemon::daemon_table(None),
+        app.api.uri(),
+        due.format("%S %M %H * * *"),
+        connections("gh", &["alice"])
+    );
+    let settings = app.settings(&provider).await;
+    let mount = |issues: Vec<Value>| {
+        let app = &app;
+        async move {
+            app.api.reset().await;
+            Mock::given(method("GET"))
+                .and(path("/issues"))
+                .respond_with(ResponseTemplate::new(200).set_body_json(Value::Array(issues)))
+                .mount(&app.api)
+                .await;
+        }
+    };
+    mount(vec![
+        issue(1, "2026-11-01T10:00:00Z"),
+        issue(2, "2026-11-01T11:00:00Z"),
+        issue(3, "2026-11-01T12:00:00Z"),
+    ])
+    .await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.counts.inserted, 3, "{first:?}");
+    // Issue 2 is gone: only a full pass can tell.
+    mount(vec![
+        issue(1, "2026-11-01T10:00:00Z"),
+        issue(3, "2026-11-01T12:00:00Z"),
+    ])
+    .await;
+
+    // Another process's long run holds the connection while the full pass falls due.
+    let lease = |holder: Option<&str>| {
+        let app = &app;
+        let holder = holder.map(str::to_string);
+        async move {
+            let until = holder
+                .as_ref()
+                .map(|_| chrono::Utc::now() + chrono::TimeDelta::hours(1));
+            connection::Entity::update_many()
+                .col_expr(connection::Column::LeaseHolder, holder.into())
+                .col_expr(connection::Column::LeaseExpiresAt, until.into())
+                .exec(&app.db)
+                .await
+                .expect("lease written");
+        }
+    };
+    lease(Some("elsewhere:1:busy")).await;
+    let owed = || async {
+        connection_stream::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("query")
+            .expect("alice's stream")
+            .full_passes_owed
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon_settings = app.settings(&provider).await;
+    let daemon = tributary::daemon::run(daemon_settings, app.db.clone(), async {
+        let _ = stopped.await;
+    });
+    let checks = async {
+        crate::daemon::eventually(Duration::from_secs(30), "the full firing", || async {
+            owed().await > 0
+        })
+        .await;
+        let _ = stop.send(());
+    };
+    let (result, ()) = tokio::join!(daemon, checks);
+    result.expect("the daemon stops cleanly");
+    assert_eq!(
+        crate::daemon::runs_of(&app, "alice").await.len(),
+        1,
+        "the busy connection was skipped"
+    );
+
+    // The daemon that noted it is gone; the connection's next run, an ordinary sync, makes
+    // the full pass it is owed, and then owes none.
+    lease(None).await;
+    let next = app.sync_one(&settings).await;
+    assert_eq!(
+        (next.status, next.counts.deleted),
+        (RunStatus::Succeeded, 1),
+        "{next:?}"
+    );
+    assert_eq!(deleted_ids(&app).await, ["2"]);
+    assert_eq!(owed().await, 0);
+    // Served: the next run asks only for what changed since the cursor.
+    app.api.reset().await;
+    mount(vec![issue(3, "2026-11-01T12:00:00Z")]).await;
+    let after = app.sync_one(&settings).await;
+    assert_eq!(after.status, RunStatus::Succeeded, "{after:?}");
+    let asked = app.api.received_requests().await.unwrap_or_default();
+    assert!(
+        asked
+            .iter()
+            .all(|r| r.url.query().unwrap_or_default().contains("since=")),
+        "{asked:?}"
+    );
 }

@@ -33,6 +33,9 @@ pub mod limits {
         Duration::from_secs(1),
         Duration::from_secs(100 * 31_557_600),
     );
+    /// `notify.max_concurrent_deliveries`: deliveries of different connections in flight
+    /// at once, per daemon.
+    pub const CONCURRENT_DELIVERIES: (usize, usize) = (1, 256);
 }
 
 /// Which runs write a notification.
@@ -69,6 +72,8 @@ pub struct NotifySettings {
     pub poll_interval: Duration,
     /// How long a delivered delivery is kept; failed ones are kept until removed.
     pub keep_delivered: Duration,
+    /// The most deliveries a daemon has in flight at once, each of another connection.
+    pub max_concurrent_deliveries: usize,
 }
 
 impl std::fmt::Debug for NotifySettings {
@@ -83,6 +88,7 @@ impl std::fmt::Debug for NotifySettings {
             .field("retry_max_delay", &self.retry_max_delay)
             .field("poll_interval", &self.poll_interval)
             .field("keep_delivered", &self.keep_delivered)
+            .field("max_concurrent_deliveries", &self.max_concurrent_deliveries)
             .finish()
     }
 }
@@ -137,6 +143,8 @@ pub(super) struct RawNotifySettings {
     poll_interval: Duration,
     #[serde(default = "default_keep_delivered", with = "humantime_serde")]
     keep_delivered: Duration,
+    #[serde(default = "default_max_concurrent_deliveries")]
+    max_concurrent_deliveries: usize,
 }
 
 fn default_timeout() -> Duration {
@@ -156,6 +164,9 @@ fn default_poll_interval() -> Duration {
 }
 fn default_keep_delivered() -> Duration {
     Duration::from_secs(30 * 24 * 60 * 60)
+}
+fn default_max_concurrent_deliveries() -> usize {
+    8
 }
 
 /// Validates a `[notify]` table; errors are `(key, message)`.
@@ -199,6 +210,9 @@ pub(super) fn parse(
     for (key, value, (min, max)) in ranges {
         duration_in(value, min, max).map_err(at(key))?;
     }
+    let (min, max) = limits::CONCURRENT_DELIVERIES;
+    tributary_providers::bounds::count_in(raw.max_concurrent_deliveries, min, max)
+        .map_err(at("max_concurrent_deliveries"))?;
     if raw.retry_max_delay < raw.retry_initial_delay {
         return Err(at("retry_max_delay")(
             "must be at least retry_initial_delay".to_string(),
@@ -214,6 +228,7 @@ pub(super) fn parse(
         retry_max_delay: raw.retry_max_delay,
         poll_interval: raw.poll_interval,
         keep_delivered: raw.keep_delivered,
+        max_concurrent_deliveries: raw.max_concurrent_deliveries,
     })
 }
 
@@ -344,6 +359,11 @@ mod tests {
                 &format!("{BASE}\nkeep_delivered = \"0s\""),
                 "notify.keep_delivered",
                 "must be between",
+            ),
+            (
+                &format!("{BASE}\nmax_concurrent_deliveries = 0"),
+                "notify.max_concurrent_deliveries",
+                "must be between 1 and 256, got 0",
             ),
             (
                 &format!("{BASE}\nsecret = \"x\""),

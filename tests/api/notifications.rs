@@ -791,3 +791,120 @@ async fn check_config_refuses_a_missing_or_short_signing_secret_without_printing
     );
     assert!(!daemon.stderr.contains(short), "{}", daemon.stderr);
 }
+
+/// Syncs `user`'s connection only.
+async fn sync_user(app: &TestApp, settings: &Settings, user: &str) -> i64 {
+    let filter = tributary::sync::SyncFilter {
+        user_id: Some(user.to_string()),
+        ..Default::default()
+    };
+    let options = tributary::pipeline::RunOptions::manual();
+    let report = tributary::sync::sync_matching(
+        &app.db,
+        settings,
+        &filter,
+        &options,
+        &tributary::pipeline::NoProgress,
+    )
+    .await
+    .expect("runs recorded");
+    assert_eq!(report.outcomes.len(), 1, "{report:?}");
+    report.outcomes[0].run_id
+}
+
+#[tokio::test]
+async fn a_slow_receiver_holds_back_only_its_own_connections_deliveries() {
+    let app = crate::helpers::spawn_app().await;
+    let receiver = MockServer::start().await;
+    // Alice's first delivery takes the receiver five seconds; everything else is quick.
+    let slow = Duration::from_secs(5);
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::body_partial_json(
+            serde_json::json!({"user_id": "alice"}),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_delay(slow))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&receiver)
+        .await;
+    answer(&receiver, 200).await;
+    let users = ["alice", "bob"];
+    let extra = "poll_interval = \"50ms\"\ntimeout = \"20s\"";
+    // The daemon's schedule never fires during the test: the test makes the runs.
+    let table = format!(
+        "{}{}",
+        daemon_table(None),
+        providers(&app, &receiver, &users, extra).replace(
+            "schedule = \"0 */15 * * * *\"",
+            "schedule = \"0 0 0 1 1 *\""
+        )
+    );
+    let config = app.write_config(&table);
+    let settings = notifying(&app, &receiver, &users, extra).await;
+    mount_records(&app, items("k", "u", 0..2)).await;
+    let alice_1 = sync_user(&app, &settings, "alice").await;
+
+    let env = [(SECRET_ENV, SECRET)];
+    let mut daemon = Daemon::start_with(
+        &config,
+        app.dir.path().join("daemon.log"),
+        &["--log", "debug"],
+        &env,
+    );
+    eventually(Duration::from_secs(30), "alice's slow delivery", || async {
+        !received(&receiver).await.is_empty()
+    })
+    .await;
+    let slow_started = Instant::now();
+    // While alice's receiver is busy: bob's run, and alice's next one.
+    let bob = sync_user(&app, &settings, "bob").await;
+    let mut changed = items("k", "u", 0..2);
+    changed[0]["n"] = Value::from(100);
+    mount_records(&app, changed).await;
+    let alice_2 = sync_user(&app, &settings, "alice").await;
+
+    let delivered = |user: &'static str| {
+        let app = &app;
+        async move {
+            deliveries(app)
+                .await
+                .iter()
+                .filter(|d| d.user_id == user)
+                .map(|d| d.status)
+                .collect::<Vec<_>>()
+        }
+    };
+    eventually(Duration::from_secs(30), "bob's delivery", || async {
+        delivered("bob").await == [DeliveryStatus::Delivered]
+    })
+    .await;
+    assert_eq!(
+        delivered("alice").await,
+        [DeliveryStatus::Pending, DeliveryStatus::Pending],
+        "bob's delivery must not wait for alice's slow receiver ({:?} into its {slow:?})",
+        slow_started.elapsed()
+    );
+    assert!(
+        slow_started.elapsed() < slow,
+        "{:?}",
+        slow_started.elapsed()
+    );
+    eventually(Duration::from_secs(30), "alice's deliveries", || async {
+        delivered("alice").await == [DeliveryStatus::Delivered, DeliveryStatus::Delivered]
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+
+    // Alice's second delivery went only after her first, each once.
+    let sequence = run_ids_received(&receiver).await;
+    let of = |user: &str| -> Vec<i64> {
+        sequence
+            .iter()
+            .filter(|(u, _)| u == user)
+            .map(|(_, run)| *run)
+            .collect()
+    };
+    assert_eq!(of("alice"), [alice_1, alice_2]);
+    assert_eq!(of("bob"), [bob]);
+}

@@ -2,13 +2,18 @@
 //! (the outbox, written where a run closes), signed, retried with exponential backoff and
 //! jitter, at least once, in order per connection, until `give_up_after`.
 //!
-//! [`Notifier::deliver_due`] is one pass: the daemon calls it every `poll_interval`, and
-//! tests call it directly.
+//! The daemon's worker ([`Notifier::run`]) looks every `poll_interval` and starts the due
+//! deliveries of connections it has none in flight for, up to `max_concurrent_deliveries`
+//! at once, without waiting for the attempts it started before: a slow receiver holds
+//! back only its own connection's queue. [`Notifier::deliver_due`] is one pass that waits
+//! for its attempts; tests call it directly.
 
 mod claim;
 mod send;
 mod signature;
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
@@ -16,6 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
 use sea_orm::{DatabaseConnection, DbErr};
 use secrecy::SecretString;
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::NotifySettings;
@@ -26,8 +32,6 @@ pub use signature::{signature, DELIVERY_HEADER, SIGNATURE_HEADER};
 
 /// The most deliveries one pass reads.
 const PASS_SIZE: u64 = 64;
-/// The most deliveries in flight at once (each of another connection).
-const IN_FLIGHT: usize = 8;
 /// How long past the request's timeout a claim lasts, so that settling the attempt after
 /// the answer fits in it too.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
@@ -106,7 +110,7 @@ impl Notifier {
         let results: Vec<Result<Attempted, DbErr>> = futures::stream::iter(due)
             .take_while(|_| std::future::ready(!cancel.is_cancelled()))
             .map(|delivery| self.attempt(delivery))
-            .buffer_unordered(IN_FLIGHT)
+            .buffer_unordered(self.settings.max_concurrent_deliveries)
             .collect()
             .await;
         let mut pass = DeliveryPass::default();
@@ -121,25 +125,36 @@ impl Notifier {
         Ok(pass)
     }
 
-    /// Passes every `poll_interval` until `cancel` fires, the first one interval after
-    /// the start.
+    /// Looks every `poll_interval` until `cancel` fires, the first time one interval
+    /// after the start, and starts what is due without waiting for earlier attempts; once
+    /// `cancel` fires no attempt starts, and those in flight finish.
     pub(crate) async fn run(self, cancel: CancellationToken) {
         tracing::info!(
             url = %crate::config::redact_url(self.settings.url.as_str()),
+            max_concurrent_deliveries = self.settings.max_concurrent_deliveries,
             "Notification worker started."
         );
+        let notifier = Arc::new(self);
+        let mut in_flight = InFlight::default();
+        let interval = notifier.settings.poll_interval;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut swept: Option<std::time::Instant> = None;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = tokio::time::sleep(self.settings.poll_interval) => {}
+                Some(joined) = in_flight.attempts.join_next_with_id() => {
+                    in_flight.finished(joined);
+                    continue;
+                }
+                _ = ticks.tick() => {}
             }
-            if let Err(error) = self.deliver_due(&cancel).await {
+            if let Err(error) = notifier.start_due(&mut in_flight).await {
                 tracing::warn!(%error, "Reading the notification outbox failed; trying again.");
             }
             if swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
                 swept = Some(std::time::Instant::now());
-                match self.sweep_delivered().await {
+                match notifier.sweep_delivered().await {
                     Ok(0) => {}
                     Ok(deleted) => {
                         tracing::info!(deleted, "Deleted deliveries past keep_delivered.")
@@ -148,7 +163,42 @@ impl Notifier {
                 }
             }
         }
+        while let Some(joined) = in_flight.attempts.join_next_with_id().await {
+            in_flight.finished(joined);
+        }
         tracing::info!("Notification worker stopped.");
+    }
+
+    /// Starts the due deliveries of connections with none in flight here, while there is
+    /// room. Across daemons the claim keeps a connection's order: its next delivery is not
+    /// due while the one before is pending, and an attempt's claim moves that one's
+    /// `next_attempt_at` past the attempt.
+    async fn start_due(self: &Arc<Self>, in_flight: &mut InFlight) -> Result<(), DbErr> {
+        let room = self
+            .settings
+            .max_concurrent_deliveries
+            .saturating_sub(in_flight.attempts.len());
+        if room == 0 {
+            return Ok(());
+        }
+        let due = claim::due(&self.db, Utc::now(), PASS_SIZE).await?;
+        let mut started = 0;
+        for delivery in due {
+            let connection = connection_of(&delivery);
+            if started == room {
+                break;
+            }
+            if in_flight.has(&connection) {
+                continue;
+            }
+            started += 1;
+            let notifier = Arc::clone(self);
+            let task = in_flight
+                .attempts
+                .spawn(async move { notifier.attempt(delivery).await });
+            in_flight.connections.insert(task.id(), connection);
+        }
+        Ok(())
     }
 
     /// Deletes the deliveries delivered longer than `keep_delivered` ago; returns how
@@ -245,6 +295,44 @@ impl Notifier {
             .nth(step)
             .unwrap_or(self.settings.retry_max_delay)
             .min(self.settings.retry_max_delay)
+    }
+}
+
+/// A delivery's connection: its deliveries go one at a time, in order.
+type ConnectionKey = (String, String);
+
+fn connection_of(delivery: &Delivery) -> ConnectionKey {
+    (delivery.user_id.clone(), delivery.provider.clone())
+}
+
+/// The worker's attempts in flight, and the connection of each.
+#[derive(Default)]
+struct InFlight {
+    attempts: JoinSet<Result<Attempted, DbErr>>,
+    connections: HashMap<tokio::task::Id, ConnectionKey>,
+}
+
+impl InFlight {
+    fn has(&self, connection: &ConnectionKey) -> bool {
+        self.connections.values().any(|busy| busy == connection)
+    }
+
+    /// Frees the connection of an attempt that ended, however it ended.
+    fn finished(&mut self, joined: Result<(tokio::task::Id, Result<Attempted, DbErr>), JoinError>) {
+        let id = match &joined {
+            Ok((id, _)) => *id,
+            Err(error) => error.id(),
+        };
+        self.connections.remove(&id);
+        match joined {
+            Ok((_, Ok(_))) => {}
+            Ok((_, Err(error))) => tracing::warn!(
+                %error,
+                "Recording a notification attempt failed; it is tried again when its claim lapses."
+            ),
+            // Its claim lapses, and the delivery is tried again then.
+            Err(error) => tracing::error!(%error, "A notification attempt panicked."),
+        }
     }
 }
 

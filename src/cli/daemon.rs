@@ -21,7 +21,10 @@ pub async fn run(config: &Path) -> anyhow::Result<ExitCode> {
     }
     let db = opened?;
     drop(lock);
-    crate::daemon::run(settings, db, shutdown).await?;
+    let announced = super::announce::announce(&db, "daemon").await?;
+    let ran = crate::daemon::run(settings, db, shutdown).await;
+    announced.withdraw().await;
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,6 +4,7 @@
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
+mod announce;
 mod changes;
 mod connections;
 mod daemon;

@@ -9,11 +9,13 @@ use tributary_migrations::{Migrator, MigratorTrait};
 
 use crate::config::{redact_url, DatabaseSettings};
 
+mod instances;
 mod migration_lock;
 mod pools;
 mod readers;
 mod wal_checkpoints;
 
+pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};

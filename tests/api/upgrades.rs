@@ -1,0 +1,131 @@
+//! Upgrades with several instances: every syncing process announces itself in
+//! `instances`, a binary refuses a schema newer than it knows, and `migrate` refuses to
+//! migrate under an instance of an older schema that is still alive.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use nix::sys::signal::Signal;
+use sea_orm::{ActiveValue::NotSet, EntityTrait, Set};
+use tributary::entities::instance;
+
+use crate::daemon::{daemon_table, eventually, every_second, Daemon};
+use crate::helpers::{cursor_provider, mount_cursor_listing, TestApp};
+
+async fn instances(app: &TestApp) -> Vec<instance::Model> {
+    instance::Entity::find()
+        .all(&app.db)
+        .await
+        .expect("instances")
+}
+
+/// Writes a row for another process: `age` since its heartbeat, knowing `schema`.
+async fn insert_instance(app: &TestApp, holder: &str, schema: &str, age: chrono::TimeDelta) {
+    let heartbeat = Utc::now() - age;
+    instance::Entity::insert(instance::ActiveModel {
+        id: NotSet,
+        holder: Set(holder.to_string()),
+        host: Set("old-host".to_string()),
+        pid: Set(4242),
+        command: Set("daemon".to_string()),
+        version: Set("0.0.9 (old)".to_string()),
+        schema_version: Set(schema.to_string()),
+        started_at: Set(heartbeat),
+        heartbeat_at: Set(heartbeat),
+    })
+    .exec(&app.db)
+    .await
+    .expect("instance row");
+}
+
+#[tokio::test]
+async fn the_daemon_announces_itself_while_it_runs_and_removes_its_row_at_sigterm() {
+    let app = crate::helpers::spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "alice_", 1, 2, Duration::ZERO).await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        daemon_table(None),
+        every_second(cursor_provider("acme", &app.api.uri(), &["alice"]))
+    ));
+    insert_instance(&app, "gone:1:dead", "m0", chrono::TimeDelta::hours(1)).await;
+    let mut daemon = Daemon::start_with(
+        &config,
+        app.dir.path().join("daemon.log"),
+        &["--log", "info"],
+        &[],
+    );
+
+    let pid = i64::from(daemon.pid());
+    eventually(Duration::from_secs(30), "the daemon's row", || async {
+        instances(&app).await.iter().any(|row| row.pid == pid)
+    })
+    .await;
+    let rows = instances(&app).await;
+    assert_eq!(rows.len(), 1, "the stale row was swept: {rows:?}");
+    let row = &rows[0];
+    assert_eq!((row.pid, row.command.as_str()), (pid, "daemon"), "{row:?}");
+    assert!(
+        row.holder
+            .starts_with(&format!("{}:{}:", row.host, row.pid)),
+        "{row:?}"
+    );
+    assert!(
+        row.version.starts_with(env!("CARGO_PKG_VERSION")),
+        "{row:?}"
+    );
+    assert_eq!(
+        row.schema_version,
+        tributary::db::schema_version(),
+        "{row:?}"
+    );
+    assert!(row.heartbeat_at >= row.started_at, "{row:?}");
+
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(instances(&app).await, vec![], "{}", daemon.log());
+}
+
+#[tokio::test]
+async fn sync_announces_itself_while_it_syncs_and_removes_its_row_at_exit() {
+    let app = crate::helpers::spawn_app().await;
+    mount_cursor_listing(
+        &app.api,
+        "alice",
+        "alice_",
+        3,
+        2,
+        Duration::from_millis(700),
+    )
+    .await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let mut sync = Command::new(assert_cmd::cargo::cargo_bin("tributary"))
+        .arg("--config")
+        .arg(&config)
+        .args(["sync", "--quiet"])
+        .env_remove("TRIBUTARY_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sync starts");
+
+    eventually(Duration::from_secs(30), "sync's row", || async {
+        instances(&app)
+            .await
+            .iter()
+            .any(|row| row.command == "sync" && row.pid == i64::from(sync.id()))
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = sync.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "sync did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert_eq!(app.records().await.len(), 6);
+    assert_eq!(instances(&app).await, vec![]);
+}

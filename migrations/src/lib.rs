@@ -43,3 +43,23 @@ impl MigratorTrait for Migrator {
 
 /// The name of the composite unique index on `records` (user_id, provider, external_id).
 pub const RECORDS_KEY_INDEX: &str = "records_user_provider_external_id_key";
+
+/// The migrations recorded as applied in `seaql_migrations`, oldest first, read without
+/// creating the table (none on a fresh database). Unlike the migrator's own status, it
+/// does not fail on versions this crate does not know: a newer release applied those.
+pub async fn applied_versions(
+    db: &sea_orm_migration::sea_orm::DatabaseConnection,
+) -> Result<Vec<String>, DbErr> {
+    use sea_orm_migration::sea_orm::{EntityTrait, QueryOrder};
+    use sea_orm_migration::seaql_migrations;
+    if !SchemaManager::new(db).has_table("seaql_migrations").await? {
+        return Ok(Vec::new());
+    }
+    Ok(seaql_migrations::Entity::find()
+        .order_by_asc(seaql_migrations::Column::Version)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| row.version)
+        .collect())
+}

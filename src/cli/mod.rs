@@ -28,6 +28,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when a run failed or the database could not be used.
 const EXIT_FAILURE: u8 = 1;
+/// Exit code when the database's schema does not let this binary go on: a newer release
+/// migrated it, or migrating it would break instances of an older schema still running.
+const EXIT_SCHEMA: u8 = 4;
 
 /// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
 /// third-party APIs and stores each once per (user_id, provider, external_id).
@@ -149,6 +152,8 @@ pub fn run(cli: Cli) -> ExitCode {
                         )
                     }) {
                 EXIT_CONFIG
+            } else if is_schema_refusal(&error) {
+                EXIT_SCHEMA
             } else {
                 EXIT_FAILURE
             };
@@ -156,6 +161,13 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// Whether the database was refused for its schema ([`EXIT_SCHEMA`]).
+fn is_schema_refusal(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<crate::db::DbSetupError>()
+        .is_some_and(|e| matches!(e, crate::db::DbSetupError::NewerSchema { .. }))
 }
 
 /// How long the process waits at exit for token refreshes still in flight.

@@ -7,12 +7,15 @@ use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
 use tributary_migrations::{Migrator, MigratorTrait};
 
+use schema::SchemaState;
+
 use crate::config::{redact_url, DatabaseSettings};
 
 mod instances;
 mod migration_lock;
 mod pools;
 mod readers;
+mod schema;
 mod wal_checkpoints;
 
 pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
@@ -39,6 +42,16 @@ pub enum DbSetupError {
     MigrationLock {
         url: String,
         source: MigrationLockError,
+    },
+    /// A newer release migrated the database: this binary would write rows its schema
+    /// does not describe.
+    #[error("the database {url} has schema {database}, newer than this binary knows (tributary {release}, schema {known}): a newer release migrated it ({unknown}). Run that release or a newer one; going back to this one means restoring the backup taken before that upgrade")]
+    NewerSchema {
+        url: String,
+        database: String,
+        known: String,
+        release: &'static str,
+        unknown: String,
     },
     #[error("reading the indexes of the records table failed: {0}")]
     KeyIndex(#[source] DbErr),
@@ -223,13 +236,14 @@ pub(crate) async fn connect_for_reading(
         ..settings.clone()
     };
     let db = connect(&reading).await?;
-    let pending = Migrator::get_pending_migrations_read_only(db.main())
+    let schema = SchemaState::read(db.main())
         .await
         .map_err(|source| DbSetupError::Migrate {
             url: redact_url(&settings.url),
             source,
         })?;
-    if pending.is_empty() {
+    refuse_newer(&schema, settings)?;
+    if schema.pending.is_empty() {
         return Ok(db);
     }
     // Migrating takes a session for the lock and another for the migrations.
@@ -258,12 +272,49 @@ pub async fn migrate_waiting_at_most(
     let lock = MigrationLock::acquire(db, &settings.url, wait)
         .await
         .map_err(|source| DbSetupError::MigrationLock { url: url(), source })?;
-    let migrated = Migrator::up(db, None).await;
+    let migrated = migrate_locked(db, settings).await;
     let released = lock.release().await;
-    let failed = |source| DbSetupError::Migrate { url: url(), source };
-    migrated.map_err(failed)?;
-    released.map_err(failed)?;
+    migrated?;
+    released.map_err(|source| DbSetupError::Migrate { url: url(), source })?;
     Ok(())
+}
+
+/// Under the migration lock: refuses a schema newer than this binary knows before
+/// anything is written, then applies the pending migrations.
+async fn migrate_locked(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+) -> Result<(), DbSetupError> {
+    let failed = |source| DbSetupError::Migrate {
+        url: redact_url(&settings.url),
+        source,
+    };
+    let schema = SchemaState::read(db).await.map_err(failed)?;
+    refuse_newer(&schema, settings)?;
+    if schema.pending.is_empty() {
+        return Ok(());
+    }
+    Migrator::up(db, None).await.map_err(failed)
+}
+
+/// [`DbSetupError::NewerSchema`] when a newer release migrated the database.
+fn refuse_newer(schema: &SchemaState, settings: &DatabaseSettings) -> Result<(), DbSetupError> {
+    match schema.newer() {
+        None => Ok(()),
+        Some(database) => Err(DbSetupError::NewerSchema {
+            url: redact_url(&settings.url),
+            database: database.to_string(),
+            known: schema_version(),
+            release: RELEASE,
+            unknown: match schema.unknown.len() {
+                1 => format!("migration {database} is unknown here"),
+                n => format!(
+                    "{n} migrations are unknown here: {}",
+                    schema.unknown.join(", ")
+                ),
+            },
+        }),
+    }
 }
 
 /// The file of a `sqlite://FILE?...` URL; `None` for other backends and in-memory SQLite.

@@ -11,7 +11,7 @@ use sea_orm::{ActiveValue::NotSet, EntityTrait, Set};
 use tributary::entities::instance;
 
 use crate::daemon::{daemon_table, eventually, every_second, Daemon};
-use crate::helpers::{cursor_provider, mount_cursor_listing, TestApp};
+use crate::helpers::{cursor_provider, mount_cursor_listing, run, tributary, TestApp};
 
 async fn instances(app: &TestApp) -> Vec<instance::Model> {
     instance::Entity::find()
@@ -128,4 +128,45 @@ async fn sync_announces_itself_while_it_syncs_and_removes_its_row_at_exit() {
     assert!(status.success(), "{status:?}");
     assert_eq!(app.records().await.len(), 6);
     assert_eq!(instances(&app).await, vec![]);
+}
+
+/// A migration a future release applied.
+const FUTURE: &str = "m20991231_000001_from_a_newer_release";
+
+#[tokio::test]
+async fn a_schema_newer_than_the_binary_is_refused_naming_both_versions_before_any_write() {
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    app.execute(&format!(
+        "INSERT INTO seaql_migrations (version, applied_at) VALUES ('{FUTURE}', 0)"
+    ))
+    .await;
+
+    for args in [&["sync"][..], &["migrate"], &["daemon"], &["runs"]] {
+        let refused = run(tributary(&config).args(args));
+        assert_eq!(refused.code, 4, "{args:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains(&format!(
+                "has schema {FUTURE}, newer than this binary knows (tributary {}, schema {})",
+                tributary::db::RELEASE,
+                tributary::db::schema_version()
+            )),
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(
+            refused
+                .stderr
+                .contains("going back to this one means restoring the backup"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let stored = tributary::entities::connection::Entity::find()
+        .all(&app.db)
+        .await
+        .expect("connections");
+    assert_eq!(stored, vec![], "nothing was written");
+    assert_eq!(instances(&app).await, vec![]);
+    assert_eq!(app.received_requests().await, 0);
 }

@@ -52,7 +52,7 @@ pub async fn applied_versions(
 ) -> Result<Vec<String>, DbErr> {
     use sea_orm_migration::sea_orm::{EntityTrait, QueryOrder};
     use sea_orm_migration::seaql_migrations;
-    if !SchemaManager::new(db).has_table("seaql_migrations").await? {
+    if !has_table(db, "seaql_migrations").await? {
         return Ok(Vec::new());
     }
     Ok(seaql_migrations::Entity::find()
@@ -62,4 +62,12 @@ pub async fn applied_versions(
         .into_iter()
         .map(|row| row.version)
         .collect())
+}
+
+/// Whether the database has `table`.
+pub async fn has_table(
+    db: &sea_orm_migration::sea_orm::DatabaseConnection,
+    table: &str,
+) -> Result<bool, DbErr> {
+    SchemaManager::new(db).has_table(table).await
 }

@@ -32,10 +32,13 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         use Instances as T;
         let backend = manager.get_database_backend();
+        // MySQL's DDL is not transactional: a migration stopped after the table was
+        // created but before it was recorded runs again.
         manager
             .create_table(
                 Table::create()
                     .table(T::Table)
+                    .if_not_exists()
                     .col(id(T::Id))
                     .col(string(T::Holder, 255).unique_key())
                     .col(string(T::Host, 255))

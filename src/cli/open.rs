@@ -5,7 +5,7 @@ use anyhow::Context;
 
 use crate::config::Settings;
 use crate::connections::sealing::{self, Reseal};
-use crate::db::DatabasePools;
+use crate::db::{DatabasePools, OlderInstances};
 
 /// For commands that sync or replay: loads the keys, connects and migrates, refuses a
 /// table without the unique index, aligns the change feed's clock (PostgreSQL), loads
@@ -14,7 +14,16 @@ use crate::db::DatabasePools;
 /// sealed with a key not configured stop it before anything is written. Commands that
 /// only read leave connections as they are.
 pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePools> {
-    let db = connect_with_keys(settings).await?;
+    open_for_writing_with(settings, OlderInstances::Refuse).await
+}
+
+/// [`open_for_writing`], with `older` saying whether to migrate while instances of an
+/// older schema are alive (the daemon's `--while-others-run`).
+pub async fn open_for_writing_with(
+    settings: &Settings,
+    older: OlderInstances,
+) -> anyhow::Result<DatabasePools> {
+    let db = connect_with_keys_migrating(settings, older).await?;
     crate::db::require_key_index(&db).await?;
     if crate::pipeline::changes::align_clock(db.main())
         .await
@@ -50,9 +59,15 @@ pub async fn open_for_writing(settings: &Settings) -> anyhow::Result<DatabasePoo
 /// Loads the keys (refusing bad ones and literal secrets that could not be stored), then
 /// connects and migrates.
 pub async fn connect_with_keys(settings: &Settings) -> anyhow::Result<DatabasePools> {
+    connect_with_keys_migrating(settings, OlderInstances::Refuse).await
+}
+
+async fn connect_with_keys_migrating(
+    settings: &Settings,
+    older: OlderInstances,
+) -> anyhow::Result<DatabasePools> {
     let keyring = super::secrets::load_keyring(settings)?;
     crate::credentials::check_storable(settings, &keyring)?;
-    Ok(crate::db::connect_and_migrate(&settings.database)
-        .await?
-        .with_keyring(keyring))
+    let (db, _) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
+    Ok(db.with_keyring(keyring))
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{redact_url, Settings};
+use crate::db::OlderInstances;
 
 /// `tributary check-config`: the config and the keys, without touching the database.
 pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
@@ -42,9 +43,9 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `tributary migrate`.
-pub async fn migrate(config: &Path) -> anyhow::Result<ExitCode> {
+pub async fn migrate(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    crate::db::connect_and_migrate(&settings.database).await?;
+    crate::db::connect_and_migrate_with(&settings.database, older).await?;
     println!(
         "Migrations applied to {}.",
         redact_url(&settings.database.url)

@@ -9,10 +9,23 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::NotSet, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, IntoActiveModel,
-    QueryFilter,
+    QueryFilter, QuerySelect,
 };
 
-use crate::entities::instance;
+use crate::entities::sync_run::RunStatus;
+use crate::entities::{connection, instance, sync_run};
+
+use super::schema::SchemaState;
+
+/// The migrations that made the tables and columns [`alive_under_older_schema`] reads.
+const TABLES_MIGRATION: &str = "m20261129_000001_create_tables";
+const LEASES_MIGRATION: &str = "m20261129_000002_connection_leases";
+
+/// A connection's user, provider, lease holder and lease expiry.
+type LeaseColumns = (String, String, Option<String>, Option<DateTime<Utc>>);
+
+/// How many live instances a refusal names; the rest are counted.
+const NAMED_AT_MOST: usize = 10;
 
 /// The release this binary is, as `tributary --version` prints it and as it announces
 /// itself.
@@ -134,4 +147,95 @@ pub async fn sweep(db: &DatabaseConnection) -> Result<(), DbErr> {
         );
     }
     Ok(())
+}
+
+/// The signs of instances alive under a schema older than this binary's, each described
+/// for an operator: rows in `instances` with a recent heartbeat and another schema, and,
+/// since releases before `instances` do not announce themselves, unexpired leases and
+/// `running` runs with a recent heartbeat. Reads only the tables and columns that exist.
+pub(crate) async fn alive_under_older_schema(
+    db: &DatabaseConnection,
+    schema: &SchemaState,
+) -> Result<Vec<String>, DbErr> {
+    let now = Utc::now();
+    let fresh = stale_before(now);
+    let ours = schema_version();
+    let mut alive = Vec::new();
+    // `host:pid:` of every announced live process: the leases they hold are theirs.
+    let mut announced = Vec::new();
+    // The table, not its migration's record: a migration stopped before it was recorded
+    // left a table instances may already announce themselves in.
+    if tributary_migrations::has_table(db, "instances").await? {
+        let rows = instance::Entity::find()
+            .filter(instance::Column::HeartbeatAt.gte(fresh))
+            .all(db)
+            .await?;
+        for row in rows {
+            announced.push(format!("{}:{}:", row.host, row.pid));
+            if row.schema_version != ours {
+                alive.push(format!(
+                    "`{}` on {} (pid {}, tributary {}, schema {}), last heartbeat {}",
+                    row.command,
+                    row.host,
+                    row.pid,
+                    row.version,
+                    row.schema_version,
+                    row.heartbeat_at.to_rfc3339()
+                ));
+            }
+        }
+    }
+    let unannounced = "an instance that does not announce itself (a release before instances)";
+    if schema.has(LEASES_MIGRATION) {
+        let leases: Vec<LeaseColumns> = connection::Entity::find()
+            .select_only()
+            .columns([
+                connection::Column::UserId,
+                connection::Column::Provider,
+                connection::Column::LeaseHolder,
+                connection::Column::LeaseExpiresAt,
+            ])
+            .filter(connection::Column::LeaseHolder.is_not_null())
+            .filter(connection::Column::LeaseExpiresAt.gt(now))
+            .into_tuple()
+            .all(db)
+            .await?;
+        for (user_id, provider, holder, until) in leases {
+            let holder = holder.unwrap_or_default();
+            if announced.iter().any(|prefix| holder.starts_with(prefix)) {
+                continue;
+            }
+            alive.push(format!(
+                "the lease on {user_id}@{provider} held by {holder} until {} ({unannounced})",
+                until.map(|until| until.to_rfc3339()).unwrap_or_default()
+            ));
+        }
+    }
+    if schema.has(TABLES_MIGRATION) {
+        let runs: Vec<(i64, String, String, DateTime<Utc>)> = sync_run::Entity::find()
+            .select_only()
+            .columns([
+                sync_run::Column::Id,
+                sync_run::Column::UserId,
+                sync_run::Column::Provider,
+                sync_run::Column::HeartbeatAt,
+            ])
+            .filter(sync_run::Column::Status.eq(RunStatus::Running))
+            .filter(sync_run::Column::HeartbeatAt.gte(fresh))
+            .into_tuple()
+            .all(db)
+            .await?;
+        for (id, user_id, provider, heartbeat) in runs {
+            alive.push(format!(
+                "run {id} of {user_id}@{provider}, running, last heartbeat {} ({unannounced})",
+                heartbeat.to_rfc3339()
+            ));
+        }
+    }
+    if alive.len() > NAMED_AT_MOST {
+        let more = alive.len() - NAMED_AT_MOST;
+        alive.truncate(NAMED_AT_MOST);
+        alive.push(format!("{more} more"));
+    }
+    Ok(alive)
 }

@@ -53,6 +53,13 @@ pub enum DbSetupError {
         release: &'static str,
         unknown: String,
     },
+    /// Migrating now would leave instances of an older schema writing under the new one.
+    #[error("refusing to migrate the database {url} to schema {target} while instances of an older schema are alive: {alive}. Stop every instance, back up the database, then migrate (docs/operations.md, \"Upgrading\"); or pass --while-others-run to migrate anyway")]
+    OlderInstancesAlive {
+        url: String,
+        target: String,
+        alive: String,
+    },
     #[error("reading the indexes of the records table failed: {0}")]
     KeyIndex(#[source] DbErr),
     #[error("the records table has no unique index on (user_id, provider, external_id), so duplicates could be written; it probably holds rows from before the index existed. Run `tributary reconcile --dry-run` to see them, then `tributary reconcile --audit-log FILE` to remove them and create the index")]
@@ -214,13 +221,35 @@ fn server_address(url: &str) -> Option<(String, u16)> {
     Some((host, parsed.port().unwrap_or(default_port)))
 }
 
-/// Connects and applies every pending migration.
+/// Whether a migration goes on while instances of an older schema are alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OlderInstances {
+    /// Refuse, naming them ([`DbSetupError::OlderInstancesAlive`]).
+    #[default]
+    Refuse,
+    /// Migrate anyway: the operator said so.
+    Allow,
+}
+
+/// Connects and applies every pending migration, refusing while instances of an older
+/// schema are alive.
 pub async fn connect_and_migrate(
     settings: &DatabaseSettings,
 ) -> Result<DatabasePools, DbSetupError> {
+    Ok(connect_and_migrate_with(settings, OlderInstances::Refuse)
+        .await?
+        .0)
+}
+
+/// [`connect_and_migrate`], with `older` saying what to do about instances of an older
+/// schema; also returns the migrations it applied.
+pub async fn connect_and_migrate_with(
+    settings: &DatabaseSettings,
+    older: OlderInstances,
+) -> Result<(DatabasePools, Vec<String>), DbSetupError> {
     let db = connect(settings).await?;
-    migrate(&db, settings).await?;
-    Ok(db)
+    let applied = migrate_with(&db, settings, MIGRATION_LOCK_WAIT, older).await?;
+    Ok((db, applied))
 }
 
 /// Connects for a command that only reads. When no migration is pending it takes no
@@ -268,23 +297,38 @@ pub async fn migrate_waiting_at_most(
     settings: &DatabaseSettings,
     wait: Duration,
 ) -> Result<(), DbSetupError> {
+    migrate_with(db, settings, wait, OlderInstances::Refuse)
+        .await
+        .map(|_| ())
+}
+
+/// [`migrate_waiting_at_most`], with `older` saying what to do about instances of an
+/// older schema that are alive; returns the migrations applied, in the order they ran.
+pub async fn migrate_with(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+    wait: Duration,
+    older: OlderInstances,
+) -> Result<Vec<String>, DbSetupError> {
     let url = || redact_url(&settings.url);
     let lock = MigrationLock::acquire(db, &settings.url, wait)
         .await
         .map_err(|source| DbSetupError::MigrationLock { url: url(), source })?;
-    let migrated = migrate_locked(db, settings).await;
+    let migrated = migrate_locked(db, settings, older).await;
     let released = lock.release().await;
-    migrated?;
+    let applied = migrated?;
     released.map_err(|source| DbSetupError::Migrate { url: url(), source })?;
-    Ok(())
+    Ok(applied)
 }
 
-/// Under the migration lock: refuses a schema newer than this binary knows before
-/// anything is written, then applies the pending migrations.
+/// Under the migration lock: refuses a schema newer than this binary knows, and unless
+/// `older` allows it a migration while instances of an older schema are alive, before
+/// anything is written; then applies the pending migrations.
 async fn migrate_locked(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,
-) -> Result<(), DbSetupError> {
+    older: OlderInstances,
+) -> Result<Vec<String>, DbSetupError> {
     let failed = |source| DbSetupError::Migrate {
         url: redact_url(&settings.url),
         source,
@@ -292,9 +336,28 @@ async fn migrate_locked(
     let schema = SchemaState::read(db).await.map_err(failed)?;
     refuse_newer(&schema, settings)?;
     if schema.pending.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    Migrator::up(db, None).await.map_err(failed)
+    let alive = instances::alive_under_older_schema(db, &schema)
+        .await
+        .map_err(failed)?;
+    if !alive.is_empty() {
+        match older {
+            OlderInstances::Refuse => {
+                return Err(DbSetupError::OlderInstancesAlive {
+                    url: redact_url(&settings.url),
+                    target: schema_version(),
+                    alive: alive.join("; "),
+                })
+            }
+            OlderInstances::Allow => tracing::warn!(
+                alive = alive.join("; "),
+                "Migrating while instances of an older schema are alive, as told."
+            ),
+        }
+    }
+    Migrator::up(db, None).await.map_err(failed)?;
+    Ok(schema.pending)
 }
 
 /// [`DbSetupError::NewerSchema`] when a newer release migrated the database.

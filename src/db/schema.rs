@@ -7,6 +7,8 @@ use tributary_migrations::{Migrator, MigratorTrait};
 /// A database's migrations, compared with this binary's.
 #[derive(Debug)]
 pub(crate) struct SchemaState {
+    /// Applied, oldest first.
+    pub(crate) applied: Vec<String>,
     /// Known here and not applied, in the order they run.
     pub(crate) pending: Vec<String>,
     /// Applied and not known here: a newer release applied them.
@@ -30,7 +32,16 @@ impl SchemaState {
             .filter(|version| !known.contains(version))
             .cloned()
             .collect();
-        Ok(SchemaState { pending, unknown })
+        Ok(SchemaState {
+            applied,
+            pending,
+            unknown,
+        })
+    }
+
+    /// Whether `version` was applied.
+    pub(crate) fn has(&self, version: &str) -> bool {
+        self.applied.iter().any(|applied| applied == version)
     }
 
     /// The newest migration applied that this binary does not know, if any.

@@ -170,3 +170,135 @@ async fn a_schema_newer_than_the_binary_is_refused_naming_both_versions_before_a
     assert_eq!(instances(&app).await, vec![]);
     assert_eq!(app.received_requests().await, 0);
 }
+
+/// Marks this binary's newest migration (the one that made `instances`) as not applied,
+/// so that `migrate` has one to apply while the table it creates is still there.
+async fn unrecord_newest_migration(app: &TestApp) {
+    app.execute(&format!(
+        "DELETE FROM seaql_migrations WHERE version = '{}'",
+        tributary::db::schema_version()
+    ))
+    .await;
+}
+
+async fn recorded(app: &TestApp, version: &str) -> bool {
+    tributary_migrations::applied_versions(&app.db)
+        .await
+        .expect("applied")
+        .iter()
+        .any(|applied| applied == version)
+}
+
+#[tokio::test]
+async fn migrate_refuses_while_an_instance_of_an_older_schema_heartbeats_unless_told() {
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let older = "m20261203_000001_streams";
+    insert_instance(
+        &app,
+        "old-host:4242:beef",
+        older,
+        chrono::TimeDelta::seconds(5),
+    )
+    .await;
+    unrecord_newest_migration(&app).await;
+    let newest = tributary::db::schema_version();
+
+    let refused = run(tributary(&config).arg("migrate"));
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    for expected in [
+        "refusing to migrate the database".to_string(),
+        format!("to schema {newest} while instances of an older schema are alive"),
+        format!("`daemon` on old-host (pid 4242, tributary 0.0.9 (old), schema {older}), last heartbeat "),
+        "--while-others-run".to_string(),
+    ] {
+        assert!(refused.stderr.contains(&expected), "{expected}: {}", refused.stderr);
+    }
+    assert!(!recorded(&app, &newest).await, "nothing was migrated");
+    let daemon = run(tributary(&config).arg("daemon"));
+    assert_eq!(daemon.code, 4, "{}", daemon.stderr);
+    assert!(
+        daemon.stderr.contains("old-host (pid 4242"),
+        "{}",
+        daemon.stderr
+    );
+
+    let allowed = run(tributary(&config).args(["migrate", "--while-others-run"]));
+    assert_eq!(allowed.code, 0, "{}", allowed.stderr);
+    assert!(recorded(&app, &newest).await);
+
+    // An instance that stopped heartbeating is gone, and holds nothing up.
+    unrecord_newest_migration(&app).await;
+    app.execute("DELETE FROM instances").await;
+    insert_instance(
+        &app,
+        "old-host:4242:beef",
+        older,
+        chrono::TimeDelta::minutes(10),
+    )
+    .await;
+    let migrated = run(tributary(&config).arg("migrate"));
+    assert_eq!(migrated.code, 0, "{}", migrated.stderr);
+    assert!(recorded(&app, &newest).await);
+}
+
+#[tokio::test]
+async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_lease_or_runs() {
+    use tributary::entities::{connection, sync_run};
+    use tributary_migrations::{Migrator, MigratorTrait};
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let (alice, run_id) = app.alice_with_a_run().await;
+    // The schema of a release before `instances`.
+    Migrator::down(app.db.main(), Some(1))
+        .await
+        .expect("rolled back");
+    let newest = tributary::db::schema_version();
+    assert!(!recorded(&app, &newest).await);
+    let until = Utc::now() + chrono::TimeDelta::seconds(60);
+    connection::Entity::update(connection::ActiveModel {
+        id: Set(alice.id),
+        lease_holder: Set(Some("old-host:77:cafe".to_string())),
+        lease_expires_at: Set(Some(until)),
+        ..Default::default()
+    })
+    .exec(&app.db)
+    .await
+    .expect("lease held");
+
+    let refused = run(tributary(&config).arg("migrate"));
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    for expected in [
+        "the lease on alice@acme held by old-host:77:cafe until ".to_string(),
+        format!("run {run_id} of alice@acme, running, last heartbeat "),
+        "a release before instances".to_string(),
+    ] {
+        assert!(
+            refused.stderr.contains(&expected),
+            "{expected}: {}",
+            refused.stderr
+        );
+    }
+    assert!(!recorded(&app, &newest).await, "nothing was migrated");
+
+    // The lease alone is a sign too.
+    sync_run::Entity::update(sync_run::ActiveModel {
+        id: Set(run_id),
+        status: Set(tributary::pipeline::RunStatus::Interrupted),
+        ..Default::default()
+    })
+    .exec(&app.db)
+    .await
+    .expect("run ended");
+    let refused = run(tributary(&config).arg("migrate"));
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    assert!(
+        !refused.stderr.contains(&format!("run {run_id}")),
+        "{}",
+        refused.stderr
+    );
+
+    let allowed = run(tributary(&config).args(["migrate", "--while-others-run"]));
+    assert_eq!(allowed.code, 0, "{}", allowed.stderr);
+    assert!(recorded(&app, &newest).await);
+}

@@ -302,3 +302,92 @@ async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_l
     assert_eq!(allowed.code, 0, "{}", allowed.stderr);
     assert!(recorded(&app, &newest).await);
 }
+
+#[tokio::test]
+async fn credentials_in_clear_are_warned_about_at_every_start_and_sealing_them_is_said() {
+    use tributary::entities::connection;
+    let app = crate::helpers::spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "alice_", 1, 2, Duration::ZERO).await;
+    let config = |name: &str, secrets: &str, users: &[&str]| {
+        let path = app.dir.path().join(name);
+        let text = format!(
+            "[database]\nurl = \"{}\"\n{secrets}{}",
+            app.database_url,
+            cursor_provider("acme", &app.api.uri(), users)
+        );
+        std::fs::write(&path, text).expect("config written");
+        path
+    };
+    let stored = || async {
+        connection::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("connections")
+            .expect("alice")
+            .credentials
+    };
+    // As a release without a key left it: alice's token in clear.
+    let plaintext = config("plaintext.toml", "[secrets]\nallow_plaintext = true\n", &[]);
+    let added = run(tributary(&plaintext)
+        .args([
+            "connections",
+            "add",
+            "--provider",
+            "acme",
+            "--user",
+            "alice",
+            "--token-stdin",
+        ])
+        .write_stdin("token-alice\n"));
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    assert!(stored().await.contains("token-alice"));
+
+    let in_clear = "Credentials are stored in the database in clear. This is unsafe";
+    let keyless = config("keyless.toml", "", &[]);
+    for _ in 0..2 {
+        let started = run(tributary(&keyless).args(["sync", "--quiet"]));
+        assert_eq!(started.code, 0, "{}", started.stderr);
+        assert!(started.stderr.contains("WARN"), "{}", started.stderr);
+        assert!(started.stderr.contains(in_clear), "{}", started.stderr);
+        assert!(
+            without_colours(&started.stderr).contains("connections=1"),
+            "{}",
+            started.stderr
+        );
+    }
+
+    let keyed = config(
+        "keyed.toml",
+        &format!("[secrets]\nkey_file = \"{}\"\n", app.key_file.display()),
+        &[],
+    );
+    let sealing = run(tributary(&keyed).args(["sync", "--quiet"]));
+    assert_eq!(sealing.code, 0, "{}", sealing.stderr);
+    assert!(
+        sealing
+            .stderr
+            .contains("Credentials stored in clear were sealed under the current key."),
+        "{}",
+        sealing.stderr
+    );
+    assert!(!sealing.stderr.contains(in_clear), "{}", sealing.stderr);
+    assert!(!stored().await.contains("token-alice"), "sealed");
+}
+
+/// `text` without the terminal colour sequences (`ESC [ ... m`) a log line may carry.
+fn without_colours(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}

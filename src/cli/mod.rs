@@ -35,7 +35,7 @@ const EXIT_SCHEMA: u8 = 4;
 /// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
 /// third-party APIs and stores each once per (user_id, provider, external_id).
 #[derive(Debug, Parser)]
-#[command(name = "tributary", version, about)]
+#[command(name = "tributary", version = crate::db::RELEASE, about)]
 pub struct Cli {
     /// The config file.
     #[arg(

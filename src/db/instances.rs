@@ -28,8 +28,8 @@ type LeaseColumns = (String, String, Option<String>, Option<DateTime<Utc>>);
 const NAMED_AT_MOST: usize = 10;
 
 /// The release this binary is, as `tributary --version` prints it and as it announces
-/// itself.
-pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+/// itself: the version and, when built from a git checkout, the commit (`build.rs`).
+pub const RELEASE: &str = env!("TRIBUTARY_RELEASE");
 
 /// How often a running instance refreshes its row.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);

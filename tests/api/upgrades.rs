@@ -391,3 +391,25 @@ fn without_colours(text: &str) -> String {
     }
     plain
 }
+
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let output = assert_cmd::Command::cargo_bin("tributary")
+        .expect("binary")
+        .arg("--version")
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(printed, format!("tributary {}\n", tributary::db::RELEASE));
+    assert!(printed.starts_with(&format!("tributary {} (", env!("CARGO_PKG_VERSION"))));
+    // This suite runs from a checkout; a tarball's build prints the version alone.
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert_eq!(head.len(), 12, "{head}");
+    assert!(printed.contains(&format!("({head})")), "{printed}");
+}

@@ -45,10 +45,19 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
 /// `tributary migrate`.
 pub async fn migrate(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    crate::db::connect_and_migrate_with(&settings.database, older).await?;
-    println!(
-        "Migrations applied to {}.",
-        redact_url(&settings.database.url)
-    );
+    let (_, applied) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
+    let url = redact_url(&settings.database.url);
+    let schema = crate::db::schema_version();
+    if applied.is_empty() {
+        println!("Nothing to migrate: {url} is at schema {schema}, the newest this release knows.");
+    } else {
+        println!(
+            "Applied {} migration(s) to {url}, now at schema {schema}:",
+            applied.len()
+        );
+        for migration in &applied {
+            println!("  {migration}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

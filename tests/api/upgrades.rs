@@ -413,3 +413,34 @@ fn version_names_the_commit_it_was_built_from() {
     assert_eq!(head.len(), 12, "{head}");
     assert!(printed.contains(&format!("({head})")), "{printed}");
 }
+
+#[tokio::test]
+async fn migrate_says_when_nothing_is_pending_and_names_what_it_applied() {
+    let app = crate::helpers::spawn_app().await;
+    let config = app.write_config("");
+    let newest = tributary::db::schema_version();
+
+    let idle = run(tributary(&config).arg("migrate"));
+    assert_eq!(idle.code, 0, "{}", idle.stderr);
+    assert!(
+        idle.stdout.starts_with("Nothing to migrate: ")
+            && idle.stdout.ends_with(&format!(
+                " is at schema {newest}, the newest this release knows.\n"
+            )),
+        "{}",
+        idle.stdout
+    );
+
+    unrecord_newest_migration(&app).await;
+    let applied = run(tributary(&config).arg("migrate"));
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(
+        applied.stdout.starts_with("Applied 1 migration(s) to ")
+            && applied
+                .stdout
+                .ends_with(&format!(", now at schema {newest}:\n  {newest}\n")),
+        "{}",
+        applied.stdout
+    );
+    assert!(recorded(&app, &newest).await);
+}

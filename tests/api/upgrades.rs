@@ -444,3 +444,27 @@ async fn migrate_says_when_nothing_is_pending_and_names_what_it_applied() {
     );
     assert!(recorded(&app, &newest).await);
 }
+
+#[tokio::test]
+async fn a_heartbeat_writes_a_swept_row_again_and_sweeps_the_stale_ones() {
+    let app = crate::helpers::spawn_app().await;
+    let mut instance = tributary::db::Instance::announce(&app.db, "here:1:cafe", "here", "sync")
+        .await
+        .expect("announced");
+    app.execute("DELETE FROM instances").await;
+    insert_instance(&app, "gone:2:dead", "m0", chrono::TimeDelta::hours(1)).await;
+
+    instance.heartbeat(&app.db).await.expect("heartbeat");
+    let rows = instances(&app).await;
+    assert_eq!(
+        rows.iter()
+            .map(|row| row.holder.as_str())
+            .collect::<Vec<_>>(),
+        vec!["here:1:cafe"],
+        "{rows:?}"
+    );
+    assert!(rows[0].heartbeat_at > rows[0].started_at, "{rows:?}");
+
+    instance.withdraw(&app.db).await.expect("withdrawn");
+    assert_eq!(instances(&app).await, vec![]);
+}

@@ -54,7 +54,7 @@ pub enum DbSetupError {
         unknown: String,
     },
     /// Migrating now would leave instances of an older schema writing under the new one.
-    #[error("refusing to migrate the database {url} to schema {target} while instances of an older schema are alive: {alive}. Stop every instance, back up the database, then migrate (docs/operations.md, \"Upgrading\"); or pass --while-others-run to migrate anyway")]
+    #[error("refusing to migrate the database {url} to schema {target} while instances of an older schema are alive: {alive}. Stop every instance, back up the database, then migrate (docs/operations.md, \"Upgrading\"); or migrate anyway with `tributary migrate --while-others-run`")]
     OlderInstancesAlive {
         url: String,
         target: String,

@@ -235,7 +235,7 @@ fn dead_local_holder(holder: Option<&str>) -> Option<&str> {
 
 /// This host's name from gethostname(2), which a sandbox cannot hide the way it can hide
 /// `/proc` (`ProtectProc=invisible`); `:` would break the holder's format.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())

@@ -17,6 +17,7 @@ mod m20261202_000003_notifications;
 mod m20261202_000004_deletion_tracking;
 mod m20261203_000001_streams;
 mod m20261203_000005_full_pass_owed;
+mod m20261203_000010_instances;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -37,9 +38,38 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000004_deletion_tracking::Migration),
             Box::new(m20261203_000001_streams::Migration),
             Box::new(m20261203_000005_full_pass_owed::Migration),
+            Box::new(m20261203_000010_instances::Migration),
         ]
     }
 }
 
 /// The name of the composite unique index on `records` (user_id, provider, external_id).
 pub const RECORDS_KEY_INDEX: &str = "records_user_provider_external_id_key";
+
+/// The migrations recorded as applied in `seaql_migrations`, oldest first, read without
+/// creating the table (none on a fresh database). Unlike the migrator's own status, it
+/// does not fail on versions this crate does not know: a newer release applied those.
+pub async fn applied_versions(
+    db: &sea_orm_migration::sea_orm::DatabaseConnection,
+) -> Result<Vec<String>, DbErr> {
+    use sea_orm_migration::sea_orm::{EntityTrait, QueryOrder};
+    use sea_orm_migration::seaql_migrations;
+    if !has_table(db, "seaql_migrations").await? {
+        return Ok(Vec::new());
+    }
+    Ok(seaql_migrations::Entity::find()
+        .order_by_asc(seaql_migrations::Column::Version)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| row.version)
+        .collect())
+}
+
+/// Whether the database has `table`.
+pub async fn has_table(
+    db: &sea_orm_migration::sea_orm::DatabaseConnection,
+    table: &str,
+) -> Result<bool, DbErr> {
+    SchemaManager::new(db).has_table(table).await
+}

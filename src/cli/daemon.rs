@@ -6,22 +6,27 @@ use std::process::ExitCode;
 
 use crate::config::Settings;
 
-use super::open::open_for_writing;
+use crate::db::OlderInstances;
+
+use super::open::open_for_writing_with;
 
 /// `tributary daemon`.
-pub async fn run(config: &Path) -> anyhow::Result<ExitCode> {
+pub async fn run(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal();
     let settings = Settings::load_checking_environment(config)?;
     // Refuse a second SQLite daemon before touching the database.
     let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
     let extender = crate::daemon::systemd::spawn_start_extender();
-    let opened = open_for_writing(&settings).await;
+    let opened = open_for_writing_with(&settings, older).await;
     if let Some(extender) = extender {
         extender.abort();
     }
     let db = opened?;
     drop(lock);
-    crate::daemon::run(settings, db, shutdown).await?;
+    let announced = super::announce::announce(&db, "daemon").await?;
+    let ran = crate::daemon::run(settings, db, shutdown).await;
+    announced.withdraw().await;
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,6 +4,7 @@
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
+mod announce;
 mod changes;
 mod connections;
 mod daemon;
@@ -27,11 +28,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when a run failed or the database could not be used.
 const EXIT_FAILURE: u8 = 1;
+/// Exit code when the database's schema does not let this binary go on: a newer release
+/// migrated it, or migrating it would leave instances of an older schema writing.
+const EXIT_SCHEMA: u8 = 4;
 
 /// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
 /// third-party APIs and stores each once per (user_id, provider, external_id).
 #[derive(Debug, Parser)]
-#[command(name = "tributary", version, about)]
+#[command(name = "tributary", version = crate::db::RELEASE, about)]
 pub struct Cli {
     /// The config file.
     #[arg(
@@ -65,9 +69,11 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the scheduler: sync each provider's connections on its cron schedule until
     /// SIGTERM or SIGINT. Meant to run under systemd (see deploy/tributary.service).
-    Daemon,
-    /// Apply pending database migrations and exit.
-    Migrate,
+    /// Migrates first, refusing (exit 4) while instances of an older schema are alive.
+    Daemon(MigrateArgs),
+    /// Apply pending database migrations and exit. Refuses (exit 4) while instances of an
+    /// older schema are alive: stop them first.
+    Migrate(MigrateArgs),
     /// Sync the matching connections once now (one run each) and print a line per run.
     /// Exits 0 when every run succeeded or was partial, 1 when any failed.
     Sync(sync::SyncArgs),
@@ -106,11 +112,30 @@ pub enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// What `migrate` and `daemon` do about instances of an older schema.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Migrate even while instances of an older schema are alive (announced in
+    /// `instances`, or holding leases or running runs). They go on writing under the old
+    /// schema; stop them instead unless you know they are gone.
+    #[arg(long)]
+    pub while_others_run: bool,
+}
+
+impl MigrateArgs {
+    fn older_instances(&self) -> crate::db::OlderInstances {
+        match self.while_others_run {
+            true => crate::db::OlderInstances::Allow,
+            false => crate::db::OlderInstances::Refuse,
+        }
+    }
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     // The daemon's log is its record of work; one-shot commands print their own results.
     let default_filter = match cli.command {
-        Command::Daemon => "info",
+        Command::Daemon(_) => "info",
         _ => "warn",
     };
     init_tracing(cli.log_format, cli.log.as_deref().unwrap_or(default_filter));
@@ -148,6 +173,8 @@ pub fn run(cli: Cli) -> ExitCode {
                         )
                     }) {
                 EXIT_CONFIG
+            } else if is_schema_refusal(&error) {
+                EXIT_SCHEMA
             } else {
                 EXIT_FAILURE
             };
@@ -155,6 +182,19 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// Whether the database was refused for its schema ([`EXIT_SCHEMA`]).
+fn is_schema_refusal(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<crate::db::DbSetupError>()
+        .is_some_and(|e| {
+            matches!(
+                e,
+                crate::db::DbSetupError::NewerSchema { .. }
+                    | crate::db::DbSetupError::OlderInstancesAlive { .. }
+            )
+        })
 }
 
 /// How long the process waits at exit for token refreshes still in flight.
@@ -195,8 +235,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = &cli.config;
     match cli.command {
         Command::CheckConfig => setup::check_config(config),
-        Command::Migrate => setup::migrate(config).await,
-        Command::Daemon => daemon::run(config).await,
+        Command::Migrate(args) => setup::migrate(config, args.older_instances()).await,
+        Command::Daemon(args) => daemon::run(config, args.older_instances()).await,
         Command::Sync(args) => sync::run(config, args).await,
         Command::Runs(args) => history::runs(config, args).await,
         Command::Errors(args) => history::errors(config, args).await,

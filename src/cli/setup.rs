@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{redact_url, Settings};
+use crate::db::OlderInstances;
 
 /// `tributary check-config`: the config and the keys, without touching the database.
 pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
@@ -42,12 +43,21 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `tributary migrate`.
-pub async fn migrate(config: &Path) -> anyhow::Result<ExitCode> {
+pub async fn migrate(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    crate::db::connect_and_migrate(&settings.database).await?;
-    println!(
-        "Migrations applied to {}.",
-        redact_url(&settings.database.url)
-    );
+    let (_, applied) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
+    let url = redact_url(&settings.database.url);
+    let schema = crate::db::schema_version();
+    if applied.is_empty() {
+        println!("Nothing to migrate: {url} is at schema {schema}, the newest this release knows.");
+    } else {
+        println!(
+            "Applied {} migration(s) to {url}, now at schema {schema}:",
+            applied.len()
+        );
+        for migration in &applied {
+            println!("  {migration}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

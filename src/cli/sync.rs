@@ -60,7 +60,10 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
             interrupt.cancel();
         }
     });
-    let report = sync_matching(&db, &settings, &filter, &options, sink).await?;
+    let announced = super::announce::announce(&db, "sync").await?;
+    let report = sync_matching(&db, &settings, &filter, &options, sink).await;
+    announced.withdraw().await;
+    let report = report?;
     bars.clear();
     if report.outcomes.is_empty() && report.skipped.is_empty() {
         eprintln!("No enabled connection matches; nothing was synced.");

@@ -7,13 +7,18 @@ use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
 use tributary_migrations::{Migrator, MigratorTrait};
 
+use schema::SchemaState;
+
 use crate::config::{redact_url, DatabaseSettings};
 
+mod instances;
 mod migration_lock;
 mod pools;
 mod readers;
+mod schema;
 mod wal_checkpoints;
 
+pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};
@@ -37,6 +42,23 @@ pub enum DbSetupError {
     MigrationLock {
         url: String,
         source: MigrationLockError,
+    },
+    /// A newer release migrated the database: this binary would write rows its schema
+    /// does not describe.
+    #[error("the database {url} has schema {database}, newer than this binary knows (tributary {release}, schema {known}): a newer release migrated it ({unknown}). Run that release or a newer one; going back to this one means restoring the backup taken before that upgrade")]
+    NewerSchema {
+        url: String,
+        database: String,
+        known: String,
+        release: &'static str,
+        unknown: String,
+    },
+    /// Migrating now would leave instances of an older schema writing under the new one.
+    #[error("refusing to migrate the database {url} to schema {target} while instances of an older schema are alive: {alive}. Stop every instance, back up the database, then migrate (docs/operations.md, \"Upgrading\"); or migrate anyway with `tributary migrate --while-others-run`")]
+    OlderInstancesAlive {
+        url: String,
+        target: String,
+        alive: String,
     },
     #[error("reading the indexes of the records table failed: {0}")]
     KeyIndex(#[source] DbErr),
@@ -199,13 +221,35 @@ fn server_address(url: &str) -> Option<(String, u16)> {
     Some((host, parsed.port().unwrap_or(default_port)))
 }
 
-/// Connects and applies every pending migration.
+/// Whether a migration goes on while instances of an older schema are alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OlderInstances {
+    /// Refuse, naming them ([`DbSetupError::OlderInstancesAlive`]).
+    #[default]
+    Refuse,
+    /// Migrate anyway: the operator said so.
+    Allow,
+}
+
+/// Connects and applies every pending migration, refusing while instances of an older
+/// schema are alive.
 pub async fn connect_and_migrate(
     settings: &DatabaseSettings,
 ) -> Result<DatabasePools, DbSetupError> {
+    Ok(connect_and_migrate_with(settings, OlderInstances::Refuse)
+        .await?
+        .0)
+}
+
+/// [`connect_and_migrate`], with `older` saying what to do about instances of an older
+/// schema; also returns the migrations it applied.
+pub async fn connect_and_migrate_with(
+    settings: &DatabaseSettings,
+    older: OlderInstances,
+) -> Result<(DatabasePools, Vec<String>), DbSetupError> {
     let db = connect(settings).await?;
-    migrate(&db, settings).await?;
-    Ok(db)
+    let applied = migrate_with(&db, settings, MIGRATION_LOCK_WAIT, older).await?;
+    Ok((db, applied))
 }
 
 /// Connects for a command that only reads. When no migration is pending it takes no
@@ -221,13 +265,14 @@ pub(crate) async fn connect_for_reading(
         ..settings.clone()
     };
     let db = connect(&reading).await?;
-    let pending = Migrator::get_pending_migrations_read_only(db.main())
+    let schema = SchemaState::read(db.main())
         .await
         .map_err(|source| DbSetupError::Migrate {
             url: redact_url(&settings.url),
             source,
         })?;
-    if pending.is_empty() {
+    refuse_newer(&schema, settings)?;
+    if schema.pending.is_empty() {
         return Ok(db);
     }
     // Migrating takes a session for the lock and another for the migrations.
@@ -252,16 +297,87 @@ pub async fn migrate_waiting_at_most(
     settings: &DatabaseSettings,
     wait: Duration,
 ) -> Result<(), DbSetupError> {
+    migrate_with(db, settings, wait, OlderInstances::Refuse)
+        .await
+        .map(|_| ())
+}
+
+/// [`migrate_waiting_at_most`], with `older` saying what to do about instances of an
+/// older schema that are alive; returns the migrations applied, in the order they ran.
+pub async fn migrate_with(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+    wait: Duration,
+    older: OlderInstances,
+) -> Result<Vec<String>, DbSetupError> {
     let url = || redact_url(&settings.url);
     let lock = MigrationLock::acquire(db, &settings.url, wait)
         .await
         .map_err(|source| DbSetupError::MigrationLock { url: url(), source })?;
-    let migrated = Migrator::up(db, None).await;
+    let migrated = migrate_locked(db, settings, older).await;
     let released = lock.release().await;
-    let failed = |source| DbSetupError::Migrate { url: url(), source };
-    migrated.map_err(failed)?;
-    released.map_err(failed)?;
-    Ok(())
+    let applied = migrated?;
+    released.map_err(|source| DbSetupError::Migrate { url: url(), source })?;
+    Ok(applied)
+}
+
+/// Under the migration lock: refuses a schema newer than this binary knows, and unless
+/// `older` allows it a migration while instances of an older schema are alive, before
+/// anything is written; then applies the pending migrations.
+async fn migrate_locked(
+    db: &DatabaseConnection,
+    settings: &DatabaseSettings,
+    older: OlderInstances,
+) -> Result<Vec<String>, DbSetupError> {
+    let failed = |source| DbSetupError::Migrate {
+        url: redact_url(&settings.url),
+        source,
+    };
+    let schema = SchemaState::read(db).await.map_err(failed)?;
+    refuse_newer(&schema, settings)?;
+    if schema.pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let alive = instances::alive_under_older_schema(db, &schema)
+        .await
+        .map_err(failed)?;
+    if !alive.is_empty() {
+        match older {
+            OlderInstances::Refuse => {
+                return Err(DbSetupError::OlderInstancesAlive {
+                    url: redact_url(&settings.url),
+                    target: schema_version(),
+                    alive: alive.join("; "),
+                })
+            }
+            OlderInstances::Allow => tracing::warn!(
+                alive = alive.join("; "),
+                "Migrating while instances of an older schema are alive, as told."
+            ),
+        }
+    }
+    Migrator::up(db, None).await.map_err(failed)?;
+    Ok(schema.pending)
+}
+
+/// [`DbSetupError::NewerSchema`] when a newer release migrated the database.
+fn refuse_newer(schema: &SchemaState, settings: &DatabaseSettings) -> Result<(), DbSetupError> {
+    match schema.newer() {
+        None => Ok(()),
+        Some(database) => Err(DbSetupError::NewerSchema {
+            url: redact_url(&settings.url),
+            database: database.to_string(),
+            known: schema_version(),
+            release: RELEASE,
+            unknown: match schema.unknown.len() {
+                1 => format!("migration {database} is unknown here"),
+                n => format!(
+                    "{n} migrations are unknown here: {}",
+                    schema.unknown.join(", ")
+                ),
+            },
+        }),
+    }
 }
 
 /// The file of a `sqlite://FILE?...` URL; `None` for other backends and in-memory SQLite.

@@ -6,6 +6,7 @@ pub mod change_batch;
 pub mod change_clock;
 pub mod connection;
 pub mod connection_stream;
+pub mod instance;
 pub mod notification_delivery;
 pub mod processed_key;
 pub mod record;

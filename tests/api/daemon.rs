@@ -45,7 +45,7 @@ impl Daemon {
         Daemon { child, log }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 

@@ -41,3 +41,4 @@ mod streams;
 mod stripe_events;
 mod tenants;
 mod tools;
+mod upgrades;

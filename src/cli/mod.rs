@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tributary_providers::quote::{truncated, MAX_QUOTED_CHARS};
 
 /// Exit code for a bad config or command line.
 const EXIT_CONFIG: u8 = 2;
@@ -50,6 +51,25 @@ pub struct Cli {
     pub log: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The process's command line, as `Parser::parse` reads it, except that a value
+    /// refused is quoted at most [`MAX_QUOTED_CHARS`] characters long: an argument can be
+    /// a whole file's worth of text, and clap echoes it in its error.
+    pub fn parse_args() -> Cli {
+        Cli::try_parse().unwrap_or_else(|error| bounded_value(error).exit())
+    }
+}
+
+/// `error` with the value it quotes cut with `quote::truncated`.
+fn bounded_value(mut error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidValue) {
+        let shown = truncated(value, MAX_QUOTED_CHARS);
+        error.insert(ContextKind::InvalidValue, ContextValue::String(shown));
+    }
+    error
 }
 
 /// How log lines are written.

@@ -11,7 +11,7 @@ use url::Url;
 
 use super::auth::{ClientAuth, Grant, OAuth2};
 use crate::http::{display_url, HttpClient};
-use crate::oauth2::{TokenAnswer, TokenEndpointPolicy, REFRESH_MARGIN_SECONDS};
+use crate::oauth2::{LifetimeWarning, TokenAnswer, TokenEndpointPolicy, REFRESH_MARGIN_SECONDS};
 use crate::{Credentials, FetchError, TokenRefresher};
 
 /// The OAuth2 state of one provider: how its access tokens are had.
@@ -38,6 +38,7 @@ impl OAuth2Runtime {
             client_secret_env: settings.client_secret_env.clone(),
             scope: settings.scope.clone(),
             client_auth: settings.client_auth,
+            lifetime_warning: LifetimeWarning::default(),
         });
         match settings.grant {
             Grant::RefreshToken => OAuth2Runtime::RefreshToken(endpoint),
@@ -81,6 +82,7 @@ pub(super) struct TokenEndpoint {
     client_secret_env: Option<String>,
     scope: Option<String>,
     client_auth: ClientAuth,
+    lifetime_warning: LifetimeWarning,
 }
 
 impl std::fmt::Debug for TokenEndpoint {
@@ -161,8 +163,9 @@ impl TokenEndpoint {
         let secrets = [client_secret, secret, basic.as_deref()];
         let result = result.map_err(|error| error.redact_secrets(secrets.into_iter().flatten()));
         match &result {
-            Ok(_) => {
-                tracing::info!(client_id = %self.client_id, what, "Got an OAuth2 access token.")
+            Ok(answer) => {
+                tracing::info!(client_id = %self.client_id, what, "Got an OAuth2 access token.");
+                self.lifetime_warning.note(answer, &self.token_url);
             }
             Err(error) => tracing::warn!(
                 client_id = %self.client_id,

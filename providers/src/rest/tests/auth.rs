@@ -615,6 +615,41 @@ async fn a_client_credentials_token_near_expiry_is_fetched_again() {
 }
 
 #[tokio::test]
+async fn a_client_credentials_token_without_a_lifetime_serves_several_pages() {
+    for expires_in in [0, -5] {
+        let server = MockServer::start().await;
+        // No lifetime would mean a token before every page; it is taken to live the floor.
+        token_endpoint(&[("grant_type", "client_credentials")])
+            .respond_with(granted(NEW_TOKEN, None, expires_in))
+            .mount(&server)
+            .await;
+        api_with(NEW_TOKEN)
+            .respond_with(records(&[1]))
+            .expect(4)
+            .mount(&server)
+            .await;
+        let provider = oauth_provider(&server, "client_credentials", json!({}), json!({}));
+        let none = Credentials::default();
+        let context = FetchContext::full(&none, "records");
+        for _ in 0..4 {
+            provider.fetch_page(&context, None).await.unwrap();
+        }
+        assert_eq!(
+            token_requests(&server).await.len(),
+            1,
+            "expires_in {expires_in}"
+        );
+    }
+    let now = Utc::now();
+    for (expires_at, expires_in) in [(None, Some(0)), (None, Some(i64::MIN)), (Some(0), None)] {
+        assert_eq!(
+            crate::oauth2::expiry(expires_at, expires_in, now),
+            Some(now.timestamp() + crate::oauth2::MIN_TOKEN_LIFETIME_SECONDS)
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_401_fetches_a_new_client_credentials_token_once() {
     let server = MockServer::start().await;
     token_endpoint(&[("grant_type", "client_credentials")])

@@ -82,33 +82,8 @@ impl TokenAnswer {
         body: &Value,
         now: DateTime<Utc>,
     ) -> Result<TokenAnswer, FetchError> {
-        let shape = |message: String| FetchError::Shape {
-            url: display_url(url),
-            message: format!("the token endpoint's answer {message}"),
-            body: cap_body(without_secrets(body).to_string().as_bytes()),
-        };
-        let token = |name: &str| -> Result<Option<SecretString>, FetchError> {
-            let Some(text) = body
-                .get(name)
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|text| !text.is_empty())
-            else {
-                return Ok(None);
-            };
-            let article = if name.starts_with('a') { "an" } else { "a" };
-            if text.len() > MAX_TOKEN_BYTES {
-                return Err(shape(format!(
-                    "has {article} {name} longer than {MAX_TOKEN_BYTES} bytes"
-                )));
-            }
-            if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
-                return Err(shape(format!(
-                    "has {article} {name} with characters other than visible ASCII"
-                )));
-            }
-            Ok(Some(SecretString::from(text)))
-        };
+        let shape = |message: String| shape_error(url, body, message);
+        let token = |name: &str| read_token(url, body, name);
         let access_token =
             token("access_token")?.ok_or_else(|| shape("has no access_token".to_string()))?;
         match body.get("token_type") {
@@ -150,6 +125,74 @@ impl TokenAnswer {
             refresh_token: self.refresh_token.or_else(|| current.refresh_token.clone()),
             expires_at: Some(self.expires_at),
         }
+    }
+}
+
+/// The token endpoint's answer refused with `message`, its secrets redacted.
+fn shape_error(url: &Url, body: &Value, message: String) -> FetchError {
+    FetchError::Shape {
+        url: display_url(url),
+        message: format!("the token endpoint's answer {message}"),
+        body: cap_body(without_secrets(body).to_string().as_bytes()),
+    }
+}
+
+/// The token `name` of an answer, if it has one: at most [`MAX_TOKEN_BYTES`] of visible
+/// ASCII, since it travels in a header or a form.
+fn read_token(url: &Url, body: &Value, name: &str) -> Result<Option<SecretString>, FetchError> {
+    let Some(text) = body
+        .get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+    else {
+        return Ok(None);
+    };
+    let article = if name.starts_with('a') { "an" } else { "a" };
+    if text.len() > MAX_TOKEN_BYTES {
+        return Err(shape_error(
+            url,
+            body,
+            format!("has {article} {name} longer than {MAX_TOKEN_BYTES} bytes"),
+        ));
+    }
+    if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
+        return Err(shape_error(
+            url,
+            body,
+            format!("has {article} {name} with characters other than visible ASCII"),
+        ));
+    }
+    Ok(Some(SecretString::from(text)))
+}
+
+/// The error of a refresh of `current` whose answer [`TokenAnswer::read`] refused with
+/// `error`: when the answer still holds a valid refresh token other than `current`'s, the
+/// endpoint rotated it and may have revoked the old one, so it is kept
+/// ([`FetchError::RefusedWithRotation`]) with the current access token.
+pub(crate) fn refused_refresh(
+    error: FetchError,
+    url: &Url,
+    body: &Value,
+    current: &Credentials,
+) -> FetchError {
+    let Ok(Some(rotated)) = read_token(url, body, "refresh_token") else {
+        return error;
+    };
+    let unchanged = current
+        .refresh_token
+        .as_ref()
+        .is_some_and(|old| old.expose_secret() == rotated.expose_secret());
+    if unchanged {
+        return error;
+    }
+    FetchError::RefusedWithRotation {
+        error: Box::new(error),
+        kept: Box::new(Credentials {
+            token: current.token.clone(),
+            refresh_token: Some(rotated),
+            expires_at: current.expires_at,
+        }),
     }
 }
 

@@ -12,7 +12,7 @@ use super::limits::Clock;
 use crate::http::{display_url, Answer, HttpClient, ResponsePolicy, Verdict};
 #[cfg(test)]
 pub(crate) use crate::oauth2::{expiry, seconds};
-use crate::oauth2::{LifetimeWarning, TokenAnswer};
+use crate::oauth2::{refused_refresh, LifetimeWarning, TokenAnswer};
 use crate::{Credentials, FetchError, TokenRefresher};
 
 /// Spends a connection's refresh token at Strava's token endpoint.
@@ -60,7 +60,9 @@ impl TokenRefresher for OAuthClient {
             .post_form_with(self.token_url.clone(), headers, &form, &TokenPolicy)
             .await
             .and_then(|response| {
-                TokenAnswer::read(&response.url, &response.value(), (self.clock)())
+                let body = response.value();
+                TokenAnswer::read(&response.url, &body, (self.clock)())
+                    .map_err(|error| refused_refresh(error, &response.url, &body, current))
             })
             .map(|answer| {
                 self.lifetime_warning.note(&answer, &self.token_url);

@@ -474,7 +474,7 @@ async fn unusable_token_answers_are_shape_errors_without_the_tokens() {
             ("grant_type", "refresh_token"),
             ("refresh_token", OLD_REFRESH),
         ])
-        .respond_with(ResponseTemplate::new(200).set_body_json(body))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&body))
         .expect(1)
         .mount(&server)
         .await;
@@ -485,6 +485,24 @@ async fn unusable_token_answers_are_shape_errors_without_the_tokens() {
             .fetch_page(&context(&stale, &store), None)
             .await
             .unwrap_err();
+        assert_no_secret(&format!("{error:?}"));
+        // A refresh token the refused answer rotated is handed to the store to keep, with
+        // the access token that was the connection's.
+        let (error, kept) = match error {
+            FetchError::RefusedWithRotation { error, kept } => (*error, Some(kept)),
+            error => (error, None),
+        };
+        let kept = kept.map(|kept| {
+            use secrecy::ExposeSecret;
+            let secret = |token: Option<SecretString>| token.map(|t| t.expose_secret().to_string());
+            (secret(kept.token), secret(kept.refresh_token))
+        });
+        let rotated = body.get("refresh_token").is_some();
+        assert_eq!(
+            kept,
+            rotated.then(|| (Some(OLD_TOKEN.to_string()), Some(NEW_REFRESH.to_string()))),
+            "{body}"
+        );
         assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
         assert!(error.to_string().contains(expected), "{error}");
         assert_no_secret(&format!("{error} {error:?} {:?}", error.body()));

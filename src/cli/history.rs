@@ -28,6 +28,10 @@ pub struct RunsArgs {
     /// Only runs of this stream (e.g. `pull_requests`).
     #[arg(long)]
     stream: Option<String>,
+    /// Show every column (every counter and the error), not only those that fit in 120
+    /// columns.
+    #[arg(long)]
+    wide: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -67,7 +71,12 @@ pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
         provider: args.provider,
         stream: args.stream,
     };
-    print_runs(&db, &filter, args.limit, args.json).await?;
+    let shape = match (args.json, args.wide) {
+        (true, _) => RunsShape::Json,
+        (false, true) => RunsShape::Wide,
+        (false, false) => RunsShape::Compact,
+    };
+    print_runs(&db, &filter, args.limit, shape).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -98,12 +107,24 @@ pub struct RunFilter {
     pub stream: Option<String>,
 }
 
+/// How `runs` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunsShape {
+    /// A table that fits 120 columns for typical values: who, what, when and the main
+    /// counts.
+    Compact,
+    /// A table of every column.
+    Wide,
+    /// Every field, as JSON.
+    Json,
+}
+
 /// Prints the newest `limit` runs that match `filter`.
 pub async fn print_runs(
     db: &DatabaseConnection,
     filter: &RunFilter,
     limit: u64,
-    json: bool,
+    shape: RunsShape,
 ) -> anyhow::Result<()> {
     let mut query = sync_run::Entity::find();
     if let Some(provider) = &filter.provider {
@@ -117,6 +138,48 @@ pub async fn print_runs(
         .limit(limit)
         .all(db)
         .await?;
+    let seconds = |run: &sync_run::Model| {
+        run.finished_at
+            .map(|finished| {
+                format!(
+                    "{:.1}",
+                    (finished - run.started_at).num_milliseconds() as f64 / 1000.0
+                )
+            })
+            .unwrap_or_default()
+    };
+    if shape == RunsShape::Compact {
+        let header = [
+            "id",
+            "user",
+            "provider/stream",
+            "trigger",
+            "status",
+            "started (UTC)",
+            "secs",
+            "inserted",
+            "updated",
+            "failed",
+        ];
+        return print_rows(&runs, false, Some("No runs yet."), &header, |run| {
+            let stream = match &run.stream {
+                Some(stream) => format!("{}/{stream}", run.provider),
+                None => run.provider.clone(),
+            };
+            vec![
+                run.id.to_string(),
+                run.user_id.clone(),
+                stream,
+                run.trigger.to_string(),
+                run.status.to_string(),
+                run.started_at.format("%Y-%m-%d %H:%M").to_string(),
+                seconds(run),
+                run.records_inserted.to_string(),
+                run.records_updated.to_string(),
+                run.records_failed.to_string(),
+            ]
+        });
+    }
     let header = [
         "id",
         "provider",
@@ -140,16 +203,8 @@ pub async fn print_runs(
         "ahead",
         "error",
     ];
+    let json = shape == RunsShape::Json;
     print_rows(&runs, json, Some("No runs yet."), &header, |run| {
-        let seconds = run
-            .finished_at
-            .map(|finished| {
-                format!(
-                    "{:.1}",
-                    (finished - run.started_at).num_milliseconds() as f64 / 1000.0
-                )
-            })
-            .unwrap_or_default();
         vec![
             run.id.to_string(),
             run.provider.clone(),
@@ -158,7 +213,7 @@ pub async fn print_runs(
             run.trigger.to_string(),
             run.status.to_string(),
             run.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
-            seconds,
+            seconds(run),
             run.pages_fetched.to_string(),
             run.records_fetched.to_string(),
             run.records_inserted.to_string(),

@@ -122,6 +122,29 @@ async fn runs_fits_120_columns_by_default_and_shows_every_column_when_wide() {
 }
 
 #[tokio::test]
+async fn log_lines_written_to_a_pipe_carry_no_colour_codes() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    for no_color in [None, Some("1")] {
+        let mut command = tributary(&config);
+        command.args(["--log", "info", "sync", "--quiet"]);
+        match no_color {
+            Some(value) => command.env("NO_COLOR", value),
+            None => command.env_remove("NO_COLOR"),
+        };
+        let sync = run(&mut command);
+        assert_eq!(sync.code, 0, "{}", sync.stderr);
+        assert!(sync.stderr.contains("INFO"), "{}", sync.stderr);
+        assert!(
+            !sync.stderr.contains('\u{1b}'),
+            "NO_COLOR {no_color:?}: {:?}",
+            sync.stderr
+        );
+    }
+}
+
+#[tokio::test]
 async fn sync_exits_non_zero_when_a_run_fails() {
     let app = spawn_app().await;
     Mock::given(method("GET"))

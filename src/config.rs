@@ -602,8 +602,17 @@ fn parse_provider(
 
     let mut adapter_table = raw.adapter;
     // `preset = "NAME"` expands into the preset's keys, the table's own keys winning.
-    tributary_providers::presets::apply(&mut adapter_table)
-        .map_err(|message| (format!("{prefix}.preset"), message))?;
+    // A message that starts with one of the table's own keys is about that key.
+    let own_keys: Vec<String> = adapter_table.keys().cloned().collect();
+    tributary_providers::presets::apply(&mut adapter_table).map_err(|message| {
+        let key = key_of_message(&prefix, &own_keys, &message);
+        let key = if key == prefix {
+            format!("{prefix}.preset")
+        } else {
+            key
+        };
+        (key, message)
+    })?;
     let kind = match adapter_table.remove("kind") {
         Some(toml::Value::String(kind)) => kind,
         Some(other) => {

@@ -2,9 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = tributary::cli::Cli::parse();
+    let cli = tributary::cli::Cli::parse_args();
     tributary::cli::run(cli)
 }

@@ -618,6 +618,50 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
 }
 
 #[test]
+fn preset_requirements_match_header_names_in_any_case_and_refuse_empty_values() {
+    let with_preset = |name: &str, preset: &str, own: &str| {
+        format!(
+            "{}\n[providers.{name}]\npreset = \"{preset}\"\nschedule = \"0 */15 * * * *\"\n{own}\n\
+             connections = [{{ user_id = \"ops\", token_env = \"BOB_TOKEN\" }}]\n",
+            full_config()
+        )
+    };
+    let (code, stderr) = check_config_command(&with_preset(
+        "harvest",
+        "harvest_time_entries",
+        "headers = { \"harvest-account-id\" = \"123456\" }",
+    ));
+    assert_eq!(
+        code,
+        Some(0),
+        "a header name in lower case is the same header: {stderr}"
+    );
+    for (text, key) in [
+        (
+            with_preset(
+                "harvest",
+                "harvest_time_entries",
+                "headers = { \"Harvest-Account-Id\" = \"\" }",
+            ),
+            "providers.harvest.headers.Harvest-Account-Id",
+        ),
+        (
+            with_preset("asana", "asana_tasks", "query = { project = \"\" }"),
+            "providers.asana.query.project",
+        ),
+    ] {
+        let (code, stderr) = check_config_command(&text);
+        assert_eq!(code, Some(2), "{key}: {stderr}");
+        assert!(
+            stderr.contains("config.toml")
+                && stderr.contains(&format!("key `{key}`"))
+                && stderr.contains("is empty"),
+            "{key}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn max_records_per_page_is_read_from_the_provider_table_with_its_default() {
     let parse = |text: &str| Settings::parse(std::path::Path::new("c.toml"), text, None, &|_| true);
     let settings = parse(&full_config()).unwrap();

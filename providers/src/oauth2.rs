@@ -7,6 +7,7 @@
 //! `auth = { oauth2 = ... }`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -24,6 +25,12 @@ pub(crate) const REFRESH_MARGIN_SECONDS: i64 = 60;
 /// How long an access token is taken to live when the answer says nothing of it.
 pub(crate) const ASSUMED_TOKEN_LIFETIME_SECONDS: i64 = 60 * 60;
 
+/// The shortest an access token is taken to live: an answer that gives none (`expires_in`
+/// of 0 or less, an `expires_at` already past) would otherwise have a token fetched before
+/// every page. Twice the refresh margin, so a token serves for a minute before the margin
+/// asks for the next; a token the API refuses sooner is replaced after its 401.
+pub(crate) const MIN_TOKEN_LIFETIME_SECONDS: i64 = 2 * REFRESH_MARGIN_SECONDS;
+
 /// The longest an access token is taken to live, whatever the token endpoint says.
 pub(crate) const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
 
@@ -38,9 +45,30 @@ pub(crate) struct TokenAnswer {
     pub refresh_token: Option<SecretString>,
     /// When the access token expires, in seconds since the Unix epoch: `expires_at` (an
     /// extension some APIs send, e.g. Strava), else now plus `expires_in`, else now plus
-    /// [`ASSUMED_TOKEN_LIFETIME_SECONDS`]; always between now and
-    /// [`MAX_TOKEN_LIFETIME_SECONDS`] from now.
+    /// [`ASSUMED_TOKEN_LIFETIME_SECONDS`]; always between
+    /// [`MIN_TOKEN_LIFETIME_SECONDS`] and [`MAX_TOKEN_LIFETIME_SECONDS`] from now.
     pub expires_at: i64,
+    /// Whether the answer gave the token no lifetime, so that it was raised to
+    /// [`MIN_TOKEN_LIFETIME_SECONDS`] ([`LifetimeWarning`] says so once).
+    pub lifetime_floored: bool,
+}
+
+/// Warns once per token endpoint that its answers give their tokens no lifetime: every
+/// answer would otherwise log it, as often as a page is fetched.
+#[derive(Debug, Default)]
+pub(crate) struct LifetimeWarning(AtomicBool);
+
+impl LifetimeWarning {
+    /// Warns, the first time only, when `answer`'s lifetime was floored.
+    pub(crate) fn note(&self, answer: &TokenAnswer, token_url: &Url) {
+        if answer.lifetime_floored && !self.0.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                token_url = %display_url(token_url),
+                floor_secs = MIN_TOKEN_LIFETIME_SECONDS,
+                "The token endpoint gives its access tokens no lifetime (expires_in of 0 or less, or an expires_at already past); taking each to live the floor. Said once for this endpoint."
+            );
+        }
+    }
 }
 
 impl TokenAnswer {
@@ -54,33 +82,8 @@ impl TokenAnswer {
         body: &Value,
         now: DateTime<Utc>,
     ) -> Result<TokenAnswer, FetchError> {
-        let shape = |message: String| FetchError::Shape {
-            url: display_url(url),
-            message: format!("the token endpoint's answer {message}"),
-            body: cap_body(without_secrets(body).to_string().as_bytes()),
-        };
-        let token = |name: &str| -> Result<Option<SecretString>, FetchError> {
-            let Some(text) = body
-                .get(name)
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|text| !text.is_empty())
-            else {
-                return Ok(None);
-            };
-            let article = if name.starts_with('a') { "an" } else { "a" };
-            if text.len() > MAX_TOKEN_BYTES {
-                return Err(shape(format!(
-                    "has {article} {name} longer than {MAX_TOKEN_BYTES} bytes"
-                )));
-            }
-            if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
-                return Err(shape(format!(
-                    "has {article} {name} with characters other than visible ASCII"
-                )));
-            }
-            Ok(Some(SecretString::from(text)))
-        };
+        let shape = |message: String| shape_error(url, body, message);
+        let token = |name: &str| read_token(url, body, name);
         let access_token =
             token("access_token")?.ok_or_else(|| shape("has no access_token".to_string()))?;
         match body.get("token_type") {
@@ -94,11 +97,11 @@ impl TokenAnswer {
             }
         }
         let refresh_token = token("refresh_token")?;
-        let expires_at = expiry(
-            body.get("expires_at").and_then(seconds),
-            body.get("expires_in").and_then(seconds),
-            now,
-        )
+        let expires_at_given = body.get("expires_at").and_then(seconds);
+        let expires_in_given = body.get("expires_in").and_then(seconds);
+        let lifetime_floored =
+            lifetime(expires_at_given, expires_in_given, now).is_some_and(|secs| secs <= 0);
+        let expires_at = expiry(expires_at_given, expires_in_given, now)
         .unwrap_or_else(|| {
             tracing::warn!(
                 assumed_secs = ASSUMED_TOKEN_LIFETIME_SECONDS,
@@ -111,6 +114,7 @@ impl TokenAnswer {
             access_token,
             refresh_token,
             expires_at,
+            lifetime_floored,
         })
     }
 
@@ -121,6 +125,74 @@ impl TokenAnswer {
             refresh_token: self.refresh_token.or_else(|| current.refresh_token.clone()),
             expires_at: Some(self.expires_at),
         }
+    }
+}
+
+/// The token endpoint's answer refused with `message`, its secrets redacted.
+fn shape_error(url: &Url, body: &Value, message: String) -> FetchError {
+    FetchError::Shape {
+        url: display_url(url),
+        message: format!("the token endpoint's answer {message}"),
+        body: cap_body(without_secrets(body).to_string().as_bytes()),
+    }
+}
+
+/// The token `name` of an answer, if it has one: at most [`MAX_TOKEN_BYTES`] of visible
+/// ASCII, since it travels in a header or a form.
+fn read_token(url: &Url, body: &Value, name: &str) -> Result<Option<SecretString>, FetchError> {
+    let Some(text) = body
+        .get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+    else {
+        return Ok(None);
+    };
+    let article = if name.starts_with('a') { "an" } else { "a" };
+    if text.len() > MAX_TOKEN_BYTES {
+        return Err(shape_error(
+            url,
+            body,
+            format!("has {article} {name} longer than {MAX_TOKEN_BYTES} bytes"),
+        ));
+    }
+    if !text.bytes().all(|byte| (0x20..=0x7e).contains(&byte)) {
+        return Err(shape_error(
+            url,
+            body,
+            format!("has {article} {name} with characters other than visible ASCII"),
+        ));
+    }
+    Ok(Some(SecretString::from(text)))
+}
+
+/// The error of a refresh of `current` whose answer [`TokenAnswer::read`] refused with
+/// `error`: when the answer still holds a valid refresh token other than `current`'s, the
+/// endpoint rotated it and may have revoked the old one, so it is kept
+/// ([`FetchError::RefusedWithRotation`]) with the current access token.
+pub(crate) fn refused_refresh(
+    error: FetchError,
+    url: &Url,
+    body: &Value,
+    current: &Credentials,
+) -> FetchError {
+    let Ok(Some(rotated)) = read_token(url, body, "refresh_token") else {
+        return error;
+    };
+    let unchanged = current
+        .refresh_token
+        .as_ref()
+        .is_some_and(|old| old.expose_secret() == rotated.expose_secret());
+    if unchanged {
+        return error;
+    }
+    FetchError::RefusedWithRotation {
+        error: Box::new(error),
+        kept: Box::new(Credentials {
+            token: current.token.clone(),
+            refresh_token: Some(rotated),
+            expires_at: current.expires_at,
+        }),
     }
 }
 
@@ -139,22 +211,29 @@ pub(crate) fn seconds(value: &Value) -> Option<i64> {
     }
 }
 
-/// When the new access token expires: `expires_at`, else `now` plus `expires_in`, either
-/// kept between `now` (already expired: refreshed before its next use) and
+/// When the new access token expires: `expires_at`, else `now` plus `expires_in`. A
+/// lifetime of 0 or less becomes [`MIN_TOKEN_LIFETIME_SECONDS`], and any is kept below
 /// [`MAX_TOKEN_LIFETIME_SECONDS`] from now, so no value the endpoint sends overflows.
 pub(crate) fn expiry(
     expires_at: Option<i64>,
     expires_in: Option<i64>,
     now: DateTime<Utc>,
 ) -> Option<i64> {
-    let now = now.timestamp();
-    let latest = now.saturating_add(MAX_TOKEN_LIFETIME_SECONDS);
-    let at = match (expires_at, expires_in) {
-        (Some(at), _) => at,
-        (None, Some(seconds)) => now.saturating_add(seconds),
-        (None, None) => return None,
+    let lifetime = lifetime(expires_at, expires_in, now)?;
+    let lifetime = match lifetime {
+        ..=0 => MIN_TOKEN_LIFETIME_SECONDS,
+        secs => secs.min(MAX_TOKEN_LIFETIME_SECONDS),
     };
-    Some(at.clamp(now, latest))
+    Some(now.timestamp().saturating_add(lifetime))
+}
+
+/// The seconds the answer gives the token from `now` (saturating), if it gives any.
+fn lifetime(expires_at: Option<i64>, expires_in: Option<i64>, now: DateTime<Utc>) -> Option<i64> {
+    match (expires_at, expires_in) {
+        (Some(at), _) => Some(at.saturating_sub(now.timestamp())),
+        (None, Some(seconds)) => Some(seconds),
+        (None, None) => None,
+    }
 }
 
 /// The answer with its token values replaced, safe to keep in an error report.

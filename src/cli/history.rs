@@ -3,9 +3,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use std::io::Write;
+
 use anyhow::bail;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use futures::TryStreamExt;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::config::Settings;
@@ -25,6 +28,10 @@ pub struct RunsArgs {
     /// Only runs of this stream (e.g. `pull_requests`).
     #[arg(long)]
     stream: Option<String>,
+    /// Show every column (every counter and the error), not only those that fit in 120
+    /// columns.
+    #[arg(long)]
+    wide: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -41,10 +48,20 @@ pub struct ErrorsArgs {
     /// With `--open`: only errors of runs of this stream.
     #[arg(long, requires = "open")]
     stream: Option<String>,
+    /// With `--open`: how many errors to show (1 to 10000), oldest first.
+    #[arg(long, requires = "open", default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_OPEN_LIMIT))]
+    limit: u64,
+    /// With `--open`: only errors after this id, the last one a previous page showed.
+    #[arg(long, requires = "open", value_name = "ERROR_ID")]
+    after: Option<i64>,
     /// Print JSON (with whole payloads) instead of a table.
     #[arg(long)]
     json: bool,
 }
+
+/// The most open errors one `errors --open` shows: a table holds its rows until printed.
+const MAX_OPEN_LIMIT: u64 = 10_000;
 
 /// `tributary runs`.
 pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
@@ -54,7 +71,12 @@ pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
         provider: args.provider,
         stream: args.stream,
     };
-    print_runs(&db, &filter, args.limit, args.json).await?;
+    let shape = match (args.json, args.wide) {
+        (true, _) => RunsShape::Json,
+        (false, true) => RunsShape::Wide,
+        (false, false) => RunsShape::Compact,
+    };
+    print_runs(&db, &filter, args.limit, shape).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -63,7 +85,15 @@ pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode>
     let settings = Settings::load(config)?;
     let db = crate::db::connect_for_reading(&settings.database).await?;
     match (args.run_id, args.open) {
-        (run_id, true) => print_open_errors(&db, run_id, args.stream.as_deref(), args.json).await?,
+        (run_id, true) => {
+            let page = OpenErrorsPage {
+                run_id,
+                stream: args.stream.as_deref(),
+                after: args.after,
+                limit: args.limit,
+            };
+            print_open_errors(&db, &page, args.json).await?
+        }
         (Some(run_id), false) => print_errors(&db, run_id, args.json).await?,
         (None, false) => bail!("give a RUN_ID, or --open"),
     }
@@ -77,12 +107,24 @@ pub struct RunFilter {
     pub stream: Option<String>,
 }
 
+/// How `runs` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunsShape {
+    /// A table that fits 120 columns for typical values: who, what, when and the main
+    /// counts.
+    Compact,
+    /// A table of every column.
+    Wide,
+    /// Every field, as JSON.
+    Json,
+}
+
 /// Prints the newest `limit` runs that match `filter`.
 pub async fn print_runs(
     db: &DatabaseConnection,
     filter: &RunFilter,
     limit: u64,
-    json: bool,
+    shape: RunsShape,
 ) -> anyhow::Result<()> {
     let mut query = sync_run::Entity::find();
     if let Some(provider) = &filter.provider {
@@ -96,6 +138,48 @@ pub async fn print_runs(
         .limit(limit)
         .all(db)
         .await?;
+    let seconds = |run: &sync_run::Model| {
+        run.finished_at
+            .map(|finished| {
+                format!(
+                    "{:.1}",
+                    (finished - run.started_at).num_milliseconds() as f64 / 1000.0
+                )
+            })
+            .unwrap_or_default()
+    };
+    if shape == RunsShape::Compact {
+        let header = [
+            "id",
+            "user",
+            "provider/stream",
+            "trigger",
+            "status",
+            "started (UTC)",
+            "secs",
+            "inserted",
+            "updated",
+            "failed",
+        ];
+        return print_rows(&runs, false, Some("No runs yet."), &header, |run| {
+            let stream = match &run.stream {
+                Some(stream) => format!("{}/{stream}", run.provider),
+                None => run.provider.clone(),
+            };
+            vec![
+                run.id.to_string(),
+                run.user_id.clone(),
+                stream,
+                run.trigger.to_string(),
+                run.status.to_string(),
+                run.started_at.format("%Y-%m-%d %H:%M").to_string(),
+                seconds(run),
+                run.records_inserted.to_string(),
+                run.records_updated.to_string(),
+                run.records_failed.to_string(),
+            ]
+        });
+    }
     let header = [
         "id",
         "provider",
@@ -119,16 +203,8 @@ pub async fn print_runs(
         "ahead",
         "error",
     ];
+    let json = shape == RunsShape::Json;
     print_rows(&runs, json, Some("No runs yet."), &header, |run| {
-        let seconds = run
-            .finished_at
-            .map(|finished| {
-                format!(
-                    "{:.1}",
-                    (finished - run.started_at).num_milliseconds() as f64 / 1000.0
-                )
-            })
-            .unwrap_or_default();
         vec![
             run.id.to_string(),
             run.provider.clone(),
@@ -137,7 +213,7 @@ pub async fn print_runs(
             run.trigger.to_string(),
             run.status.to_string(),
             run.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
-            seconds,
+            seconds(run),
             run.pages_fetched.to_string(),
             run.records_fetched.to_string(),
             run.records_inserted.to_string(),
@@ -196,19 +272,31 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
     })
 }
 
-/// Prints the errors no replay has resolved, across runs or of one run, perhaps only
-/// those of runs of `stream`.
+/// Which open errors `errors --open` shows: after `after` (by id), at most `limit`, of
+/// one run or of every run, perhaps only those of runs of `stream`.
+pub struct OpenErrorsPage<'a> {
+    pub run_id: Option<i64>,
+    pub stream: Option<&'a str>,
+    pub after: Option<i64>,
+    pub limit: u64,
+}
+
+/// Prints one page of the errors no replay has resolved, oldest first, read as a stream:
+/// JSON is written as the rows arrive, a table holds only its page. A table ends with the
+/// `--after` that shows the next page when there is one.
 pub async fn print_open_errors(
     db: &DatabaseConnection,
-    run_id: Option<i64>,
-    stream: Option<&str>,
+    page: &OpenErrorsPage<'_>,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut query = run_error::Entity::find().filter(run_error::Column::ResolvedByRunId.is_null());
-    if let Some(run_id) = run_id {
+    if let Some(run_id) = page.run_id {
         query = query.filter(run_error::Column::RunId.eq(run_id));
     }
-    if let Some(stream) = stream {
+    if let Some(after) = page.after {
+        query = query.filter(run_error::Column::Id.gt(after));
+    }
+    if let Some(stream) = page.stream {
         let runs = sea_orm::sea_query::Query::select()
             .column(sync_run::Column::Id)
             .from(sync_run::Entity)
@@ -216,7 +304,37 @@ pub async fn print_open_errors(
             .to_owned();
         query = query.filter(run_error::Column::RunId.in_subquery(runs));
     }
-    let errors = query.order_by_asc(run_error::Column::Id).all(db).await?;
+    // One row past the page says whether there is a next one.
+    let mut rows = query
+        .order_by_asc(run_error::Column::Id)
+        .limit(page.limit.saturating_add(1))
+        .stream(db)
+        .await?;
+    let mut shown: u64 = 0;
+    let mut more = false;
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    let mut errors = Vec::new();
+    while let Some(error) = rows.try_next().await? {
+        if shown == page.limit {
+            more = true;
+            break;
+        }
+        shown = shown.saturating_add(1);
+        if json {
+            // The same pretty array `serde_json` writes, one element at a time.
+            let element = serde_json::to_string_pretty(&error)?;
+            let separator = if shown == 1 { "[\n" } else { ",\n" };
+            write!(out, "{separator}  {}", element.replace('\n', "\n  "))?;
+        } else {
+            errors.push(error);
+        }
+    }
+    drop(rows);
+    if json {
+        writeln!(out, "{}", if shown == 0 { "[]" } else { "\n]" })?;
+        out.flush()?;
+        return Ok(());
+    }
     let mut run_ids: Vec<i64> = errors.iter().map(|error| error.run_id).collect();
     run_ids.sort_unstable();
     run_ids.dedup();
@@ -242,7 +360,7 @@ pub async fn print_open_errors(
         "message",
         "payload",
     ];
-    print_rows(&errors, json, Some("No open errors."), &header, |error| {
+    print_rows(&errors, false, Some("No open errors."), &header, |error| {
         vec![
             error.id.to_string(),
             error.run_id.to_string(),
@@ -255,7 +373,14 @@ pub async fn print_open_errors(
             shorten(&error.message),
             shorten(&error.payload),
         ]
-    })
+    })?;
+    if let (true, Some(last)) = (more, errors.last()) {
+        println!(
+            "More open errors: add --after {} for the next page.",
+            last.id
+        );
+    }
+    Ok(())
 }
 
 /// Prints `rows` as pretty JSON, or as a table with `header` and one `row` per item (or

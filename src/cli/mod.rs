@@ -19,10 +19,12 @@ mod secrets;
 mod setup;
 mod sync;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tributary_providers::quote::{truncated, MAX_QUOTED_CHARS};
 
 /// Exit code for a bad config or command line.
 const EXIT_CONFIG: u8 = 2;
@@ -54,6 +56,25 @@ pub struct Cli {
     pub log: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The process's command line, as `Parser::parse` reads it, except that a value
+    /// refused is quoted at most [`MAX_QUOTED_CHARS`] characters long: an argument can be
+    /// a whole file's worth of text, and clap echoes it in its error.
+    pub fn parse_args() -> Cli {
+        Cli::try_parse().unwrap_or_else(|error| bounded_value(error).exit())
+    }
+}
+
+/// `error` with the value it quotes cut with `quote::truncated`.
+fn bounded_value(mut error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidValue) {
+        let shown = truncated(value, MAX_QUOTED_CHARS);
+        error.insert(ContextKind::InvalidValue, ContextValue::String(shown));
+    }
+    error
 }
 
 /// How log lines are written.
@@ -222,13 +243,25 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub fn init_tracing(format: LogFormat, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Whether log lines are coloured: only on a terminal, where escape codes are read as
+/// colour rather than stored as bytes in a file, and never when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>).
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -247,5 +280,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Connections(command) => connections::command(config, command).await,
         Command::Secrets(command) => secrets::run(config, command).await,
         Command::Demo(args) => demo::run(config, args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::use_colour;
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        let set = |value: &str| Some(std::ffi::OsString::from(value));
+        for (terminal, no_color, colour) in [
+            (true, None, true),
+            (true, set(""), true),
+            (true, set("1"), false),
+            (true, set("false"), false),
+            (false, None, false),
+            (false, set(""), false),
+        ] {
+            assert_eq!(
+                use_colour(terminal, no_color.as_deref()),
+                colour,
+                "terminal {terminal}, NO_COLOR {no_color:?}"
+            );
+        }
     }
 }

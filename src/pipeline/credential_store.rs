@@ -172,6 +172,16 @@ impl Refresh {
         };
         let fresh = match refresher.refresh(&current).await {
             Ok(fresh) => fresh,
+            Err(FetchError::RefusedWithRotation { error, kept }) => {
+                // The answer was refused, but the endpoint rotated the refresh token and may
+                // have revoked the one spent: keep the new one, then fail as refused.
+                self.save(stored, &kept).await?;
+                tracing::warn!(
+                    %error,
+                    "The token endpoint's answer was refused; the refresh token it rotated was saved."
+                );
+                return Err(*error);
+            }
             Err(error) => {
                 // The provider refused or never answered: the stored tokens stay as they were.
                 if let Err(release) = self.release().await {

@@ -283,6 +283,31 @@ async fn a_malformed_cursor_is_refused_naming_it() {
 }
 
 #[tokio::test]
+async fn a_huge_malformed_cursor_is_quoted_short() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let huge = format!("c1.{}", "x".repeat(100_000));
+    let output = run(tributary(&config).args(["changes", "--since", &huge]));
+    assert_eq!(
+        output.code,
+        2,
+        "{}",
+        &output.stderr[..500.min(output.stderr.len())]
+    );
+    assert!(
+        output.stderr.contains("malformed change cursor") && output.stderr.contains("c1.xxx"),
+        "{}",
+        &output.stderr[..500.min(output.stderr.len())]
+    );
+    // The value is quoted twice (clap's echo and the reason): each a short prefix.
+    assert!(
+        output.stderr.len() < 2_000,
+        "{} bytes of error",
+        output.stderr.len()
+    );
+}
+
+#[tokio::test]
 async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
     let app = spawn_app().await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);

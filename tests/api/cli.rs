@@ -75,6 +75,76 @@ async fn sync_prints_a_line_per_run_and_runs_and_errors_show_the_history() {
 }
 
 #[tokio::test]
+async fn runs_fits_120_columns_by_default_and_shows_every_column_when_wide() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let config = app.write_config(&cursor_provider("helpdesk", &app.api.uri(), &["alice"]));
+    for _ in 0..2 {
+        let sync = run(tributary(&config).args(["sync", "--quiet"]));
+        assert_eq!(sync.code, 0, "{}", sync.stderr);
+    }
+    let width = |table: &str| table.lines().map(|line| line.chars().count()).max();
+
+    let compact = run(tributary(&config).args(["runs"]));
+    assert_eq!(compact.code, 0, "{}", compact.stderr);
+    let table = compact.stdout;
+    assert!(width(&table).is_some_and(|width| width <= 120), "{table}");
+    for column in [
+        "id",
+        "user",
+        "provider/stream",
+        "trigger",
+        "status",
+        "started (UTC)",
+    ] {
+        assert!(table.contains(column), "{column}: {table}");
+    }
+    for column in ["secs", "inserted", "updated", "failed", "partial", "alice"] {
+        assert!(table.contains(column), "{column}: {table}");
+    }
+    assert!(!table.contains("parents skipped"), "{table}");
+
+    let wide = run(tributary(&config).args(["runs", "--wide"]));
+    assert_eq!(wide.code, 0, "{}", wide.stderr);
+    let table = wide.stdout;
+    for column in [
+        "pages",
+        "fetched",
+        "unchanged",
+        "dup",
+        "parents skipped",
+        "ahead",
+        "error",
+    ] {
+        assert!(table.contains(column), "{column}: {table}");
+    }
+    assert!(width(&table).is_some_and(|width| width > 120), "{table}");
+}
+
+#[tokio::test]
+async fn log_lines_written_to_a_pipe_carry_no_colour_codes() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    for no_color in [None, Some("1")] {
+        let mut command = tributary(&config);
+        command.args(["--log", "info", "sync", "--quiet"]);
+        match no_color {
+            Some(value) => command.env("NO_COLOR", value),
+            None => command.env_remove("NO_COLOR"),
+        };
+        let sync = run(&mut command);
+        assert_eq!(sync.code, 0, "{}", sync.stderr);
+        assert!(sync.stderr.contains("INFO"), "{}", sync.stderr);
+        assert!(
+            !sync.stderr.contains('\u{1b}'),
+            "NO_COLOR {no_color:?}: {:?}",
+            sync.stderr
+        );
+    }
+}
+
+#[tokio::test]
 async fn sync_exits_non_zero_when_a_run_fails() {
     let app = spawn_app().await;
     Mock::given(method("GET"))

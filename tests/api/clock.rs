@@ -102,7 +102,7 @@ async fn a_watermark_in_the_future_is_stored_counted_and_never_carries_the_curso
     let runs: serde_json::Value =
         serde_json::from_str(&runs_command(&config, &["--json"])).expect("JSON");
     assert_eq!(runs[0]["watermark_anomalies"], 1, "{runs}");
-    let table = runs_command(&config, &[]);
+    let table = runs_command(&config, &["--wide"]);
     assert!(table.contains("ahead"), "{table}");
 }
 

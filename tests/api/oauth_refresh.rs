@@ -221,3 +221,51 @@ async fn rotated_tokens_are_committed_durably() {
         assert_eq!(integers(&app, "PRAGMA synchronous").await, [1]);
     }
 }
+
+#[tokio::test]
+async fn a_rotated_refresh_token_is_kept_when_the_answer_is_refused() {
+    let oversized = "a".repeat(17 * 1024);
+    for (refused, answer) in [
+        (
+            "token_type",
+            json!({"token_type": "mac", "access_token": "new-access",
+                   "refresh_token": "new-refresh", "expires_in": 3600}),
+        ),
+        (
+            "longer than",
+            json!({"token_type": "Bearer", "access_token": oversized,
+                   "refresh_token": "new-refresh", "expires_in": 3600}),
+        ),
+    ] {
+        let app = spawn_app().await;
+        Mock::given(method("POST"))
+            .and(path("/oauth/token"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(answer))
+            .expect(1)
+            .mount(&app.api)
+            .await;
+        mount_activities(&app).await;
+        let settings = app.settings(&strava(&app, "", "1s")).await;
+
+        let run = app.sync_one(&settings).await;
+        assert_eq!(run.status, RunStatus::Failed, "{refused}: {:?}", run.error);
+        let error = run.error.unwrap_or_default();
+        assert!(error.contains(refused), "{error}");
+        // The old refresh token may be revoked already: the one the endpoint rotated is
+        // stored, sealed, beside the access token that was still the connection's.
+        let row = the_row(&app).await;
+        assert!(
+            row.credentials.starts_with("sealed:"),
+            "{refused}: stored sealed"
+        );
+        assert_eq!(row.refresh_holder, None, "{refused}: the claim is cleared");
+        let stored = app.stored_credentials("alice", "strava").await;
+        let kept = stored.oauth.expect("the rotated refresh token is stored");
+        assert_eq!(
+            kept.refresh_token.as_deref(),
+            Some("new-refresh"),
+            "{refused}"
+        );
+        assert_eq!(kept.token.as_deref(), Some("old-access"), "{refused}");
+    }
+}

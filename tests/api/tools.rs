@@ -113,6 +113,57 @@ async fn replay_resolves_what_now_goes_through_and_is_idempotent() {
     assert!(stderr.contains("no run with id 999"), "{stderr}");
 }
 
+#[tokio::test]
+async fn open_errors_come_a_page_at_a_time_without_gaps_or_repeats() {
+    let app = spawn_app().await;
+    let nameless: Vec<serde_json::Value> = (0..45).map(|n| json!({"n": n})).collect();
+    serve(&app, json!(nameless)).await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let config = app.write_config(&providers);
+    let run = app.sync_one(&app.settings(&providers).await).await;
+    assert_eq!((run.status, run.counts.failed), (RunStatus::Partial, 45));
+    let all: Vec<i64> = app
+        .run_errors(run.run_id)
+        .await
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(all.len(), 45);
+
+    // The default page is 20; each next page starts after the last id shown.
+    let mut seen: Vec<i64> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = Vec::new();
+    loop {
+        let mut args = vec!["errors", "--open", "--json"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let (code, stdout, stderr) = tributary(&config, &args);
+        assert_eq!(code, 0, "{stderr}");
+        let page: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+        pages.push(page.len());
+        let Some(last) = page.last() else { break };
+        after = Some(last["id"].to_string());
+        seen.extend(page.iter().map(|error| error["id"].as_i64().unwrap()));
+    }
+    assert_eq!(pages, [20, 20, 5, 0]);
+    assert_eq!(seen, all);
+
+    // A table says how to get the next page, and the last page says nothing more.
+    let (code, stdout, _) = tributary(&config, &["errors", "--open", "--limit", "40"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.matches("has no id field").count(), 40, "{stdout}");
+    assert!(
+        stdout.contains(&format!("add --after {} for the next page", all[39])),
+        "{stdout}"
+    );
+    let after = all[39].to_string();
+    let (_, stdout, _) = tributary(&config, &["errors", "--open", "--after", &after]);
+    assert_eq!(stdout.matches("has no id field").count(), 5, "{stdout}");
+    assert!(!stdout.contains("--after"), "{stdout}");
+}
+
 /// Inserts a record row by hand, as an older system or an import would have.
 async fn raw_record(
     app: &TestApp,

@@ -151,12 +151,24 @@ pub enum FetchError {
         /// Which position was given and what the configuration expects.
         message: String,
     },
+    /// A token refresh's answer was refused (`error`), but it rotated the refresh token,
+    /// which the endpoint may already have made the only valid one: the credential store
+    /// keeps `kept` (the current credentials with the new refresh token), then fails with
+    /// `error`. Only a [`crate::TokenRefresher`] returns it.
+    #[error("{error}")]
+    RefusedWithRotation {
+        /// Why the answer was refused.
+        error: Box<FetchError>,
+        /// The credentials to keep.
+        kept: Box<crate::Credentials>,
+    },
 }
 
 impl FetchError {
     /// The raw body to store in the error report, when the error has one.
     pub fn body(&self) -> Option<&str> {
         match self {
+            FetchError::RefusedWithRotation { error, .. } => error.body(),
             FetchError::InvalidJson { body, .. }
             | FetchError::Shape { body, .. }
             | FetchError::TooManyRecords { body, .. } => Some(body),
@@ -167,6 +179,7 @@ impl FetchError {
     /// `run_errors.stage` for this error: "parse" for InvalidJson/Shape, else "fetch".
     pub fn stage(&self) -> RecordStage {
         match self {
+            FetchError::RefusedWithRotation { error, .. } => error.stage(),
             FetchError::InvalidJson { .. }
             | FetchError::Shape { .. }
             | FetchError::TooManyRecords { .. } => RecordStage::Parse,
@@ -268,6 +281,10 @@ impl FetchError {
                 message: clean(message),
             },
             rate_limited @ FetchError::RateLimited { .. } => rate_limited,
+            FetchError::RefusedWithRotation { error, kept } => FetchError::RefusedWithRotation {
+                error: Box::new(error.redact_secret(secret)),
+                kept,
+            },
         }
     }
 }

@@ -89,8 +89,16 @@ pub fn apply(table: &mut Table) -> Result<(), String> {
     user.remove(PRESET_KEY);
     merge(&mut preset, user);
     for (key, what) in &requires {
-        if lookup(&preset, key).is_none() {
-            return Err(format!("preset {name:?} needs {key}: {what}"));
+        match lookup(&preset, key) {
+            None => return Err(format!("preset {name:?} needs {key}: {what}")),
+            // An empty value would be sent as is (`Harvest-Account-Id:`, `?project=`) and
+            // fail only at the API, with its own message.
+            Some((given, Value::String(value))) if value.trim().is_empty() => {
+                return Err(format!(
+                    "{given} is empty; preset {name:?} needs {key}: {what}"
+                ))
+            }
+            Some(_) => {}
         }
     }
     *table = preset;
@@ -133,27 +141,61 @@ fn take_requires(name: &str, preset: &mut Table) -> Result<Vec<(String, String)>
         .collect()
 }
 
+/// The tables whose keys are HTTP header names, which are case-insensitive (RFC 9110).
+const HEADERS_KEY: &str = "headers";
+
 /// Merges `user` into `base`: each of its keys replaces the base's, except that a table
-/// given for a table merges into it key by key.
+/// given for a table merges into it key by key. In a `headers` table a user's header
+/// replaces the base's of the same name in any case, so that one header is sent once.
 fn merge(base: &mut Table, user: Table) {
+    merge_table(base, user, false);
+}
+
+fn merge_table(base: &mut Table, user: Table, header_names: bool) {
     for (key, value) in user {
-        match (base.get_mut(&key), value) {
-            (Some(Value::Table(own)), Value::Table(theirs)) => merge(own, theirs),
+        let existing = if header_names {
+            base.keys()
+                .find(|own| own.eq_ignore_ascii_case(&key))
+                .cloned()
+        } else {
+            Some(key.clone())
+        };
+        match (existing.as_ref().and_then(|own| base.get_mut(own)), value) {
+            (Some(Value::Table(own)), Value::Table(theirs)) => {
+                merge_table(own, theirs, key == HEADERS_KEY)
+            }
             (_, value) => {
+                if let Some(own) = existing.filter(|own| *own != key) {
+                    base.remove(&own);
+                }
                 base.insert(key, value);
             }
         }
     }
 }
 
-/// The value at a dotted `key` (`"headers.Harvest-Account-Id"`), if the table has one.
-fn lookup<'a>(table: &'a Table, key: &str) -> Option<&'a Value> {
+/// The value at a dotted `key` (`"headers.Harvest-Account-Id"`), if the table has one,
+/// with the dotted key as the table spells it: a header name matches in any case.
+fn lookup<'a>(table: &'a Table, key: &str) -> Option<(String, &'a Value)> {
     let mut segments = key.split('.');
-    let mut value = table.get(segments.next()?)?;
+    let first = segments.next()?;
+    let mut value = table.get(first)?;
+    let mut given = first.to_string();
+    let mut header_names = first == HEADERS_KEY;
     for segment in segments {
-        value = value.as_table()?.get(segment)?;
+        let table = value.as_table()?;
+        let (name, next) = if header_names {
+            table
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(segment))?
+        } else {
+            table.get_key_value(segment)?
+        };
+        header_names = name == HEADERS_KEY;
+        given = format!("{given}.{name}");
+        value = next;
     }
-    Some(value)
+    Some((given, value))
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ use url::Url;
 
 use super::auth::{ClientAuth, Grant, OAuth2};
 use crate::http::{display_url, HttpClient};
-use crate::oauth2::{TokenAnswer, TokenEndpointPolicy, REFRESH_MARGIN_SECONDS};
+use crate::oauth2::{
+    refused_refresh, LifetimeWarning, TokenAnswer, TokenEndpointPolicy, REFRESH_MARGIN_SECONDS,
+};
 use crate::{Credentials, FetchError, TokenRefresher};
 
 /// The OAuth2 state of one provider: how its access tokens are had.
@@ -38,6 +40,7 @@ impl OAuth2Runtime {
             client_secret_env: settings.client_secret_env.clone(),
             scope: settings.scope.clone(),
             client_auth: settings.client_auth,
+            lifetime_warning: LifetimeWarning::default(),
         });
         match settings.grant {
             Grant::RefreshToken => OAuth2Runtime::RefreshToken(endpoint),
@@ -81,6 +84,7 @@ pub(super) struct TokenEndpoint {
     client_secret_env: Option<String>,
     scope: Option<String>,
     client_auth: ClientAuth,
+    lifetime_warning: LifetimeWarning,
 }
 
 impl std::fmt::Debug for TokenEndpoint {
@@ -103,6 +107,7 @@ impl TokenEndpoint {
         &self,
         grant: &[(&str, &str)],
         secret: Option<&str>,
+        rotating: Option<&Credentials>,
         what: &'static str,
     ) -> Result<TokenAnswer, FetchError> {
         let client_secret = match (&self.client_secret, &self.client_secret_env) {
@@ -157,12 +162,21 @@ impl TokenEndpoint {
             .client
             .post_form_with(self.token_url.clone(), headers, &form, &policy)
             .await
-            .and_then(|response| TokenAnswer::read(&response.url, &response.value(), Utc::now()));
+            .and_then(|response| {
+                let body = response.value();
+                TokenAnswer::read(&response.url, &body, Utc::now()).map_err(
+                    |error| match rotating {
+                        Some(current) => refused_refresh(error, &response.url, &body, current),
+                        None => error,
+                    },
+                )
+            });
         let secrets = [client_secret, secret, basic.as_deref()];
         let result = result.map_err(|error| error.redact_secrets(secrets.into_iter().flatten()));
         match &result {
-            Ok(_) => {
-                tracing::info!(client_id = %self.client_id, what, "Got an OAuth2 access token.")
+            Ok(answer) => {
+                tracing::info!(client_id = %self.client_id, what, "Got an OAuth2 access token.");
+                self.lifetime_warning.note(answer, &self.token_url);
             }
             Err(error) => tracing::warn!(
                 client_id = %self.client_id,
@@ -186,7 +200,7 @@ impl TokenRefresher for TokenEndpoint {
             ("refresh_token", refresh_token),
         ];
         let answer = self
-            .request(&grant, Some(refresh_token), "the refresh")
+            .request(&grant, Some(refresh_token), Some(current), "the refresh")
             .await?;
         Ok(answer.into_credentials(current))
     }
@@ -234,7 +248,7 @@ impl ClientCredentials {
         // not kept: the client's own credentials buy the next token.
         let answer = self
             .endpoint
-            .request(&grant, None, "the client credentials")
+            .request(&grant, None, None, "the client credentials")
             .await?;
         let token = answer.access_token.clone();
         *cache = Some(CachedToken {

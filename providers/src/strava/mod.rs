@@ -83,6 +83,7 @@ impl StravaProvider {
             client_id: config.client_id.clone(),
             client_secret,
             clock: clock.clone(),
+            lifetime_warning: Arc::default(),
         };
         let limits = RateLimits::new(config.rate_limit_reserve, clock);
         Ok(StravaProvider {

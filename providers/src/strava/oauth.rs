@@ -10,9 +10,9 @@ use url::Url;
 
 use super::limits::Clock;
 use crate::http::{display_url, Answer, HttpClient, ResponsePolicy, Verdict};
-use crate::oauth2::TokenAnswer;
 #[cfg(test)]
 pub(crate) use crate::oauth2::{expiry, seconds};
+use crate::oauth2::{refused_refresh, LifetimeWarning, TokenAnswer};
 use crate::{Credentials, FetchError, TokenRefresher};
 
 /// Spends a connection's refresh token at Strava's token endpoint.
@@ -28,6 +28,8 @@ pub(crate) struct OAuthClient {
     pub client_secret: SecretString,
     /// Where "now" comes from, for `expires_in`.
     pub clock: Clock,
+    /// Says once that Strava's answers give their tokens no lifetime.
+    pub lifetime_warning: std::sync::Arc<LifetimeWarning>,
 }
 
 impl std::fmt::Debug for OAuthClient {
@@ -58,9 +60,14 @@ impl TokenRefresher for OAuthClient {
             .post_form_with(self.token_url.clone(), headers, &form, &TokenPolicy)
             .await
             .and_then(|response| {
-                TokenAnswer::read(&response.url, &response.value(), (self.clock)())
+                let body = response.value();
+                TokenAnswer::read(&response.url, &body, (self.clock)())
+                    .map_err(|error| refused_refresh(error, &response.url, &body, current))
             })
-            .map(|answer| answer.into_credentials(current));
+            .map(|answer| {
+                self.lifetime_warning.note(&answer, &self.token_url);
+                answer.into_credentials(current)
+            });
         let result = result.map_err(|error| error.redact_secrets([client_secret, refresh_token]));
         match &result {
             Ok(_) => {

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use tributary_providers::quote::truncated;
 
 /// The prefix of the cursor's text form: its format's version.
 const PREFIX: &str = "c1.";
@@ -58,7 +59,7 @@ impl FromStr for Cursor {
 
     fn from_str(text: &str) -> Result<Cursor, CursorError> {
         let error = |reason| CursorError {
-            shown: text.chars().take(SHOWN_CHARS).collect(),
+            shown: truncated(text, SHOWN_CHARS),
             reason,
         };
         let body = text

@@ -231,3 +231,41 @@ fn both_readmes_list_every_preset_and_no_other() {
     assert_eq!(preset_table(presets_readme), names(), "presets/README.md");
     assert_eq!(preset_table(root_readme), names(), "README.md");
 }
+
+#[test]
+fn a_required_header_is_found_in_any_case_and_sent_once() {
+    let config = rest(
+        "preset = \"harvest_time_entries\"\nheaders = { \"harvest-account-id\" = \"123456\" }\n",
+    );
+    assert_eq!(
+        config.headers.get("harvest-account-id").map(String::as_str),
+        Some("123456")
+    );
+    // A user's header replaces a preset's of the same name in another case.
+    let mut base = table("[headers]\nAccept = \"application/json\"\n");
+    crate::presets::merge(&mut base, table("[headers]\naccept = \"text/csv\"\n"));
+    assert_eq!(base, table("[headers]\naccept = \"text/csv\"\n"));
+}
+
+#[test]
+fn an_empty_required_value_is_refused_naming_the_key() {
+    for (preset, own, key) in [
+        (
+            "harvest_time_entries",
+            "headers = { \"harvest-account-id\" = \"\" }",
+            "headers.harvest-account-id",
+        ),
+        (
+            "asana_tasks",
+            "query = { project = \" \" }",
+            "query.project",
+        ),
+        ("shopify_orders", "base_url = \"\"", "base_url"),
+    ] {
+        let message = apply(&mut table(&format!("preset = \"{preset}\"\n{own}\n"))).unwrap_err();
+        assert!(
+            message.starts_with(&format!("{key} is empty; preset \"{preset}\" needs ")),
+            "{message}"
+        );
+    }
+}

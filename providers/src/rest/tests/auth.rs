@@ -474,7 +474,7 @@ async fn unusable_token_answers_are_shape_errors_without_the_tokens() {
             ("grant_type", "refresh_token"),
             ("refresh_token", OLD_REFRESH),
         ])
-        .respond_with(ResponseTemplate::new(200).set_body_json(body))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&body))
         .expect(1)
         .mount(&server)
         .await;
@@ -485,6 +485,24 @@ async fn unusable_token_answers_are_shape_errors_without_the_tokens() {
             .fetch_page(&context(&stale, &store), None)
             .await
             .unwrap_err();
+        assert_no_secret(&format!("{error:?}"));
+        // A refresh token the refused answer rotated is handed to the store to keep, with
+        // the access token that was the connection's.
+        let (error, kept) = match error {
+            FetchError::RefusedWithRotation { error, kept } => (*error, Some(kept)),
+            error => (error, None),
+        };
+        let kept = kept.map(|kept| {
+            use secrecy::ExposeSecret;
+            let secret = |token: Option<SecretString>| token.map(|t| t.expose_secret().to_string());
+            (secret(kept.token), secret(kept.refresh_token))
+        });
+        let rotated = body.get("refresh_token").is_some();
+        assert_eq!(
+            kept,
+            rotated.then(|| (Some(OLD_TOKEN.to_string()), Some(NEW_REFRESH.to_string()))),
+            "{body}"
+        );
         assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
         assert!(error.to_string().contains(expected), "{error}");
         assert_no_secret(&format!("{error} {error:?} {:?}", error.body()));
@@ -612,6 +630,41 @@ async fn a_client_credentials_token_near_expiry_is_fetched_again() {
     }
     assert_eq!(seen, ["1", "2", "2"]);
     assert_eq!(token_requests(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_client_credentials_token_without_a_lifetime_serves_several_pages() {
+    for expires_in in [0, -5] {
+        let server = MockServer::start().await;
+        // No lifetime would mean a token before every page; it is taken to live the floor.
+        token_endpoint(&[("grant_type", "client_credentials")])
+            .respond_with(granted(NEW_TOKEN, None, expires_in))
+            .mount(&server)
+            .await;
+        api_with(NEW_TOKEN)
+            .respond_with(records(&[1]))
+            .expect(4)
+            .mount(&server)
+            .await;
+        let provider = oauth_provider(&server, "client_credentials", json!({}), json!({}));
+        let none = Credentials::default();
+        let context = FetchContext::full(&none, "records");
+        for _ in 0..4 {
+            provider.fetch_page(&context, None).await.unwrap();
+        }
+        assert_eq!(
+            token_requests(&server).await.len(),
+            1,
+            "expires_in {expires_in}"
+        );
+    }
+    let now = Utc::now();
+    for (expires_at, expires_in) in [(None, Some(0)), (None, Some(i64::MIN)), (Some(0), None)] {
+        assert_eq!(
+            crate::oauth2::expiry(expires_at, expires_in, now),
+            Some(now.timestamp() + crate::oauth2::MIN_TOKEN_LIFETIME_SECONDS)
+        );
+    }
 }
 
 #[tokio::test]

@@ -286,9 +286,19 @@ async fn a_token_answer_without_an_access_token_is_a_shape_error_without_the_tok
         .fetch_page(&context(&stale, &store), None)
         .await
         .unwrap_err();
-    assert!(matches!(error, FetchError::Shape { .. }), "{error:?}");
-    assert!(error.to_string().contains("has no access_token"), "{error}");
     assert_no_secret(&format!("{error} {error:?} {:?}", error.body()));
+    // The answer rotated the refresh token: the store is handed it to keep.
+    let FetchError::RefusedWithRotation { error, kept } = error else {
+        panic!("the rotated refresh token is not handed on: {error:?}");
+    };
+    assert_eq!(
+        kept.refresh_token
+            .as_ref()
+            .map(secrecy::ExposeSecret::expose_secret),
+        Some(NEW_REFRESH)
+    );
+    assert!(matches!(*error, FetchError::Shape { .. }), "{error:?}");
+    assert!(error.to_string().contains("has no access_token"), "{error}");
 }
 
 #[test]

@@ -55,7 +55,7 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let query = FeedQuery {
-        since: args.since.unwrap_or(Cursor::START),
+        since: args.since,
         provider: args.provider.as_deref(),
         user_id: args.user.as_deref(),
         limit: args.limit,

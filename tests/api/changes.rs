@@ -327,15 +327,9 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         seq: first_seq,
         ordinal: 1,
     };
-    for since in [None, Some(inside.to_string())] {
-        let mut args = vec!["changes".to_string()];
-        args.extend(
-            since
-                .iter()
-                .flat_map(|since| ["--since".to_string(), since.clone()]),
-        );
-        let output = run(tributary(&config).args(&args));
-        assert_eq!(output.code, 3, "{args:?}: {}", output.stderr);
+    for since in [Cursor::START, inside] {
+        let output = run(tributary(&config).args(["changes", "--since", &since.to_string()]));
+        assert_eq!(output.code, 3, "{since:?}: {}", output.stderr);
         assert!(
             output
                 .stderr
@@ -346,7 +340,7 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         );
     }
     let query = FeedQuery {
-        since: Cursor::START,
+        since: Some(Cursor::START),
         provider: None,
         user_id: None,
         limit: 10,
@@ -378,6 +372,68 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         "{}",
         output.stderr
     );
+}
+
+/// Every deployment sweeps once the retention has passed: a reader that asks for the
+/// whole feed (no `--since`) then reads from the first change kept, not an error.
+#[tokio::test]
+async fn a_read_without_a_cursor_starts_at_the_first_change_kept_after_a_sweep() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    app.api.reset().await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..5)), None)]).await;
+    app.sync_one(&settings).await;
+    let seqs = app.batch_seqs().await;
+    assert_eq!(seqs.len(), 2, "{seqs:?}");
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Seq.eq(seqs[0]))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    read_all(&app.db, Cursor::START, 100).await;
+    let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+        .await
+        .expect("swept");
+    assert_eq!(swept.swept_seq, Some(seqs[0]));
+
+    let page = changes_json(&config, &[]);
+    let kept: Vec<(&str, &str)> = page["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|change| {
+            (
+                change["external_id"].as_str().expect("id"),
+                change["kind"].as_str().expect("kind"),
+            )
+        })
+        .collect();
+    assert_eq!(kept, [("k3", "inserted"), ("k4", "inserted")]);
+    let table = run(tributary(&config).arg("changes"));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(table.stdout.contains("k3"), "{}", table.stdout);
+
+    let query = FeedQuery {
+        since: None,
+        provider: None,
+        user_id: None,
+        limit: 1,
+    };
+    let first = changes::read_changes(&app.db, &query).await.expect("read");
+    assert_eq!(
+        kinds(&first.changes),
+        [("k3".to_string(), ChangeKind::Inserted)]
+    );
+    let (rest, _) = read_all(&app.db, first.next, 100).await;
+    assert_eq!(kinds(&rest), [("k4".to_string(), ChangeKind::Inserted)]);
 }
 
 /// A pool of the test's own on the app's database (on SQLite, another connection to the
@@ -417,7 +473,7 @@ impl Poller {
     /// One read; returns the external ids it found.
     async fn poll(&mut self) -> Vec<String> {
         let query = FeedQuery {
-            since: self.cursor,
+            since: Some(self.cursor),
             provider: None,
             user_id: None,
             limit: self.limit,
@@ -1140,7 +1196,7 @@ async fn a_runs_cursors_are_accepted_while_an_older_transaction_is_open() {
     assert!(!changes::align_clock(&app.db).await.expect("aligned"));
     for since in [bounds.before, bounds.after] {
         let query = FeedQuery {
-            since,
+            since: Some(since),
             provider: None,
             user_id: None,
             limit: 100,
@@ -1199,7 +1255,7 @@ async fn the_sweep_leaves_a_batch_no_reader_may_read_yet() {
             "behind the open one"
         );
         let query = FeedQuery {
-            since: reader,
+            since: Some(reader),
             provider: None,
             user_id: None,
             limit: 10,

@@ -32,8 +32,8 @@ const PAYLOAD_CHUNK: usize = 500;
 /// What to read.
 #[derive(Clone, Copy, Debug)]
 pub struct FeedQuery<'a> {
-    /// Read the changes after this position.
-    pub since: Cursor,
+    /// Read the changes after this position; `None` reads from the first change kept.
+    pub since: Option<Cursor>,
     pub provider: Option<&'a str>,
     pub user_id: Option<&'a str>,
     /// At most this many changes (1 to [`MAX_LIMIT`]).
@@ -104,6 +104,11 @@ impl Clock {
 
     fn head(self) -> Cursor {
         Cursor::after_batch(self.seq)
+    }
+
+    /// Just before the first change kept: every batch up to the swept seq may be gone.
+    fn start(self) -> Cursor {
+        Cursor::after_batch(self.swept_seq)
     }
 
     /// Whether `cursor` is one this database could have issued (at most the head, or a
@@ -211,8 +216,15 @@ pub async fn read_changes(
         }
     };
     let clock = Clock::read(&txn).await?;
-    clock.check(query.since, newest_batch(&txn).await?)?;
-    let mut from = query.since;
+    let since = match query.since {
+        Some(cursor) => {
+            clock.check(cursor, newest_batch(&txn).await?)?;
+            cursor
+        }
+        // A reader that asks for everything kept is given it, however much was swept.
+        None => clock.start(),
+    };
+    let mut from = since;
     let mut picked: Vec<(change_batch::Model, ChangeRef)> = Vec::new();
     let reached_end = loop {
         let batches = batches_after(&txn, query, from, clock.seq).await?;
@@ -243,12 +255,12 @@ pub async fn read_changes(
     let last = changes.last().map(|change| change.cursor);
     let next = match reached_end {
         // Everything up to the snapshot's head was read (the filters only skip).
-        true => [Some(query.since), last, Some(clock.head())]
+        true => [Some(since), last, Some(clock.head())]
             .into_iter()
             .flatten()
             .max()
-            .unwrap_or(query.since),
-        false => last.unwrap_or(query.since),
+            .unwrap_or(since),
+        false => last.unwrap_or(since),
     };
     Ok(FeedPage { changes, next })
 }

@@ -18,7 +18,7 @@ use tributary::config::{DatabaseSettings, WriteMode};
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{change, change_batch, change_clock, connection};
 use tributary::pipeline::changes::{
-    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedError, FeedQuery,
+    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedCursor, FeedError, FeedQuery,
 };
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
@@ -36,6 +36,21 @@ use crate::helpers::{
 /// after them.
 async fn read_all(db: &DatabaseConnection, since: Cursor, limit: u64) -> (Vec<FeedChange>, Cursor) {
     read_feed(db, since, limit).await
+}
+
+/// `position` as a reader of `db`'s feed holds it: the text `changes` prints.
+async fn issued(db: &DatabaseConnection, position: Cursor) -> String {
+    let database = changes::database_id(db).await.expect("the database's id");
+    FeedCursor {
+        database: Some(database),
+        position,
+    }
+    .to_string()
+}
+
+/// The position of a cursor `changes` printed.
+fn position(text: &str) -> Cursor {
+    text.parse::<FeedCursor>().expect("a cursor").position
 }
 
 /// The (external id, kind) of each change, in feed order.
@@ -203,7 +218,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
             assert!(change["cursor"]
                 .as_str()
                 .expect("cursor")
-                .starts_with("c1."));
+                .starts_with("c2."));
             assert!(change["committed_at"].is_string());
             seen.push(change["external_id"].as_str().expect("id").to_string());
         }
@@ -211,7 +226,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
             .as_str()
             .expect("next_cursor")
             .to_string();
-        assert!(next.starts_with("c1."), "{next}");
+        assert!(next.starts_with("c2."), "{next}");
         cursor = Some(next);
         if changes.is_empty() {
             break;
@@ -229,8 +244,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
     let head = head.stdout.trim().to_string();
     if backend() == Backend::Postgres {
         // The head follows the server's transactions, which go on.
-        let parse = |text: &str| text.parse::<Cursor>().expect("a cursor");
-        assert!(parse(&head) >= parse(cursor.as_deref().expect("a cursor")));
+        assert!(position(&head) >= position(cursor.as_deref().expect("a cursor")));
     } else {
         assert_eq!(Some(&head), cursor.as_ref());
     }
@@ -239,8 +253,8 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
     changed[2]["n"] = json!("new");
     mount_cursor_pages(&app.api, vec![(Value::Array(changed), None)]).await;
     app.sync_one(&settings).await;
-    let (_, caught_up) = read_all(&app.db, head.parse().expect("a cursor"), 100).await;
-    assert!(caught_up > head.parse().expect("a cursor"));
+    let (_, caught_up) = read_all(&app.db, position(&head), 100).await;
+    assert!(caught_up > position(&head));
     let after = changes_json(&config, &["--since", &head]);
     let after = after["changes"].as_array().expect("changes");
     assert_eq!(after.len(), 1, "{after:?}");
@@ -259,7 +273,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
         table.stdout
     );
     assert!(
-        table.stdout.contains("Next cursor: c1."),
+        table.stdout.contains("Next cursor: c2."),
         "{}",
         table.stdout
     );
@@ -328,7 +342,8 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         ordinal: 1,
     };
     for since in [Cursor::START, inside] {
-        let output = run(tributary(&config).args(["changes", "--since", &since.to_string()]));
+        let since = issued(&app.db, since).await;
+        let output = run(tributary(&config).args(["changes", "--since", &since]));
         assert_eq!(output.code, 3, "{since:?}: {}", output.stderr);
         assert!(
             output
@@ -353,7 +368,7 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
 
     // A reader that had read the whole swept batch lost nothing and reads on.
     read_all(&app.db, after_first, 100).await;
-    let page = changes_json(&config, &["--since", &after_first.to_string()]);
+    let page = changes_json(&config, &["--since", &issued(&app.db, after_first).await]);
     let kept = page["changes"].as_array().expect("changes");
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0]["external_id"], "k3");
@@ -362,7 +377,11 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
     // Past the head and every stored batch (on PostgreSQL a batch may be above the head).
     let head = changes::head(&app.db).await.expect("head");
     let newest = app.batch_seqs().await.last().copied().unwrap_or(0);
-    let ahead = Cursor::after_batch(head.seq.max(newest) + 1_000_000).to_string();
+    let ahead = issued(
+        &app.db,
+        Cursor::after_batch(head.seq.max(newest) + 1_000_000),
+    )
+    .await;
     let output = run(tributary(&config).args(["changes", "--since", &ahead]));
     assert_eq!(output.code, 3, "{}", output.stderr);
     assert!(
@@ -434,6 +453,80 @@ async fn a_read_without_a_cursor_starts_at_the_first_change_kept_after_a_sweep()
     );
     let (rest, _) = read_all(&app.db, first.next, 100).await;
     assert_eq!(kinds(&rest), [("k4".to_string(), ChangeKind::Inserted)]);
+}
+
+/// Two databases' feeds number their changes alike (on PostgreSQL the databases of one
+/// cluster even share the transaction ids that number them), so a cursor carries the
+/// database that issued it: read on another database it is refused with exit 3, never
+/// answered with that database's changes. A cursor of the previous release, which names
+/// no database, is refused the same way with a message saying how to start again.
+#[tokio::test]
+async fn a_cursor_from_another_database_is_refused_with_a_resync_message() {
+    let issuer = spawn_app().await;
+    let other = spawn_app().await;
+    let mut configs = Vec::new();
+    for (app, prefix) in [(&issuer, "a"), (&other, "b")] {
+        let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+        let settings = app.settings(&providers).await;
+        mount_cursor_pages(&app.api, vec![(json!(items(prefix, "alice", 0..3)), None)]).await;
+        app.sync_one(&settings).await;
+        // Until every change is readable (on PostgreSQL other tests' transactions hold
+        // the head back), so that the read below stops after the first change.
+        read_all(&app.db, Cursor::START, 100).await;
+        configs.push(app.write_config(&providers));
+    }
+    let (issuer_config, other_config) = (&configs[0], &configs[1]);
+    assert_ne!(
+        changes::database_id(&issuer.db).await.expect("id"),
+        changes::database_id(&other.db).await.expect("id"),
+        "each database draws its own id"
+    );
+
+    let first = changes_json(issuer_config, &["--limit", "1"]);
+    assert_eq!(first["changes"][0]["external_id"], "a0");
+    let cursor = first["next_cursor"].as_str().expect("next_cursor");
+    let elsewhere = run(tributary(other_config).args(["changes", "--json", "--since", cursor]));
+    assert_eq!(
+        elsewhere.code, 3,
+        "{}{}",
+        elsewhere.stdout, elsewhere.stderr
+    );
+    assert!(
+        elsewhere
+            .stderr
+            .contains("was issued by another database's change feed")
+            && elsewhere.stderr.contains("tributary changes --head"),
+        "{}",
+        elsewhere.stderr
+    );
+    assert_eq!(elsewhere.stdout, "", "none of the other database's changes");
+    // On the database that issued it, it reads on.
+    let rest = changes_json(issuer_config, &["--since", cursor]);
+    let rest: Vec<&str> = rest["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|change| change["external_id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(rest, ["a1", "a2"]);
+
+    // The previous release's form of the same position names no database.
+    let legacy = FeedCursor {
+        database: None,
+        position: position(cursor),
+    }
+    .to_string();
+    assert!(legacy.starts_with("c1."), "{legacy}");
+    for config in [issuer_config, other_config] {
+        let output = run(tributary(config).args(["changes", "--since", &legacy]));
+        assert_eq!(output.code, 3, "{}{}", output.stdout, output.stderr);
+        assert!(
+            output.stderr.contains("earlier release of tributary")
+                && output.stderr.contains("tributary changes --head"),
+            "{}",
+            output.stderr
+        );
+    }
 }
 
 /// A pool of the test's own on the app's database (on SQLite, another connection to the
@@ -1092,14 +1185,10 @@ async fn the_feed_is_read_without_the_tokens_or_the_key() {
     std::fs::write(&config, text).expect("config written");
     let head = run(tributary(&config).args(["changes", "--head"]));
     assert_eq!(head.code, 0, "{}", head.stderr);
-    let head: Cursor = head.stdout.trim().parse().expect("a cursor");
+    let head = position(head.stdout.trim());
     let page = changes_json(&config, &[]);
     assert_eq!(page["changes"], json!([]));
-    let next: Cursor = page["next_cursor"]
-        .as_str()
-        .expect("next_cursor")
-        .parse()
-        .expect("a cursor");
+    let next = position(page["next_cursor"].as_str().expect("next_cursor"));
     if backend() == Backend::Postgres {
         // The head follows the transactions of the whole server, which go on.
         assert!(next >= head, "{next:?} {head:?}");

@@ -15,9 +15,10 @@ use sea_orm::{
     FromQueryResult, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, DatabaseId, FeedCursor};
 use crate::entities::change::ChangeKind;
-use crate::entities::{change, change_batch, record};
+use crate::entities::change_clock::CLOCK_ROW;
+use crate::entities::{change, change_batch, change_clock, record};
 
 /// The most changes one read returns.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -66,25 +67,41 @@ pub struct FeedPage {
     /// The cursor to read from next: after the last change returned, or, when the read
     /// reached the end of the feed, the head it saw.
     pub next: Cursor,
+    /// The database whose feed was read, which the cursors shown to readers carry.
+    pub database: DatabaseId,
 }
 
 /// Why a read could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
     #[error(
-        "the cursor {cursor} is older than the change feed's retention: changes up to \
+        "the cursor ({cursor}) is older than the change feed's retention: changes up to \
          seq {swept} were swept, so some changes after the cursor are gone. Resync: take \
          the head (`tributary changes --head`), copy the records table again, then follow \
          the feed from that head"
     )]
     Expired { cursor: Cursor, swept: i64 },
     #[error(
-        "the cursor {cursor} is ahead of this database's change feed (its head is {head}): \
+        "the cursor ({cursor}) is ahead of this database's change feed (its head is {head}): \
          it was issued by another database, or this one was restored from an older backup. \
          Resync: take the head (`tributary changes --head`), copy the records table \
          again, then follow the feed from that head"
     )]
     Ahead { cursor: Cursor, head: Cursor },
+    #[error(
+        "the cursor {cursor} was issued by another database's change feed, not this \
+         one's: its changes are not this database's. Resync: take the head (`tributary \
+         changes --head`), copy the records table again, then follow the feed from that \
+         head"
+    )]
+    OtherDatabase { cursor: FeedCursor },
+    #[error(
+        "the cursor {cursor} was issued by an earlier release of tributary, whose cursors \
+         do not say which database issued them, so it cannot be told from another \
+         database's. Resync once: take the head (`tributary changes --head`), copy the \
+         records table again, then follow the feed from that head"
+    )]
+    Unidentified { cursor: FeedCursor },
     #[error("reading the change feed failed: {0}")]
     Database(#[from] DbErr),
 }
@@ -143,6 +160,42 @@ async fn newest_batch(db: &impl ConnectionTrait) -> Result<Option<i64>, DbErr> {
         .one(db)
         .await?
         .flatten())
+}
+
+/// This database's id, which every cursor its feed issues carries.
+pub async fn database_id(db: &impl ConnectionTrait) -> Result<DatabaseId, DbErr> {
+    let stored: Option<Option<String>> = change_clock::Entity::find_by_id(CLOCK_ROW)
+        .select_only()
+        .column(change_clock::Column::DatabaseId)
+        .into_tuple()
+        .one(db)
+        .await?;
+    stored
+        .flatten()
+        .as_deref()
+        .and_then(DatabaseId::from_column)
+        .ok_or_else(|| {
+            DbErr::Custom(format!(
+                "the change feed's database id (change_clock.database_id, id = {CLOCK_ROW}) \
+                 is missing or not 32 hexadecimal digits; the migrations set it and nothing \
+                 may change it"
+            ))
+        })
+}
+
+/// The position of a reader's `cursor` in this database's feed: refused unless this
+/// database issued it.
+pub async fn position_in(
+    db: &impl ConnectionTrait,
+    cursor: FeedCursor,
+) -> Result<Cursor, FeedError> {
+    match cursor.database {
+        None => Err(FeedError::Unidentified { cursor }),
+        Some(issuer) if issuer != database_id(db).await? => {
+            Err(FeedError::OtherDatabase { cursor })
+        }
+        Some(_) => Ok(cursor.position),
+    }
 }
 
 /// The head: the cursor after every change readable so far (on PostgreSQL, those
@@ -216,6 +269,7 @@ pub async fn read_changes(
         }
     };
     let clock = Clock::read(&txn).await?;
+    let database = database_id(&txn).await?;
     let since = match query.since {
         Some(cursor) => {
             clock.check(cursor, newest_batch(&txn).await?)?;
@@ -262,7 +316,11 @@ pub async fn read_changes(
             .unwrap_or(since),
         false => last.unwrap_or(since),
     };
-    Ok(FeedPage { changes, next })
+    Ok(FeedPage {
+        changes,
+        next,
+        database,
+    })
 }
 
 /// The stamped batches after `from` and up to seq `newest` that match the query's

@@ -529,6 +529,162 @@ async fn a_cursor_from_another_database_is_refused_with_a_resync_message() {
     }
 }
 
+/// Inserts a record row by hand (an import, or a stream's record), deleted already when
+/// `deleted`; returns its id.
+async fn raw_record(
+    app: &TestApp,
+    (user, provider, id): (&str, &str, &str),
+    payload: &str,
+    updated_minutes_ago: i64,
+    deleted: bool,
+) -> i64 {
+    use sea_orm::{ActiveModelTrait, Set};
+    let at = chrono::Utc::now() - chrono::Duration::minutes(updated_minutes_ago);
+    tributary::entities::record::ActiveModel {
+        user_id: Set(user.to_string()),
+        provider: Set(provider.to_string()),
+        external_id: Set(id.to_string()),
+        payload: Set(payload.to_string()),
+        content_hash: Set(sha256_hex(payload.as_bytes())),
+        first_seen_run_id: Set(0),
+        last_seen_run_id: Set(0),
+        created_at: Set(at),
+        updated_at: Set(at),
+        deleted_at: Set(deleted.then_some(at)),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .expect("record inserted")
+    .id
+}
+
+/// Each change as (user, provider, external id, kind, deleted now, run id), sorted.
+fn summary(changes: &[FeedChange]) -> Vec<(String, String, String, ChangeKind, bool, i64)> {
+    let mut summary: Vec<_> = changes
+        .iter()
+        .map(|change| {
+            (
+                change.user_id.clone(),
+                change.provider.clone(),
+                change.external_id.clone(),
+                change.kind,
+                change.deleted,
+                change.run_id,
+            )
+        })
+        .collect();
+    summary.sort();
+    summary
+}
+
+/// `connections remove --delete-records` removes records outside any run: each live one
+/// is a `deleted` change (run id 0), in every namespace of the connection, so that a
+/// follower of the feed deletes them too; nobody else's records change.
+#[tokio::test]
+async fn removing_a_connection_with_its_records_is_a_deleted_change_for_each() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let added = run(tributary(&config)
+        .args(["connections", "add", "--provider", "acme", "--user", "bob"])
+        .args(["--token-stdin"])
+        .write_stdin("token-bob\n"));
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    for key in [
+        ("bob", "acme", "b1"),
+        ("bob", "acme", "b2"),
+        ("bob", "acme.things", "t1"),
+    ] {
+        raw_record(&app, key, "{}", 1, false).await;
+    }
+    // Its `deleted` change was read when it was marked.
+    raw_record(&app, ("bob", "acme", "gone"), "{}", 1, true).await;
+    raw_record(&app, ("alice", "acme", "b1"), "{}", 1, false).await;
+    raw_record(&app, ("bob", "acmex", "b1"), "{}", 1, false).await;
+    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
+
+    let removed = run(tributary(&config).args([
+        "connections",
+        "remove",
+        "--provider",
+        "acme",
+        "--user",
+        "bob",
+        "--delete-records",
+    ]));
+    assert_eq!(removed.code, 0, "{}", removed.stderr);
+    assert!(
+        removed.stdout.contains("and its 4 record(s)"),
+        "{}",
+        removed.stdout
+    );
+    let (feed, _) = read_all(&app.db, reader, 100).await;
+    let deleted = |provider: &str, id: &str| {
+        let (user, provider, id) = ("bob".into(), provider.into(), id.into());
+        (user, provider, id, ChangeKind::Deleted, true, 0)
+    };
+    assert_eq!(
+        summary(&feed),
+        [
+            deleted("acme", "b1"),
+            deleted("acme", "b2"),
+            deleted("acme.things", "t1")
+        ]
+    );
+    let left: Vec<(String, String)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|record| (record.user_id, record.provider))
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(!left.contains(&("bob".to_string(), "acme".to_string())));
+}
+
+/// `reconcile` removes duplicate rows outside any run: each key it reconciled is a
+/// `deleted` change (run id 0), whose record is the key's kept row, so that a follower
+/// that copied a removed row takes the kept one instead; no other key changes.
+#[tokio::test]
+async fn reconcile_is_a_deleted_change_for_each_key_whose_duplicates_it_removed() {
+    let app = spawn_app().await;
+    let drop_index = match backend() {
+        Backend::Mysql => "DROP INDEX records_user_provider_external_id_key ON records",
+        _ => "DROP INDEX records_user_provider_external_id_key",
+    };
+    app.execute(drop_index).await;
+    let duplicated = [
+        ("alice", "acme", "x"),
+        ("alice", "acme.things", "x"),
+        ("bob", "acme", "x"),
+    ];
+    for key in duplicated {
+        raw_record(&app, key, r#"{"v":"old"}"#, 60, false).await;
+        raw_record(&app, key, r#"{"v":"new"}"#, 5, false).await;
+        raw_record(&app, key, r#"{"v":"mid"}"#, 30, false).await;
+    }
+    raw_record(&app, ("alice", "acme", "single"), "{}", 1, false).await;
+    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+
+    let reconciled = run(tributary(&config).args(["reconcile", "--no-audit-log"]));
+    assert_eq!(reconciled.code, 0, "{}", reconciled.stderr);
+    assert_eq!(app.records().await.len(), 4);
+    let (feed, _) = read_all(&app.db, reader, 100).await;
+    let expected: Vec<_> = duplicated
+        .iter()
+        .map(|(user, provider, id)| {
+            let key = (user.to_string(), provider.to_string(), id.to_string());
+            (key.0, key.1, key.2, ChangeKind::Deleted, false, 0)
+        })
+        .collect();
+    assert_eq!(summary(&feed), expected);
+    assert!(
+        feed.iter()
+            .all(|change| change.payload.as_deref() == Some(r#"{"v":"new"}"#)),
+        "each shows its key's kept row: {feed:?}"
+    );
+}
+
 /// A pool of the test's own on the app's database (on SQLite, another connection to the
 /// file, so that it reads while the app's one writer is inside a transaction).
 async fn pool(app: &TestApp, connections: u32) -> tributary::db::DatabasePools {

@@ -97,6 +97,10 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         let output = Output {
             changes,
             next_cursor: issued(page.next),
+            feed_start: Start {
+                cursor: issued(page.start.cursor),
+                first_committed_at: page.start.first_committed_at,
+            },
         };
         println!("{}", serde_json::to_string_pretty(&output)?);
         return Ok(ExitCode::SUCCESS);
@@ -130,15 +134,37 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         ]
     })?;
     println!("Next cursor: {}", issued(page.next));
+    let first = match page.start.first_committed_at {
+        Some(time) => format!(
+            "its first change kept committed {}",
+            time.format("%Y-%m-%d %H:%M:%S UTC")
+        ),
+        None => "no change is kept yet".to_string(),
+    };
+    println!(
+        "The feed begins at {} ({first}): earlier changes were swept, and records stored \
+         before the feed existed have none. For every record, take the head (`changes \
+         --head`), copy `records`, then follow from the head.",
+        issued(page.start.cursor)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--json`: the changes and the cursor to pass next.
+/// `--json`: the changes, the cursor to pass next, and where the feed begins.
 #[derive(Serialize)]
 struct Output<'a> {
     changes: Vec<ChangeLine<'a>>,
     #[serde(serialize_with = "as_text")]
     next_cursor: FeedCursor,
+    feed_start: Start,
+}
+
+/// Where the feed begins: a reader from `cursor` reads every change kept.
+#[derive(Serialize)]
+struct Start {
+    #[serde(serialize_with = "as_text")]
+    cursor: FeedCursor,
+    first_committed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `--head --json`.

@@ -685,6 +685,87 @@ async fn reconcile_is_a_deleted_change_for_each_key_whose_duplicates_it_removed(
     );
 }
 
+/// After the upgrade that added the feed, `records` holds rows the feed never saw, and
+/// after a sweep the feed's oldest changes are gone: `changes` says where the feed begins
+/// (the cursor before its first change kept, and when that change committed), and the
+/// table says how to take every record instead.
+#[tokio::test]
+async fn changes_says_where_the_feed_begins() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    // Stored before the feed existed: no change describes it.
+    raw_record(&app, ("alice", "acme", "older"), "{}", 60, false).await;
+    let start = |page: &Value| {
+        (
+            position(page["feed_start"]["cursor"].as_str().expect("a cursor")),
+            page["feed_start"]["first_committed_at"].clone(),
+        )
+    };
+    let empty = changes_json(&config, &[]);
+    assert_eq!(empty["changes"], json!([]));
+    assert_eq!(start(&empty), (Cursor::after_batch(0), Value::Null));
+    let table = run(tributary(&config).arg("changes"));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("The feed begins at c2.")
+            && table.stdout.contains("no change is kept yet")
+            && table.stdout.contains("copy `records`"),
+        "{}",
+        table.stdout
+    );
+
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..2)), None)]).await;
+    app.sync_one(&settings).await;
+    app.api.reset().await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    read_all(&app.db, Cursor::START, 100).await;
+    let seqs = app.batch_seqs().await;
+    assert_eq!(seqs.len(), 2, "{seqs:?}");
+    let committed = |page: &Value| {
+        let (_, at) = start(page);
+        let at = at.as_str().expect("a time").to_string();
+        at.parse::<chrono::DateTime<chrono::Utc>>()
+            .expect("RFC 3339")
+    };
+    let synced = changes_json(&config, &["--limit", "1"]);
+    assert_eq!(start(&synced).0, Cursor::after_batch(0));
+    let batches = change_batch::Entity::find()
+        .order_by_asc(change_batch::Column::Seq)
+        .all(&app.db)
+        .await
+        .expect("batches");
+    assert_eq!(Some(committed(&synced)), batches[0].committed_at);
+
+    // The first batch expires: the feed now begins after it.
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Seq.eq(seqs[0]))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+        .await
+        .expect("swept");
+    let swept = changes_json(&config, &[]);
+    assert_eq!(start(&swept).0, Cursor::after_batch(seqs[0]));
+    assert_eq!(Some(committed(&swept)), batches[1].committed_at);
+    let from_start = changes_json(
+        &config,
+        &[
+            "--since",
+            swept["feed_start"]["cursor"].as_str().expect("a cursor"),
+        ],
+    );
+    assert_eq!(from_start["changes"], swept["changes"]);
+    assert_eq!(swept["changes"][0]["external_id"], "k2");
+}
+
 /// A pool of the test's own on the app's database (on SQLite, another connection to the
 /// file, so that it reads while the app's one writer is inside a transaction).
 async fn pool(app: &TestApp, connections: u32) -> tributary::db::DatabasePools {

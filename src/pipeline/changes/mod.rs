@@ -19,7 +19,7 @@ pub use order::align_clock;
 pub(crate) use order::TRANSACTION_SEQ;
 pub use read::{
     database_id, head, position_in, read_changes, run_cursor_bounds, FeedChange, FeedError,
-    FeedPage, FeedQuery, RunCursors, MAX_LIMIT,
+    FeedPage, FeedQuery, FeedStart, RunCursors, MAX_LIMIT,
 };
 pub use sweep::{sweep_expired_changes, SweptChanges};
 pub(crate) use write::{clock_missing, CLOCK_SEQ, TICK};

@@ -69,6 +69,20 @@ pub struct FeedPage {
     pub next: Cursor,
     /// The database whose feed was read, which the cursors shown to readers carry.
     pub database: DatabaseId,
+    /// Where the feed begins, as the read saw it.
+    pub start: FeedStart,
+}
+
+/// Where the feed begins: changes before it were swept, and records stored before the
+/// feed existed (before the upgrade that added it) have none. A reader that needs every
+/// record takes them from `records` (the head, then `records`, then the feed from the
+/// head), not from the feed's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedStart {
+    /// Just before the first change kept: reading from it gives every change kept.
+    pub cursor: Cursor,
+    /// When the first change kept committed; `None` while none is readable.
+    pub first_committed_at: Option<DateTime<Utc>>,
 }
 
 /// Why a read could not be served.
@@ -305,6 +319,7 @@ pub async fn read_changes(
         }
     };
     let changes = with_payloads(&txn, picked).await?;
+    let start = feed_start(&txn, clock).await?;
     txn.commit().await?;
     let last = changes.last().map(|change| change.cursor);
     let next = match reached_end {
@@ -320,6 +335,26 @@ pub async fn read_changes(
         changes,
         next,
         database,
+        start,
+    })
+}
+
+/// Where the feed begins in `clock`'s snapshot.
+async fn feed_start(txn: &impl ConnectionTrait, clock: Clock) -> Result<FeedStart, DbErr> {
+    let cursor = clock.start();
+    let first: Option<Option<DateTime<Utc>>> = change_batch::Entity::find()
+        .select_only()
+        .column(change_batch::Column::CommittedAt)
+        .filter(change_batch::Column::Seq.gt(cursor.seq))
+        .filter(change_batch::Column::Seq.lte(clock.seq))
+        .order_by_asc(change_batch::Column::Seq)
+        .limit(1)
+        .into_tuple()
+        .one(txn)
+        .await?;
+    Ok(FeedStart {
+        cursor,
+        first_committed_at: first.flatten(),
     })
 }
 

@@ -18,7 +18,7 @@ use sea_orm::{
 use serde::Serialize;
 
 use crate::entities::record;
-use crate::pipeline::records::delete_records_by_id;
+use crate::pipeline::records::delete_duplicates;
 
 /// How many duplicate keys one batch handles.
 const BATCH: u64 = 500;
@@ -110,57 +110,66 @@ pub async fn reconcile(
             break;
         }
         offset += keys.len() as u64;
-        let txn = db.begin().await?;
-        let mut doomed = Vec::new();
-        for (user_id, provider, external_id) in &keys {
-            let rows = record::Entity::find()
-                .filter(record::Column::UserId.eq(user_id.as_str()))
-                .filter(record::Column::Provider.eq(provider.as_str()))
-                .filter(record::Column::ExternalId.eq(external_id.as_str()))
-                .order_by_desc(record::Column::UpdatedAt)
-                .order_by_asc(record::Column::Id)
-                .all(&txn)
-                .await?;
-            let Some((kept, removed)) = rows.split_first() else {
+        // One transaction per namespace of a user: its removals' `deleted` changes are
+        // one batch, and a transaction stamps one.
+        for group in keys.chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1)) {
+            let txn = db.begin().await?;
+            let mut doomed = Vec::new();
+            let mut removed_keys = Vec::new();
+            for (user_id, provider, external_id) in group {
+                let rows = record::Entity::find()
+                    .filter(record::Column::UserId.eq(user_id.as_str()))
+                    .filter(record::Column::Provider.eq(provider.as_str()))
+                    .filter(record::Column::ExternalId.eq(external_id.as_str()))
+                    .order_by_desc(record::Column::UpdatedAt)
+                    .order_by_asc(record::Column::Id)
+                    .all(&txn)
+                    .await?;
+                let Some((kept, removed)) = rows.split_first() else {
+                    continue;
+                };
+                report.duplicate_keys += 1;
+                if !removed.is_empty() {
+                    removed_keys.push(external_id.as_str());
+                }
+                for row in removed {
+                    let line = AuditLine {
+                        removed: row,
+                        kept_id: kept.id,
+                        key: Key {
+                            user_id,
+                            provider,
+                            external_id,
+                        },
+                        reason: KEEP_RULE,
+                        at: Utc::now(),
+                        dry_run,
+                    };
+                    let text = serde_json::to_string(&line).map_err(|error| {
+                        DbErr::Custom(format!("serialising an audit line: {error}"))
+                    })?;
+                    if let Some(audit) = audit.as_mut() {
+                        audit.write(&text)?;
+                    }
+                    on_removal(&text);
+                    doomed.push(row.id);
+                }
+            }
+            if let Some(audit) = audit.as_mut() {
+                // On disk before anything is deleted.
+                audit.sync()?;
+            }
+            report.rows_removed += doomed.len() as u64;
+            let Some((user_id, provider, _)) = group.first() else {
                 continue;
             };
-            report.duplicate_keys += 1;
-            for row in removed {
-                let line = AuditLine {
-                    removed: row,
-                    kept_id: kept.id,
-                    key: Key {
-                        user_id,
-                        provider,
-                        external_id,
-                    },
-                    reason: KEEP_RULE,
-                    at: Utc::now(),
-                    dry_run,
-                };
-                let text = serde_json::to_string(&line).map_err(|error| {
-                    DbErr::Custom(format!("serialising an audit line: {error}"))
-                })?;
-                if let Some(audit) = audit.as_mut() {
-                    audit.write(&text)?;
-                }
-                on_removal(&text);
-                doomed.push(row.id);
+            if dry_run || doomed.is_empty() {
+                txn.rollback().await?;
+                continue;
             }
+            delete_duplicates(&txn, user_id, provider, &doomed, &removed_keys).await?;
+            txn.commit().await?;
         }
-        if let Some(audit) = audit.as_mut() {
-            // On disk before anything is deleted.
-            audit.sync()?;
-        }
-        report.rows_removed += doomed.len() as u64;
-        if dry_run {
-            txn.rollback().await?;
-            continue;
-        }
-        for chunk in doomed.chunks(BATCH as usize) {
-            delete_records_by_id(&txn, chunk).await?;
-        }
-        txn.commit().await?;
     }
     if !report.index_existed && !dry_run {
         create_key_index(db).await?;

@@ -18,6 +18,7 @@ mod m20261202_000004_deletion_tracking;
 mod m20261203_000001_streams;
 mod m20261203_000005_full_pass_owed;
 mod m20261203_000010_instances;
+mod m20261203_000011_feed_database_id;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000001_streams::Migration),
             Box::new(m20261203_000005_full_pass_owed::Migration),
             Box::new(m20261203_000010_instances::Migration),
+            Box::new(m20261203_000011_feed_database_id::Migration),
         ]
     }
 }

@@ -9,14 +9,14 @@ use serde_json::value::RawValue;
 
 use crate::config::Settings;
 use crate::entities::change::ChangeKind;
-use crate::pipeline::changes::{self, Cursor, FeedChange, FeedError, FeedQuery};
+use crate::pipeline::changes::{self, DatabaseId, FeedChange, FeedCursor, FeedError, FeedQuery};
 
 #[derive(Debug, Args)]
 pub struct ChangesArgs {
     /// Show the changes after this cursor (as a previous `changes` printed it); from the
     /// first change kept when omitted.
     #[arg(long, value_name = "CURSOR", conflicts_with = "head")]
-    since: Option<Cursor>,
+    since: Option<FeedCursor>,
     /// Only changes of this provider's records.
     #[arg(long)]
     provider: Option<String>,
@@ -35,8 +35,9 @@ pub struct ChangesArgs {
     json: bool,
 }
 
-/// The exit code when the cursor cannot be served (expired, or from another database):
-/// the reader must resync from `records`.
+/// The exit code when the cursor cannot be served (expired, from another database, or
+/// from a release whose cursors named no database): the reader must resync from
+/// `records`.
 pub const EXIT_RESYNC: u8 = 3;
 
 /// `tributary changes`.
@@ -44,7 +45,10 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
     let db = crate::db::connect_for_reading(&settings.database).await?;
     if args.head {
-        let head = changes::head(db.main()).await?;
+        let head = FeedCursor {
+            database: Some(changes::database_id(db.main()).await?),
+            position: changes::head(db.main()).await?,
+        };
         match args.json {
             true => println!(
                 "{}",
@@ -54,25 +58,49 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let query = FeedQuery {
-        since: args.since.unwrap_or(Cursor::START),
-        provider: args.provider.as_deref(),
-        user_id: args.user.as_deref(),
-        limit: args.limit,
+    let read = async {
+        let since = match args.since {
+            Some(cursor) => Some(changes::position_in(db.main(), cursor).await?),
+            None => None,
+        };
+        let query = FeedQuery {
+            since,
+            provider: args.provider.as_deref(),
+            user_id: args.user.as_deref(),
+            limit: args.limit,
+        };
+        changes::read_changes(db.main(), &query).await
     };
-    let page = match changes::read_changes(db.main(), &query).await {
+    let page = match read.await {
         Ok(page) => page,
-        Err(error @ (FeedError::Expired { .. } | FeedError::Ahead { .. })) => {
+        Err(
+            error @ (FeedError::Expired { .. }
+            | FeedError::Ahead { .. }
+            | FeedError::OtherDatabase { .. }
+            | FeedError::Unidentified { .. }),
+        ) => {
             eprintln!("error: {error}");
             return Ok(ExitCode::from(EXIT_RESYNC));
         }
         Err(error) => return Err(error.into()),
     };
-    let changes: Vec<ChangeLine> = page.changes.iter().map(ChangeLine::from).collect();
+    let issued = |position| FeedCursor {
+        database: Some(page.database),
+        position,
+    };
+    let changes: Vec<ChangeLine> = page
+        .changes
+        .iter()
+        .map(|change| ChangeLine::of(change, page.database))
+        .collect();
     if args.json {
         let output = Output {
             changes,
-            next_cursor: page.next,
+            next_cursor: issued(page.next),
+            feed_start: Start {
+                cursor: issued(page.start.cursor),
+                first_committed_at: page.start.first_committed_at,
+            },
         };
         println!("{}", serde_json::to_string_pretty(&output)?);
         return Ok(ExitCode::SUCCESS);
@@ -105,30 +133,52 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
             },
         ]
     })?;
-    println!("Next cursor: {}", page.next);
+    println!("Next cursor: {}", issued(page.next));
+    let first = match page.start.first_committed_at {
+        Some(time) => format!(
+            "its first change kept committed {}",
+            time.format("%Y-%m-%d %H:%M:%S UTC")
+        ),
+        None => "no change is kept yet".to_string(),
+    };
+    println!(
+        "The feed begins at {} ({first}): earlier changes were swept, and records stored \
+         before the feed existed have none. For every record, take the head (`changes \
+         --head`), copy `records`, then follow from the head.",
+        issued(page.start.cursor)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--json`: the changes and the cursor to pass next.
+/// `--json`: the changes, the cursor to pass next, and where the feed begins.
 #[derive(Serialize)]
 struct Output<'a> {
     changes: Vec<ChangeLine<'a>>,
     #[serde(serialize_with = "as_text")]
-    next_cursor: Cursor,
+    next_cursor: FeedCursor,
+    feed_start: Start,
+}
+
+/// Where the feed begins: a reader from `cursor` reads every change kept.
+#[derive(Serialize)]
+struct Start {
+    #[serde(serialize_with = "as_text")]
+    cursor: FeedCursor,
+    first_committed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `--head --json`.
 #[derive(Serialize)]
 struct Head {
     #[serde(serialize_with = "as_text")]
-    next_cursor: Cursor,
+    next_cursor: FeedCursor,
 }
 
 /// One change in `--json`: the payload is the record's JSON itself, not a string.
 #[derive(Serialize)]
 struct ChangeLine<'a> {
     #[serde(serialize_with = "as_text")]
-    cursor: Cursor,
+    cursor: FeedCursor,
     user_id: &'a str,
     provider: &'a str,
     external_id: &'a str,
@@ -148,10 +198,13 @@ enum Payload<'a> {
     Text(&'a str),
 }
 
-impl<'a> From<&'a FeedChange> for ChangeLine<'a> {
-    fn from(change: &'a FeedChange) -> ChangeLine<'a> {
+impl<'a> ChangeLine<'a> {
+    fn of(change: &'a FeedChange, database: DatabaseId) -> ChangeLine<'a> {
         ChangeLine {
-            cursor: change.cursor,
+            cursor: FeedCursor {
+                database: Some(database),
+                position: change.cursor,
+            },
             user_id: &change.user_id,
             provider: &change.provider,
             external_id: &change.external_id,
@@ -169,6 +222,6 @@ impl<'a> From<&'a FeedChange> for ChangeLine<'a> {
     }
 }
 
-fn as_text<S: serde::Serializer>(cursor: &Cursor, serializer: S) -> Result<S::Ok, S::Error> {
+fn as_text<S: serde::Serializer>(cursor: &FeedCursor, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(cursor)
 }

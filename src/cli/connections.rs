@@ -11,8 +11,7 @@ use anyhow::{bail, Context};
 use chrono::Utc;
 use clap::{Args, Subcommand};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, ModelTrait, QueryFilter,
-    QueryOrder, Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, Set,
 };
 use serde::Serialize;
 
@@ -220,18 +219,17 @@ async fn run(
             let row = find(db, &target).await?.with_context(|| {
                 format!("there is no connection {}@{}", target.user, target.provider)
             })?;
-            let txn = db.begin().await?;
-            // The connection's row before its records, the order a page takes them in: a
-            // page being stored is waited for, and its records are deleted too.
-            let (user_id, provider) = (row.user_id.clone(), row.provider.clone());
-            row.delete(&txn).await?;
-            let deleted = if delete_records {
-                crate::pipeline::records::delete_connection_records(&txn, &user_id, &provider)
-                    .await?
-            } else {
-                0
+            let removed = crate::pipeline::records::remove_connection(
+                db.main(),
+                row.id,
+                &row.user_id,
+                &row.provider,
+                delete_records,
+            )
+            .await?;
+            let Some(deleted) = removed else {
+                anyhow::bail!("there is no connection {}@{}", target.user, target.provider);
             };
-            txn.commit().await?;
             if delete_records {
                 println!(
                     "Removed {}@{} and its {deleted} record(s).",

@@ -17,6 +17,9 @@ pub struct Model {
     /// The highest seq whose changes the retention sweep may have deleted: a cursor
     /// older than it is expired.
     pub swept_seq: i64,
+    /// This database's id, drawn once by the migration that added it and carried in
+    /// every cursor the feed issues: a cursor from another database is refused.
+    pub database_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

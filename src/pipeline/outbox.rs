@@ -81,6 +81,8 @@ pub(crate) async fn write(
     let delivery_id = uuid::Uuid::new_v4().to_string();
     // In the closing transaction, after everything the run changed was stamped.
     let cursors = super::changes::run_cursor_bounds(txn, run.run_id).await?;
+    let database = Some(super::changes::database_id(txn).await?);
+    let cursor = |position| super::changes::FeedCursor { database, position }.to_string();
     let body = Body {
         delivery_id: &delivery_id,
         run_id: run.run_id,
@@ -96,8 +98,8 @@ pub(crate) async fn write(
             failed: to_db(run.counts.failed),
         },
         cursors: BodyCursors {
-            before: cursors.before.to_string(),
-            after: cursors.after.to_string(),
+            before: cursor(cursors.before),
+            after: cursor(cursors.after),
         },
     };
     let body = serde_json::to_string(&body)

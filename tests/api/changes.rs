@@ -18,7 +18,7 @@ use tributary::config::{DatabaseSettings, WriteMode};
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{change, change_batch, change_clock, connection};
 use tributary::pipeline::changes::{
-    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedError, FeedQuery,
+    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedCursor, FeedError, FeedQuery,
 };
 use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
@@ -36,6 +36,21 @@ use crate::helpers::{
 /// after them.
 async fn read_all(db: &DatabaseConnection, since: Cursor, limit: u64) -> (Vec<FeedChange>, Cursor) {
     read_feed(db, since, limit).await
+}
+
+/// `position` as a reader of `db`'s feed holds it: the text `changes` prints.
+async fn issued(db: &DatabaseConnection, position: Cursor) -> String {
+    let database = changes::database_id(db).await.expect("the database's id");
+    FeedCursor {
+        database: Some(database),
+        position,
+    }
+    .to_string()
+}
+
+/// The position of a cursor `changes` printed.
+fn position(text: &str) -> Cursor {
+    text.parse::<FeedCursor>().expect("a cursor").position
 }
 
 /// The (external id, kind) of each change, in feed order.
@@ -203,7 +218,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
             assert!(change["cursor"]
                 .as_str()
                 .expect("cursor")
-                .starts_with("c1."));
+                .starts_with("c2."));
             assert!(change["committed_at"].is_string());
             seen.push(change["external_id"].as_str().expect("id").to_string());
         }
@@ -211,7 +226,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
             .as_str()
             .expect("next_cursor")
             .to_string();
-        assert!(next.starts_with("c1."), "{next}");
+        assert!(next.starts_with("c2."), "{next}");
         cursor = Some(next);
         if changes.is_empty() {
             break;
@@ -229,8 +244,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
     let head = head.stdout.trim().to_string();
     if backend() == Backend::Postgres {
         // The head follows the server's transactions, which go on.
-        let parse = |text: &str| text.parse::<Cursor>().expect("a cursor");
-        assert!(parse(&head) >= parse(cursor.as_deref().expect("a cursor")));
+        assert!(position(&head) >= position(cursor.as_deref().expect("a cursor")));
     } else {
         assert_eq!(Some(&head), cursor.as_ref());
     }
@@ -239,8 +253,8 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
     changed[2]["n"] = json!("new");
     mount_cursor_pages(&app.api, vec![(Value::Array(changed), None)]).await;
     app.sync_one(&settings).await;
-    let (_, caught_up) = read_all(&app.db, head.parse().expect("a cursor"), 100).await;
-    assert!(caught_up > head.parse().expect("a cursor"));
+    let (_, caught_up) = read_all(&app.db, position(&head), 100).await;
+    assert!(caught_up > position(&head));
     let after = changes_json(&config, &["--since", &head]);
     let after = after["changes"].as_array().expect("changes");
     assert_eq!(after.len(), 1, "{after:?}");
@@ -259,7 +273,7 @@ async fn the_cli_prints_changes_as_json_and_the_cursor_it_prints_reads_on_withou
         table.stdout
     );
     assert!(
-        table.stdout.contains("Next cursor: c1."),
+        table.stdout.contains("Next cursor: c2."),
         "{}",
         table.stdout
     );
@@ -352,15 +366,10 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         seq: first_seq,
         ordinal: 1,
     };
-    for since in [None, Some(inside.to_string())] {
-        let mut args = vec!["changes".to_string()];
-        args.extend(
-            since
-                .iter()
-                .flat_map(|since| ["--since".to_string(), since.clone()]),
-        );
-        let output = run(tributary(&config).args(&args));
-        assert_eq!(output.code, 3, "{args:?}: {}", output.stderr);
+    for since in [Cursor::START, inside] {
+        let since = issued(&app.db, since).await;
+        let output = run(tributary(&config).args(["changes", "--since", &since]));
+        assert_eq!(output.code, 3, "{since:?}: {}", output.stderr);
         assert!(
             output
                 .stderr
@@ -371,7 +380,7 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         );
     }
     let query = FeedQuery {
-        since: Cursor::START,
+        since: Some(Cursor::START),
         provider: None,
         user_id: None,
         limit: 10,
@@ -384,7 +393,7 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
 
     // A reader that had read the whole swept batch lost nothing and reads on.
     read_all(&app.db, after_first, 100).await;
-    let page = changes_json(&config, &["--since", &after_first.to_string()]);
+    let page = changes_json(&config, &["--since", &issued(&app.db, after_first).await]);
     let kept = page["changes"].as_array().expect("changes");
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0]["external_id"], "k3");
@@ -393,7 +402,11 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
     // Past the head and every stored batch (on PostgreSQL a batch may be above the head).
     let head = changes::head(&app.db).await.expect("head");
     let newest = app.batch_seqs().await.last().copied().unwrap_or(0);
-    let ahead = Cursor::after_batch(head.seq.max(newest) + 1_000_000).to_string();
+    let ahead = issued(
+        &app.db,
+        Cursor::after_batch(head.seq.max(newest) + 1_000_000),
+    )
+    .await;
     let output = run(tributary(&config).args(["changes", "--since", &ahead]));
     assert_eq!(output.code, 3, "{}", output.stderr);
     assert!(
@@ -403,6 +416,379 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
         "{}",
         output.stderr
     );
+}
+
+/// Every deployment sweeps once the retention has passed: a reader that asks for the
+/// whole feed (no `--since`) then reads from the first change kept, not an error.
+#[tokio::test]
+async fn a_read_without_a_cursor_starts_at_the_first_change_kept_after_a_sweep() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    app.api.reset().await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..5)), None)]).await;
+    app.sync_one(&settings).await;
+    let seqs = app.batch_seqs().await;
+    assert_eq!(seqs.len(), 2, "{seqs:?}");
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Seq.eq(seqs[0]))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    read_all(&app.db, Cursor::START, 100).await;
+    let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+        .await
+        .expect("swept");
+    assert_eq!(swept.swept_seq, Some(seqs[0]));
+
+    let page = changes_json(&config, &[]);
+    let kept: Vec<(&str, &str)> = page["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|change| {
+            (
+                change["external_id"].as_str().expect("id"),
+                change["kind"].as_str().expect("kind"),
+            )
+        })
+        .collect();
+    assert_eq!(kept, [("k3", "inserted"), ("k4", "inserted")]);
+    let table = run(tributary(&config).arg("changes"));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(table.stdout.contains("k3"), "{}", table.stdout);
+
+    let query = FeedQuery {
+        since: None,
+        provider: None,
+        user_id: None,
+        limit: 1,
+    };
+    let first = changes::read_changes(&app.db, &query).await.expect("read");
+    assert_eq!(
+        kinds(&first.changes),
+        [("k3".to_string(), ChangeKind::Inserted)]
+    );
+    let (rest, _) = read_all(&app.db, first.next, 100).await;
+    assert_eq!(kinds(&rest), [("k4".to_string(), ChangeKind::Inserted)]);
+}
+
+/// Two databases' feeds number their changes alike (on PostgreSQL the databases of one
+/// cluster even share the transaction ids that number them), so a cursor carries the
+/// database that issued it: read on another database it is refused with exit 3, never
+/// answered with that database's changes. A cursor of the previous release, which names
+/// no database, is refused the same way with a message saying how to start again.
+#[tokio::test]
+async fn a_cursor_from_another_database_is_refused_with_a_resync_message() {
+    let issuer = spawn_app().await;
+    let other = spawn_app().await;
+    let mut configs = Vec::new();
+    for (app, prefix) in [(&issuer, "a"), (&other, "b")] {
+        let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+        let settings = app.settings(&providers).await;
+        mount_cursor_pages(&app.api, vec![(json!(items(prefix, "alice", 0..3)), None)]).await;
+        app.sync_one(&settings).await;
+        // Until every change is readable (on PostgreSQL other tests' transactions hold
+        // the head back), so that the read below stops after the first change.
+        read_all(&app.db, Cursor::START, 100).await;
+        configs.push(app.write_config(&providers));
+    }
+    let (issuer_config, other_config) = (&configs[0], &configs[1]);
+    assert_ne!(
+        changes::database_id(&issuer.db).await.expect("id"),
+        changes::database_id(&other.db).await.expect("id"),
+        "each database draws its own id"
+    );
+
+    let first = changes_json(issuer_config, &["--limit", "1"]);
+    assert_eq!(first["changes"][0]["external_id"], "a0");
+    let cursor = first["next_cursor"].as_str().expect("next_cursor");
+    let elsewhere = run(tributary(other_config).args(["changes", "--json", "--since", cursor]));
+    assert_eq!(
+        elsewhere.code, 3,
+        "{}{}",
+        elsewhere.stdout, elsewhere.stderr
+    );
+    assert!(
+        elsewhere
+            .stderr
+            .contains("was issued by another database's change feed")
+            && elsewhere.stderr.contains("tributary changes --head"),
+        "{}",
+        elsewhere.stderr
+    );
+    assert_eq!(elsewhere.stdout, "", "none of the other database's changes");
+    // On the database that issued it, it reads on.
+    let rest = changes_json(issuer_config, &["--since", cursor]);
+    let rest: Vec<&str> = rest["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|change| change["external_id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(rest, ["a1", "a2"]);
+
+    // The previous release's form of the same position names no database.
+    let legacy = FeedCursor {
+        database: None,
+        position: position(cursor),
+    }
+    .to_string();
+    assert!(legacy.starts_with("c1."), "{legacy}");
+    for config in [issuer_config, other_config] {
+        let output = run(tributary(config).args(["changes", "--since", &legacy]));
+        assert_eq!(output.code, 3, "{}{}", output.stdout, output.stderr);
+        assert!(
+            output.stderr.contains("earlier release of tributary")
+                && output.stderr.contains("tributary changes --head"),
+            "{}",
+            output.stderr
+        );
+    }
+}
+
+/// Inserts a record row by hand (an import, or a stream's record), deleted already when
+/// `deleted`; returns its id.
+async fn raw_record(
+    app: &TestApp,
+    (user, provider, id): (&str, &str, &str),
+    payload: &str,
+    updated_minutes_ago: i64,
+    deleted: bool,
+) -> i64 {
+    use sea_orm::{ActiveModelTrait, Set};
+    let at = chrono::Utc::now() - chrono::Duration::minutes(updated_minutes_ago);
+    tributary::entities::record::ActiveModel {
+        user_id: Set(user.to_string()),
+        provider: Set(provider.to_string()),
+        external_id: Set(id.to_string()),
+        payload: Set(payload.to_string()),
+        content_hash: Set(sha256_hex(payload.as_bytes())),
+        first_seen_run_id: Set(0),
+        last_seen_run_id: Set(0),
+        created_at: Set(at),
+        updated_at: Set(at),
+        deleted_at: Set(deleted.then_some(at)),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .expect("record inserted")
+    .id
+}
+
+/// Each change as (user, provider, external id, kind, deleted now, run id), sorted.
+fn summary(changes: &[FeedChange]) -> Vec<(String, String, String, ChangeKind, bool, i64)> {
+    let mut summary: Vec<_> = changes
+        .iter()
+        .map(|change| {
+            (
+                change.user_id.clone(),
+                change.provider.clone(),
+                change.external_id.clone(),
+                change.kind,
+                change.deleted,
+                change.run_id,
+            )
+        })
+        .collect();
+    summary.sort();
+    summary
+}
+
+/// `connections remove --delete-records` removes records outside any run: each live one
+/// is a `deleted` change (run id 0), in every namespace of the connection, so that a
+/// follower of the feed deletes them too; nobody else's records change.
+#[tokio::test]
+async fn removing_a_connection_with_its_records_is_a_deleted_change_for_each() {
+    let app = spawn_app().await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let added = run(tributary(&config)
+        .args(["connections", "add", "--provider", "acme", "--user", "bob"])
+        .args(["--token-stdin"])
+        .write_stdin("token-bob\n"));
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    for key in [
+        ("bob", "acme", "b1"),
+        ("bob", "acme", "b2"),
+        ("bob", "acme.things", "t1"),
+    ] {
+        raw_record(&app, key, "{}", 1, false).await;
+    }
+    // Its `deleted` change was read when it was marked.
+    raw_record(&app, ("bob", "acme", "gone"), "{}", 1, true).await;
+    raw_record(&app, ("alice", "acme", "b1"), "{}", 1, false).await;
+    raw_record(&app, ("bob", "acmex", "b1"), "{}", 1, false).await;
+    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
+
+    let removed = run(tributary(&config).args([
+        "connections",
+        "remove",
+        "--provider",
+        "acme",
+        "--user",
+        "bob",
+        "--delete-records",
+    ]));
+    assert_eq!(removed.code, 0, "{}", removed.stderr);
+    assert!(
+        removed.stdout.contains("and its 4 record(s)"),
+        "{}",
+        removed.stdout
+    );
+    let (feed, _) = read_all(&app.db, reader, 100).await;
+    let deleted = |provider: &str, id: &str| {
+        let (user, provider, id) = ("bob".into(), provider.into(), id.into());
+        (user, provider, id, ChangeKind::Deleted, true, 0)
+    };
+    assert_eq!(
+        summary(&feed),
+        [
+            deleted("acme", "b1"),
+            deleted("acme", "b2"),
+            deleted("acme.things", "t1")
+        ]
+    );
+    let left: Vec<(String, String)> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|record| (record.user_id, record.provider))
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(!left.contains(&("bob".to_string(), "acme".to_string())));
+}
+
+/// `reconcile` removes duplicate rows outside any run: each key it reconciled is a
+/// `deleted` change (run id 0), whose record is the key's kept row, so that a follower
+/// that copied a removed row takes the kept one instead; no other key changes.
+#[tokio::test]
+async fn reconcile_is_a_deleted_change_for_each_key_whose_duplicates_it_removed() {
+    let app = spawn_app().await;
+    let drop_index = match backend() {
+        Backend::Mysql => "DROP INDEX records_user_provider_external_id_key ON records",
+        _ => "DROP INDEX records_user_provider_external_id_key",
+    };
+    app.execute(drop_index).await;
+    let duplicated = [
+        ("alice", "acme", "x"),
+        ("alice", "acme.things", "x"),
+        ("bob", "acme", "x"),
+    ];
+    for key in duplicated {
+        raw_record(&app, key, r#"{"v":"old"}"#, 60, false).await;
+        raw_record(&app, key, r#"{"v":"new"}"#, 5, false).await;
+        raw_record(&app, key, r#"{"v":"mid"}"#, 30, false).await;
+    }
+    raw_record(&app, ("alice", "acme", "single"), "{}", 1, false).await;
+    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+
+    let reconciled = run(tributary(&config).args(["reconcile", "--no-audit-log"]));
+    assert_eq!(reconciled.code, 0, "{}", reconciled.stderr);
+    assert_eq!(app.records().await.len(), 4);
+    let (feed, _) = read_all(&app.db, reader, 100).await;
+    let expected: Vec<_> = duplicated
+        .iter()
+        .map(|(user, provider, id)| {
+            let key = (user.to_string(), provider.to_string(), id.to_string());
+            (key.0, key.1, key.2, ChangeKind::Deleted, false, 0)
+        })
+        .collect();
+    assert_eq!(summary(&feed), expected);
+    assert!(
+        feed.iter()
+            .all(|change| change.payload.as_deref() == Some(r#"{"v":"new"}"#)),
+        "each shows its key's kept row: {feed:?}"
+    );
+}
+
+/// After the upgrade that added the feed, `records` holds rows the feed never saw, and
+/// after a sweep the feed's oldest changes are gone: `changes` says where the feed begins
+/// (the cursor before its first change kept, and when that change committed), and the
+/// table says how to take every record instead.
+#[tokio::test]
+async fn changes_says_where_the_feed_begins() {
+    let app = spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let settings = app.settings(&providers).await;
+    let config = app.write_config(&providers);
+    // Stored before the feed existed: no change describes it.
+    raw_record(&app, ("alice", "acme", "older"), "{}", 60, false).await;
+    let start = |page: &Value| {
+        (
+            position(page["feed_start"]["cursor"].as_str().expect("a cursor")),
+            page["feed_start"]["first_committed_at"].clone(),
+        )
+    };
+    let empty = changes_json(&config, &[]);
+    assert_eq!(empty["changes"], json!([]));
+    assert_eq!(start(&empty), (Cursor::after_batch(0), Value::Null));
+    let table = run(tributary(&config).arg("changes"));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("The feed begins at c2.")
+            && table.stdout.contains("no change is kept yet")
+            && table.stdout.contains("copy `records`"),
+        "{}",
+        table.stdout
+    );
+
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..2)), None)]).await;
+    app.sync_one(&settings).await;
+    app.api.reset().await;
+    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
+    app.sync_one(&settings).await;
+    read_all(&app.db, Cursor::START, 100).await;
+    let seqs = app.batch_seqs().await;
+    assert_eq!(seqs.len(), 2, "{seqs:?}");
+    let committed = |page: &Value| {
+        let (_, at) = start(page);
+        let at = at.as_str().expect("a time").to_string();
+        at.parse::<chrono::DateTime<chrono::Utc>>()
+            .expect("RFC 3339")
+    };
+    let synced = changes_json(&config, &["--limit", "1"]);
+    assert_eq!(start(&synced).0, Cursor::after_batch(0));
+    let batches = change_batch::Entity::find()
+        .order_by_asc(change_batch::Column::Seq)
+        .all(&app.db)
+        .await
+        .expect("batches");
+    assert_eq!(Some(committed(&synced)), batches[0].committed_at);
+
+    // The first batch expires: the feed now begins after it.
+    change_batch::Entity::update_many()
+        .col_expr(
+            change_batch::Column::CommittedAt,
+            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
+        )
+        .filter(change_batch::Column::Seq.eq(seqs[0]))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+        .await
+        .expect("swept");
+    let swept = changes_json(&config, &[]);
+    assert_eq!(start(&swept).0, Cursor::after_batch(seqs[0]));
+    assert_eq!(Some(committed(&swept)), batches[1].committed_at);
+    let from_start = changes_json(
+        &config,
+        &[
+            "--since",
+            swept["feed_start"]["cursor"].as_str().expect("a cursor"),
+        ],
+    );
+    assert_eq!(from_start["changes"], swept["changes"]);
+    assert_eq!(swept["changes"][0]["external_id"], "k2");
 }
 
 /// A pool of the test's own on the app's database (on SQLite, another connection to the
@@ -442,7 +828,7 @@ impl Poller {
     /// One read; returns the external ids it found.
     async fn poll(&mut self) -> Vec<String> {
         let query = FeedQuery {
-            since: self.cursor,
+            since: Some(self.cursor),
             provider: None,
             user_id: None,
             limit: self.limit,
@@ -1061,14 +1447,10 @@ async fn the_feed_is_read_without_the_tokens_or_the_key() {
     std::fs::write(&config, text).expect("config written");
     let head = run(tributary(&config).args(["changes", "--head"]));
     assert_eq!(head.code, 0, "{}", head.stderr);
-    let head: Cursor = head.stdout.trim().parse().expect("a cursor");
+    let head = position(head.stdout.trim());
     let page = changes_json(&config, &[]);
     assert_eq!(page["changes"], json!([]));
-    let next: Cursor = page["next_cursor"]
-        .as_str()
-        .expect("next_cursor")
-        .parse()
-        .expect("a cursor");
+    let next = position(page["next_cursor"].as_str().expect("next_cursor"));
     if backend() == Backend::Postgres {
         // The head follows the transactions of the whole server, which go on.
         assert!(next >= head, "{next:?} {head:?}");
@@ -1165,7 +1547,7 @@ async fn a_runs_cursors_are_accepted_while_an_older_transaction_is_open() {
     assert!(!changes::align_clock(&app.db).await.expect("aligned"));
     for since in [bounds.before, bounds.after] {
         let query = FeedQuery {
-            since,
+            since: Some(since),
             provider: None,
             user_id: None,
             limit: 100,
@@ -1224,7 +1606,7 @@ async fn the_sweep_leaves_a_batch_no_reader_may_read_yet() {
             "behind the open one"
         );
         let query = FeedQuery {
-            since: reader,
+            since: Some(reader),
             provider: None,
             user_id: None,
             limit: 10,

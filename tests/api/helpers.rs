@@ -642,7 +642,7 @@ pub async fn read_feed(
     let mut all = Vec::new();
     loop {
         let query = FeedQuery {
-            since: cursor,
+            since: Some(cursor),
             provider: None,
             user_id: None,
             limit,

@@ -14,12 +14,12 @@ mod read;
 mod sweep;
 mod write;
 
-pub use cursor::{Cursor, CursorError};
+pub use cursor::{Cursor, CursorError, DatabaseId, FeedCursor};
 pub use order::align_clock;
 pub(crate) use order::TRANSACTION_SEQ;
 pub use read::{
-    head, read_changes, run_cursor_bounds, FeedChange, FeedError, FeedPage, FeedQuery, RunCursors,
-    MAX_LIMIT,
+    database_id, head, position_in, read_changes, run_cursor_bounds, FeedChange, FeedError,
+    FeedPage, FeedQuery, FeedStart, RunCursors, MAX_LIMIT,
 };
 pub use sweep::{sweep_expired_changes, SweptChanges};
 pub(crate) use write::{clock_missing, CLOCK_SEQ, TICK};

@@ -15,9 +15,10 @@ use sea_orm::{
     FromQueryResult, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, DatabaseId, FeedCursor};
 use crate::entities::change::ChangeKind;
-use crate::entities::{change, change_batch, record};
+use crate::entities::change_clock::CLOCK_ROW;
+use crate::entities::{change, change_batch, change_clock, record};
 
 /// The most changes one read returns.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -32,8 +33,8 @@ const PAYLOAD_CHUNK: usize = 500;
 /// What to read.
 #[derive(Clone, Copy, Debug)]
 pub struct FeedQuery<'a> {
-    /// Read the changes after this position.
-    pub since: Cursor,
+    /// Read the changes after this position; `None` reads from the first change kept.
+    pub since: Option<Cursor>,
     pub provider: Option<&'a str>,
     pub user_id: Option<&'a str>,
     /// At most this many changes (1 to [`MAX_LIMIT`]).
@@ -66,25 +67,55 @@ pub struct FeedPage {
     /// The cursor to read from next: after the last change returned, or, when the read
     /// reached the end of the feed, the head it saw.
     pub next: Cursor,
+    /// The database whose feed was read, which the cursors shown to readers carry.
+    pub database: DatabaseId,
+    /// Where the feed begins, as the read saw it.
+    pub start: FeedStart,
+}
+
+/// Where the feed begins: changes before it were swept, and records stored before the
+/// feed existed (before the upgrade that added it) have none. A reader that needs every
+/// record takes them from `records` (the head, then `records`, then the feed from the
+/// head), not from the feed's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedStart {
+    /// Just before the first change kept: reading from it gives every change kept.
+    pub cursor: Cursor,
+    /// When the first change kept committed; `None` while none is readable.
+    pub first_committed_at: Option<DateTime<Utc>>,
 }
 
 /// Why a read could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
     #[error(
-        "the cursor {cursor} is older than the change feed's retention: changes up to \
+        "the cursor ({cursor}) is older than the change feed's retention: changes up to \
          seq {swept} were swept, so some changes after the cursor are gone. Resync: take \
          the head (`tributary changes --head`), copy the records table again, then follow \
          the feed from that head"
     )]
     Expired { cursor: Cursor, swept: i64 },
     #[error(
-        "the cursor {cursor} is ahead of this database's change feed (its head is {head}): \
+        "the cursor ({cursor}) is ahead of this database's change feed (its head is {head}): \
          it was issued by another database, or this one was restored from an older backup. \
          Resync: take the head (`tributary changes --head`), copy the records table \
          again, then follow the feed from that head"
     )]
     Ahead { cursor: Cursor, head: Cursor },
+    #[error(
+        "the cursor {cursor} was issued by another database's change feed, not this \
+         one's: its changes are not this database's. Resync: take the head (`tributary \
+         changes --head`), copy the records table again, then follow the feed from that \
+         head"
+    )]
+    OtherDatabase { cursor: FeedCursor },
+    #[error(
+        "the cursor {cursor} was issued by an earlier release of tributary, whose cursors \
+         do not say which database issued them, so it cannot be told from another \
+         database's. Resync once: take the head (`tributary changes --head`), copy the \
+         records table again, then follow the feed from that head"
+    )]
+    Unidentified { cursor: FeedCursor },
     #[error("reading the change feed failed: {0}")]
     Database(#[from] DbErr),
 }
@@ -104,6 +135,11 @@ impl Clock {
 
     fn head(self) -> Cursor {
         Cursor::after_batch(self.seq)
+    }
+
+    /// Just before the first change kept: every batch up to the swept seq may be gone.
+    fn start(self) -> Cursor {
+        Cursor::after_batch(self.swept_seq)
     }
 
     /// Whether `cursor` is one this database could have issued (at most the head, or a
@@ -138,6 +174,42 @@ async fn newest_batch(db: &impl ConnectionTrait) -> Result<Option<i64>, DbErr> {
         .one(db)
         .await?
         .flatten())
+}
+
+/// This database's id, which every cursor its feed issues carries.
+pub async fn database_id(db: &impl ConnectionTrait) -> Result<DatabaseId, DbErr> {
+    let stored: Option<Option<String>> = change_clock::Entity::find_by_id(CLOCK_ROW)
+        .select_only()
+        .column(change_clock::Column::DatabaseId)
+        .into_tuple()
+        .one(db)
+        .await?;
+    stored
+        .flatten()
+        .as_deref()
+        .and_then(DatabaseId::from_column)
+        .ok_or_else(|| {
+            DbErr::Custom(format!(
+                "the change feed's database id (change_clock.database_id, id = {CLOCK_ROW}) \
+                 is missing or not 32 hexadecimal digits; the migrations set it and nothing \
+                 may change it"
+            ))
+        })
+}
+
+/// The position of a reader's `cursor` in this database's feed: refused unless this
+/// database issued it.
+pub async fn position_in(
+    db: &impl ConnectionTrait,
+    cursor: FeedCursor,
+) -> Result<Cursor, FeedError> {
+    match cursor.database {
+        None => Err(FeedError::Unidentified { cursor }),
+        Some(issuer) if issuer != database_id(db).await? => {
+            Err(FeedError::OtherDatabase { cursor })
+        }
+        Some(_) => Ok(cursor.position),
+    }
 }
 
 /// The head: the cursor after every change readable so far (on PostgreSQL, those
@@ -211,8 +283,16 @@ pub async fn read_changes(
         }
     };
     let clock = Clock::read(&txn).await?;
-    clock.check(query.since, newest_batch(&txn).await?)?;
-    let mut from = query.since;
+    let database = database_id(&txn).await?;
+    let since = match query.since {
+        Some(cursor) => {
+            clock.check(cursor, newest_batch(&txn).await?)?;
+            cursor
+        }
+        // A reader that asks for everything kept is given it, however much was swept.
+        None => clock.start(),
+    };
+    let mut from = since;
     let mut picked: Vec<(change_batch::Model, ChangeRef)> = Vec::new();
     let reached_end = loop {
         let batches = batches_after(&txn, query, from, clock.seq).await?;
@@ -239,18 +319,43 @@ pub async fn read_changes(
         }
     };
     let changes = with_payloads(&txn, picked).await?;
+    let start = feed_start(&txn, clock).await?;
     txn.commit().await?;
     let last = changes.last().map(|change| change.cursor);
     let next = match reached_end {
         // Everything up to the snapshot's head was read (the filters only skip).
-        true => [Some(query.since), last, Some(clock.head())]
+        true => [Some(since), last, Some(clock.head())]
             .into_iter()
             .flatten()
             .max()
-            .unwrap_or(query.since),
-        false => last.unwrap_or(query.since),
+            .unwrap_or(since),
+        false => last.unwrap_or(since),
     };
-    Ok(FeedPage { changes, next })
+    Ok(FeedPage {
+        changes,
+        next,
+        database,
+        start,
+    })
+}
+
+/// Where the feed begins in `clock`'s snapshot.
+async fn feed_start(txn: &impl ConnectionTrait, clock: Clock) -> Result<FeedStart, DbErr> {
+    let cursor = clock.start();
+    let first: Option<Option<DateTime<Utc>>> = change_batch::Entity::find()
+        .select_only()
+        .column(change_batch::Column::CommittedAt)
+        .filter(change_batch::Column::Seq.gt(cursor.seq))
+        .filter(change_batch::Column::Seq.lte(clock.seq))
+        .order_by_asc(change_batch::Column::Seq)
+        .limit(1)
+        .into_tuple()
+        .one(txn)
+        .await?;
+    Ok(FeedStart {
+        cursor,
+        first_committed_at: first.flatten(),
+    })
 }
 
 /// The stamped batches after `from` and up to seq `newest` that match the query's

@@ -115,13 +115,16 @@ pub async fn replay_run(
             provider: run.provider.clone(),
         })?;
     let holder = Holder::current();
-    if let Err(busy) = claim(db, &connection, &holder, settings.daemon.lease_ttl).await? {
-        return Err(ReplayError::Busy {
-            user_id: connection.user_id,
-            provider: connection.provider,
-            holder: busy.holder,
-        });
-    }
+    let lease = match claim(db, &connection, &holder, settings.daemon.lease_ttl).await? {
+        Ok(lease) => lease,
+        Err(busy) => {
+            return Err(ReplayError::Busy {
+                user_id: connection.user_id,
+                provider: connection.provider,
+                holder: busy.holder,
+            })
+        }
+    };
     let stream_settings = stream_of(provider_settings, run.stream.as_deref());
     let result = match open_stream(db, &connection, &stream_settings).await {
         Ok(stream) => {
@@ -130,6 +133,7 @@ pub async fn replay_run(
                 stream: &stream,
                 provider_settings,
                 id_spec: &id_spec,
+                lease: &lease,
             };
             replay_records(db, &target, records, &mut report).await
         }
@@ -164,6 +168,8 @@ struct ReplayTarget<'a> {
     stream: &'a StreamScope,
     provider_settings: &'a crate::config::ProviderSettings,
     id_spec: &'a tributary_providers::IdSpec,
+    /// The lease the replay claimed: a replay is a run, fenced like any other.
+    lease: &'a crate::lease::Fence,
 }
 
 async fn replay_records(
@@ -177,6 +183,7 @@ async fn replay_records(
         stream,
         provider_settings,
         id_spec,
+        lease,
     } = *target;
     let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
     report.replay_run_id = Some(replay_run_id);
@@ -191,6 +198,7 @@ async fn replay_records(
         leave_checkpoint: true,
         expect: Default::default(),
         sightings: false,
+        lease: Some(lease),
     };
     for error in errors {
         // The payload is the record's text as received, so it keys and hashes the same.
@@ -247,6 +255,7 @@ async fn replay_records(
         watermark: None,
         notify: provider_settings.notify,
         deletions: crate::pipeline::DeletionPass::Off,
+        lease: Some(lease),
     };
     finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
     tracing::info!(

@@ -281,23 +281,27 @@ async fn sync_leased(
         connection,
         streams,
     } = *run;
-    if let Err(busy) = claim(db, connection, &lease.holder, lease.ttl).await? {
-        tracing::info!(
-            user_id = %connection.user_id,
-            provider = %connection.provider,
-            holder = %busy.holder,
-            until = ?busy.until,
-            "Connection skipped: a run of it is already going."
-        );
-        crate::telemetry::record_skip(&connection.provider);
-        return Ok(Leased::Skipped(Skipped {
-            user_id: connection.user_id.clone(),
-            provider: connection.provider.clone(),
-            holder: busy.holder,
-        }));
-    }
+    let fence = match claim(db, connection, &lease.holder, lease.ttl).await? {
+        Ok(fence) => fence,
+        Err(busy) => {
+            tracing::info!(
+                user_id = %connection.user_id,
+                provider = %connection.provider,
+                holder = %busy.holder,
+                until = ?busy.until,
+                "Connection skipped: a run of it is already going."
+            );
+            crate::telemetry::record_skip(&connection.provider);
+            return Ok(Leased::Skipped(Skipped {
+                user_id: connection.user_id.clone(),
+                provider: connection.provider.clone(),
+                holder: busy.holder,
+            }));
+        }
+    };
     let run_options = RunOptions {
         cancel: options.cancel.child_token(),
+        lease: Some(fence.clone()),
         ..options.clone()
     };
     let lost_lease = run_options.cancel.clone();
@@ -306,7 +310,7 @@ async fn sync_leased(
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            match renew(db, connection, &lease.holder, lease.ttl).await {
+            match renew(db, connection, &fence, lease.ttl).await {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(

@@ -107,6 +107,7 @@ pub async fn run_store_only(
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
+            lease: None,
         };
         finish_run(db, connection, stream, *run_id, counts, &end).await?;
     }
@@ -199,6 +200,7 @@ async fn store_all(
             leave_checkpoint: false,
             expect: PageExpectation::New,
             sightings: false,
+            lease: None,
         };
         // As the pipeline does: the page's counters count once the page is committed.
         let mut after = totals;

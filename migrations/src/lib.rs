@@ -16,6 +16,7 @@ mod m20261202_000002_change_feed;
 mod m20261202_000003_notifications;
 mod m20261202_000004_deletion_tracking;
 mod m20261203_000001_streams;
+mod m20261203_000003_lease_generation;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000003_notifications::Migration),
             Box::new(m20261202_000004_deletion_tracking::Migration),
             Box::new(m20261203_000001_streams::Migration),
+            Box::new(m20261203_000003_lease_generation::Migration),
         ]
     }
 }

@@ -299,6 +299,7 @@ async fn fire(job: &ProviderJob) {
         full,
         cancel: job.cancel.child_token(),
         stream: None,
+        lease: None,
     };
     match sync_provider(
         &job.db,

@@ -11,7 +11,7 @@ use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::{claim, release, renew, Holder};
-use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
+use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome, RunStatus};
 
 /// Which connections a `sync` covers. `None` matches all.
 #[derive(Clone, Debug, Default)]
@@ -338,7 +338,13 @@ async fn sync_leased(
             };
             let outcome =
                 sync_connection(db, provider, settings, connection, options, progress).await?;
+            // A run ends `interrupted` only when it was stopped or lost the lease, which
+            // its page may find before the renewal does: no further stream opens a run.
+            let interrupted = outcome.status == RunStatus::Interrupted;
             outcomes.push(outcome);
+            if interrupted {
+                break;
+            }
         }
         Ok::<_, DbErr>(outcomes)
     };

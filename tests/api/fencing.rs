@@ -24,7 +24,7 @@ use tributary::pipeline::{
 };
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
-use wiremock::matchers::{header, method};
+use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{cursor_provider, primary_stream, spawn_app, TestApp};
@@ -632,4 +632,69 @@ async fn a_run_marked_interrupted_by_another_process_is_never_flipped_back() {
         .await
         .unwrap()
         .is_empty());
+}
+
+#[tokio::test]
+async fn a_run_that_lost_its_lease_opens_no_further_stream_of_the_connection() {
+    let app = spawn_app().await;
+    // The first stream's page is answered while another process holds the lease; the
+    // lease lasts a day, so the renewal does not notice first: the page's fence does.
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(page_of(1))
+                .set_delay(Duration::from_millis(300)),
+        )
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/archive"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page_of(1)))
+        .mount(&app.api)
+        .await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nstreams = [\"records\", \"archive\"]\n",
+        1,
+    );
+    let settings = app
+        .settings(&format!(
+            "[daemon]\nlease_ttl = \"1day\"\n{providers}\
+             [providers.acme.resources.archive]\npath = \"/v1/archive\"\n"
+        ))
+        .await;
+    let take_over = async {
+        wait_for(
+            Duration::from_secs(30),
+            "the first page asked for",
+            || async { app.api.received_requests().await.unwrap_or_default().len() == 1 },
+        )
+        .await;
+        let row = connection::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("query")
+            .expect("alice");
+        let taker = Fence {
+            holder: "other-host:202:0000cafe".to_string(),
+            generation: row.lease_generation + 1,
+        };
+        lease_row(&app, &row, &taker).await;
+    };
+    let (outcomes, ()) = tokio::join!(app.sync(&settings), take_over);
+
+    let ran: Vec<(&str, RunStatus)> = outcomes
+        .iter()
+        .map(|outcome| (outcome.stream.as_str(), outcome.status))
+        .collect();
+    assert_eq!(ran, [("records", RunStatus::Interrupted)]);
+    let error = outcomes[0].error.clone().unwrap_or_default();
+    assert!(error.contains(LEASE_LOST), "{error}");
+    assert_eq!(runs(&app).await.len(), 1, "no run of the second stream");
+    assert!(app.records().await.is_empty());
+    assert_eq!(
+        app.api.received_requests().await.unwrap_or_default().len(),
+        1
+    );
 }

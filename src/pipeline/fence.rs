@@ -24,6 +24,9 @@ use crate::lease::Fence;
 /// The reason a run that lost its lease ends with.
 pub(crate) const LEASE_LOST: &str = "interrupted: the connection's lease was taken over by another process after it expired (this process stalled or could not renew it); nothing more of this run was committed, and the next run resumes from the checkpoint";
 
+/// The reason a leased run whose connection was removed while it went ends with.
+pub(crate) const CONNECTION_GONE: &str = "interrupted: the connection was removed while the run was going; nothing more of this run was committed";
+
 /// Why a run may not write any more.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Unheld {
@@ -62,9 +65,14 @@ impl Unheld {
         }
     }
 
-    /// Whether the run lost its lease (rather than a row or its `running` status).
-    pub(crate) fn lease_lost(&self) -> bool {
-        matches!(self, Unheld::LeaseTaken { .. } | Unheld::ConnectionGone)
+    /// The reason the run ends `interrupted` with when it lost its lease (taken over, or
+    /// gone with its connection); `None` when it did not.
+    pub(crate) fn lost_lease_reason(&self) -> Option<&'static str> {
+        match self {
+            Unheld::LeaseTaken { .. } => Some(LEASE_LOST),
+            Unheld::ConnectionGone => Some(CONNECTION_GONE),
+            Unheld::RunGone | Unheld::RunClosed { .. } => None,
+        }
     }
 }
 

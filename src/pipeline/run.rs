@@ -313,7 +313,7 @@ pub async fn finish_run(
 }
 
 /// Closes a run that may not commit its end (see [`finish_run`]): a run that lost its lease
-/// ends `interrupted` with [`fence::LEASE_LOST`], in its own row only (whether it was still
+/// ends `interrupted` with the reason ([`fence::LEASE_LOST`]), in its own row only (whether it was still
 /// `running` or already marked `interrupted` by the process that took the lease over); a
 /// run closed by someone else stays as it is.
 async fn close_unheld(
@@ -326,7 +326,8 @@ async fn close_unheld(
     if unheld == fence::Unheld::RunGone {
         return Err(DbErr::RecordNotUpdated);
     }
-    if unheld.lease_lost() {
+    let reason = unheld.lost_lease_reason();
+    if let Some(reason) = reason {
         tracing::warn!(
             reason = ?unheld,
             "The run lost its connection's lease; it ends interrupted, committing nothing more."
@@ -338,7 +339,7 @@ async fn close_unheld(
             )
             .col_expr(
                 sync_run::Column::Error,
-                sea_orm::sea_query::Expr::value(fence::LEASE_LOST),
+                sea_orm::sea_query::Expr::value(reason),
             )
             .col_expr(
                 sync_run::Column::FinishedAt,
@@ -353,7 +354,7 @@ async fn close_unheld(
         .one(db)
         .await?
         .ok_or(DbErr::RecordNotUpdated)?;
-    if !unheld.lease_lost() {
+    if reason.is_none() {
         tracing::warn!(
             status = %row.status,
             "The run's row was closed by another process; it is left as it is."

@@ -698,3 +698,50 @@ async fn a_run_that_lost_its_lease_opens_no_further_stream_of_the_connection() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() {
+    let app = spawn_app().await;
+    let world = taken_over(&app).await;
+    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
+        .await
+        .expect("run");
+    // `connections remove` while the run goes.
+    connection::Entity::delete_by_id(world.connection.id)
+        .exec(&app.db)
+        .await
+        .expect("removed");
+
+    let end = RunEnd {
+        status: RunStatus::Succeeded,
+        error: None,
+        listing_complete: true,
+        checkpoint: CheckpointMove::Write(None),
+        watermark: None,
+        notify: NotifyRuns::All,
+        deletions: DeletionPass::Off,
+        lease: Some(&world.current),
+    };
+    let closed = finish_run(
+        &app.db,
+        &world.connection,
+        &world.stream,
+        run_id,
+        &RunCounts::default(),
+        &end,
+    )
+    .await
+    .expect("closed");
+    assert_eq!(closed.status, RunStatus::Interrupted);
+    let row = app.run_row(run_id).await;
+    assert_eq!(row.status, RunStatus::Interrupted);
+    let error = row.error.unwrap_or_default();
+    assert!(error.contains("the connection was removed"), "{error}");
+    assert_eq!(
+        notification_delivery::Entity::find()
+            .count(&app.db)
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -87,13 +87,20 @@ pub(crate) async fn hold(
     fence: Option<&Fence>,
     now: DateTime<Utc>,
 ) -> Result<Result<(), Unheld>, DbErr> {
-    let run = sync_run::Entity::update_many()
+    // Locked by its id alone, and its status read after: a condition on the status lets
+    // MariaDB lock gaps of `sync_runs`' status index, which other runs' closings insert into.
+    let locked = sync_run::Entity::update_many()
         .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
         .filter(sync_run::Column::Id.eq(run_id))
-        .filter(sync_run::Column::Status.eq(RunStatus::Running))
         .exec(txn)
         .await?
         .rows_affected;
+    let running = locked == 1
+        && sync_run::Entity::find_by_id(run_id)
+            .one(txn)
+            .await?
+            .is_some_and(|run| run.status == RunStatus::Running);
+    let run = u64::from(running);
     let connection = match (run, fence) {
         (0, _) => 0,
         (_, None) => 1,

@@ -5,11 +5,16 @@
 //! the run works, and released when it ends. A lease whose holder stopped renewing (a
 //! crash, a SIGKILL) is taken over once it expires, or at once when the holder was a
 //! process on this host that no longer exists.
+//!
+//! Every claim also increases `lease_generation`. The holder and the generation it claimed
+//! are the run's [`Fence`]: each of its writes is conditional on the connection's row still
+//! naming both, so a process that stalled past its lease's expiry writes nothing once
+//! another process has claimed the lease.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, Value};
+use sea_orm::sea_query::{Expr, ExprTrait, Value};
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
 };
@@ -37,6 +42,15 @@ impl Holder {
     }
 }
 
+/// The fencing token of one claim of a connection's lease: who claimed it and the
+/// generation the claim set. A run's writes are conditional on the connection's row still
+/// holding both (`pipeline::fence`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: String,
+    pub generation: i64,
+}
+
 /// Someone else holds the connection's lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Busy {
@@ -44,16 +58,17 @@ pub struct Busy {
     pub until: Option<DateTime<Utc>>,
 }
 
-/// Claims the connection's lease for `ttl`. Returns `Err(Busy)` when a live holder has it,
-/// this process included: a second run of a connection never starts while one is going.
-/// On success, runs of this connection still marked `running` belong to a holder that is
-/// gone, and are marked `interrupted`.
+/// Claims the connection's lease for `ttl`, increasing its generation, and returns the
+/// claim's [`Fence`]. Returns `Err(Busy)` when a live holder has it, this process
+/// included: a second run of a connection never starts while one is going. On success,
+/// runs of this connection still marked `running` belong to a holder that is gone, and are
+/// marked `interrupted`.
 pub async fn claim(
     db: &DatabaseConnection,
     connection: &connection::Model,
     holder: &Holder,
     ttl: Duration,
-) -> Result<Result<(), Busy>, DbErr> {
+) -> Result<Result<Fence, Busy>, DbErr> {
     let now = Utc::now();
     let mut free = Condition::any()
         .add(connection::Column::LeaseHolder.is_null())
@@ -71,15 +86,26 @@ pub async fn claim(
             connection::Column::LeaseExpiresAt,
             Expr::value(expiry(now, ttl)),
         )
+        .col_expr(
+            connection::Column::LeaseGeneration,
+            Expr::col(connection::Column::LeaseGeneration).add(1),
+        )
         .filter(connection::Column::Id.eq(connection.id))
         .filter(free)
         .exec(db)
         .await?
         .rows_affected;
-    if claimed == 0 {
-        let row = connection::Entity::find_by_id(connection.id)
-            .one(db)
-            .await?;
+    let row = connection::Entity::find_by_id(connection.id)
+        .one(db)
+        .await?;
+    let fence = row.as_ref().and_then(|row| {
+        (claimed == 1 && row.lease_holder.as_deref() == Some(holder.as_str())).then(|| Fence {
+            holder: holder.as_str().to_string(),
+            generation: row.lease_generation,
+        })
+    });
+    let Some(fence) = fence else {
+        // Not claimed, or claimed and taken over already by another process.
         return Ok(Err(Busy {
             holder: row
                 .as_ref()
@@ -87,9 +113,9 @@ pub async fn claim(
                 .unwrap_or_default(),
             until: row.and_then(|r| r.lease_expires_at),
         }));
-    }
+    };
     mark_abandoned_runs(db, connection).await?;
-    Ok(Ok(()))
+    Ok(Ok(fence))
 }
 
 /// Extends the lease and the running run's heartbeat. `Ok(false)` means the lease was
@@ -97,7 +123,7 @@ pub async fn claim(
 pub async fn renew(
     db: &DatabaseConnection,
     connection: &connection::Model,
-    holder: &Holder,
+    fence: &Fence,
     ttl: Duration,
 ) -> Result<bool, DbErr> {
     let now = Utc::now();
@@ -107,7 +133,8 @@ pub async fn renew(
             Expr::value(expiry(now, ttl)),
         )
         .filter(connection::Column::Id.eq(connection.id))
-        .filter(connection::Column::LeaseHolder.eq(holder.as_str()))
+        .filter(connection::Column::LeaseHolder.eq(fence.holder.as_str()))
+        .filter(connection::Column::LeaseGeneration.eq(fence.generation))
         .exec(db)
         .await?
         .rows_affected;

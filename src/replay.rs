@@ -119,13 +119,16 @@ pub async fn replay_run(
             provider: run.provider.clone(),
         })?;
     let holder = Holder::current();
-    if let Err(busy) = claim(db, &connection, &holder, settings.daemon.lease_ttl).await? {
-        return Err(ReplayError::Busy {
-            user_id: connection.user_id,
-            provider: connection.provider,
-            holder: busy.holder,
-        });
-    }
+    let lease = match claim(db, &connection, &holder, settings.daemon.lease_ttl).await? {
+        Ok(lease) => lease,
+        Err(busy) => {
+            return Err(ReplayError::Busy {
+                user_id: connection.user_id,
+                provider: connection.provider,
+                holder: busy.holder,
+            })
+        }
+    };
     let stream_settings = stream_of(provider_settings, run.stream.as_deref());
     let result = match open_stream(db, &connection, &stream_settings).await {
         Ok(stream) => {
@@ -135,6 +138,7 @@ pub async fn replay_run(
                 provider_settings,
                 provider: provider.as_ref(),
                 stream_name: &stream_name,
+                lease: &lease,
             };
             replay_records(db, &target, records, &mut report).await
         }
@@ -171,6 +175,8 @@ struct ReplayTarget<'a> {
     provider: &'a dyn tributary_providers::Provider,
     /// The stream as the adapter names it.
     stream_name: &'a str,
+    /// The lease the replay claimed: a replay is a run, fenced like any other.
+    lease: &'a crate::lease::Fence,
 }
 
 async fn replay_records(
@@ -185,6 +191,7 @@ async fn replay_records(
         provider_settings,
         provider,
         stream_name,
+        lease,
     } = *target;
     let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
     report.replay_run_id = Some(replay_run_id);
@@ -199,6 +206,7 @@ async fn replay_records(
         leave_checkpoint: true,
         expect: Default::default(),
         sightings: false,
+        lease: Some(lease),
     };
     for error in errors {
         // The payload is the record's text as received, so it keys and hashes the same.
@@ -256,6 +264,7 @@ async fn replay_records(
         notify: provider_settings.notify,
         deletions: crate::pipeline::DeletionPass::Off,
         full_passes_served: 0,
+        lease: Some(lease),
     };
     finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
     tracing::info!(

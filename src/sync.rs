@@ -11,7 +11,7 @@ use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::{claim, release, renew, Holder};
-use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
+use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome, RunStatus};
 
 /// Which connections a `sync` covers. `None` matches all.
 #[derive(Clone, Debug, Default)]
@@ -281,23 +281,27 @@ async fn sync_leased(
         connection,
         streams,
     } = *run;
-    if let Err(busy) = claim(db, connection, &lease.holder, lease.ttl).await? {
-        tracing::info!(
-            user_id = %connection.user_id,
-            provider = %connection.provider,
-            holder = %busy.holder,
-            until = ?busy.until,
-            "Connection skipped: a run of it is already going."
-        );
-        crate::telemetry::record_skip(&connection.provider);
-        return Ok(Leased::Skipped(Skipped {
-            user_id: connection.user_id.clone(),
-            provider: connection.provider.clone(),
-            holder: busy.holder,
-        }));
-    }
+    let fence = match claim(db, connection, &lease.holder, lease.ttl).await? {
+        Ok(fence) => fence,
+        Err(busy) => {
+            tracing::info!(
+                user_id = %connection.user_id,
+                provider = %connection.provider,
+                holder = %busy.holder,
+                until = ?busy.until,
+                "Connection skipped: a run of it is already going."
+            );
+            crate::telemetry::record_skip(&connection.provider);
+            return Ok(Leased::Skipped(Skipped {
+                user_id: connection.user_id.clone(),
+                provider: connection.provider.clone(),
+                holder: busy.holder,
+            }));
+        }
+    };
     let run_options = RunOptions {
         cancel: options.cancel.child_token(),
+        lease: Some(fence.clone()),
         ..options.clone()
     };
     let lost_lease = run_options.cancel.clone();
@@ -306,7 +310,7 @@ async fn sync_leased(
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            match renew(db, connection, &lease.holder, lease.ttl).await {
+            match renew(db, connection, &fence, lease.ttl).await {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(
@@ -334,7 +338,13 @@ async fn sync_leased(
             };
             let outcome =
                 sync_connection(db, provider, settings, connection, options, progress).await?;
+            // A run ends `interrupted` only when it was stopped or lost the lease, which
+            // its page may find before the renewal does: no further stream opens a run.
+            let interrupted = outcome.status == RunStatus::Interrupted;
             outcomes.push(outcome);
+            if interrupted {
+                break;
+            }
         }
         Ok::<_, DbErr>(outcomes)
     };

@@ -397,6 +397,7 @@ async fn run_phase(
         full: true,
         cancel: CancellationToken::new(),
         stream: None,
+        lease: None,
     };
     let filter = SyncFilter {
         provider: Some(PROVIDER.to_string()),

@@ -108,6 +108,7 @@ pub async fn run_store_only(
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
             full_passes_served: 0,
+            lease: None,
         };
         finish_run(db, connection, stream, *run_id, counts, &end).await?;
     }
@@ -200,6 +201,7 @@ async fn store_all(
             leave_checkpoint: false,
             expect: PageExpectation::New,
             sightings: false,
+            lease: None,
         };
         // As the pipeline does: the page's counters count once the page is committed.
         let mut after = totals;

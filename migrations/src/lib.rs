@@ -16,6 +16,7 @@ mod m20261202_000002_change_feed;
 mod m20261202_000003_notifications;
 mod m20261202_000004_deletion_tracking;
 mod m20261203_000001_streams;
+mod m20261203_000003_lease_generation;
 mod m20261203_000005_full_pass_owed;
 mod m20261203_000010_instances;
 mod m20261203_000011_feed_database_id;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000003_notifications::Migration),
             Box::new(m20261202_000004_deletion_tracking::Migration),
             Box::new(m20261203_000001_streams::Migration),
+            Box::new(m20261203_000003_lease_generation::Migration),
             Box::new(m20261203_000005_full_pass_owed::Migration),
             Box::new(m20261203_000010_instances::Migration),
             Box::new(m20261203_000011_feed_database_id::Migration),

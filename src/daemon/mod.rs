@@ -317,6 +317,7 @@ async fn fire(job: &ProviderJob) {
         full: unrecorded,
         cancel: job.cancel.child_token(),
         stream: None,
+        lease: None,
     };
     match sync_provider(
         &job.db,

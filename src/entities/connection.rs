@@ -30,6 +30,9 @@ pub struct Model {
     pub lease_holder: Option<String>,
     /// Until when the lease holds unless renewed.
     pub lease_expires_at: Option<DateTimeUtc>,
+    /// How many times the lease was claimed: with the holder, the fencing token a run's
+    /// writes are conditional on.
+    pub lease_generation: i64,
     /// The process spending the connection's OAuth refresh token now, if any.
     pub refresh_holder: Option<String>,
     /// Until when that claim holds; an expired claim may be taken over.
@@ -76,6 +79,7 @@ impl std::fmt::Debug for Model {
             .field("last_success_at", &self.last_success_at)
             .field("lease_holder", &self.lease_holder)
             .field("lease_expires_at", &self.lease_expires_at)
+            .field("lease_generation", &self.lease_generation)
             .field("refresh_holder", &self.refresh_holder)
             .field("refresh_claimed_until", &self.refresh_claimed_until)
             .field("defined_in", &self.defined_in)

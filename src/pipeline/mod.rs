@@ -9,6 +9,7 @@ pub mod changes;
 pub(crate) mod checkpoint;
 pub mod credential_store;
 mod deletions;
+pub(crate) mod fence;
 mod outbox;
 mod parents;
 pub(crate) mod records;
@@ -31,6 +32,7 @@ use tributary_providers::{FetchError, Provider};
 use crate::config::{ProviderSettings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
+pub use crate::lease::Fence;
 
 pub use checkpoint::Checkpoint;
 pub use deletions::DeletionPass;
@@ -53,6 +55,10 @@ pub struct RunOptions {
     pub cancel: CancellationToken,
     /// The stream to sync; `None`: the kind's primary stream.
     pub stream: Option<StreamSettings>,
+    /// The connection's lease the run holds (`sync` claims it): every write of the run is
+    /// conditional on the connection's row still holding it. `None`: the caller holds no
+    /// lease, and the run's writes are conditional on its row being `running` only.
+    pub lease: Option<Fence>,
 }
 
 impl RunOptions {
@@ -63,6 +69,7 @@ impl RunOptions {
             full: false,
             cancel: CancellationToken::new(),
             stream: None,
+            lease: None,
         }
     }
 }
@@ -164,6 +171,7 @@ pub async fn sync_connection(
             since,
             cancel: options.cancel.child_token(),
             progress,
+            lease: options.lease.as_ref(),
         };
         let mut committed = Committed::default();
         let result = walk_within_timeout(&run, &mut committed).await;
@@ -204,6 +212,7 @@ pub async fn sync_connection(
                 },
                 settings.deletions.max_fraction,
             ),
+            lease: options.lease.as_ref(),
         };
         let closed =
             run::finish_run(db, connection, &stream, run_id, &committed.counts, &end).await?;

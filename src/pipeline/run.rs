@@ -13,11 +13,13 @@ use serde::Serialize;
 use tributary_providers::Watermark;
 
 use super::deletions::{self, DeletionPass};
+use super::fence;
 use super::store::{begin_page_transaction, checkpoint_column, CheckpointMove};
 use super::streams::StreamScope;
 use crate::config::NotifyRuns;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, connection_stream, sync_run};
+use crate::lease::Fence;
 
 /// A run's counters, as stored in `sync_runs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -198,6 +200,9 @@ pub struct RunEnd<'a> {
     /// The `full_sync_schedule` firings the run served: what the stream owed when it
     /// began, for a full pass whose listing completed (only with `listing_complete`).
     pub full_passes_served: i64,
+    /// The lease the run holds: the closing transaction commits only while the
+    /// connection's row still holds it (`None`: a run without a lease).
+    pub lease: Option<&'a Fence>,
 }
 
 /// How a run closed: its status, reason and counters as stored, which deciding
@@ -213,6 +218,11 @@ pub struct RunClosed {
 /// the stream's checkpoint is cleared, its cursor advanced and its last successful run
 /// noted, all in the same transaction, so the cursor never runs ahead of the records.
 /// A run that notifies writes its delivery in that transaction too.
+///
+/// The transaction is fenced like a page's: it locks the run's row while `running` and the
+/// connection's while it holds the run's lease first. A run that lost its lease commits
+/// none of it, and only its own row is closed, `interrupted` with the reason; a run whose
+/// row someone else closed (marked `interrupted` as abandoned) is left as they closed it.
 pub async fn finish_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
@@ -224,6 +234,10 @@ pub async fn finish_run(
     // The write lock first on SQLite: deciding deletions reads before it writes.
     let txn = begin_page_transaction(db).await?;
     let now = Utc::now();
+    if let Err(unheld) = fence::hold(&txn, run_id, connection.id, end.lease, now).await? {
+        txn.rollback().await?;
+        return close_unheld(db, run_id, counts, unheld, now).await;
+    }
     let mut closed = RunClosed {
         status: end.status,
         error: end.error.map(str::to_string),
@@ -329,6 +343,61 @@ async fn serve_full_passes(
         .exec(txn)
         .await?;
     Ok(())
+}
+
+/// Closes a run that may not commit its end (see [`finish_run`]): a run that lost its lease
+/// ends `interrupted` with the reason ([`fence::LEASE_LOST`]), in its own row only (whether it was still
+/// `running` or already marked `interrupted` by the process that took the lease over); a
+/// run closed by someone else stays as it is.
+async fn close_unheld(
+    db: &DatabaseConnection,
+    run_id: i64,
+    counts: &RunCounts,
+    unheld: fence::Unheld,
+    now: chrono::DateTime<Utc>,
+) -> Result<RunClosed, DbErr> {
+    if unheld == fence::Unheld::RunGone {
+        return Err(DbErr::RecordNotUpdated);
+    }
+    let reason = unheld.lost_lease_reason();
+    if let Some(reason) = reason {
+        tracing::warn!(
+            reason = ?unheld,
+            "The run lost its connection's lease; it ends interrupted, committing nothing more."
+        );
+        sync_run::Entity::update_many()
+            .col_expr(
+                sync_run::Column::Status,
+                sea_orm::sea_query::Expr::value(RunStatus::Interrupted),
+            )
+            .col_expr(
+                sync_run::Column::Error,
+                sea_orm::sea_query::Expr::value(reason),
+            )
+            .col_expr(
+                sync_run::Column::FinishedAt,
+                sea_orm::sea_query::Expr::value(now),
+            )
+            .filter(sync_run::Column::Id.eq(run_id))
+            .filter(sync_run::Column::Status.is_in([RunStatus::Running, RunStatus::Interrupted]))
+            .exec(db)
+            .await?;
+    }
+    let row = sync_run::Entity::find_by_id(run_id)
+        .one(db)
+        .await?
+        .ok_or(DbErr::RecordNotUpdated)?;
+    if reason.is_none() {
+        tracing::warn!(
+            status = %row.status,
+            "The run's row was closed by another process; it is left as it is."
+        );
+    }
+    Ok(RunClosed {
+        status: row.status,
+        error: row.error,
+        counts: *counts,
+    })
 }
 
 /// Locks the connection's row by writing its `updated_at`, as the page transactions'

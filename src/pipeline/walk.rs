@@ -20,6 +20,7 @@ use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
 use crate::entities::connection;
+use crate::lease::Fence;
 
 /// What a run carries from its start to its end.
 pub(super) struct RunContext<'a> {
@@ -38,6 +39,8 @@ pub(super) struct RunContext<'a> {
     /// The run is a full pass of a provider that tracks deletions: its pages note their
     /// keys, unless it resumes an earlier run's walk.
     pub track_deletes: bool,
+    /// The lease the run holds, which fences each of its commits.
+    pub lease: Option<&'a Fence>,
 }
 
 /// What a walk has committed so far. The caller keeps it, so that a run that stops early
@@ -379,6 +382,7 @@ impl<'r, 'a> Walker<'r, 'a> {
                 leave_checkpoint: false,
                 expect: PageExpectation::Unknown,
                 sightings: false,
+                lease: self.run.lease,
             };
             let message = format!("page {page}: {source}");
             let stage = source.stage();
@@ -420,6 +424,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             leave_checkpoint: page.stop_after.is_some(),
             expect: self.expectation(),
             sightings: run.track_deletes && !committed.resumed,
+            lease: run.lease,
         };
         let unkeyed = page
             .items

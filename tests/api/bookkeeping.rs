@@ -65,6 +65,7 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
         stream_id: stream.state.id,
         checkpoint: CheckpointMove::Write(Some(&checkpoint)),
         now: chrono::Utc::now(),
+        lease: None,
     };
     save(&app, &page).await.expect("saved");
     let row = app.run_row(run_id).await;

@@ -1217,6 +1217,7 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
                 leave_checkpoint: false,
                 expect: PageExpectation::Unknown,
                 sightings: false,
+                lease: None,
             };
             let mut totals = RunCounts::default();
             store_page(writers, &context, items, &mut totals)

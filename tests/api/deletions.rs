@@ -726,6 +726,7 @@ async fn a_run_killed_midway_marks_nothing_and_its_sightings_are_removed() {
         leave_checkpoint: true,
         expect: PageExpectation::Unknown,
         sightings: true,
+        lease: None,
     };
     let page: Vec<PageItem> = items("k", "alice", 0..2)
         .iter()
@@ -816,6 +817,7 @@ async fn a_record_written_by_another_run_during_the_pass_is_not_marked_deleted()
             leave_checkpoint: true,
             expect: PageExpectation::Unknown,
             sightings: false,
+            lease: None,
         };
         let payload = items("k", "alice", 10..11)[0].to_string();
         let page = vec![PageItem::Record(Record {

@@ -183,6 +183,7 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         leave_checkpoint: false,
         expect: Default::default(),
         sightings: false,
+        lease: None,
     };
     // Once as one statement for the page, once as a statement per record: each write
     // shape meets the unique index the same way.

@@ -114,6 +114,7 @@ async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_d
         leave_checkpoint: false,
         expect,
         sightings: false,
+        lease: None,
     };
     let usual_context = context(run_usual, PageExpectation::Unknown);
     let new_context = context(run_new, PageExpectation::New);
@@ -315,6 +316,7 @@ async fn removing_a_connection_while_its_page_is_stored_deletes_that_page_too() 
         leave_checkpoint: false,
         expect: PageExpectation::Unknown,
         sightings: false,
+        lease: None,
     };
     let pool = writer_pool(&app).await;
     let mut totals = RunCounts::default();

@@ -17,6 +17,7 @@ mod deletions;
 mod enum_columns;
 mod fault_scenarios;
 mod faults;
+mod fencing;
 mod helpers;
 mod keying;
 mod leases;

@@ -30,7 +30,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, TransactionTrait};
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, TransactionTrait,
+};
 use serde_json::json;
 use tributary::config::DatabaseSettings;
 use tributary::entities::{connection, sync_run};
@@ -425,6 +427,16 @@ async fn a_lease_free_writer_in_another_process_races_a_sync_process_on_the_same
     let connection = alice(&app).await;
     let gate = InsertGate::close(&app).await;
     let child = sync_process(&config, &["--json"]);
+    // Its claim marks the runs it finds `running` interrupted, and a run so marked writes
+    // nothing more: the lease-free runs open after the process opened its own.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sync_run::Entity::find().count(&app.db).await.unwrap() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the sync process never opened its run"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let (outcomes, ()) = tokio::join!(
         race_in_process(&app, &settings, &connection, WRITERS - 1),
         gate.open_when_waiting(&app, WRITERS)

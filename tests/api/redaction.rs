@@ -137,6 +137,7 @@ refresh_token = "{}"
         last_success_at: None,
         lease_holder: None,
         lease_expires_at: None,
+        lease_generation: 0,
         refresh_holder: None,
         refresh_claimed_until: None,
         defined_in: tributary::entities::connection::DefinedIn::Config,

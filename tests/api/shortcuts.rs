@@ -247,6 +247,7 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         leave_checkpoint: false,
         expect: PageExpectation::New,
         sightings: false,
+        lease: None,
     };
 
     let mut totals = RunCounts::default();

@@ -21,6 +21,7 @@ use tributary_providers::Record;
 
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
+use crate::lease::Fence;
 use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
@@ -84,8 +85,11 @@ pub trait StoreBackend: Send + Sync {
     /// The first statement of every page's transaction: locks the page's run row and its
     /// connection's row, and looks up `records` (at most one lookup's worth, perhaps none)
     /// as [`StoreBackend::lookup`] does. Every writer of a connection takes these two locks
-    /// before any other, so writers of one connection take turns and cannot deadlock. Fails
-    /// with [`DbErr::RecordNotUpdated`] when either row is gone.
+    /// before any other, so writers of one connection take turns and cannot deadlock. The
+    /// lock is the page's fence: it is taken only while the run is `running` and the
+    /// connection's row holds the page's lease ([`PageContext::lease`]). Fails with
+    /// [`DbErr::RecordNotUpdated`] when either row is gone or not held so (the caller
+    /// asks `fence::explain` why).
     async fn lock_and_lookup(
         &self,
         txn: &DatabaseTransaction,
@@ -281,7 +285,13 @@ pub(crate) async fn write_new_page_in_transaction(
     bookkeeping: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
     let txn = begin_page_transaction(db).await?;
-    backend.lock_and_lookup(&txn, context, &[]).await?;
+    if let Err(error) = backend.lock_and_lookup(&txn, context, &[]).await {
+        let fence = context.lease;
+        let (run_id, connection_id) = (context.run_id, context.connection.id);
+        return Err(
+            crate::pipeline::fence::explain(&txn, run_id, connection_id, fence, error).await,
+        );
+    }
     let records: Vec<&Record> = records.iter().collect();
     let mut batch = match records.is_empty() {
         true => None,
@@ -321,6 +331,9 @@ pub struct PageBookkeeping<'a> {
     pub stream_id: i64,
     pub checkpoint: CheckpointMove<'a>,
     pub now: DateTime<Utc>,
+    /// The lease the page is written under: nothing is written unless the connection's
+    /// row still holds it (`None`: a run without a lease, fenced by its status only).
+    pub lease: Option<&'a Fence>,
 }
 
 /// What a page does to its stream's checkpoint.
@@ -472,6 +485,7 @@ pub(crate) mod names {
     use sea_orm::{EntityName, IdenStatic, Iterable};
 
     use crate::entities::change::ChangeKind;
+    use crate::entities::sync_run::RunStatus;
     use crate::entities::{
         change, change_batch, change_clock, connection, connection_stream, record, run_sighting,
         sync_run,
@@ -480,8 +494,9 @@ pub(crate) mod names {
     /// `template` with each table and column named as its entity names it: `{records}`,
     /// `{sync_runs}`, `{connections}`, `{connection_streams}`, `{changes}`, `{change_batches}`, `{change_clock}`
     /// and `{run_sightings}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
-    /// `{change_batch::Seq}` (the columns' variants), and the change kinds as quoted
-    /// literals (`{kind::Inserted}` is `'inserted'`).
+    /// `{change_batch::Seq}` (the columns' variants), and the change kinds and run
+    /// statuses as quoted literals (`{kind::Inserted}` is `'inserted'`,
+    /// `{status::Running}` is `'running'`).
     pub fn sql(template: &str) -> String {
         let mut sql = template
             .replace("{records}", record::Entity.table_name())
@@ -525,6 +540,10 @@ pub(crate) mod names {
         for kind in ChangeKind::iter() {
             let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&kind));
             sql = sql.replace(&format!("{{kind::{kind:?}}}"), &literal);
+        }
+        for status in RunStatus::iter() {
+            let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&status));
+            sql = sql.replace(&format!("{{status::{status:?}}}"), &literal);
         }
         sql
     }

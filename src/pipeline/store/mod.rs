@@ -30,8 +30,10 @@ use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
 use crate::entities::connection;
+use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
+use crate::pipeline::fence;
 use crate::pipeline::run::RunCounts;
 use crate::pipeline::streams::StreamScope;
 
@@ -66,6 +68,10 @@ pub struct PageContext<'a> {
     /// Note the page's keys in `run_sightings` (a full pass of a provider that tracks
     /// deletions): the run's records that no page noted are its deletions.
     pub sightings: bool,
+    /// The lease the run holds: the page commits only while the connection's row still
+    /// holds it and the run's row is `running` (`None`: a run without a lease, such as
+    /// `sync_connection` called directly, fenced by its run's status only).
+    pub lease: Option<&'a Fence>,
 }
 
 impl PageContext<'_> {
@@ -170,8 +176,7 @@ pub async fn store_page(
         && all_stored_unchanged(backend, context, &records).await?
     {
         if context.sightings {
-            sightings::record_alone(db, context.run_id, &sightings::page_keys(&records, &[]))
-                .await?;
+            sightings::record_alone(db, context, &sightings::page_keys(&records, &[])).await?;
         }
         counts.unchanged += records.len() as u64;
         counts.deferred = true;
@@ -310,7 +315,14 @@ impl PageWrite<'_> {
             WriteMode::Upsert => chunks.next().unwrap_or_default(),
             WriteMode::Append { .. } => &[],
         };
-        let mut existing = backend.lock_and_lookup(&txn, context, first).await?;
+        let mut existing = match backend.lock_and_lookup(&txn, context, first).await {
+            Ok(existing) => existing,
+            Err(error) => {
+                let (run_id, connection_id) = (context.run_id, context.connection.id);
+                let error = fence::explain(&txn, run_id, connection_id, context.lease, error).await;
+                return Err(PageFailure::Database(error));
+            }
+        };
         let mut changes = PageChanges::default();
         if let WriteMode::Append { retention } = context.mode {
             // Events are never updated: keys seen within the retention are duplicates.
@@ -474,6 +486,7 @@ impl PageWrite<'_> {
                 false => CheckpointMove::Write(self.context.next_checkpoint),
             },
             now,
+            lease: self.context.lease,
         }
     }
 }

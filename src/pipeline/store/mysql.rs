@@ -7,9 +7,7 @@
 //! and the all-new shortcut, which trusts an insert's row count, is not taken.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{
-    Alias, Asterisk, Condition, Expr, ExprTrait, Func, LockType, Query, SelectStatement,
-};
+use sea_orm::sea_query::{Alias, Condition, Expr, ExprTrait, LockType, Query, SelectStatement};
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, QuerySelect,
@@ -23,6 +21,7 @@ use super::backend::{
 use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
+use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, record, sync_run};
 use crate::pipeline::changes::{record_changes, ChangeSlot};
 use crate::pipeline::run::save_counts;
@@ -78,13 +77,21 @@ async fn stored_keys(
 /// `SELECT page_rows.found, records.id, records.external_id, records.content_hash,
 /// records.deleted_by_run_id FROM
 /// (SELECT COUNT(*) AS found FROM (SELECT 1 FROM sync_runs, connections WHERE sync_runs.id
-/// = ? AND connections.id = ? FOR UPDATE) AS locked) AS page_rows LEFT JOIN records ON
-/// <the key is one of the page's>`: the page's two rows locked and counted, and the stored
-/// keys beside them. The outer read is not a locking one, so no record's row is locked;
-/// the `LEFT JOIN` returns the count even when no key is stored.
+/// = ? AND connections.id = ? AND <the page's lease> FOR UPDATE) AS locked) AS page_rows
+/// LEFT JOIN records ON <the key is one of the page's>` (`found` counting the locked rows
+/// whose run is `running`): the page's two rows locked and counted, only while the run is
+/// `running` and the connection's row holds the page's lease (its fence), and the stored
+/// keys beside them. The outer read is not a locking one, so no record's row is locked; the `LEFT
+/// JOIN` returns the count even when no key is stored.
 fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> SelectStatement {
-    let locked = Query::select()
-        .expr(Expr::val(1))
+    // The status is read, not filtered on: a condition on it lets MariaDB lock gaps of
+    // `sync_runs`' status index, which the closing update of another run inserts into.
+    let mut locked = Query::select()
+        .expr_as(
+            Expr::col((sync_run::Entity, sync_run::Column::Status))
+                .eq(sea_orm::ActiveEnum::to_value(&RunStatus::Running)),
+            Alias::new("running"),
+        )
         .from(sync_run::Entity)
         .from(connection::Entity)
         .and_where(Expr::col((sync_run::Entity, sync_run::Column::Id)).eq(context.run_id))
@@ -93,8 +100,22 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
         )
         .lock(LockType::Update)
         .to_owned();
+    if let Some(fence) = context.lease {
+        locked
+            .and_where(
+                Expr::col((connection::Entity, connection::Column::LeaseHolder))
+                    .eq(fence.holder.as_str()),
+            )
+            .and_where(
+                Expr::col((connection::Entity, connection::Column::LeaseGeneration))
+                    .eq(fence.generation),
+            );
+    }
     let page_rows = Query::select()
-        .expr_as(Func::count(Expr::col(Asterisk)), Alias::new("found"))
+        .expr_as(
+            Expr::cust("CAST(COALESCE(SUM(`locked`.`running`), 0) AS SIGNED)"),
+            Alias::new("found"),
+        )
         .from_subquery(locked, Alias::new("locked"))
         .to_owned();
     let key = Condition::all()

@@ -32,6 +32,7 @@ use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::sync_run;
+use crate::lease::Fence;
 use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
 use crate::pipeline::run::{save_counts, RunCounts};
 
@@ -52,20 +53,42 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A page's first statement: the run's row `$4` and the connection's `$5` locked and
-/// counted as `found`, with [`LOOKUP`]'s rows beside the count. `FOR NO KEY UPDATE` is the
-/// lock the page's own updates of those rows take anyway. The `LEFT JOIN` returns the
-/// count even when no key is stored.
+/// counted as `found`, with [`LOOKUP`]'s rows beside the count, only while the run is
+/// `running` and the connection's row holds the page's lease (holder `$6`, generation
+/// `$7`; `NULL` for a run without one): the page's fence. `FOR NO KEY UPDATE` is the lock
+/// the page's own updates of those rows take anyway, and the one a claim's `UPDATE` waits
+/// for. The `LEFT JOIN` returns the count even when no key is stored.
 static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
         "WITH page_rows AS (SELECT count(*) AS found FROM (SELECT 1 FROM {{sync_runs}} r, \
          {{connections}} c WHERE r.{{sync_run::Id}} = $4 AND c.{{connection::Id}} = $5 \
-         FOR NO KEY UPDATE) AS locked) \
+         AND {held} FOR NO KEY UPDATE) AS locked) \
          SELECT p.found, l.{{record::Id}}, l.{{record::ExternalId}}, l.{{record::ContentHash}}, \
          l.{{record::DeletedByRunId}} \
          FROM page_rows AS p LEFT JOIN ({lookup}) AS l ON true",
         lookup = *LOOKUP,
+        held = held_by("$6", "$7"),
     ))
 });
+
+/// The fence on the run's row `r` and the connection's row `c`: the run is `running`, and
+/// the connection's row holds the lease given as `holder` and `generation` (both `NULL`
+/// for a run without a lease).
+fn held_by(holder: &str, generation: &str) -> String {
+    names::sql(&format!(
+        "r.{{sync_run::Status}} = {{status::Running}} AND ({holder}::text IS NULL \
+         OR (c.{{connection::LeaseHolder}} = {holder}::text \
+         AND c.{{connection::LeaseGeneration}} = {generation}::bigint))"
+    ))
+}
+
+/// The page's lease as the values of [`held_by`]'s holder and generation.
+fn lease_values(lease: Option<&Fence>) -> [Value; 2] {
+    [
+        lease.map(|fence| fence.holder.clone()).into(),
+        lease.map(|fence| fence.generation).into(),
+    ]
+}
 
 /// How many of the pairs (`$3`, `$4`) are stored live with that hash, each id one probe as in
 /// [`LOOKUP`].
@@ -115,7 +138,8 @@ const FIRST_COUNTER: usize = 8;
 /// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
 /// checkpoint, connection id and stream id that follow them (the checkpoint saved on the
 /// stream's row), written only while the run's row and the connection's (which it locks
-/// first) and the change clock's exist. Once any row is
+/// first) and the change clock's exist, and the rows hold the page's lease (its holder and
+/// generation follow the stream id: [`held_by`]). Once any row is
 /// in, a batch stamped with the transaction's seq (which needs the clock's offset)
 /// records an `inserted` change per row. Returns how many of the page's rows it found (1
 /// when all three exist).
@@ -127,6 +151,7 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
         stream_id: 0,
         checkpoint: CheckpointMove::Keep,
         now: DateTime::<Utc>::UNIX_EPOCH,
+        lease: None,
     };
     let counters = page.counter_values();
     let set_counters = counters
@@ -138,10 +163,14 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
     let checkpoint = FIRST_COUNTER + counters.len();
     let connection_id = checkpoint + 1;
     let stream_id = connection_id + 1;
+    let held = held_by(
+        &format!("${}", stream_id + 1),
+        &format!("${}", stream_id + 2),
+    );
     names::sql(&format!(
         "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c, {{change_clock}} k \
          WHERE r.{{sync_run::Id}} = $3 AND c.{{connection::Id}} = ${connection_id} \
-         AND k.{{change_clock::Id}} = {CLOCK_ROW} FOR NO KEY UPDATE OF r, c), \
+         AND k.{{change_clock::Id}} = {CLOCK_ROW} AND {held} FOR NO KEY UPDATE OF r, c), \
          inserted AS ({new_rows} WHERE EXISTS (SELECT 1 FROM page_rows) \
          RETURNING {{record::ExternalId}}), \
          saved_run AS (UPDATE {{sync_runs}} SET {set_counters} \
@@ -251,13 +280,16 @@ impl StoreBackend for PostgresStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        let values = vec![
+        let values: Vec<Value> = [
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
             text_array(records.iter(), |record| &record.external_id),
             context.run_id.into(),
             context.connection.id.into(),
-        ];
+        ]
+        .into_iter()
+        .chain(lease_values(context.lease))
+        .collect();
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOCK_AND_LOOKUP.as_str(), values);
         locked_stored_keys(txn.query_all_raw(statement).await?)
@@ -343,6 +375,7 @@ impl StoreBackend for PostgresStore<'_> {
         values.push(checkpoint_column(checkpoint)?.into());
         values.push(bookkeeping.connection_id.into());
         values.push(bookkeeping.stream_id.into());
+        values.extend(lease_values(bookkeeping.lease));
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, NEW_PAGE.as_str(), values);
         let found: i64 = match self.db.query_one_raw(statement).await? {

@@ -7,15 +7,16 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
-use super::backend::INSERT_CHUNK;
+use super::backend::{begin_page_transaction, INSERT_CHUNK};
 use super::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::run_error;
+use crate::pipeline::fence;
 
 pub use crate::entities::run_error::Scope as ErrorScope;
 
 /// Records one page-level error (a body that could not be read as records) outside any
-/// page transaction, with the raw body as its payload.
+/// page transaction, with the raw body as its payload, fenced like a page.
 pub async fn record_page_error(
     db: &DatabasePools,
     context: &PageContext<'_>,
@@ -29,7 +30,15 @@ pub async fn record_page_error(
         message: message.into(),
         payload: body.to_string(),
     }];
-    insert_run_errors(db, context, &rejected, ErrorScope::Page, Utc::now()).await
+    let now = Utc::now();
+    let txn = begin_page_transaction(db).await?;
+    let (run_id, fence) = (context.run_id, context.lease);
+    if let Err(unheld) = fence::hold(&txn, run_id, context.connection.id, fence, now).await? {
+        txn.rollback().await?;
+        return Err(unheld.into_error(run_id, fence));
+    }
+    insert_run_errors(&txn, context, &rejected, ErrorScope::Page, now).await?;
+    txn.commit().await
 }
 
 /// The error row of a record the database refused to write.

@@ -4,12 +4,15 @@
 
 use std::collections::BTreeSet;
 
+use chrono::Utc;
 use sea_orm::sea_query::{OnConflict, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use tributary_providers::{Record, RejectedRecord};
 
 use super::backend::{begin_page_transaction, INSERT_CHUNK};
+use super::PageContext;
 use crate::entities::run_sighting;
+use crate::pipeline::fence;
 
 /// The page's keys: its records' and those of the records set aside with a known key
 /// (a record that failed still exists at the provider).
@@ -57,16 +60,23 @@ pub(crate) async fn record(
 }
 
 /// The sightings of a page that writes no record, in a transaction of their own (its
-/// counters ride with the run's next commit as they would without them).
+/// counters ride with the run's next commit as they would without them), fenced like a
+/// page: written only while the run holds its rows.
 pub(crate) async fn record_alone(
     db: &DatabaseConnection,
-    run_id: i64,
+    context: &PageContext<'_>,
     keys: &[&str],
 ) -> Result<(), DbErr> {
     if keys.is_empty() {
         return Ok(());
     }
     let txn = begin_page_transaction(db).await?;
+    let (run_id, fence) = (context.run_id, context.lease);
+    if let Err(unheld) = fence::hold(&txn, run_id, context.connection.id, fence, Utc::now()).await?
+    {
+        txn.rollback().await?;
+        return Err(unheld.into_error(run_id, fence));
+    }
     record(&txn, run_id, keys).await?;
     txn.commit().await
 }

@@ -59,6 +59,16 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// A page's first statement: `held` counts the page's run row (`?4`, while `running`) and
+/// connection's row (`?5`, while it holds the lease `?6`/`?7` when given), which is 1 when
+/// the page may write, beside [`LOOKUP`]'s result. `BEGIN IMMEDIATE` took the database's
+/// one write lock already, so no claim of the lease can commit before the page does.
+static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    names::sql(
+        "SELECT (SELECT count(*) FROM {sync_runs} r, {connections} c          WHERE r.{sync_run::Id} = ?4 AND r.{sync_run::Status} = {status::Running}          AND c.{connection::Id} = ?5 AND (?6 IS NULL OR (c.{connection::LeaseHolder} = ?6          AND c.{connection::LeaseGeneration} = ?7))) AS held,          (SELECT json_group_array(json_array({record::Id}, {record::ExternalId},          {record::ContentHash}, {record::DeletedByRunId}))          FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2          AND {record::ExternalId} IN (SELECT value FROM json_each(?3))) AS found",
+    )
+});
+
 /// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
 /// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause.
 static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
@@ -68,16 +78,47 @@ static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// The condition on every write of an all-new page's batch: the run's row (`?1`), the
-/// connection's (`?2`) and the change clock's all exist. The batch commits in the same
-/// round trip, so it must write the whole page or, when a row is gone, nothing.
+/// The condition on every write of an all-new page's batch: the run's row (`?1`) exists
+/// and is `running`, the connection's (`?2`) exists and holds the page's lease (holder `?3`,
+/// again `?4`, and generation `?5`; no lease: `NULL`s), and the change clock's row exists
+/// ([`page_rows_values`]). The batch commits in the same round trip, so it must write the
+/// whole page or, when a row is gone or not held, nothing.
 static PAGE_ROWS_EXIST: LazyLock<String> = LazyLock::new(|| {
     names::sql(&format!(
-        "EXISTS (SELECT 1 FROM {{sync_runs}} WHERE {{sync_run::Id}} = ?) \
-         AND EXISTS (SELECT 1 FROM {{connections}} WHERE {{connection::Id}} = ?) \
+        "EXISTS (SELECT 1 FROM {{sync_runs}} WHERE {{sync_run::Id}} = ? \
+         AND {{sync_run::Status}} = {{status::Running}}) \
+         AND EXISTS (SELECT 1 FROM {{connections}} WHERE {{connection::Id}} = ? \
+         AND (? IS NULL OR ({{connection::LeaseHolder}} = ? \
+         AND {{connection::LeaseGeneration}} = ?))) \
          AND EXISTS (SELECT 1 FROM {{change_clock}} WHERE {{change_clock::Id}} = {CLOCK_ROW})"
     ))
 });
+
+/// The values of one [`PAGE_ROWS_EXIST`], in order.
+fn page_rows_values(page: &PageBookkeeping<'_>) -> [sea_orm::Value; 5] {
+    let holder = page.lease.map(|fence| fence.holder.clone());
+    let generation = page.lease.map(|fence| fence.generation);
+    [
+        page.run_id.into(),
+        page.connection_id.into(),
+        holder.clone().into(),
+        holder.into(),
+        generation.into(),
+    ]
+}
+
+/// Adds the values of one [`PAGE_ROWS_EXIST`] to `arguments`.
+fn add_page_rows(
+    arguments: &mut SqliteArguments,
+    page: &PageBookkeeping<'_>,
+) -> Result<(), sqlx::error::BoxDynError> {
+    let holder = page.lease.map(|fence| fence.holder.clone());
+    arguments.add(page.run_id)?;
+    arguments.add(page.connection_id)?;
+    arguments.add(holder.clone())?;
+    arguments.add(holder)?;
+    arguments.add(page.lease.map(|fence| fence.generation))
+}
 
 /// An all-new page's change batch, inserted stamped: the clock has just ticked, and the
 /// write lock is the batch's, so the clock's seq is this batch's. Run, user, provider and
@@ -216,28 +257,46 @@ impl StoreBackend for SqliteStore<'_> {
             return Ok(Existing::new());
         };
         let found: String = row.try_get("", "found")?;
-        let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(&found)
-            .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, external_id, hash, deleted_by)| {
-                (external_id, Stored::from_row(id, hash, deleted_by))
-            })
-            .collect())
+        existing_of(&found)
     }
 
     /// `BEGIN IMMEDIATE` took the database's one write lock already, which is all the
-    /// locking a page needs on SQLite: only the lookup is left.
+    /// locking a page needs on SQLite: the lookup checks the page's fence beside
+    /// ([`LOCK_AND_LOOKUP`]).
     async fn lock_and_lookup(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        if records.is_empty() {
-            return Ok(Existing::new());
+        let ids: Vec<&str> = records
+            .iter()
+            .map(|record| record.external_id.as_str())
+            .collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            LOCK_AND_LOOKUP.as_str(),
+            [
+                context.connection.user_id.as_str().into(),
+                context.stream.namespace().into(),
+                ids.into(),
+                context.run_id.into(),
+                context.connection.id.into(),
+                context.lease.map(|fence| fence.holder.clone()).into(),
+                context.lease.map(|fence| fence.generation).into(),
+            ],
+        );
+        let Some(row) = txn.query_one_raw(statement).await? else {
+            return Err(DbErr::RecordNotUpdated);
+        };
+        let held: i64 = row.try_get("", "held")?;
+        if held != 1 {
+            return Err(DbErr::RecordNotUpdated);
         }
-        self.lookup(txn, context, records).await
+        let found: String = row.try_get("", "found")?;
+        existing_of(&found)
     }
 
     /// The insert, then its changes selected from the rows of this run among the page's
@@ -345,6 +404,18 @@ impl StoreBackend for SqliteStore<'_> {
     }
 }
 
+/// The stored keys of a lookup's JSON array of (id, external id, hash, deleting run).
+fn existing_of(found: &str) -> Result<Existing, DbErr> {
+    let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(found)
+        .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, external_id, hash, deleted_by)| {
+            (external_id, Stored::from_row(id, hash, deleted_by))
+        })
+        .collect())
+}
+
 /// A page's bookkeeping as `UPDATE` statements that must each change one row (the run's,
 /// and the connection's when the checkpoint moves), and their values in order.
 fn bookkeeping_statements(
@@ -367,8 +438,7 @@ fn bookkeeping_statements(
 fn guarded_bookkeeping_statements(
     page: &PageBookkeeping<'_>,
 ) -> Result<(Vec<String>, sea_orm::sea_query::Values), DbErr> {
-    let rows_exist =
-        || Expr::cust_with_values(&*PAGE_ROWS_EXIST, [page.run_id, page.connection_id]);
+    let rows_exist = || Expr::cust_with_values(&*PAGE_ROWS_EXIST, page_rows_values(page));
     let (run_sql, mut values) = page
         .counts_update()
         .and_where(rows_exist())
@@ -531,9 +601,7 @@ fn push_records_insert(
     }
     sql.push_str(") WHERE ");
     sql.push_str(&PAGE_ROWS_EXIST);
-    let guard = arguments
-        .add(page.run_id)
-        .and_then(|()| arguments.add(page.connection_id));
+    let guard = add_page_rows(arguments, page);
     guard.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))
 }
 
@@ -552,14 +620,12 @@ fn push_stamped_batch(
     sql.push_str("; ");
     sql.push_str(&INSERT_STAMPED_BATCH);
     let added = (|| {
-        arguments.add(page.run_id)?;
-        arguments.add(page.connection_id)?;
+        add_page_rows(arguments, page)?;
         arguments.add(page.run_id)?;
         arguments.add(context.connection.user_id.clone())?;
         arguments.add(context.stream.namespace().to_string())?;
         arguments.add(sqlite_time(page.now))?;
-        arguments.add(page.run_id)?;
-        arguments.add(page.connection_id)
+        add_page_rows(arguments, page)
     })();
     added.map_err(|error| DbErr::Custom(format!("building the page's change batch: {error}")))
 }
@@ -581,8 +647,7 @@ fn push_changes_insert(
     sql.push_str(&INSERT_NEW_CHANGES);
     let added = arguments
         .add(ids)
-        .and_then(|()| arguments.add(page.run_id))
-        .and_then(|()| arguments.add(page.connection_id));
+        .and_then(|()| add_page_rows(arguments, page));
     added.map_err(|error| DbErr::Custom(format!("building the page's changes: {error}")))
 }
 
@@ -609,6 +674,8 @@ mod tests {
         for sql in [
             &*COUNT_UNCHANGED,
             &*LOOKUP,
+            &*LOCK_AND_LOOKUP,
+            &*PAGE_ROWS_EXIST,
             &*INSERT_NEW_RECORDS,
             &*INSERT_STAMPED_BATCH,
             &*INSERT_NEW_CHANGES,

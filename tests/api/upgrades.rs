@@ -173,12 +173,13 @@ async fn a_schema_newer_than_the_binary_is_refused_naming_both_versions_before_a
 
 /// Marks this binary's newest migration (the one that made `instances`) as not applied,
 /// so that `migrate` has one to apply while the table it creates is still there.
-async fn unrecord_newest_migration(app: &TestApp) {
-    app.execute(&format!(
-        "DELETE FROM seaql_migrations WHERE version = '{}'",
-        tributary::db::schema_version()
-    ))
-    .await;
+/// Takes the database back to the schema before the newest migration, through that
+/// migration's own `down`, so that `migrate` has exactly it to apply.
+async fn roll_back_newest_migration(app: &TestApp) {
+    use tributary_migrations::MigratorTrait;
+    tributary_migrations::Migrator::down(&*app.db, Some(1))
+        .await
+        .expect("the newest migration rolled back");
 }
 
 async fn recorded(app: &TestApp, version: &str) -> bool {
@@ -201,7 +202,7 @@ async fn migrate_refuses_while_an_instance_of_an_older_schema_heartbeats_unless_
         chrono::TimeDelta::seconds(5),
     )
     .await;
-    unrecord_newest_migration(&app).await;
+    roll_back_newest_migration(&app).await;
     let newest = tributary::db::schema_version();
 
     let refused = run(tributary(&config).arg("migrate"));
@@ -228,7 +229,7 @@ async fn migrate_refuses_while_an_instance_of_an_older_schema_heartbeats_unless_
     assert!(recorded(&app, &newest).await);
 
     // An instance that stopped heartbeating is gone, and holds nothing up.
-    unrecord_newest_migration(&app).await;
+    roll_back_newest_migration(&app).await;
     app.execute("DELETE FROM instances").await;
     insert_instance(
         &app,
@@ -431,7 +432,7 @@ async fn migrate_says_when_nothing_is_pending_and_names_what_it_applied() {
         idle.stdout
     );
 
-    unrecord_newest_migration(&app).await;
+    roll_back_newest_migration(&app).await;
     let applied = run(tributary(&config).arg("migrate"));
     assert_eq!(applied.code, 0, "{}", applied.stderr);
     assert!(

@@ -10,6 +10,7 @@ use tributary_migrations::{Migrator, MigratorTrait};
 use crate::config::{redact_url, DatabaseSettings};
 
 mod migration_lock;
+pub(crate) mod parameters;
 mod pools;
 mod readers;
 mod wal_checkpoints;

@@ -95,10 +95,12 @@ pub struct BenchArgs {
     /// report each configuration's median (with the range of every run).
     #[arg(long, requires = "matrix", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
-    /// With --database postgres: connect with sqlx's default `sslmode=prefer` (TLS when
-    /// the server offers it) instead of `sslmode=disable`, as a loopback client would.
+    /// With --database postgres: connect with `sslmode=disable` only. By default the run
+    /// connects with sqlx's default `sslmode=prefer` (TLS when the server offers it), as a
+    /// client of a production server would, and also times a first sync without TLS into
+    /// a second scratch database, reporting the TLS/no-TLS ratio.
     #[arg(long)]
-    pub postgres_tls: bool,
+    pub no_postgres_tls: bool,
     /// A key of the provider's table, as TOML: `--provider-option track_deletes=true`.
     /// Repeatable; checked like any config.
     #[arg(long = "provider-option", value_name = "KEY=VALUE", value_parser = provider_option)]
@@ -139,9 +141,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.users >= 1, "--users must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    let postgres_tls = !args.no_postgres_tls;
+    let scratch_kind = args.database_url.is_none().then_some(args.database);
     let scratch = match &args.database_url {
         Some(url) => Scratch::Given(url.clone()),
-        None => Scratch::create(args.database, args.postgres_tls).await?,
+        None => Scratch::create(args.database, postgres_tls).await?,
     };
     let options = ScaleOptions {
         users: args.users,
@@ -154,9 +158,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let result = run_scale(&options).await;
     scratch.remove().await;
-    let report = result?;
+    let mut report = result?;
+    let compare_tls = matches!(scratch_kind, Some(BenchDatabase::Postgres)) && postgres_tls;
+    if compare_tls {
+        report.postgres_tls = Some(first_sync_without_tls(&options, &report).await?);
+    }
     println!("{}", report::table(std::slice::from_ref(&report)));
     for note in report::latency_notes(std::slice::from_ref(&report)) {
+        println!("{note}");
+    }
+    for note in report::tls_notes(std::slice::from_ref(&report)) {
         println!("{note}");
     }
     if let Some(path) = &args.json {
@@ -171,6 +182,39 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Times a first sync of the same dataset without TLS, into a scratch database of its
+/// own on the same server, and compares it with `report`'s first sync over TLS. One run
+/// measures both, so the machine's speed, which varies, cancels out of the ratio.
+async fn first_sync_without_tls(
+    options: &ScaleOptions,
+    report: &ScaleReport,
+) -> anyhow::Result<report::TlsComparison> {
+    let tls_seconds = report
+        .phases
+        .iter()
+        .find(|phase| phase.name == "first")
+        .map(|phase| phase.seconds)
+        .context("the run has no first sync")?;
+    let scratch = Scratch::create(BenchDatabase::Postgres, false).await?;
+    let plain = ScaleOptions {
+        database_url: scratch.url(),
+        ..options.clone()
+    };
+    let result = run_first_sync(&plain).await;
+    scratch.remove().await;
+    let first = result?;
+    anyhow::ensure!(
+        first.checks.iter().all(|check| check.passed),
+        "the first sync without TLS failed its checks: {:?}",
+        first.checks
+    );
+    eprintln!(
+        "first without TLS: {} records in {:.2} s, {:.0} records/s",
+        first.records, first.seconds, first.records_per_sec
+    );
+    Ok(report::TlsComparison::new(tls_seconds, first.seconds))
 }
 
 /// Writes `value` as pretty JSON to `path`.
@@ -299,6 +343,21 @@ run_timeout = "24h"
 /// Runs the three sync phases of one configuration and then `store_only`, and checks the
 /// table after each.
 pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
+    run_phases(options, true).await
+}
+
+/// Runs only the first sync of one configuration, checked like any.
+pub async fn run_first_sync(options: &ScaleOptions) -> anyhow::Result<PhaseReport> {
+    let report = run_phases(options, false).await?;
+    report
+        .phases
+        .into_iter()
+        .next()
+        .context("the first sync reported nothing")
+}
+
+/// The first sync, and with `all` the other phases too.
+async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleReport> {
     let dataset = Dataset {
         users: options.users,
         records_per_user: options.records_per_user,
@@ -332,7 +391,11 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     let total = u64::from(options.users) * options.records_per_user;
     let changed = dataset.changed_total();
     let mut phases = Vec::new();
-    for (name, generation) in [("first", 0), ("unchanged", 0), ("changed_10pct", 1)] {
+    let syncs: &[(&str, u32)] = match all {
+        true => &[("first", 0), ("unchanged", 0), ("changed_10pct", 1)],
+        false => &[("first", 0)],
+    };
+    for &(name, generation) in syncs {
         emulator.set_generation(generation);
         let phase = run_phase(&db, &settings, &emulator, options, name, total, changed).await?;
         eprintln!(
@@ -341,12 +404,14 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         );
         phases.push(phase);
     }
-    let phase = store_only::run_store_only(&db, &dataset, options.concurrency).await?;
-    eprintln!(
-        "store_only: {} records in {:.2} s, {:.0} records/s (the database side alone)",
-        phase.records, phase.seconds, phase.records_per_sec
-    );
-    phases.push(phase);
+    if all {
+        let phase = store_only::run_store_only(&db, &dataset, options.concurrency).await?;
+        eprintln!(
+            "store_only: {} records in {:.2} s, {:.0} records/s (the database side alone)",
+            phase.records, phase.seconds, phase.records_per_sec
+        );
+        phases.push(phase);
+    }
     db.close().await?;
     let checks_passed = phases
         .iter()
@@ -363,6 +428,7 @@ pub async fn run_scale(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         phases,
         peak_rss_bytes: report::peak_rss(),
         checks_passed,
+        postgres_tls: None,
     })
 }
 

@@ -136,6 +136,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     for note in report::latency_notes(&runs) {
         println!("{note}");
     }
+    for note in report::tls_notes(&runs) {
+        println!("{note}");
+    }
     for line in scale_comparison(&runs) {
         println!("{line}");
     }
@@ -195,7 +198,7 @@ fn run_config(
             .args(["--latency-ms", &config.latency_ms.to_string()])
             .args(["--concurrency", &config.concurrency.to_string()])
             .args(["--seed", &args.seed.to_string()])
-            .args(args.postgres_tls.then_some("--postgres-tls"))
+            .args(args.no_postgres_tls.then_some("--no-postgres-tls"))
             .args(args.provider_options.iter().flat_map(|(key, value)| {
                 ["--provider-option".to_string(), format!("{key}={value}")]
             }))

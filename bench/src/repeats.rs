@@ -2,7 +2,7 @@
 //! median. One phase at 100k records lasts under a second and a single run of it strays
 //! widely on a shared machine, so a figure worth quoting is a median with its range.
 
-use super::report::{PhaseReport, ScaleReport};
+use super::report::{PhaseReport, ScaleReport, TlsComparison};
 
 /// The runs of one configuration as one report: each phase's median seconds and
 /// records/s, the highest peak RSS, and each phase's checks from a run where one failed,
@@ -32,6 +32,14 @@ pub fn median_report(runs: &[ScaleReport]) -> Option<ScaleReport> {
         }
     }
     summary.peak_rss_bytes = runs.iter().filter_map(|run| run.peak_rss_bytes).max();
+    let tls: Vec<_> = runs.iter().filter_map(|run| run.postgres_tls).collect();
+    if !tls.is_empty() {
+        summary.postgres_tls = Some(TlsComparison {
+            tls_seconds: median(tls.iter().map(|tls| tls.tls_seconds)),
+            no_tls_seconds: median(tls.iter().map(|tls| tls.no_tls_seconds)),
+            first_sync_ratio: median(tls.iter().map(|tls| tls.first_sync_ratio)),
+        });
+    }
     summary.checks_passed = runs.iter().all(|run| run.checks_passed);
     Some(summary)
 }
@@ -111,6 +119,7 @@ mod tests {
             phases: vec![phase("first", rates[0]), phase("unchanged", rates[1])],
             peak_rss_bytes: Some(rss),
             checks_passed,
+            postgres_tls: None,
         }
     }
 

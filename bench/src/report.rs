@@ -24,6 +24,46 @@ pub struct ScaleReport {
     pub peak_rss_bytes: Option<u64>,
     /// Every check of every phase passed.
     pub checks_passed: bool,
+    /// On PostgreSQL over TLS: the first sync against one without TLS, in the same run.
+    #[serde(default)]
+    pub postgres_tls: Option<TlsComparison>,
+}
+
+/// A first sync over TLS against the same first sync without TLS, timed in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TlsComparison {
+    pub tls_seconds: f64,
+    pub no_tls_seconds: f64,
+    /// `tls_seconds / no_tls_seconds`: 1.0 when TLS costs nothing.
+    pub first_sync_ratio: f64,
+}
+
+impl TlsComparison {
+    pub fn new(tls_seconds: f64, no_tls_seconds: f64) -> TlsComparison {
+        TlsComparison {
+            tls_seconds,
+            no_tls_seconds,
+            first_sync_ratio: tls_seconds / no_tls_seconds.max(1e-9),
+        }
+    }
+}
+
+/// The line of each report that compared TLS with no TLS.
+pub fn tls_notes(reports: &[ScaleReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(|report| {
+            let tls = report.postgres_tls?;
+            Some(format!(
+                "{} on {}: first sync over TLS / without TLS = {:.2} ({:.2} s / {:.2} s)",
+                scale_label(report),
+                report.backend,
+                tls.first_sync_ratio,
+                tls.tls_seconds,
+                tls.no_tls_seconds
+            ))
+        })
+        .collect()
 }
 
 /// One phase: a full sync of every connection.

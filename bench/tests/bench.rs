@@ -203,3 +203,62 @@ async fn with_track_deletes_an_unchanged_resync_still_writes_no_record() {
         .count();
     assert_eq!(deleted, 0);
 }
+
+/// On PostgreSQL a run connects over TLS (the server offers it) unless told not to, and
+/// times a first sync without TLS beside its own, reporting the ratio; a SQLite run has
+/// nothing to compare.
+#[tokio::test]
+async fn on_postgresql_the_first_sync_over_tls_is_compared_with_one_without() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("bench.json");
+    let postgres = scratch::backend() == scratch::Backend::Postgres;
+    let mut command = Command::cargo_bin("tributary-bench").expect("binary built");
+    command
+        .env_remove("RUST_LOG")
+        .args(["--users", "2", "--records", "2000", "--concurrency", "2"])
+        .arg("--json")
+        .arg(&json);
+    match postgres {
+        true => {
+            let server = std::env::var("TRIBUTARY_TEST_POSTGRES_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string());
+            command
+                .args(["--database", "postgres"])
+                .env(tributary_bench::POSTGRES_URL_ENV, server)
+        }
+        false => command.args(["--database", "sqlite"]),
+    };
+    let output = command.output().expect("binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written")).unwrap();
+    assert_eq!(report["checks_passed"], true);
+    let tls = &report["postgres_tls"];
+    if !postgres {
+        assert!(tls.is_null(), "{tls}");
+        assert!(!stdout.contains("over TLS"), "{stdout}");
+        return;
+    }
+    let database = report["database"].as_str().expect("database");
+    assert!(!database.contains("sslmode"), "TLS by default: {database}");
+    let seconds = |key: &str| tls[key].as_f64().filter(|s| *s > 0.0);
+    let (with, without) = (seconds("tls_seconds"), seconds("no_tls_seconds"));
+    let ratio = tls["first_sync_ratio"].as_f64().expect("ratio reported");
+    assert!(with.is_some() && without.is_some(), "{tls}");
+    assert!(
+        stdout.contains("first sync over TLS / without TLS"),
+        "{stdout}"
+    );
+    // Both syncs are timed in one process, one after the other, so a shared machine's
+    // speed cancels out; Nagle's stalls made TLS several times slower at this size, and
+    // the bound leaves room for noise.
+    assert!(
+        ratio < 2.5,
+        "the first sync over TLS took {ratio:.2}x as long: {tls}"
+    );
+}

@@ -13,6 +13,7 @@ use crate::config::{redact_url, DatabaseSettings};
 
 mod instances;
 mod migration_lock;
+pub(crate) mod parameters;
 mod pools;
 mod readers;
 mod schema;

@@ -1,5 +1,9 @@
-//! Pages of any size and shape commit or fail cleanly: thousands of bad records are
-//! written in chunks like every other multi-row write.
+//! Pages of any size and shape commit or fail cleanly: pages at `max_records_per_page`
+//! store on every backend, and thousands of bad records are written in chunks like every
+//! other multi-row write.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde_json::{json, Value};
 use tributary::entities::run_error::{Scope, Stage};
@@ -36,6 +40,101 @@ fn mixed_bad_records(count: usize) -> Vec<Value> {
             _ => Value::Null,
         })
         .collect()
+}
+
+/// `max_records_per_page`'s default: a page may hold this many records.
+const MAX_PAGE: usize = 10_000;
+
+/// Records `big_NNNNN` for `ids`, at content version `version`.
+fn versioned(ids: Range<usize>, version: u32) -> Vec<Value> {
+    ids.map(|i| json!({"id": format!("big_{i:05}"), "v": version}))
+        .collect()
+}
+
+/// Mounts `pages` as a listing of that many pages, replacing the listing mounted before.
+async fn mount_listing(app: &TestApp, pages: Vec<Vec<Value>>) {
+    app.api.reset().await;
+    let count = pages.len();
+    for (index, data) in pages.into_iter().enumerate() {
+        let cursor = (index > 0).then(|| format!("p{index}"));
+        let next = (index + 1 < count).then(|| format!("p{}", index + 1));
+        mount_page(app, cursor.as_deref(), data, next.as_deref()).await;
+    }
+}
+
+#[tokio::test]
+async fn pages_at_max_records_per_page_store_new_changed_and_mixed_records() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let third = MAX_PAGE / 3;
+    // Each page of the mixed listing: a third of a page of the second run unchanged, the
+    // next third changed, and a third new; every page still MAX_PAGE records.
+    let mixed = |page: usize| {
+        let start = page * MAX_PAGE;
+        let mut records = versioned(start..start + MAX_PAGE - 2 * third, 2);
+        records.extend(versioned(
+            start + MAX_PAGE - 2 * third..start + MAX_PAGE - third,
+            3,
+        ));
+        let new = 3 * MAX_PAGE + page * third;
+        records.extend(versioned(new..new + third, 3));
+        records
+    };
+    let all = |version| -> Vec<Vec<Value>> {
+        (0..3)
+            .map(|page| versioned(page * MAX_PAGE..(page + 1) * MAX_PAGE, version))
+            .collect()
+    };
+    let runs = [
+        ("all new", all(1), (3 * MAX_PAGE as u64, 0, 0)),
+        ("all changed", all(2), (0, 3 * MAX_PAGE as u64, 0)),
+        (
+            "mixed",
+            (0..3).map(mixed).collect(),
+            (
+                3 * third as u64,
+                3 * third as u64,
+                3 * (MAX_PAGE - 2 * third) as u64,
+            ),
+        ),
+    ];
+    for (name, pages, (inserted, updated, unchanged)) in runs {
+        mount_listing(&app, pages).await;
+        let run = app.sync_one(&settings).await;
+        assert_eq!(run.status, RunStatus::Succeeded, "{name}: {:?}", run.error);
+        let counts = &run.counts;
+        assert_eq!(
+            (counts.pages_fetched, counts.fetched, counts.failed),
+            (3, 3 * MAX_PAGE as u64, 0),
+            "{name}"
+        );
+        assert_eq!(
+            (counts.inserted, counts.updated, counts.unchanged),
+            (inserted, updated, unchanged),
+            "{name}"
+        );
+        let row = app.run_row(run.run_id).await;
+        assert_eq!(row.status, RunStatus::Succeeded, "{name}");
+    }
+
+    // Every key once, with the content of the last run that carried it.
+    let mut versions: BTreeMap<u64, usize> = BTreeMap::new();
+    let records = app.records().await;
+    for record in &records {
+        let payload: Value = serde_json::from_str(&record.payload).unwrap();
+        *versions.entry(payload["v"].as_u64().unwrap()).or_default() += 1;
+    }
+    let untouched = 3 * third;
+    assert_eq!(
+        versions,
+        BTreeMap::from([
+            (2, 3 * (MAX_PAGE - 2 * third) + untouched),
+            (3, 3 * third + 3 * third),
+        ])
+    );
+    assert_eq!(records.len(), 3 * MAX_PAGE + 3 * third);
 }
 
 #[tokio::test]

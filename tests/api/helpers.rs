@@ -54,16 +54,6 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(|url| url).await
 }
 
-/// [`spawn_app`] connecting to PostgreSQL with `sslmode=disable`, where an all-new page
-/// goes in as one statement (elsewhere the same as `spawn_app`).
-pub async fn spawn_app_without_tls() -> TestApp {
-    spawn_app_with(|url| match backend() {
-        Backend::Postgres => format!("{url}?sslmode=disable"),
-        _ => url,
-    })
-    .await
-}
-
 async fn spawn_app_with(database_url: impl FnOnce(String) -> String) -> TestApp {
     TRACING.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {

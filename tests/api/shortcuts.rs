@@ -18,8 +18,7 @@ use tributary_providers::{PageItem, PagePosition, Record};
 use serde_json::json;
 
 use crate::helpers::{
-    cursor_provider, mount_cursor_listing, mount_cursor_pages, primary_stream, spawn_app,
-    spawn_app_without_tls, TestApp,
+    cursor_provider, mount_cursor_listing, mount_cursor_pages, primary_stream, spawn_app, TestApp,
 };
 
 const PAGES: usize = 5;
@@ -126,12 +125,6 @@ async fn a_page_guessed_new_that_is_not_is_written_the_usual_way() {
     guessed_new_but_not(spawn_app().await).await;
 }
 
-/// The same, where an all-new page goes in as one statement (PostgreSQL without TLS).
-#[tokio::test]
-async fn a_page_guessed_new_that_is_not_is_written_the_usual_way_without_tls() {
-    guessed_new_but_not(spawn_app_without_tls().await).await;
-}
-
 async fn guessed_new_but_not(app: TestApp) {
     app.refuse_inserts_of("poison", "poison refused by the database")
         .await;
@@ -192,12 +185,6 @@ async fn guessed_new_but_not(app: TestApp) {
 #[tokio::test]
 async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing() {
     guessed_new_with_rows_gone(spawn_app().await).await;
-}
-
-/// The same, where an all-new page goes in as one statement (PostgreSQL without TLS).
-#[tokio::test]
-async fn a_page_guessed_new_whose_run_or_connection_is_gone_writes_nothing_without_tls() {
-    guessed_new_with_rows_gone(spawn_app_without_tls().await).await;
 }
 
 /// The change feed's rows: (changes, batches, stamped batches).

@@ -16,6 +16,7 @@ use sea_orm::{
 };
 
 use super::cursor::{Cursor, DatabaseId, FeedCursor};
+use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch, change_clock, record};
@@ -27,8 +28,8 @@ pub const MAX_LIMIT: u64 = 10_000;
 /// ordered by the database in one statement, without their payloads.
 const BATCHES_PER_STEP: u64 = 64;
 
-/// How many keys one payload lookup carries.
-const PAYLOAD_CHUNK: usize = 500;
+/// What a payload lookup binds: a key a row, and the user and the provider.
+const PAYLOAD_LOOKUP: Binds = Binds::new(1, 2);
 
 /// What to read.
 #[derive(Clone, Copy, Debug)]
@@ -449,7 +450,7 @@ async fn with_payloads(
     }
     let mut payloads: HashMap<(String, String, String), String> = HashMap::new();
     for ((user_id, provider), external_ids) in keys {
-        for chunk in external_ids.chunks(PAYLOAD_CHUNK) {
+        for chunk in external_ids.chunks(PAYLOAD_LOOKUP.rows(txn.get_database_backend())) {
             let rows: Vec<(String, String)> = record::Entity::find()
                 .select_only()
                 .columns([record::Column::ExternalId, record::Column::Payload])

@@ -11,6 +11,7 @@ use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement};
 
 use super::order::{FeedOrder, TRANSACTION_SEQ};
+use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch};
@@ -88,14 +89,32 @@ pub async fn open_batch(
     })
 }
 
-/// Records one change of `kind` for each of `external_ids` (at most one multi-row
-/// write's worth) at `slot`'s ordinals, in order; returns how many.
+/// What a write of changes binds: a row's batch, ordinal, key and kind.
+const CHANGE: Binds = Binds::new(4, 0);
+
+/// Records one change of `kind` for each of `external_ids` at `slot`'s ordinals, in
+/// order, [`CHANGE`]'s rows a statement; returns how many.
 pub async fn record_changes<'k>(
     txn: &impl ConnectionTrait,
     slot: ChangeSlot,
     kind: ChangeKind,
     external_ids: impl IntoIterator<Item = &'k str>,
 ) -> Result<u64, DbErr> {
+    let rows = change_rows(slot, kind, external_ids)?;
+    for chunk in rows.chunks(CHANGE.rows(txn.get_database_backend())) {
+        change::Entity::insert_many(chunk.to_vec())
+            .exec_without_returning(txn)
+            .await?;
+    }
+    Ok(rows.len() as u64)
+}
+
+/// The rows of [`record_changes`].
+fn change_rows<'k>(
+    slot: ChangeSlot,
+    kind: ChangeKind,
+    external_ids: impl IntoIterator<Item = &'k str>,
+) -> Result<Vec<change::ActiveModel>, DbErr> {
     let mut rows: Vec<change::ActiveModel> = Vec::new();
     for (index, external_id) in external_ids.into_iter().enumerate() {
         rows.push(change::ActiveModel {
@@ -105,13 +124,7 @@ pub async fn record_changes<'k>(
             kind: Set(kind),
         });
     }
-    let count = rows.len() as u64;
-    if count > 0 {
-        change::Entity::insert_many(rows)
-            .exec_without_returning(txn)
-            .await?;
-    }
-    Ok(count)
+    Ok(rows)
 }
 
 /// The clock's tick: `UPDATE change_clock SET seq = seq + 1 WHERE id = 1`. Its row lock is
@@ -193,4 +206,30 @@ pub(crate) fn clock_missing() -> DbErr {
         "the change feed's clock row (change_clock, id = {CLOCK_ROW}) is missing, so no \
          change can be ordered; the migrations create it and nothing may delete it"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::QueryTrait;
+
+    use super::*;
+    use crate::db::parameters::{max_parameters, BACKENDS};
+
+    #[test]
+    fn a_write_of_changes_binds_what_its_chunk_allows_for() {
+        let slot = ChangeSlot {
+            batch_id: 1,
+            first: 0,
+        };
+        for backend in BACKENDS {
+            for count in [CHANGE.rows(backend), CHANGE.rows_within_limit(backend)] {
+                let keys: Vec<String> = (0..count).map(|i| format!("k{i}")).collect();
+                let rows = change_rows(slot, ChangeKind::Inserted, keys.iter().map(String::as_str));
+                let statement = change::Entity::insert_many(rows.unwrap()).build(backend);
+                let values = statement.values.map_or(0, |values| values.0.len());
+                assert_eq!(values, CHANGE.values(count), "{backend:?}");
+                assert!(values <= max_parameters(backend), "{backend:?}: {values}");
+            }
+        }
+    }
 }

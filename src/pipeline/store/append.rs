@@ -12,17 +12,18 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait, QueryFilter,
-    QuerySelect, Set,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    InsertMany, QueryFilter, QuerySelect, Set,
 };
 use tributary_providers::Record;
 
-use super::backend::StoreBackend;
+use super::backend::{StoreBackend, KEY_LOOKUP};
 use super::{insert_carefully, InsertOutcome, PageChanges, PageContext};
+use crate::db::parameters::Binds;
 use crate::entities::processed_key;
 
-/// How many keys one lookup carries.
-const LOOKUP_CHUNK: usize = 500;
+/// What a write of processed keys binds: a row's user, provider, key and two times.
+const PROCESSED_KEY: Binds = Binds::new(5, 0);
 
 /// A page of events being written, in its transaction.
 pub(crate) struct NewKeys<'a> {
@@ -79,25 +80,31 @@ impl NewKeys<'_> {
                 ..Default::default()
             })
             .collect();
-        for chunk in rows.chunks(LOOKUP_CHUNK) {
-            processed_key::Entity::insert_many(chunk.to_vec())
-                .on_conflict(
-                    OnConflict::columns([
-                        processed_key::Column::UserId,
-                        processed_key::Column::Provider,
-                        processed_key::Column::ExternalId,
-                    ])
-                    .update_columns([
-                        processed_key::Column::ProcessedAt,
-                        processed_key::Column::ExpiresAt,
-                    ])
-                    .to_owned(),
-                )
+        for chunk in rows.chunks(PROCESSED_KEY.rows(txn.get_database_backend())) {
+            processed_keys_insert(chunk.to_vec())
                 .exec_without_returning(txn)
                 .await?;
         }
         Ok(outcome)
     }
+}
+
+/// Inserts `rows`, a key processed again taking its new times.
+fn processed_keys_insert(
+    rows: Vec<processed_key::ActiveModel>,
+) -> InsertMany<processed_key::ActiveModel> {
+    processed_key::Entity::insert_many(rows).on_conflict(
+        OnConflict::columns([
+            processed_key::Column::UserId,
+            processed_key::Column::Provider,
+            processed_key::Column::ExternalId,
+        ])
+        .update_columns([
+            processed_key::Column::ProcessedAt,
+            processed_key::Column::ExpiresAt,
+        ])
+        .to_owned(),
+    )
 }
 
 /// The page's keys that were processed and have not expired.
@@ -108,7 +115,7 @@ async fn processed_keys(
     now: DateTime<Utc>,
 ) -> Result<HashSet<String>, DbErr> {
     let mut processed = HashSet::new();
-    for chunk in records.chunks(LOOKUP_CHUNK) {
+    for chunk in records.chunks(KEY_LOOKUP.rows(txn.get_database_backend())) {
         let ids = chunk.iter().map(|record| record.external_id.as_str());
         let keys: Vec<String> = processed_key::Entity::find()
             .select_only()
@@ -136,4 +143,36 @@ pub async fn sweep_expired_keys(db: &DatabaseConnection) -> Result<u64, DbErr> {
         tracing::info!(keys = deleted, "Expired processed keys swept.");
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::QueryTrait;
+
+    use super::*;
+    use crate::db::parameters::{max_parameters, BACKENDS};
+
+    #[test]
+    fn a_write_of_processed_keys_binds_what_its_chunk_allows_for() {
+        let now = Utc::now();
+        for backend in BACKENDS {
+            for count in [
+                PROCESSED_KEY.rows(backend),
+                PROCESSED_KEY.rows_within_limit(backend),
+            ] {
+                let rows = (0..count).map(|i| processed_key::ActiveModel {
+                    user_id: Set("alice".into()),
+                    provider: Set("acme".into()),
+                    external_id: Set(format!("k{i}")),
+                    processed_at: Set(now),
+                    expires_at: Set(now),
+                    ..Default::default()
+                });
+                let statement = processed_keys_insert(rows.collect()).build(backend);
+                let values = statement.values.map_or(0, |values| values.0.len());
+                assert_eq!(values, PROCESSED_KEY.values(count), "{backend:?}");
+                assert!(values <= max_parameters(backend), "{backend:?}: {values}");
+            }
+        }
+    }
 }

@@ -19,10 +19,11 @@ use sea_orm::{
 };
 use tributary_providers::Record;
 
+use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
 use crate::lease::Fence;
-use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
+use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::run::{counter_columns, RunCounts};
 use crate::pipeline::store::PageContext;
@@ -298,7 +299,7 @@ pub(crate) async fn write_new_page_in_transaction(
         false => Some(changes::open_batch(&txn, context.batch_owner()).await?),
     };
     let mut inserted = 0;
-    for chunk in records.chunks(INSERT_CHUNK) {
+    for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
         if let Some(batch) = batch.as_mut() {
             let slot = batch.reserve(chunk.len())?;
             inserted += backend
@@ -317,9 +318,19 @@ pub(crate) async fn write_new_page_in_transaction(
     txn.commit().await
 }
 
-/// How many rows one multi-row write carries, below every backend's limit on bound
-/// parameters.
-pub(crate) const INSERT_CHUNK: usize = 500;
+/// What an insert of new records binds: its nine columns a row ([`insert_statement`];
+/// PostgreSQL's arrays bind fewer, and MySQL's read-back of the rows one a row).
+pub(crate) const RECORD_INSERT: Binds = Binds::new(9, 0);
+
+/// What a rewrite of stored records binds ([`update_statement`]): a row's id twice in the
+/// `CASE`s, its payload and hash, and its id in `IN`; the run, the time and the two
+/// cleared deletion columns.
+pub(crate) const RECORD_UPDATE: Binds = Binds::new(5, 4);
+
+/// What a lookup of stored keys binds: a key a row where the keys are a list (MySQL's
+/// `IN`; SQLite sends them as one JSON array, PostgreSQL as one array), and the user,
+/// the provider, the run and the connection.
+pub(crate) const KEY_LOOKUP: Binds = Binds::new(1, 4);
 
 /// What a page's transaction writes besides its records.
 pub struct PageBookkeeping<'a> {
@@ -404,6 +415,15 @@ pub(crate) fn insert_statement(
     records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<InsertStatement, DbErr> {
+    records_insert(context.batch_owner(), records, now)
+}
+
+/// [`insert_statement`] for the records of `owner`'s run, user and provider.
+fn records_insert(
+    owner: BatchOwner<'_>,
+    records: &[&Record],
+    now: DateTime<Utc>,
+) -> Result<InsertStatement, DbErr> {
     let mut insert = Query::insert();
     insert.into_table(record::Entity).columns([
         record::Column::UserId,
@@ -419,13 +439,13 @@ pub(crate) fn insert_statement(
     for record in records {
         insert
             .values([
-                context.connection.user_id.as_str().into(),
-                context.stream.namespace().into(),
+                owner.user_id.into(),
+                owner.provider.into(),
                 record.external_id.as_str().into(),
                 record.payload.as_str().into(),
                 record.content_hash.as_str().into(),
-                context.run_id.into(),
-                context.run_id.into(),
+                owner.run_id.into(),
+                owner.run_id.into(),
                 now.into(),
                 now.into(),
             ])
@@ -595,6 +615,74 @@ pub(crate) mod names {
                  INSERT INTO changes (batch_id, kind) \
                  SELECT id, 'inserted' FROM change_batches"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod parameter_tests {
+    use chrono::Utc;
+    use sea_orm::{DbBackend, StatementBuilder};
+    use tributary_providers::Record;
+
+    use super::*;
+    use crate::db::parameters::{max_parameters, BACKENDS};
+
+    /// How many values `statement` binds on `backend`.
+    pub(crate) fn bound(backend: DbBackend, statement: &impl StatementBuilder) -> usize {
+        backend
+            .build(statement)
+            .values
+            .map_or(0, |values| values.0.len())
+    }
+
+    pub(crate) fn records(count: usize) -> Vec<Record> {
+        (0..count)
+            .map(|i| Record {
+                external_id: format!("r{i}"),
+                payload: format!("{{\"id\":\"r{i}\"}}"),
+                content_hash: "0".repeat(64),
+            })
+            .collect()
+    }
+
+    const OWNER: BatchOwner<'static> = BatchOwner {
+        run_id: 1,
+        user_id: "alice",
+        provider: "acme",
+    };
+
+    #[test]
+    fn an_insert_of_new_records_binds_what_its_chunk_allows_for() {
+        for backend in BACKENDS {
+            for rows in [
+                RECORD_INSERT.rows(backend),
+                RECORD_INSERT.rows_within_limit(backend),
+            ] {
+                let records = records(rows);
+                let records: Vec<&Record> = records.iter().collect();
+                let insert = records_insert(OWNER, &records, Utc::now()).unwrap();
+                let values = bound(backend, &insert);
+                assert_eq!(values, RECORD_INSERT.values(rows), "{backend:?}");
+                assert!(values <= max_parameters(backend), "{backend:?}: {values}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_update_of_stored_records_binds_what_its_chunk_allows_for() {
+        for backend in BACKENDS {
+            for rows in [
+                RECORD_UPDATE.rows(backend),
+                RECORD_UPDATE.rows_within_limit(backend),
+            ] {
+                let records = records(rows);
+                let changed: Vec<ChangedRecord> = (0..).zip(&records).collect();
+                let update = update_statement(1, &changed, Utc::now());
+                let values = bound(backend, &update);
+                assert_eq!(values, RECORD_UPDATE.values(rows), "{backend:?}");
+                assert!(values <= max_parameters(backend), "{backend:?}: {values}");
+            }
         }
     }
 }

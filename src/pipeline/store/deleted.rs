@@ -5,10 +5,12 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, QuerySelect,
+};
 use tributary_providers::DeletedRecord;
 
-use super::{PageChanges, PageContext, LOOKUP_CHUNK};
+use super::{PageChanges, PageContext, KEY_LOOKUP};
 use crate::entities::change::ChangeKind;
 use crate::entities::record;
 use crate::pipeline::changes;
@@ -24,7 +26,8 @@ pub(crate) async fn mark(
     changes: &mut PageChanges,
 ) -> Result<u64, DbErr> {
     let mut marked = 0;
-    for chunk in deleted.chunks(LOOKUP_CHUNK) {
+    // The lookup and the marks each bind a key a row and less of their own than a lookup.
+    for chunk in deleted.chunks(KEY_LOOKUP.rows(txn.get_database_backend())) {
         let ids = chunk.iter().map(|item| item.external_id.as_str());
         let live: Vec<(i64, String)> = record::Entity::find()
             .select_only()

@@ -46,7 +46,7 @@ pub use backend::{
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
 pub(crate) use backend::begin_page_transaction;
-use backend::INSERT_CHUNK;
+use backend::{KEY_LOOKUP, RECORD_INSERT, RECORD_UPDATE};
 use run_errors::{insert_run_errors, persist_failure};
 
 /// What the store needs to know about the page being stored.
@@ -127,9 +127,6 @@ pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
     }
 }
 
-/// How many keys one lookup carries (well under every backend's parameter limit).
-const LOOKUP_CHUNK: usize = 500;
-
 /// Stores one page in one transaction and adds its counts to `totals` (which are saved to
 /// the run's row in the same transaction).
 ///
@@ -173,7 +170,7 @@ pub async fn store_page(
     let shortcut = rejected.is_empty() && deleted.is_empty() && context.mode == WriteMode::Upsert;
     if shortcut
         && context.expect == PageExpectation::Unchanged
-        && all_stored_unchanged(backend, context, &records).await?
+        && all_stored_unchanged(backend, db.get_database_backend(), context, &records).await?
     {
         if context.sightings {
             sightings::record_alone(db, context, &sightings::page_keys(&records, &[])).await?;
@@ -246,11 +243,12 @@ fn careful_path_handles(
 /// transaction would have done at the moment of this read.
 async fn all_stored_unchanged(
     backend: &dyn StoreBackend,
+    database: DbBackend,
     context: &PageContext<'_>,
     records: &[Record],
 ) -> Result<bool, DbErr> {
     let mut unchanged = 0;
-    for chunk in records.chunks(LOOKUP_CHUNK) {
+    for chunk in records.chunks(KEY_LOOKUP.rows(database)) {
         unchanged += backend.count_unchanged(context, chunk).await?;
     }
     // The page's keys are distinct and the key is unique, so each counts at most once.
@@ -309,7 +307,9 @@ impl PageWrite<'_> {
         let mut failed = Vec::new();
         let txn = begin_page_transaction(db).await?;
         let now = Utc::now();
-        let mut chunks = self.records.chunks(LOOKUP_CHUNK);
+        let mut chunks = self
+            .records
+            .chunks(KEY_LOOKUP.rows(txn.get_database_backend()));
         // Append mode looks its keys up elsewhere, so its first statement only locks.
         let first = match context.mode {
             WriteMode::Upsert => chunks.next().unwrap_or_default(),
@@ -517,7 +517,7 @@ impl Rewrite<'_> {
         let mut written = 0;
         match mode {
             Mode::Fast => {
-                for chunk in records.chunks(INSERT_CHUNK) {
+                for chunk in records.chunks(RECORD_UPDATE.rows(txn.get_database_backend())) {
                     let slot = changes.slot(txn, context, chunk.len()).await?;
                     let updated = backend
                         .update(txn, context, chunk, now, slot, kind)
@@ -630,7 +630,7 @@ async fn insert_fast(
     changes: &mut PageChanges,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    for chunk in records.chunks(INSERT_CHUNK) {
+    for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
         let slot = changes.slot(txn, context, chunk.len()).await?;
         let inserted = backend.insert(txn, context, chunk, now, slot).await?;
         outcome.add(chunk.len(), inserted)?;
@@ -653,7 +653,7 @@ pub(crate) async fn insert_carefully(
     changes: &mut PageChanges,
 ) -> Result<InsertOutcome, DbErr> {
     let mut outcome = InsertOutcome::default();
-    for chunk in records.chunks(INSERT_CHUNK) {
+    for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
         let slot = changes.slot(txn, context, chunk.len()).await?;
         let savepoint = txn.begin().await?;
         match backend.insert(&savepoint, context, chunk, now, slot).await {

@@ -5,14 +5,18 @@
 use std::collections::BTreeSet;
 
 use chrono::Utc;
-use sea_orm::sea_query::{OnConflict, Query};
+use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use tributary_providers::{Record, RejectedRecord};
 
-use super::backend::{begin_page_transaction, INSERT_CHUNK};
+use super::backend::begin_page_transaction;
 use super::PageContext;
+use crate::db::parameters::Binds;
 use crate::entities::run_sighting;
 use crate::pipeline::fence;
+
+/// What a write of sightings binds: a row's run and key.
+const SIGHTING: Binds = Binds::new(2, 0);
 
 /// The page's keys: its records' and those of the records set aside with a known key
 /// (a record that failed still exists at the provider).
@@ -35,28 +39,33 @@ pub(crate) async fn record(
     run_id: i64,
     keys: &[&str],
 ) -> Result<(), DbErr> {
-    for chunk in keys.chunks(INSERT_CHUNK) {
-        let mut insert = Query::insert();
-        insert.into_table(run_sighting::Entity).columns([
-            run_sighting::Column::RunId,
-            run_sighting::Column::ExternalId,
-        ]);
-        for key in chunk {
-            insert
-                .values([run_id.into(), (*key).into()])
-                .map_err(|error| DbErr::Custom(format!("building the sightings: {error}")))?;
-        }
-        insert.on_conflict(
-            OnConflict::columns([
-                run_sighting::Column::RunId,
-                run_sighting::Column::ExternalId,
-            ])
-            .do_nothing_on([run_sighting::Column::RunId])
-            .to_owned(),
-        );
-        txn.execute(&insert).await?;
+    for chunk in keys.chunks(SIGHTING.rows(txn.get_database_backend())) {
+        txn.execute(&sightings_insert(run_id, chunk)?).await?;
     }
     Ok(())
+}
+
+/// `INSERT INTO run_sightings ... ON CONFLICT DO NOTHING`, a row per key.
+fn sightings_insert(run_id: i64, keys: &[&str]) -> Result<InsertStatement, DbErr> {
+    let mut insert = Query::insert();
+    insert.into_table(run_sighting::Entity).columns([
+        run_sighting::Column::RunId,
+        run_sighting::Column::ExternalId,
+    ]);
+    for key in keys {
+        insert
+            .values([run_id.into(), (*key).into()])
+            .map_err(|error| DbErr::Custom(format!("building the sightings: {error}")))?;
+    }
+    insert.on_conflict(
+        OnConflict::columns([
+            run_sighting::Column::RunId,
+            run_sighting::Column::ExternalId,
+        ])
+        .do_nothing_on([run_sighting::Column::RunId])
+        .to_owned(),
+    );
+    Ok(insert)
 }
 
 /// The sightings of a page that writes no record, in a transaction of their own (its
@@ -79,4 +88,24 @@ pub(crate) async fn record_alone(
     }
     record(&txn, run_id, keys).await?;
     txn.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::parameters::{max_parameters, BACKENDS};
+
+    #[test]
+    fn a_write_of_sightings_binds_what_its_chunk_allows_for() {
+        for backend in BACKENDS {
+            for count in [SIGHTING.rows(backend), SIGHTING.rows_within_limit(backend)] {
+                let keys: Vec<String> = (0..count).map(|i| format!("k{i}")).collect();
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let statement = backend.build(&sightings_insert(1, &keys).unwrap());
+                let values = statement.values.map_or(0, |values| values.0.len());
+                assert_eq!(values, SIGHTING.values(count), "{backend:?}");
+                assert!(values <= max_parameters(backend), "{backend:?}: {values}");
+            }
+        }
+    }
 }

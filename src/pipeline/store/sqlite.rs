@@ -4,9 +4,10 @@
 //! sqlx runs SQLite on a worker thread, and every statement is a hand-off there and back,
 //! so an all-new page is built in full before the writing connection is taken from the
 //! pool and sent as one batch: `BEGIN IMMEDIATE`, the run's counters, the checkpoint, the
-//! change clock's tick and the stamped change batch, a plain `INSERT` without `ON
-//! CONFLICT` (an existing key or a refused row fails it before `COMMIT`, and the batch is
-//! rolled back), the records' changes, and `COMMIT`. Every write is conditioned on the
+//! change clock's tick and the stamped change batch, plain `INSERT`s without `ON
+//! CONFLICT`, as many as SQLite's limit on bound parameters needs (an existing key or a
+//! refused row fails one before `COMMIT`, and the batch is rolled back), the records'
+//! changes, and `COMMIT`. Every write is conditioned on the
 //! run's, the connection's and the clock's rows existing, so the batch writes the whole
 //! page or nothing, and its row counts, read back, say which. The batch runs in a task of
 //! its own, so a caller dropped halfway cannot leave the connection inside a transaction.
@@ -30,9 +31,10 @@ use super::backend::{
     Stored,
 };
 use super::PageContext;
+use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
+use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
@@ -70,7 +72,8 @@ static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
-/// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause.
+/// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause. A page takes as
+/// many of them as [`NEW_RECORDS`] says.
 static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
     let columns = names::new_record_columns();
     names::sql(&format!(
@@ -176,6 +179,11 @@ static STAMP: LazyLock<String> = LazyLock::new(|| {
 
 /// One new record's values in [`INSERT_NEW_RECORDS`].
 const NEW_RECORD_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// What one [`INSERT_NEW_RECORDS`] binds: [`NEW_RECORD_VALUES`] a row, and the run and
+/// the connection of [`PAGE_ROWS_EXIST`]. The batch is one hand-off however many inserts
+/// it holds, so each takes as many rows as SQLite's limit allows.
+const NEW_RECORDS: Binds = Binds::new(9, 2);
 
 /// SQLite's primary result codes a page's write can be refused with.
 const SQLITE_BUSY: i32 = 5;
@@ -488,9 +496,12 @@ impl NewPageBatch {
         if !records.is_empty() {
             push_stamped_batch(&mut sql, &mut arguments, context, bookkeeping)?;
             expected.extend([1, 1]);
-            sql.push_str("; ");
-            push_records_insert(&mut sql, &mut arguments, context, records, bookkeeping)?;
-            expected.push(records.len() as u64);
+            let owner = context.batch_owner();
+            for chunk in records.chunks(NEW_RECORDS.rows_within_limit(DbBackend::Sqlite)) {
+                sql.push_str("; ");
+                push_records_insert(&mut sql, &mut arguments, owner, chunk, bookkeeping)?;
+                expected.push(chunk.len() as u64);
+            }
             push_changes_insert(&mut sql, &mut arguments, records, bookkeeping)?;
             expected.push(records.len() as u64);
         }
@@ -564,23 +575,24 @@ async fn statement_changes(
     Ok(changes)
 }
 
-/// [`INSERT_NEW_RECORDS`] with one row per record, first seen by the page's run at its
-/// time, written only while the page's rows exist, and its values added to `arguments`. Written here rather than through sea-query, which
+/// [`INSERT_NEW_RECORDS`] with one row per record (at most [`NEW_RECORDS`]' rows), first
+/// seen by `owner`'s run at the page's time, written only while the page's rows exist,
+/// and its values added to `arguments`. Written here rather than through sea-query, which
 /// copied every payload three times and formatted the time twice a row: here a payload
 /// is copied once, and what every row shares (the user, the provider, the run and the
 /// time) is one value referenced by each row.
 fn push_records_insert(
     sql: &mut String,
     arguments: &mut SqliteArguments,
-    context: &PageContext<'_>,
+    owner: BatchOwner<'_>,
     records: &[Record],
     page: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
     sql.push_str(&INSERT_NEW_RECORDS);
     let now: Arc<str> = sqlite_time(page.now).into();
-    let user: Arc<str> = context.connection.user_id.as_str().into();
-    let provider: Arc<str> = context.stream.namespace().into();
-    arguments.reserve(records.len() * 9, 0);
+    let user: Arc<str> = owner.user_id.into();
+    let provider: Arc<str> = owner.provider.into();
+    arguments.reserve(NEW_RECORDS.values(records.len()), 0);
     for (index, record) in records.iter().enumerate() {
         if index > 0 {
             sql.push_str(", ");
@@ -592,8 +604,8 @@ fn push_records_insert(
             arguments.add(Arc::<str>::from(record.external_id.as_str()))?;
             arguments.add(Arc::<str>::from(record.payload.as_str()))?;
             arguments.add(Arc::<str>::from(record.content_hash.as_str()))?;
-            arguments.add(context.run_id)?;
-            arguments.add(context.run_id)?;
+            arguments.add(owner.run_id)?;
+            arguments.add(owner.run_id)?;
             arguments.add(now.clone())?;
             arguments.add(now.clone())
         })();
@@ -683,6 +695,53 @@ mod tests {
             &*STAMP,
         ] {
             assert!(!sql.contains('{'), "{sql}");
+        }
+    }
+
+    /// The inserts of a page at `max_records_per_page`'s default, and past it: each
+    /// statement binds at most SQLite's limit, and they hold every record once.
+    #[test]
+    fn an_all_new_pages_inserts_each_bind_at_most_sqlites_limit() {
+        use crate::db::parameters::max_parameters;
+        use crate::pipeline::run::RunCounts;
+        use crate::pipeline::store::CheckpointMove;
+
+        let owner = BatchOwner {
+            run_id: 1,
+            user_id: "alice",
+            provider: "acme",
+        };
+        let page = PageBookkeeping {
+            run_id: 1,
+            counts: &RunCounts::default(),
+            connection_id: 1,
+            stream_id: 1,
+            checkpoint: CheckpointMove::Keep,
+            now: Utc::now(),
+            lease: None,
+        };
+        let limit = max_parameters(DbBackend::Sqlite);
+        for count in [1, 3_640, 3_641, 10_000, 25_000] {
+            let records: Vec<Record> = (0..count)
+                .map(|i| Record {
+                    external_id: format!("r{i}"),
+                    payload: "{}".into(),
+                    content_hash: "0".repeat(64),
+                })
+                .collect();
+            let mut sql = String::new();
+            let mut arguments = SqliteArguments::default();
+            let mut rows = 0;
+            for chunk in records.chunks(NEW_RECORDS.rows_within_limit(DbBackend::Sqlite)) {
+                let start = sql.len();
+                push_records_insert(&mut sql, &mut arguments, owner, chunk, &page).unwrap();
+                let placeholders = sql[start..].matches('?').count();
+                assert_eq!(placeholders, NEW_RECORDS.values(chunk.len()));
+                assert!(placeholders <= limit, "{count} records: {placeholders}");
+                rows += sql[start..].matches(NEW_RECORD_VALUES).count();
+                sql.push_str("; ");
+            }
+            assert_eq!(rows, count);
         }
     }
 }

@@ -97,8 +97,11 @@ static PAGE_ROWS_EXIST: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
+/// How many values one [`PAGE_ROWS_EXIST`] binds.
+const PAGE_ROWS_BINDS: usize = 5;
+
 /// The values of one [`PAGE_ROWS_EXIST`], in order.
-fn page_rows_values(page: &PageBookkeeping<'_>) -> [sea_orm::Value; 5] {
+fn page_rows_values(page: &PageBookkeeping<'_>) -> [sea_orm::Value; PAGE_ROWS_BINDS] {
     let holder = page.lease.map(|fence| fence.holder.clone());
     let generation = page.lease.map(|fence| fence.generation);
     [
@@ -110,7 +113,8 @@ fn page_rows_values(page: &PageBookkeeping<'_>) -> [sea_orm::Value; 5] {
     ]
 }
 
-/// Adds the values of one [`PAGE_ROWS_EXIST`] to `arguments`.
+/// Adds the values of one [`PAGE_ROWS_EXIST`] to `arguments`: the [`PAGE_ROWS_BINDS`] of
+/// [`page_rows_values`], typed as sqlx binds them.
 fn add_page_rows(
     arguments: &mut SqliteArguments,
     page: &PageBookkeeping<'_>,
@@ -180,10 +184,10 @@ static STAMP: LazyLock<String> = LazyLock::new(|| {
 /// One new record's values in [`INSERT_NEW_RECORDS`].
 const NEW_RECORD_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
-/// What one [`INSERT_NEW_RECORDS`] binds: [`NEW_RECORD_VALUES`] a row, and the run and
-/// the connection of [`PAGE_ROWS_EXIST`]. The batch is one hand-off however many inserts
-/// it holds, so each takes as many rows as SQLite's limit allows.
-const NEW_RECORDS: Binds = Binds::new(9, 2);
+/// What one [`INSERT_NEW_RECORDS`] binds: [`NEW_RECORD_VALUES`] a row, and the values of
+/// [`PAGE_ROWS_EXIST`]. The batch is one hand-off however many inserts it holds, so each
+/// takes as many rows as SQLite's limit allows.
+const NEW_RECORDS: Binds = Binds::new(9, PAGE_ROWS_BINDS);
 
 /// SQLite's primary result codes a page's write can be refused with.
 const SQLITE_BUSY: i32 = 5;

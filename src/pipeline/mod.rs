@@ -200,8 +200,13 @@ pub async fn sync_connection(
                 None
             },
             notify: settings.notify,
-            // A run owed a full pass is one, so its complete listing serves them.
-            full_passes_served: if listing_complete { owed } else { 0 },
+            // A run owed a full pass is one, so its complete listing serves them; one that
+            // went on from a checkpoint saw only the listing's tail, which serves none.
+            full_passes_served: if listing_complete && !committed.resumed {
+                owed
+            } else {
+                0
+            },
             deletions: DeletionPass::for_run(
                 &deletions::WalkSeen {
                     tracked: run.track_deletes,

@@ -310,6 +310,57 @@ async fn a_run_resumed_from_a_checkpoint_marks_nothing_deleted() {
 }
 
 #[tokio::test]
+async fn a_full_pass_that_resumed_from_a_checkpoint_stays_owed() {
+    let app = spawn_app().await;
+    ten_records(&app, "").await;
+    let owe = |owed: i64| {
+        let app = &app;
+        async move {
+            connection_stream::Entity::update_many()
+                .col_expr(connection_stream::Column::FullPassesOwed, owed.into())
+                .exec(&app.db)
+                .await
+                .expect("owed written");
+        }
+    };
+    let owed = || async {
+        connection_stream::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("query")
+            .expect("alice's stream")
+            .full_passes_owed
+    };
+    owe(1).await;
+    // The owed pass stops after its first page (which changes a record, so it commits the
+    // checkpoint at the second); the next run goes on from there to the end.
+    let mut first_page = items("k", "alice", 0..5);
+    first_page[0]["n"] = json!(100);
+    list(&app, vec![first_page, items("k", "alice", 5..8)]).await;
+    let limited = app.settings(&tracked(&app, "max_pages = 1")).await;
+    let stopped = app.sync_one(&limited).await;
+    assert_eq!(stopped.status, RunStatus::Failed, "{stopped:?}");
+    let unlimited = app.settings(&tracked(&app, "")).await;
+    let resumed = app.sync_one(&unlimited).await;
+    assert_eq!(
+        (resumed.status, resumed.counts.pages_fetched),
+        (RunStatus::Succeeded, 1),
+        "{resumed:?}"
+    );
+    assert_nothing_deleted(&app, &resumed).await;
+    assert_eq!(owed().await, 1, "the tail of a listing is not a full pass");
+    // The next run walks the listing from its start, decides, and serves the pass.
+    let complete = app.sync_one(&unlimited).await;
+    assert_eq!(
+        (complete.counts.pages_fetched, complete.counts.deleted),
+        (2, 2),
+        "{complete:?}"
+    );
+    assert_eq!(deleted_ids(&app).await, ["k8", "k9"]);
+    assert_eq!(owed().await, 0);
+}
+
+#[tokio::test]
 async fn an_incremental_run_marks_nothing_deleted_and_a_full_pass_does() {
     let app = spawn_app().await;
     let provider = format!(

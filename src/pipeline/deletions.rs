@@ -13,7 +13,10 @@ use sea_orm::{
 
 use crate::entities::change::ChangeKind;
 use crate::entities::{change, connection, record, run_sighting, sync_run};
+use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner};
+use crate::pipeline::fence;
+use crate::pipeline::store::begin_page_transaction;
 use crate::pipeline::streams::StreamScope;
 
 /// What a run's walk saw, as deciding its deletions needs it.
@@ -286,12 +289,16 @@ pub(crate) async fn forget_sightings(txn: &impl ConnectionTrait, run_id: i64) ->
 
 /// Removes the sightings that earlier runs of the connection left behind (a run killed
 /// before it closed): runs of one connection take turns, so none of them is still going.
+/// Fenced like a page: a run that stalled before it got here and lost its lease meanwhile
+/// must not remove the sightings of the run that took the connection over, so nothing is
+/// removed and `None` is returned (the run's first commit finds the lease lost and ends it).
 /// Read first, then deleted run by run, so that no statement locks other runs' rows.
 pub(crate) async fn remove_orphans(
     db: &DatabaseConnection,
     connection: &connection::Model,
     run_id: i64,
-) -> Result<u64, DbErr> {
+    lease: Option<&Fence>,
+) -> Result<Option<u64>, DbErr> {
     let earlier_runs = Query::select()
         .column(sync_run::Column::Id)
         .from(sync_run::Entity)
@@ -307,13 +314,26 @@ pub(crate) async fn remove_orphans(
         .into_tuple()
         .all(db)
         .await?;
-    let mut removed = 0;
+    if orphaned.is_empty() {
+        return Ok(Some(0));
+    }
+    let txn = begin_page_transaction(db).await?;
+    if fence::hold(&txn, run_id, connection.id, lease, Utc::now())
+        .await?
+        .is_err()
+    {
+        txn.rollback().await?;
+        return Ok(None);
+    }
+    let mut removed = 0u64;
     for orphan in orphaned {
-        removed += run_sighting::Entity::delete_many()
+        let deleted = run_sighting::Entity::delete_many()
             .filter(run_sighting::Column::RunId.eq(orphan))
-            .exec(db)
+            .exec(&txn)
             .await?
             .rows_affected;
+        removed = removed.saturating_add(deleted);
     }
-    Ok(removed)
+    txn.commit().await?;
+    Ok(Some(removed))
 }

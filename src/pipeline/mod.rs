@@ -155,9 +155,14 @@ pub async fn sync_connection(
         );
         let cursor = stored_cursor(&stream.state);
         let since = if full { None } else { cursor.clone() };
-        match deletions::remove_orphans(db, connection, run_id).await {
-            Ok(0) => {}
-            Ok(removed) => tracing::info!(removed, "Removed the sightings of an unfinished run."),
+        match deletions::remove_orphans(db, connection, run_id, options.lease.as_ref()).await {
+            Ok(Some(0)) => {}
+            Ok(Some(removed)) => {
+                tracing::info!(removed, "Removed the sightings of an unfinished run.")
+            }
+            Ok(None) => tracing::warn!(
+                "Earlier runs' sightings left alone: the run no longer holds its connection's lease."
+            ),
             Err(error) => tracing::warn!(%error, "Removing an unfinished run's sightings failed; the next run tries again."),
         }
         let run = RunContext {

@@ -151,6 +151,43 @@ pub async fn renew(
     Ok(true)
 }
 
+/// Runs `work` while renewing the lease every third of `ttl`. When a renewal finds the
+/// lease lost it cancels `lost` and goes on waiting: `work` sees the cancellation between
+/// its writes, or the fence at its next commit, and ends first.
+pub(crate) async fn renewing<T>(
+    db: &DatabaseConnection,
+    connection: &connection::Model,
+    fence: &Fence,
+    ttl: Duration,
+    lost: &tokio_util::sync::CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let renewal = async {
+        let mut ticks = tokio::time::interval(ttl / 3);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            match renew(db, connection, fence, ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        user_id = %connection.user_id,
+                        provider = %connection.provider,
+                        "The connection's lease was lost; stopping the run."
+                    );
+                    lost.cancel();
+                    return std::future::pending::<std::convert::Infallible>().await;
+                }
+                Err(error) => tracing::warn!(%error, "Renewing the lease failed; retrying."),
+            }
+        }
+    };
+    tokio::select! {
+        done = work => done,
+        never = renewal => match never {},
+    }
+}
+
 /// Gives the lease up (only if this holder still has it).
 pub async fn release(
     db: &DatabaseConnection,

@@ -35,7 +35,7 @@ pub mod entities;
 pub(crate) mod lease;
 pub mod pipeline;
 pub(crate) mod reconcile;
-pub(crate) mod replay;
+pub mod replay;
 pub mod secrets;
 pub mod sync;
 pub(crate) mod telemetry;

@@ -19,7 +19,7 @@ use tributary_providers::PageItem;
 use crate::config::{Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::{connection, record, run_error, sync_run};
-use crate::lease::{claim, release, Holder};
+use crate::lease::{claim, release, renewing, Holder};
 use crate::pipeline::run::{finish_run, start_run, RunEnd};
 use crate::pipeline::store::store_page;
 use crate::pipeline::store::ErrorScope;
@@ -67,6 +67,10 @@ pub struct ReplayReport {
     pub superseded: Vec<i64>,
     /// Page-level errors, which a replay cannot redo.
     pub not_replayable: Vec<i64>,
+    /// Why the replay stopped before its last error (it lost the connection's lease, or a
+    /// write failed): its run ended `interrupted` or `failed`, and the errors it did not
+    /// replay are in `still_failing`, open.
+    pub stopped: Option<String>,
 }
 
 /// Replays the open record-level errors of `run_id`.
@@ -130,6 +134,7 @@ pub async fn replay_run(
         }
     };
     let stream_settings = stream_of(provider_settings, run.stream.as_deref());
+    let lost = tokio_util::sync::CancellationToken::new();
     let result = match open_stream(db, &connection, &stream_settings).await {
         Ok(stream) => {
             let target = ReplayTarget {
@@ -139,8 +144,11 @@ pub async fn replay_run(
                 provider: provider.as_ref(),
                 stream_name: &stream_name,
                 lease: &lease,
+                lost: &lost,
             };
-            replay_records(db, &target, records, &mut report).await
+            let ttl = settings.daemon.lease_ttl;
+            let work = replay_records(db, &target, records, &mut report);
+            renewing(db, &connection, &lease, ttl, &lost, work).await
         }
         Err(error) => Err(error),
     };
@@ -177,6 +185,8 @@ struct ReplayTarget<'a> {
     stream_name: &'a str,
     /// The lease the replay claimed: a replay is a run, fenced like any other.
     lease: &'a crate::lease::Fence,
+    /// Cancelled when a renewal finds the lease lost.
+    lost: &'a tokio_util::sync::CancellationToken,
 }
 
 async fn replay_records(
@@ -192,6 +202,7 @@ async fn replay_records(
         provider,
         stream_name,
         lease,
+        lost,
     } = *target;
     let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
     report.replay_run_id = Some(replay_run_id);
@@ -208,7 +219,16 @@ async fn replay_records(
         sightings: false,
         lease: Some(lease),
     };
-    for error in errors {
+    let mut errors = errors.into_iter();
+    let mut stopped = None;
+    for error in errors.by_ref() {
+        if lost.is_cancelled() {
+            stopped = Some("the connection's lease was taken over by another process".to_string());
+            report
+                .still_failing
+                .push((error.id, NOT_REPLAYED.to_string()));
+            break;
+        }
         // The payload is the record's text as received, so it keys and hashes the same.
         let record = match serde_json::from_str::<&serde_json::value::RawValue>(&error.payload) {
             Ok(raw) => provider.check_stored(stream_name, raw),
@@ -237,7 +257,19 @@ async fn replay_records(
             report.superseded.push(error.id);
             continue;
         }
-        let stored = store_page(db, &context, vec![PageItem::Record(record)], &mut totals).await?;
+        let stored =
+            match store_page(db, &context, vec![PageItem::Record(record)], &mut totals).await {
+                Ok(stored) => stored,
+                // Fenced out (the lease moved on) or the database failed: what is stored
+                // stays, the rest stays open, and the run closes saying why.
+                Err(failed) => {
+                    stopped = Some(failed.to_string());
+                    report
+                        .still_failing
+                        .push((error.id, NOT_REPLAYED.to_string()));
+                    break;
+                }
+            };
         if stored.failed == 0 {
             close_error(db, error.id, replay_run_id).await?;
             report.resolved.push(error.id);
@@ -248,14 +280,19 @@ async fn replay_records(
             ));
         }
     }
-    let status = if report.still_failing.is_empty() {
-        RunStatus::Succeeded
-    } else {
-        RunStatus::Partial
+    for error in errors {
+        report
+            .still_failing
+            .push((error.id, NOT_REPLAYED.to_string()));
+    }
+    let status = match (&stopped, report.still_failing.is_empty()) {
+        (Some(_), _) => RunStatus::Failed,
+        (None, true) => RunStatus::Succeeded,
+        (None, false) => RunStatus::Partial,
     };
     let end = RunEnd {
         status,
-        error: None,
+        error: stopped.as_deref(),
         // A replay is not a pass over the listing: the cursor, the checkpoint and the
         // connection's last success stay as they are.
         listing_complete: false,
@@ -266,7 +303,11 @@ async fn replay_records(
         full_passes_served: 0,
         lease: Some(lease),
     };
-    finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
+    let closed = finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
+    if stopped.is_some() {
+        // A run that lost its lease closes `interrupted` with the reason saying so.
+        report.stopped = closed.error.or(stopped);
+    }
     tracing::info!(
         run_id = replay_run_id,
         resolved = report.resolved.len(),
@@ -277,6 +318,9 @@ async fn replay_records(
     );
     Ok(())
 }
+
+/// Why an error the replay did not reach stays open.
+const NOT_REPLAYED: &str = "not replayed: the replay stopped before this error";
 
 /// Whether a run newer than `failed_run_id` stored the record with new content or marked
 /// it deleted: then the error's payload is older than what `records` holds, and storing it

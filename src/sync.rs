@@ -10,7 +10,7 @@ use tributary_providers::{build_provider, FetchError, Provider};
 use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::connection;
-use crate::lease::{claim, release, renew, Holder};
+use crate::lease::{claim, release, renewing, Holder};
 use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome, RunStatus};
 
 /// Which connections a `sync` covers. `None` matches all.
@@ -305,27 +305,6 @@ async fn sync_leased(
         ..options.clone()
     };
     let lost_lease = run_options.cancel.clone();
-    let renewal = async {
-        let mut ticks = tokio::time::interval(lease.ttl / 3);
-        ticks.tick().await;
-        loop {
-            ticks.tick().await;
-            match renew(db, connection, &fence, lease.ttl).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(
-                        user_id = %connection.user_id,
-                        provider = %connection.provider,
-                        "The connection's lease was lost; stopping the run."
-                    );
-                    lost_lease.cancel();
-                    // The run sees the cancellation between pages and ends first.
-                    return std::future::pending::<std::convert::Infallible>().await;
-                }
-                Err(error) => tracing::warn!(%error, "Renewing the lease failed; retrying."),
-            }
-        }
-    };
     let runs = async {
         let mut outcomes = Vec::with_capacity(streams.len());
         for stream in streams {
@@ -348,10 +327,7 @@ async fn sync_leased(
         }
         Ok::<_, DbErr>(outcomes)
     };
-    let outcomes = tokio::select! {
-        outcomes = runs => outcomes,
-        never = renewal => match never {},
-    };
+    let outcomes = renewing(db, connection, &fence, lease.ttl, &lost_lease, runs).await;
     let released = release(db, connection, &lease.holder).await;
     let outcomes = outcomes?;
     released?;

@@ -29,7 +29,13 @@ pub async fn run(config: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_replay(args.run_id, &report);
     }
-    Ok(ExitCode::SUCCESS)
+    match &report.stopped {
+        None => Ok(ExitCode::SUCCESS),
+        Some(reason) => {
+            eprintln!("error: the replay stopped before its end: {reason}");
+            Ok(ExitCode::from(super::EXIT_FAILURE))
+        }
+    }
 }
 
 /// The outcome of `tributary replay`.

@@ -19,8 +19,8 @@ use tributary::entities::{
 use tributary::pipeline::run::{finish_run, start_run};
 use tributary::pipeline::store::{store_page, CheckpointMove};
 use tributary::pipeline::{
-    Checkpoint, DeletionPass, Fence, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus,
-    StreamScope, Trigger,
+    sync_connection, Checkpoint, DeletionPass, Fence, NoProgress, PageContext, PageExpectation,
+    RunCounts, RunEnd, RunOptions, RunStatus, StreamScope, Trigger,
 };
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
@@ -747,4 +747,237 @@ async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() 
             .unwrap(),
         0
     );
+}
+
+#[tokio::test]
+async fn a_run_that_stalled_before_it_began_leaves_the_live_runs_sightings_alone() {
+    let app = spawn_app().await;
+    let world = taken_over(&app).await;
+    let first = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
+        .await
+        .expect("run");
+    let mut totals = RunCounts::default();
+    let page = context(
+        &world,
+        first,
+        PageExpectation::New,
+        None,
+        false,
+        &world.current,
+    );
+    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+        .await
+        .expect("stored");
+    // The run of the process that took the connection over has noted its first page.
+    let live = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
+        .await
+        .expect("run");
+    let page = context(
+        &world,
+        live,
+        PageExpectation::Unchanged,
+        None,
+        true,
+        &world.current,
+    );
+    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+        .await
+        .expect("noted");
+    assert_eq!(sightings_of(&app, live).await, 2);
+
+    // The stalled process wakes up and begins its run under its older claim.
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page_of(1)))
+        .mount(&app.api)
+        .await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let acme = &settings.providers["acme"];
+    let provider = tributary::sync::build(acme).expect("provider");
+    let options = RunOptions {
+        lease: Some(world.stale.clone()),
+        ..RunOptions::manual()
+    };
+    let stalled = sync_connection(
+        &app.db,
+        provider.as_ref(),
+        acme,
+        &world.connection,
+        options,
+        &NoProgress,
+    )
+    .await
+    .expect("the run is recorded");
+    assert_eq!(stalled.status, RunStatus::Interrupted, "{stalled:?}");
+    assert!(
+        stalled
+            .error
+            .clone()
+            .unwrap_or_default()
+            .contains(LEASE_LOST),
+        "{stalled:?}"
+    );
+    assert_eq!(
+        sightings_of(&app, live).await,
+        2,
+        "the live run's sightings are not taken for an unfinished run's"
+    );
+    assert_eq!(sightings_of(&app, stalled.run_id).await, 0);
+    let ids: Vec<String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.external_id)
+        .collect();
+    assert_eq!(ids, ["a", "b"], "nothing of the stalled run is stored");
+}
+
+/// A run of alice's `acme` with `count` open record errors whose payloads now store.
+async fn failed_run_with_errors(app: &TestApp, count: usize) -> i64 {
+    let connection = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("query")
+        .expect("alice");
+    let stream = primary_stream(&app.db, &connection).await;
+    let run_id = start_run(&app.db, &connection, &stream, Trigger::Manual)
+        .await
+        .expect("run");
+    sync_run::Entity::update_many()
+        .col_expr(
+            sync_run::Column::Status,
+            sea_orm::sea_query::Expr::value(RunStatus::Partial),
+        )
+        .filter(sync_run::Column::Id.eq(run_id))
+        .exec(&app.db)
+        .await
+        .expect("closed");
+    let rows: Vec<run_error::ActiveModel> = (0..count)
+        .map(|i| run_error::ActiveModel {
+            run_id: Set(run_id),
+            user_id: Set("alice".to_string()),
+            provider: Set("acme".to_string()),
+            external_id: Set(Some(format!("e{i:05}"))),
+            stage: Set(run_error::Stage::Persist),
+            message: Set("refused".to_string()),
+            payload: Set(format!(r#"{{"id":"e{i:05}"}}"#)),
+            created_at: Set(Utc::now()),
+            resolved_by_run_id: Set(None),
+            scope: Set(run_error::Scope::Record),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        run_error::Entity::insert_many(chunk.to_vec())
+            .exec_without_returning(&app.db)
+            .await
+            .expect("errors written");
+    }
+    run_id
+}
+
+async fn open_errors(app: &TestApp, run_id: i64) -> u64 {
+    run_error::Entity::find()
+        .filter(run_error::Column::RunId.eq(run_id))
+        .filter(run_error::Column::ResolvedByRunId.is_null())
+        .count(&app.db)
+        .await
+        .expect("errors")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_longer_than_its_lease_renews_it() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&format!(
+            "[daemon]\nlease_ttl = \"2s\"\n{}",
+            cursor_provider("acme", &app.api.uri(), &["alice"])
+        ))
+        .await;
+    let count = 3000;
+    let failed = failed_run_with_errors(&app, count).await;
+    let started = Instant::now();
+    let replay = tributary::replay::replay_run(&app.db, &settings, failed);
+    let watch = async {
+        // Until the replay ends: once it has taken the lease, the lease never lapses.
+        let mut lapsed = 0u32;
+        loop {
+            let row = connection::Entity::find()
+                .one(&app.db)
+                .await
+                .expect("query")
+                .expect("alice");
+            if let Some(until) = row.lease_expires_at {
+                if until < Utc::now() {
+                    lapsed += 1;
+                }
+            }
+            if row.lease_holder.is_none() && open_errors(&app, failed).await == 0 {
+                return lapsed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (report, lapsed) = tokio::join!(replay, watch);
+    let report = report.expect("replayed");
+    let took = started.elapsed();
+    assert!(
+        took > Duration::from_secs(3),
+        "the replay outlasts its lease ({took:?}), or this proves nothing"
+    );
+    assert_eq!(
+        lapsed, 0,
+        "times the lease was seen lapsed during the replay"
+    );
+    assert_eq!((report.resolved.len(), report.stopped), (count, None));
+    let row = app.run_row(report.replay_run_id.expect("replay run")).await;
+    assert_eq!(row.status, RunStatus::Succeeded);
+    assert_eq!(app.records().await.len(), count);
+}
+
+#[tokio::test]
+async fn a_replay_that_loses_its_lease_stops_and_ends_interrupted() {
+    let app = spawn_app().await;
+    let settings = app
+        .settings(&format!(
+            "[daemon]\nlease_ttl = \"1day\"\n{}",
+            cursor_provider("acme", &app.api.uri(), &["alice"])
+        ))
+        .await;
+    let count = 600;
+    let failed = failed_run_with_errors(&app, count).await;
+    let replay = tributary::replay::replay_run(&app.db, &settings, failed);
+    let take_over = async {
+        wait_for(Duration::from_secs(60), "the replay under way", || async {
+            open_errors(&app, failed).await < count as u64
+        })
+        .await;
+        let row = connection::Entity::find()
+            .one(&app.db)
+            .await
+            .expect("query")
+            .expect("alice");
+        let taker = Fence {
+            holder: "other-host:202:0000cafe".to_string(),
+            generation: row.lease_generation + 1,
+        };
+        lease_row(&app, &row, &taker).await;
+    };
+    let (report, ()) = tokio::join!(replay, take_over);
+    let report = report.expect("the replay reports");
+    let stopped = report.stopped.clone().unwrap_or_default();
+    assert!(stopped.contains(LEASE_LOST), "{report:?}");
+    let resolved = report.resolved.len();
+    assert!(resolved > 0 && resolved < count, "{resolved} of {count}");
+    assert_eq!(report.still_failing.len(), count - resolved);
+    assert_eq!(open_errors(&app, failed).await, (count - resolved) as u64);
+    assert_eq!(
+        app.records().await.len(),
+        resolved,
+        "nothing after the takeover"
+    );
+    let row = app.run_row(report.replay_run_id.expect("replay run")).await;
+    assert_eq!(row.status, RunStatus::Interrupted);
+    assert!(row.error.unwrap_or_default().contains(LEASE_LOST));
 }

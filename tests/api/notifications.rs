@@ -399,6 +399,66 @@ async fn a_connections_deliveries_arrive_in_order_while_other_connections_go_on(
 }
 
 #[tokio::test]
+async fn several_workers_keep_each_connections_deliveries_in_order() {
+    let app = crate::helpers::spawn_app().await;
+    let receiver = MockServer::start().await;
+    // Alice's first delivery fails twice, slowly; everything else gets through.
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::body_partial_json(
+            serde_json::json!({"user_id": "alice"}),
+        ))
+        .respond_with(ResponseTemplate::new(503).set_delay(Duration::from_millis(300)))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&receiver)
+        .await;
+    answer(&receiver, 200).await;
+    let settings = notifying(&app, &receiver, &["alice", "bob"], "").await;
+    mount_records(&app, items("k", "u", 0..2)).await;
+    let first = app.sync(&settings).await;
+    let mut changed = items("k", "u", 0..2);
+    changed[0]["n"] = Value::from(100);
+    mount_records(&app, changed).await;
+    let second = app.sync(&settings).await;
+    assert!(second.iter().all(|run| run.counts.updated == 1));
+
+    // Three workers, as three instances would run them, pass over the queue at once
+    // until everything is delivered.
+    let workers: Vec<Notifier> = (0..3).map(|_| notifier(&app, &settings)).collect();
+    let (alice_1, alice_2) = (first[0].run_id, second[0].run_id);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !all_settled(&deliveries(&app).await) {
+        assert!(Instant::now() < deadline, "{:#?}", deliveries(&app).await);
+        let cancel = CancellationToken::new();
+        futures::future::join_all(workers.iter().map(|w| w.deliver_due(&cancel))).await;
+        let alice: Vec<i64> = run_ids_received(&receiver)
+            .await
+            .into_iter()
+            .filter(|(user, _)| user == "alice")
+            .map(|(_, run)| run)
+            .collect();
+        let first_delivered = alice.len() > 2;
+        assert!(
+            first_delivered || alice.iter().all(|run| *run == alice_1),
+            "alice's second delivery was sent while her first was still owed: {alice:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sequence = run_ids_received(&receiver).await;
+    let of = |user: &str| -> Vec<i64> {
+        sequence
+            .iter()
+            .filter(|(u, _)| u == user)
+            .map(|(_, run)| *run)
+            .collect()
+    };
+    assert_eq!(of("alice"), vec![alice_1, alice_1, alice_1, alice_2]);
+    assert_eq!(of("bob"), vec![first[1].run_id, second[1].run_id]);
+    let rows = deliveries(&app).await;
+    assert!(rows.iter().all(|d| d.status == DeliveryStatus::Delivered));
+}
+
+#[tokio::test]
 async fn a_delivery_still_failing_after_give_up_after_ends_failed_and_is_listed() {
     let (app, receiver) = alice_listing(1).await;
     Mock::given(method("POST"))

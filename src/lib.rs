@@ -18,6 +18,7 @@
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
 //! - `replay`: re-ingesting a run's failed records from their stored payloads.
+//! - [`app`]: start-up, [`app::App::open`], for every face and the daemon alike.
 //! - [`daemon`]: `tributary daemon`: cron schedules, leases, graceful shutdown, systemd
 //!   notifications, `/healthz` and `/metrics`.
 //! - [`cli`]: the `tributary` commands, and `tributary demo` with its emulated API.
@@ -25,6 +26,7 @@
 //! Adapters live in the `tributary-providers` crate and never touch the database; the
 //! schema lives in the `tributary-migrations` crate, the benchmark in `tributary-bench`. Only [`pipeline`] writes `records`.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod connections;

@@ -49,6 +49,16 @@ pub enum SyncError {
     Database(#[from] DbErr),
 }
 
+impl SyncError {
+    /// Whether the configuration (or the command line's provider) is at fault.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            SyncError::UnknownProvider { .. } | SyncError::ProviderDisabled { .. }
+        )
+    }
+}
+
 /// What a sync pass did: the runs it made, and the connections it skipped because a run
 /// of theirs was already going (here or in another process).
 #[derive(Debug, Default)]

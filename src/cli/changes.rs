@@ -43,7 +43,8 @@ pub const EXIT_RESYNC: u8 = 3;
 /// `tributary changes`.
 pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let db = crate::db::connect_for_reading(&settings.database).await?;
+    let app = crate::app::App::open(settings, crate::app::Access::Read).await?;
+    let db = app.db();
     if args.head {
         let head = FeedCursor {
             database: Some(changes::database_id(db.main()).await?),

@@ -15,13 +15,11 @@ use sea_orm::{
 };
 use serde::Serialize;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
 use crate::entities::{connection, connection_stream};
-
-use super::open::connect_with_keys;
-use super::secrets::load_keyring;
 
 #[derive(Debug, Subcommand)]
 pub enum ConnectionsCommand {
@@ -118,13 +116,9 @@ impl ConnectionsCommand {
 pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
     // Only `add` stores a secret; the others read with whatever keys are configured.
-    let db = match command.stores_credentials() {
-        true => connect_with_keys(&settings).await?,
-        false => crate::db::connect_and_migrate(&settings.database)
-            .await?
-            .with_keyring(load_keyring(&settings)?),
-    };
-    run(&db, &settings, command).await?;
+    let storing = command.stores_credentials();
+    let app = App::open(settings, Access::Keys { storing }).await?;
+    run(app.db(), app.settings(), command).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,11 +4,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
 
 use crate::db::OlderInstances;
-
-use super::open::open_for_writing_with;
 
 /// `tributary daemon`.
 pub async fn run(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
@@ -17,15 +16,21 @@ pub async fn run(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCod
     // Refuse a second SQLite daemon before touching the database.
     let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
     let extender = crate::daemon::systemd::spawn_start_extender();
-    let opened = open_for_writing_with(&settings, older).await;
+    let opened = App::open(
+        settings,
+        Access::Work {
+            command: "daemon",
+            older,
+        },
+    )
+    .await;
     if let Some(extender) = extender {
         extender.abort();
     }
-    let db = opened?;
+    let app = opened?;
     drop(lock);
-    let announced = super::announce::announce(&db, "daemon").await?;
-    let ran = crate::daemon::run(settings, db, shutdown).await;
-    announced.withdraw().await;
+    let ran = crate::daemon::run(app.settings(), app.db().clone(), shutdown).await;
+    app.close().await;
     ran?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,14 +4,12 @@
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
-mod announce;
 mod changes;
 mod connections;
 mod daemon;
 mod demo;
 mod history;
 mod notifications;
-mod open;
 mod progress;
 mod reconcile;
 mod replay;
@@ -182,19 +180,21 @@ pub fn run(cli: Cli) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
+            let opening = error.downcast_ref::<crate::app::OpenError>();
             let code = if error.downcast_ref::<crate::config::ConfigError>().is_some()
                 || secrets::is_key_error(&error)
+                || opening.is_some_and(crate::app::OpenError::is_config)
+                || error
+                    .downcast_ref::<crate::daemon::DaemonError>()
+                    .is_some_and(crate::daemon::DaemonError::is_config)
                 || error
                     .downcast_ref::<crate::sync::SyncError>()
-                    .is_some_and(|e| {
-                        matches!(
-                            e,
-                            crate::sync::SyncError::UnknownProvider { .. }
-                                | crate::sync::SyncError::ProviderDisabled { .. }
-                        )
-                    }) {
+                    .is_some_and(crate::sync::SyncError::is_config)
+            {
                 EXIT_CONFIG
-            } else if is_schema_refusal(&error) {
+            } else if is_schema_refusal(&error)
+                || opening.is_some_and(crate::app::OpenError::is_schema)
+            {
                 EXIT_SCHEMA
             } else {
                 EXIT_FAILURE

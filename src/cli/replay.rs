@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
+use crate::db::OlderInstances;
 use crate::replay::ReplayReport;
-
-use super::open::open_for_writing;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -22,8 +22,17 @@ pub struct ReplayArgs {
 /// `tributary replay`.
 pub async fn run(config: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let db = open_for_writing(&settings).await?;
-    let report = crate::replay::replay_run(&db, &settings, args.run_id).await?;
+    let app = App::open(
+        settings,
+        Access::Work {
+            command: "replay",
+            older: OlderInstances::Refuse,
+        },
+    )
+    .await?;
+    let report = crate::replay::replay_run(app.db(), app.settings(), args.run_id).await;
+    app.close().await;
+    let report = report?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::connections::sealing::{self, Reseal};
-use crate::secrets::{Keyring, SecretsError};
+use crate::secrets::SecretsError;
 
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {
@@ -37,16 +37,6 @@ pub enum SecretsCommand {
     },
 }
 
-/// Loads `[secrets]` and the environment's keys; every key problem is an error here,
-/// before anything is written. Storing secrets in clear is warned about at every start.
-pub fn load_keyring(settings: &Settings) -> anyhow::Result<Keyring> {
-    let keyring = Keyring::load(&settings.secrets, &|name| std::env::var(name).ok())?;
-    if keyring.allows_plaintext() {
-        tracing::warn!("[secrets] allow_plaintext = true and no key is configured: tokens are stored in the database in clear. This is unsafe; configure a key (see `tributary secrets generate-key`).");
-    }
-    Ok(keyring)
-}
-
 pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
     match command {
         SecretsCommand::GenerateKey { out } => {
@@ -60,11 +50,9 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
         }
         SecretsCommand::Rotate { json } => {
             let settings = Settings::load(config)?;
-            let keyring = load_keyring(&settings)?;
-            let db = crate::db::connect_and_migrate(&settings.database)
-                .await?
-                .with_keyring(keyring);
-            let report = sealing::reseal(&db, Reseal::NotCurrent).await?;
+            let app = App::open(settings, Access::Keys { storing: false }).await?;
+            let db = app.db();
+            let report = sealing::reseal(db, Reseal::NotCurrent).await?;
             let key_id = db.secrets().current().map(|(id, _)| id.to_string());
             if json {
                 let json = serde_json::json!({ "key_id": key_id, "resealed": report.resealed, "failed": report.failed });
@@ -87,11 +75,8 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
         }
         SecretsCommand::Status { json } => {
             let settings = Settings::load(config)?;
-            let keyring = load_keyring(&settings).context("reading the configured keys")?;
-            let db = crate::db::connect_and_migrate(&settings.database)
-                .await?
-                .with_keyring(keyring);
-            let status = sealing::status(&db).await?;
+            let app = App::open(settings, Access::Keys { storing: false }).await?;
+            let status = sealing::status(app.db()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {

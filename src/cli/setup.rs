@@ -10,7 +10,7 @@ use crate::db::OlderInstances;
 /// `tributary check-config`: the config and the keys, without touching the database.
 pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
     let settings = Settings::load_checking_environment(config)?;
-    let keyring = super::secrets::load_keyring(&settings)?;
+    let keyring = crate::app::load_keyring(&settings)?;
     crate::credentials::check_storable(&settings, &keyring)?;
     settings.notify_secret()?;
     let connections: usize = settings

@@ -7,11 +7,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
+use crate::db::OlderInstances;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
 use crate::sync::{sync_matching, SyncFilter};
 
-use super::open::open_for_writing;
 use super::progress::BarProgress;
 use super::EXIT_FAILURE;
 
@@ -40,7 +41,15 @@ pub struct SyncArgs {
 /// `tributary sync`.
 pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load_checking_environment(config)?;
-    let db = open_for_writing(&settings).await?;
+    let app = App::open(
+        settings,
+        Access::Work {
+            command: "sync",
+            older: OlderInstances::Refuse,
+        },
+    )
+    .await?;
+    let (db, settings) = (app.db(), app.settings());
     let filter = SyncFilter {
         provider: args.provider,
         user_id: args.user,
@@ -60,9 +69,8 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
             interrupt.cancel();
         }
     });
-    let announced = super::announce::announce(&db, "sync").await?;
-    let report = sync_matching(&db, &settings, &filter, &options, sink).await;
-    announced.withdraw().await;
+    let report = sync_matching(db, settings, &filter, &options, sink).await;
+    app.close().await;
     let report = report?;
     bars.clear();
     if report.outcomes.is_empty() && report.skipped.is_empty() {

@@ -18,13 +18,12 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tributary_providers::Provider;
 
-use crate::config::{parse_cron, ProviderSettings, Settings};
+use crate::config::{parse_cron, ConfigError, ProviderSettings, Settings};
 use crate::db::DatabasePools;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::streams::owe_full_pass;
@@ -81,31 +80,81 @@ impl FullPasses {
     }
 }
 
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    SingleInstance(#[from] single_instance::SingleInstanceError),
+    #[error(transparent)]
+    Provider(#[from] SyncError),
+    #[error("marking runs left running by a stopped process failed: {0}")]
+    Abandoned(#[source] sea_orm::DbErr),
+    #[error("provider {provider}: full_sync_schedule: {message}")]
+    FullSyncSchedule { provider: String, message: String },
+    #[error("{what} failed: {source}")]
+    Scheduler {
+        what: String,
+        #[source]
+        source: tokio_cron_scheduler::JobSchedulerError,
+    },
+    #[error("starting the webhook deliveries failed: {0}")]
+    Notifier(#[from] notify::NotifierError),
+    #[error("installing the metrics recorder failed: {0}")]
+    Metrics(String),
+    #[error("listening on {listen} ([daemon] listen) failed: {source}")]
+    Listen {
+        listen: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DaemonError {
+    /// Whether the configuration is at fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            DaemonError::Config(_) | DaemonError::FullSyncSchedule { .. } => true,
+            DaemonError::Provider(error) => error.is_config(),
+            _ => false,
+        }
+    }
+}
+
+/// The scheduler's error, saying what was being done.
+fn scheduler_error(
+    what: impl Into<String>,
+) -> impl FnOnce(tokio_cron_scheduler::JobSchedulerError) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Scheduler { what, source }
+}
+
 /// Runs the daemon until `shutdown` resolves. The database must be migrated and the
 /// configured connections loaded.
 pub async fn run(
-    settings: Settings,
+    settings: &Settings,
     db: DatabasePools,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), DaemonError> {
     run_with(settings, db, shutdown, build).await
 }
 
 /// [`run`] with each enabled provider's adapter made by `adapter` (tests drive the
 /// daemon with adapters of their own).
 pub async fn run_with(
-    settings: Settings,
+    settings: &Settings,
     db: DatabasePools,
     shutdown: impl Future<Output = ()>,
     adapter: impl Fn(&ProviderSettings) -> Result<Box<dyn Provider>, SyncError>,
-) -> anyhow::Result<()> {
+) -> Result<(), DaemonError> {
     let notify_secret = settings.notify_secret()?;
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
     let abandoned = sweep_abandoned_runs(&db)
         .await
-        .context("marking runs left running by a stopped process")?;
+        .map_err(DaemonError::Abandoned)?;
     if abandoned > 0 {
         tracing::warn!(
             runs = abandoned,
@@ -119,7 +168,7 @@ pub async fn run_with(
     let scheduling = Arc::new(AtomicBool::new(false));
     let scheduler = JobScheduler::new()
         .await
-        .context("creating the scheduler")?;
+        .map_err(scheduler_error("creating the scheduler"))?;
     let mut scheduled = 0;
     for provider_settings in settings.providers.values() {
         if !provider_settings.enabled {
@@ -138,7 +187,10 @@ pub async fn run_with(
             panics: panics.clone(),
             full_sync: match &provider_settings.full_sync_schedule {
                 Some(expression) => Some(FullPasses::new(
-                    parse_cron(expression).map_err(anyhow::Error::msg)?,
+                    parse_cron(expression).map_err(|message| DaemonError::FullSyncSchedule {
+                        provider: provider_settings.name.clone(),
+                        message,
+                    })?,
                     chrono::Utc::now(),
                 )),
                 None => None,
@@ -156,31 +208,31 @@ pub async fn run_with(
                 tracker.spawn(async move { fire(&job).await });
             })
         })
-        .with_context(|| {
-            format!(
-                "scheduling provider {} with {:?}",
-                provider_settings.name, provider_settings.schedule
-            )
-        })?;
-        scheduler
-            .add(cron)
-            .await
-            .with_context(|| format!("scheduling provider {}", provider_settings.name))?;
+        .map_err(scheduler_error(format!(
+            "scheduling provider {} with {:?}",
+            provider_settings.name, provider_settings.schedule
+        )))?;
+        scheduler.add(cron).await.map_err(scheduler_error(format!(
+            "scheduling provider {}",
+            provider_settings.name
+        )))?;
         scheduled += 1;
     }
-    schedule_sweeps(&scheduler, &settings, &db).await?;
+    schedule_sweeps(&scheduler, settings, &db).await?;
     if let (Some(notify), Some(secret)) = (&settings.notify, notify_secret) {
         let notifier = notify::Notifier::new(db.main().clone(), notify.clone(), secret)?;
         // Tracked, so shutdown lets the attempts in flight finish.
         tracker.spawn(notifier.run(cancel.clone()));
     }
-    scheduler.start().await.context("starting the scheduler")?;
+    scheduler
+        .start()
+        .await
+        .map_err(scheduler_error("starting the scheduler"))?;
     scheduling.store(true, Ordering::SeqCst);
 
     let endpoints = match settings.daemon.listen {
         Some(listen) => {
-            let metrics = crate::telemetry::install_prometheus()
-                .map_err(|error| anyhow::anyhow!("installing the metrics recorder: {error}"))?;
+            let metrics = crate::telemetry::install_prometheus().map_err(DaemonError::Metrics)?;
             let state = endpoints::EndpointState {
                 db: db.main().clone(),
                 metrics,
@@ -190,7 +242,7 @@ pub async fn run_with(
             Some(
                 endpoints::serve(listen, state, cancel.clone())
                     .await
-                    .with_context(|| format!("listening on {listen} ([daemon] listen)"))?,
+                    .map_err(|source| DaemonError::Listen { listen, source })?,
             )
         }
         None => None,
@@ -237,7 +289,7 @@ async fn schedule_sweeps(
     scheduler: &JobScheduler,
     settings: &Settings,
     db: &DatabasePools,
-) -> anyhow::Result<()> {
+) -> Result<(), DaemonError> {
     if settings
         .providers
         .values()
@@ -252,11 +304,11 @@ async fn schedule_sweeps(
                 }
             })
         })
-        .context("scheduling the processed-keys sweep")?;
+        .map_err(scheduler_error("scheduling the processed-keys sweep"))?;
         scheduler
             .add(sweep)
             .await
-            .context("scheduling the processed-keys sweep")?;
+            .map_err(scheduler_error("scheduling the processed-keys sweep"))?;
     }
     let retention = settings.changes.retention;
     let sweep = {
@@ -270,12 +322,12 @@ async fn schedule_sweeps(
                 }
             })
         })
-        .context("scheduling the change feed's sweep")?
+        .map_err(scheduler_error("scheduling the change feed's sweep"))?
     };
     scheduler
         .add(sweep)
         .await
-        .context("scheduling the change feed's sweep")?;
+        .map_err(scheduler_error("scheduling the change feed's sweep"))?;
     Ok(())
 }
 

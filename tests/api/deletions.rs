@@ -1050,7 +1050,7 @@ async fn a_full_pass_due_while_the_connection_is_busy_stays_owed_until_a_run_mak
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon_settings = app.settings(&provider).await;
-    let daemon = tributary::daemon::run(daemon_settings, app.db.clone(), async {
+    let daemon = tributary::daemon::run(&daemon_settings, app.db.clone(), async {
         let _ = stopped.await;
     });
     let checks = async {

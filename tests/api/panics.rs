@@ -46,7 +46,7 @@ async fn a_panicking_run_fails_releases_its_lease_and_the_daemon_fires_on_and_re
     let adapter_calls = calls.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tributary::daemon::run_with(
-        settings,
+        &settings,
         app.db.clone(),
         async {
             let _ = stopped.await;

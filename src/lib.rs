@@ -35,6 +35,7 @@ pub mod daemon;
 pub mod db;
 pub mod entities;
 pub(crate) mod lease;
+pub mod ops;
 pub mod pipeline;
 pub(crate) mod reconcile;
 pub mod replay;

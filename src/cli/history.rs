@@ -3,25 +3,31 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use std::io::Write;
-
 use anyhow::bail;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use futures::TryStreamExt;
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
+use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::entities::{run_error, sync_run};
+use crate::entities::sync_run;
+use crate::ops::errors::{ErrorItem, OpenErrorsQuery, MAX_LIMIT as MAX_OPEN_LIMIT};
+use crate::ops::runs::{RunsQuery, MAX_LIMIT as MAX_RUNS_LIMIT};
 
 /// The longest payload or message shown in a table cell; `--json` shows them whole.
 const CELL_LIMIT: usize = 80;
 
 #[derive(Debug, Args)]
 pub struct RunsArgs {
-    /// How many runs to show.
-    #[arg(long, default_value_t = 20)]
+    /// How many runs to show (1 to 1000), newest first.
+    #[arg(long, default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_RUNS_LIMIT))]
     limit: u64,
+    /// Only runs older than this id, the last one a previous page showed.
+    #[arg(long, value_name = "RUN_ID")]
+    before: Option<i64>,
+    /// Only runs of this user's connections.
+    #[arg(long)]
+    user: Option<String>,
     /// Only runs of this provider.
     #[arg(long)]
     provider: Option<String>,
@@ -60,51 +66,56 @@ pub struct ErrorsArgs {
     json: bool,
 }
 
-/// The most open errors one `errors --open` shows: a table holds its rows until printed.
-const MAX_OPEN_LIMIT: u64 = 10_000;
-
 /// `tributary runs`.
 pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let db = crate::db::connect_for_reading(&settings.database).await?;
-    let filter = RunFilter {
+    let app = App::open(settings, Access::Read).await?;
+    let query = RunsQuery {
         provider: args.provider,
         stream: args.stream,
+        user_id: args.user,
+        before: args.before,
+        limit: args.limit,
     };
+    let page = crate::ops::runs::list(app.db(), &query).await?;
     let shape = match (args.json, args.wide) {
         (true, _) => RunsShape::Json,
         (false, true) => RunsShape::Wide,
         (false, false) => RunsShape::Compact,
     };
-    print_runs(&db, &filter, args.limit, shape).await?;
+    print_runs(&page.items, shape)?;
+    if let (Some(next), false) = (page.next, args.json) {
+        println!("More runs: add --before {next} for the next page.");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `tributary errors`.
 pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let db = crate::db::connect_for_reading(&settings.database).await?;
+    let app = App::open(settings, Access::Read).await?;
+    let db = app.db();
     match (args.run_id, args.open) {
         (run_id, true) => {
-            let page = OpenErrorsPage {
+            let query = OpenErrorsQuery {
                 run_id,
-                stream: args.stream.as_deref(),
+                stream: args.stream,
                 after: args.after,
                 limit: args.limit,
             };
-            print_open_errors(&db, &page, args.json).await?
+            let page = crate::ops::errors::open(db, &query).await?;
+            print_open_errors(&page.items, args.json)?;
+            if let (Some(next), false) = (page.next, args.json) {
+                println!("More open errors: add --after {next} for the next page.");
+            }
         }
-        (Some(run_id), false) => print_errors(&db, run_id, args.json).await?,
+        (Some(run_id), false) => {
+            let report = crate::ops::errors::of_run(db, run_id).await?;
+            print_errors(&report, args.json)?;
+        }
         (None, false) => bail!("give a RUN_ID, or --open"),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Which runs `runs` shows. `None` matches all.
-#[derive(Debug, Default)]
-pub struct RunFilter {
-    pub provider: Option<String>,
-    pub stream: Option<String>,
 }
 
 /// How `runs` prints.
@@ -119,25 +130,8 @@ pub enum RunsShape {
     Json,
 }
 
-/// Prints the newest `limit` runs that match `filter`.
-pub async fn print_runs(
-    db: &DatabaseConnection,
-    filter: &RunFilter,
-    limit: u64,
-    shape: RunsShape,
-) -> anyhow::Result<()> {
-    let mut query = sync_run::Entity::find();
-    if let Some(provider) = &filter.provider {
-        query = query.filter(sync_run::Column::Provider.eq(provider.as_str()));
-    }
-    if let Some(stream) = &filter.stream {
-        query = query.filter(sync_run::Column::Stream.eq(stream.as_str()));
-    }
-    let runs = query
-        .order_by_desc(sync_run::Column::Id)
-        .limit(limit)
-        .all(db)
-        .await?;
+/// Prints `runs`.
+pub fn print_runs(runs: &[sync_run::Model], shape: RunsShape) -> anyhow::Result<()> {
     let seconds = |run: &sync_run::Model| {
         run.finished_at
             .map(|finished| {
@@ -161,7 +155,7 @@ pub async fn print_runs(
             "updated",
             "failed",
         ];
-        return print_rows(&runs, false, Some("No runs yet."), &header, |run| {
+        return print_rows(runs, false, Some("No runs yet."), &header, |run| {
             let stream = match &run.stream {
                 Some(stream) => format!("{}/{stream}", run.provider),
                 None => run.provider.clone(),
@@ -204,7 +198,7 @@ pub async fn print_runs(
         "error",
     ];
     let json = shape == RunsShape::Json;
-    print_rows(&runs, json, Some("No runs yet."), &header, |run| {
+    print_rows(runs, json, Some("No runs yet."), &header, |run| {
         vec![
             run.id.to_string(),
             run.provider.clone(),
@@ -232,17 +226,10 @@ pub async fn print_runs(
 }
 
 /// Prints one run's error report.
-pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> anyhow::Result<()> {
-    let Some(run) = sync_run::Entity::find_by_id(run_id).one(db).await? else {
-        bail!("there is no run with id {run_id}; `tributary runs` lists them");
-    };
-    let errors = run_error::Entity::find()
-        .filter(run_error::Column::RunId.eq(run_id))
-        .order_by_asc(run_error::Column::Id)
-        .all(db)
-        .await?;
+fn print_errors(report: &crate::ops::errors::RunErrors, json: bool) -> anyhow::Result<()> {
+    let (run, errors) = (&report.run, &report.errors);
     if json {
-        println!("{}", serde_json::to_string_pretty(&errors)?);
+        println!("{}", serde_json::to_string_pretty(errors)?);
         return Ok(());
     }
     println!(
@@ -261,7 +248,7 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
         println!("Run-level error: {error}");
     }
     let header = ["id", "external_id", "stage", "message", "payload"];
-    print_rows(&errors, false, None, &header, |error| {
+    print_rows(errors, false, None, &header, |error| {
         vec![
             error.id.to_string(),
             error.external_id.clone().unwrap_or_default(),
@@ -272,82 +259,13 @@ pub async fn print_errors(db: &DatabaseConnection, run_id: i64, json: bool) -> a
     })
 }
 
-/// Which open errors `errors --open` shows: after `after` (by id), at most `limit`, of
-/// one run or of every run, perhaps only those of runs of `stream`.
-pub struct OpenErrorsPage<'a> {
-    pub run_id: Option<i64>,
-    pub stream: Option<&'a str>,
-    pub after: Option<i64>,
-    pub limit: u64,
-}
-
-/// Prints one page of the errors no replay has resolved, oldest first, read as a stream:
-/// JSON is written as the rows arrive, a table holds only its page. A table ends with the
-/// `--after` that shows the next page when there is one.
-pub async fn print_open_errors(
-    db: &DatabaseConnection,
-    page: &OpenErrorsPage<'_>,
-    json: bool,
-) -> anyhow::Result<()> {
-    let mut query = run_error::Entity::find().filter(run_error::Column::ResolvedByRunId.is_null());
-    if let Some(run_id) = page.run_id {
-        query = query.filter(run_error::Column::RunId.eq(run_id));
-    }
-    if let Some(after) = page.after {
-        query = query.filter(run_error::Column::Id.gt(after));
-    }
-    if let Some(stream) = page.stream {
-        let runs = sea_orm::sea_query::Query::select()
-            .column(sync_run::Column::Id)
-            .from(sync_run::Entity)
-            .and_where(sync_run::Column::Stream.eq(stream))
-            .to_owned();
-        query = query.filter(run_error::Column::RunId.in_subquery(runs));
-    }
-    // One row past the page says whether there is a next one.
-    let mut rows = query
-        .order_by_asc(run_error::Column::Id)
-        .limit(page.limit.saturating_add(1))
-        .stream(db)
-        .await?;
-    let mut shown: u64 = 0;
-    let mut more = false;
-    let mut out = std::io::BufWriter::new(std::io::stdout());
-    let mut errors = Vec::new();
-    while let Some(error) = rows.try_next().await? {
-        if shown == page.limit {
-            more = true;
-            break;
-        }
-        shown = shown.saturating_add(1);
-        if json {
-            // The same pretty array `serde_json` writes, one element at a time.
-            let element = serde_json::to_string_pretty(&error)?;
-            let separator = if shown == 1 { "[\n" } else { ",\n" };
-            write!(out, "{separator}  {}", element.replace('\n', "\n  "))?;
-        } else {
-            errors.push(error);
-        }
-    }
-    drop(rows);
+/// Prints a page of open errors.
+fn print_open_errors(errors: &[ErrorItem], json: bool) -> anyhow::Result<()> {
     if json {
-        writeln!(out, "{}", if shown == 0 { "[]" } else { "\n]" })?;
-        out.flush()?;
+        let rows: Vec<_> = errors.iter().map(|item| &item.error).collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    let mut run_ids: Vec<i64> = errors.iter().map(|error| error.run_id).collect();
-    run_ids.sort_unstable();
-    run_ids.dedup();
-    let streams: std::collections::HashMap<i64, String> = sync_run::Entity::find()
-        .select_only()
-        .columns([sync_run::Column::Id, sync_run::Column::Stream])
-        .filter(sync_run::Column::Id.is_in(run_ids))
-        .into_tuple::<(i64, Option<String>)>()
-        .all(db)
-        .await?
-        .into_iter()
-        .map(|(id, stream)| (id, stream.unwrap_or_default()))
-        .collect();
     let header = [
         "id",
         "run",
@@ -360,12 +278,13 @@ pub async fn print_open_errors(
         "message",
         "payload",
     ];
-    print_rows(&errors, false, Some("No open errors."), &header, |error| {
+    print_rows(errors, false, Some("No open errors."), &header, |item| {
+        let error = &item.error;
         vec![
             error.id.to_string(),
             error.run_id.to_string(),
             error.provider.clone(),
-            streams.get(&error.run_id).cloned().unwrap_or_default(),
+            item.stream.clone().unwrap_or_default(),
             error.user_id.clone(),
             error.external_id.clone().unwrap_or_default(),
             error.stage.to_string(),
@@ -373,14 +292,7 @@ pub async fn print_open_errors(
             shorten(&error.message),
             shorten(&error.payload),
         ]
-    })?;
-    if let (true, Some(last)) = (more, errors.last()) {
-        println!(
-            "More open errors: add --after {} for the next page.",
-            last.id
-        );
-    }
-    Ok(())
+    })
 }
 
 /// Prints `rows` as pretty JSON, or as a table with `header` and one `row` per item (or

@@ -3,11 +3,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Args;
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-
+use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::entities::notification_delivery::{self, DeliveryStatus};
+use crate::ops::notifications::{DeliveriesQuery, MAX_LIMIT};
+use clap::Args;
 
 use super::history::{print_rows, shorten};
 
@@ -16,9 +16,13 @@ pub struct NotificationsArgs {
     /// Only the deliveries given up after `give_up_after`.
     #[arg(long)]
     failed: bool,
-    /// How many deliveries to show.
-    #[arg(long, default_value_t = 50)]
+    /// How many deliveries to show (1 to 1000), newest first.
+    #[arg(long, default_value_t = 50,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
     limit: u64,
+    /// Only deliveries older than this row id (the `--before` a previous page printed).
+    #[arg(long, value_name = "ID")]
+    before: Option<i64>,
     /// Print JSON (with each delivery's body) instead of a table.
     #[arg(long)]
     json: bool,
@@ -27,21 +31,24 @@ pub struct NotificationsArgs {
 /// `tributary notifications`.
 pub async fn run(config: &Path, args: NotificationsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let db = crate::db::connect_for_reading(&settings.database).await?;
-    print_deliveries(&db, &args).await?;
+    let app = App::open(settings, Access::Read).await?;
+    let query = DeliveriesQuery {
+        failed_only: args.failed,
+        before: args.before,
+        limit: args.limit,
+    };
+    let page = crate::ops::notifications::list(app.db(), &query).await?;
+    print_deliveries(&page.items, &args)?;
+    if let (Some(next), false) = (page.next, args.json) {
+        println!("More deliveries: add --before {next} for the next page.");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn print_deliveries(db: &DatabaseConnection, args: &NotificationsArgs) -> anyhow::Result<()> {
-    let mut query = notification_delivery::Entity::find();
-    if args.failed {
-        query = query.filter(notification_delivery::Column::Status.eq(DeliveryStatus::Failed));
-    }
-    let deliveries = query
-        .order_by_desc(notification_delivery::Column::Id)
-        .limit(args.limit)
-        .all(db)
-        .await?;
+fn print_deliveries(
+    deliveries: &[notification_delivery::Model],
+    args: &NotificationsArgs,
+) -> anyhow::Result<()> {
     let empty = if args.failed {
         "No failed deliveries."
     } else {
@@ -58,7 +65,7 @@ async fn print_deliveries(db: &DatabaseConnection, args: &NotificationsArgs) -> 
         "created (UTC)",
         "last error",
     ];
-    print_rows(&deliveries, args.json, Some(empty), &header, |delivery| {
+    print_rows(deliveries, args.json, Some(empty), &header, |delivery| {
         let next = match delivery.status {
             DeliveryStatus::Pending => format_time(delivery.next_attempt_at),
             DeliveryStatus::Delivered | DeliveryStatus::Failed => String::new(),

@@ -1,0 +1,70 @@
+//! The operations every face calls: each takes typed input, returns serde-serializable
+//! data and a typed [`OpsError`], and never prints. The CLI formats what they return as
+//! tables or JSON; the HTTP API will return it as it is.
+//!
+//! Lists are paged: a page holds at most its query's `limit` items, and `next` is the
+//! key to ask for the page after it (absent on the last page). Keys are row ids, so a
+//! page boundary never moves when rows are added.
+
+pub mod errors;
+pub mod notifications;
+pub mod runs;
+
+use sea_orm::DbErr;
+use serde::Serialize;
+
+/// One page of a list.
+#[derive(Clone, Debug, Serialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Where the next page starts (pass it as the query's `after`/`before`); `None` on the
+    /// last page.
+    pub next: Option<i64>,
+}
+
+impl<T> Page<T> {
+    /// A page of `limit` items from `rows`, fetched with one row more than the limit so
+    /// that the extra row tells whether a next page exists; `key` is the paging key.
+    pub(crate) fn from_rows(mut rows: Vec<T>, limit: u64, key: impl Fn(&T) -> i64) -> Page<T> {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = match more {
+            true => rows.last().map(key),
+            false => None,
+        };
+        Page { items: rows, next }
+    }
+}
+
+/// Why an operation did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    /// The input named something that does not exist.
+    #[error("there is no {what} with id {id}{hint}")]
+    NotFound {
+        what: &'static str,
+        id: i64,
+        /// How to find the right one, for a person at a terminal.
+        hint: &'static str,
+    },
+    /// A field of the input is out of its range or malformed.
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error("database error: {0}")]
+    Database(#[from] DbErr),
+}
+
+/// Checks a page size against `1..=max`.
+pub(crate) fn check_limit(limit: u64, max: u64) -> Result<u64, OpsError> {
+    match limit {
+        1.. if limit <= max => Ok(limit),
+        _ => Err(OpsError::Invalid {
+            field: "limit",
+            message: format!("must be between 1 and {max}, not {limit}"),
+        }),
+    }
+}

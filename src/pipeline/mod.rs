@@ -10,6 +10,7 @@ pub(crate) mod checkpoint;
 pub mod credential_store;
 mod deletions;
 pub(crate) mod fence;
+mod ground;
 mod outbox;
 mod parents;
 pub(crate) mod records;
@@ -35,9 +36,10 @@ use crate::entities::connection;
 pub use crate::lease::Fence;
 
 pub use checkpoint::Checkpoint;
+use checkpoint::CheckpointMove;
 pub use deletions::DeletionPass;
-pub use run::{RunClosed, RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
-use store::CheckpointMove;
+pub use ground::RunCounts;
+pub use run::{RunClosed, RunEnd, RunOutcome, RunStatus, Trigger};
 pub use store::{PageContext, PageExpectation, PageStoreCounts};
 pub use streams::{open_stream, StreamScope};
 

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::pipeline::store::names;
+use crate::pipeline::ground::names;
 
 /// How a backend orders its batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch};
-use crate::pipeline::store::names;
+use crate::pipeline::ground::names;
 
 /// A transaction's change batch: the row its changes point to, stamped as it commits,
 /// and the next free ordinal of its changes.

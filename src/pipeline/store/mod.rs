@@ -34,18 +34,16 @@ use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::fence;
-use crate::pipeline::run::RunCounts;
+use crate::pipeline::ground::begin_page_transaction;
+use crate::pipeline::ground::RunCounts;
 use crate::pipeline::streams::StreamScope;
 
 pub use append::sweep_expired_keys;
-pub(crate) use backend::checkpoint_column;
-pub(crate) use backend::names;
-pub use backend::{
-    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend, Stored,
-};
+pub use backend::{ChangedRecord, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+// The bench and the tests name a page's checkpoint move through the store.
+pub use crate::pipeline::checkpoint::CheckpointMove;
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
-pub(crate) use backend::begin_page_transaction;
 use backend::{KEY_LOOKUP, RECORD_INSERT, RECORD_UPDATE};
 use run_errors::{insert_run_errors, persist_failure};
 

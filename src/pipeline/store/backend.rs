@@ -18,6 +18,7 @@ use sea_orm::{
 };
 use tributary_providers::Record;
 
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
@@ -25,7 +26,6 @@ use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::{checkpoint_column, Checkpoint, CheckpointMove};
 use crate::pipeline::ground::{begin_page_transaction, counter_columns, RunCounts};
-use crate::pipeline::store::PageContext;
 
 /// What the lookup found: each stored key's row, by external id.
 pub type Existing = HashMap<String, Stored>;

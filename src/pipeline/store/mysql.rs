@@ -18,7 +18,7 @@ use super::backend::{
     insert_statement, locked_stored_keys, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal,
     StoreBackend, Stored,
 };
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
 use crate::entities::sync_run::RunStatus;

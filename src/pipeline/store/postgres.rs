@@ -27,7 +27,7 @@ use super::backend::{
     locked_stored_keys, refusal_by_sqlstate, stored_keys_of, write_new_page_in_transaction,
     Existing, PageBookkeeping, Refusal, StoreBackend,
 };
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::sync_run;

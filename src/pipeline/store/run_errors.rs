@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
 use crate::entities::run_error;

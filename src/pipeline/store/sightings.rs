@@ -9,7 +9,7 @@ use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use tributary_providers::{Record, RejectedRecord};
 
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::entities::run_sighting;
 use crate::pipeline::fence;

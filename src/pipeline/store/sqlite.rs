@@ -27,7 +27,7 @@ use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
 use super::backend::{insert_statement, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement};
 
-use super::order::{FeedOrder, TRANSACTION_SEQ};
+use super::order::{clock_missing, FeedOrder, TRANSACTION_SEQ};
 use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
@@ -198,14 +198,6 @@ pub async fn discard_batch(txn: &impl ConnectionTrait, batch: &ChangeBatch) -> R
         .exec(txn)
         .await?;
     Ok(())
-}
-
-/// The error for a database whose clock row is gone: no change can be ordered.
-pub(crate) fn clock_missing() -> DbErr {
-    DbErr::Custom(format!(
-        "the change feed's clock row (change_clock, id = {CLOCK_ROW}) is missing, so no \
-         change can be ordered; the migrations create it and nothing may delete it"
-    ))
 }
 
 #[cfg(test)]

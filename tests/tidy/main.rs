@@ -3,14 +3,16 @@
 //!
 //! - The layers: each top-level module of `src/` imports only what its row in
 //!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it; so
-//!   does each sub-module of `pipeline` by the "Pipeline layers" table.
+//!   does each sub-module of `pipeline` by the "Pipeline layers" table, and no file of
+//!   `pipeline` imports, through others, a file that imports it.
 //! - Only `cli` prints.
 //! - Only `pipeline` writes `records`.
 //! - The providers crate cannot reach the database.
 
 mod scan;
 
-use std::collections::BTreeSet;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 /// Macros that write to the terminal.
@@ -194,6 +196,7 @@ fn module_path(path: &str) -> Vec<String> {
 /// naming the file and line.
 fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
     let mut problems: Vec<String> = tables.iter().flat_map(|t| t.check_order()).collect();
+    let mut scanned = Vec::new();
     for file in files {
         let module = module_path(&file.path);
         let scan = match scan::scan(&module, &file.text) {
@@ -224,6 +227,106 @@ fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
         if !matches!(top, Some("pipeline" | "entities")) {
             problems.extend(records_writes(&file.path, &scan));
         }
+        scanned.push((file.path.as_str(), module, scan));
+    }
+    // The crate root's table orders modules of many files each; a sub-module's table
+    // covers all of its files, so none of them may be in a cycle.
+    for layers in tables.iter().filter(|layers| !layers.scope.is_empty()) {
+        problems.extend(file_cycles(&layers.scope, &scanned));
+    }
+    problems
+}
+
+/// The import cycles among the files of module `scope`, one message each: the files it
+/// runs through, each with the line where it imports the next
+/// (`a.rs:3 → b.rs:7 → a.rs`). A path into a module whose file re-exports the item
+/// counts as an import of that file, as the compiler reads it.
+fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) -> Vec<String> {
+    let files: Vec<usize> = (0..scanned.len())
+        .filter(|&i| scanned[i].1.starts_with(scope))
+        .collect();
+    let index: BTreeMap<&[String], usize> = files
+        .iter()
+        .map(|&i| (scanned[i].1.as_slice(), i))
+        .collect();
+    // Each file's imports of the scope's other files, with the first line of each.
+    let mut imports: BTreeMap<usize, BTreeMap<usize, usize>> = BTreeMap::new();
+    for &from in &files {
+        let edges = imports.entry(from).or_default();
+        for (line, path) in &scanned[from].2.ours {
+            if !path.starts_with(scope) {
+                continue;
+            }
+            let to = (1..=path.len())
+                .rev()
+                .find_map(|length| index.get(&path[..length]).copied());
+            if let Some(to) = to.filter(|to| *to != from) {
+                let first = edges.entry(to).or_insert(*line);
+                *first = (*first).min(*line);
+            }
+        }
+    }
+    let reach = |start: usize| -> BTreeSet<usize> {
+        let mut seen = BTreeSet::new();
+        let mut pending = vec![start];
+        while let Some(at) = pending.pop() {
+            for &next in imports.get(&at).into_iter().flat_map(BTreeMap::keys) {
+                if seen.insert(next) {
+                    pending.push(next);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<usize, BTreeSet<usize>> =
+        files.iter().map(|&file| (file, reach(file))).collect();
+    let mut reported = BTreeSet::new();
+    let mut problems = Vec::new();
+    for &start in &files {
+        if reported.contains(&start) || !reaches[&start].contains(&start) {
+            continue;
+        }
+        // The files of `start`'s cycle reach each other; name one shortest way round.
+        let circle: BTreeSet<usize> = reaches[&start]
+            .iter()
+            .copied()
+            .filter(|file| reaches[file].contains(&start))
+            .collect();
+        reported.extend(circle.iter().copied());
+        let mut came_from = BTreeMap::new();
+        let mut queue = VecDeque::from([start]);
+        while let Some(at) = queue.pop_front() {
+            for &next in imports[&at].keys().filter(|next| circle.contains(next)) {
+                if let Entry::Vacant(entry) = came_from.entry(next) {
+                    entry.insert(at);
+                    queue.push_back(next);
+                }
+            }
+            if came_from.contains_key(&start) {
+                break;
+            }
+        }
+        let mut way = vec![start];
+        let mut at = start;
+        while let Some(&before) = came_from.get(&at) {
+            if before == start {
+                break;
+            }
+            way.push(before);
+            at = before;
+        }
+        way.reverse();
+        way.rotate_right(1);
+        let mut text = String::new();
+        for (step, &file) in way.iter().enumerate() {
+            let next = way.get(step + 1).copied().unwrap_or(start);
+            text.push_str(&format!("{}:{} → ", scanned[file].0, imports[&file][&next]));
+        }
+        text.push_str(scanned[start].0);
+        problems.push(format!(
+            "import cycle among `{}`'s files: {text}",
+            scope.join("::")
+        ));
     }
     problems
 }
@@ -474,6 +577,7 @@ mod checker {
                 "src/pipeline/run.rs",
                 "use super::{ground, store::store_page};\nmod tests { use super::*; }\n",
             ),
+            ("src/pipeline/ground/mod.rs", "pub struct Counts;\n"),
         ]);
         assert_eq!(found, Vec::<String>::new());
     }
@@ -515,6 +619,25 @@ mod checker {
                 "src/pipeline/run.rs:2: `run` imports `pipeline`, which ARCHITECTURE.md's Pipeline layers table does not allow",
                 "src/pipeline/walk.rs: module `walk` has no row in ARCHITECTURE.md's Pipeline layers table",
             ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_among_the_pipelines_files_fails_naming_files_and_lines() {
+        let found = pipeline_problems(&[
+            (
+                "src/pipeline/store/mod.rs",
+                "mod append;\nmod backend;\nuse append::NewKeys;\npub struct PageChanges;\n",
+            ),
+            (
+                "src/pipeline/store/append.rs",
+                "\nuse super::PageChanges;\n",
+            ),
+            ("src/pipeline/store/backend.rs", "use super::append::X;\n"),
+        ]);
+        assert_eq!(
+            found,
+            ["import cycle among `pipeline`'s files: src/pipeline/store/mod.rs:3 → src/pipeline/store/append.rs:2 → src/pipeline/store/mod.rs"]
         );
     }
 

@@ -10,8 +10,9 @@ use syn::visit::Visit;
 #[derive(Debug, Default)]
 pub struct Scan {
     /// Each path of ours, resolved from the crate root, with the line: `crate::db::X`,
-    /// each path of `use crate::{db, sync::Y}`, or a `super::` or `self::` path
-    /// (`["pipeline", "run", "X"]` for `super::run::X` in `src/pipeline/store.rs`).
+    /// each path of `use crate::{db, sync::Y}`, a `super::` or `self::` path
+    /// (`["pipeline", "run", "X"]` for `super::run::X` in `src/pipeline/store.rs`), or a
+    /// path through a module the file declares (`backend::X` beside `mod backend;`).
     pub ours: Vec<(usize, Vec<String>)>,
     /// Each macro called (its last path segment), with the line, macros inside macros included.
     pub macros: Vec<(usize, String)>,
@@ -26,15 +27,44 @@ pub struct Scan {
 pub fn scan(module: &[String], source: &str) -> syn::Result<Scan> {
     let file = syn::parse_file(source)?;
     let mut visitor = Visitor {
+        file_module: module.to_vec(),
         module: module.to_vec(),
+        children: Vec::new(),
+        relative: Vec::new(),
         scan: Scan::default(),
     };
     visitor.visit_file(&file);
-    Ok(visitor.scan)
+    let Visitor {
+        file_module,
+        children,
+        relative,
+        mut scan,
+        ..
+    } = visitor;
+    for (line, segments) in relative {
+        if segments
+            .first()
+            .is_some_and(|first| children.contains(first))
+        {
+            let mut resolved = file_module.clone();
+            resolved.extend(segments);
+            scan.ours.push((line, resolved));
+        }
+    }
+    scan.ours.sort_by_key(|(line, _)| *line);
+    Ok(scan)
 }
 
 struct Visitor {
+    /// The module the file is.
+    file_module: Vec<String>,
+    /// The module being read: the file's, or an inline module in it.
     module: Vec<String>,
+    /// The modules the file declares (`mod backend;`).
+    children: Vec<String>,
+    /// Paths written in the file's own module that start with neither `crate`, `super`
+    /// nor `self`; those that start with a declared module are ours.
+    relative: Vec<(usize, Vec<String>)>,
     scan: Scan,
 }
 
@@ -67,7 +97,13 @@ impl Visitor {
                 module.extend_from_slice(rest);
                 module
             }
-            _ => return,
+            _ => {
+                // One segment alone is as likely a local variable as a module.
+                if self.module == self.file_module && segments.len() > 1 {
+                    self.relative.push((line, segments.to_vec()));
+                }
+                return;
+            }
         };
         if !resolved.is_empty() {
             self.scan.ours.push((line, resolved));
@@ -177,6 +213,8 @@ impl<'ast> Visit<'ast> for Visitor {
             self.module.push(item.ident.to_string());
             syn::visit::visit_item_mod(self, item);
             self.module.pop();
+        } else if self.module == self.file_module {
+            self.children.push(item.ident.to_string());
         }
     }
 

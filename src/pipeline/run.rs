@@ -1,4 +1,4 @@
-//! `sync_runs` bookkeeping: statuses, triggers, counters, and opening and closing a run.
+//! `sync_runs` bookkeeping: statuses, triggers, and opening and closing a run.
 
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 //! incremental watermark (`connection_streams.cursor`) of the last complete one.
 
 use chrono::Utc;
+use sea_orm::DbErr;
 use serde::{Deserialize, Serialize};
 use tributary_providers::{PagePosition, Watermark};
 
@@ -34,6 +35,27 @@ impl Checkpoint {
     pub fn to_column(&self) -> Result<String, serde_json::Error> {
         serde_json::to_string(self)
     }
+}
+
+/// What a page does to its stream's checkpoint.
+#[derive(Clone, Copy, Debug)]
+pub enum CheckpointMove<'a> {
+    /// Leave it as it is (a replay, or a page the listing cannot go on from).
+    Keep,
+    /// Write it: the page after this one, or `None` (NULL) after the last page.
+    Write(Option<&'a Checkpoint>),
+}
+
+/// The `connection_streams.checkpoint` value: the next page's position as JSON, or `NULL` after
+/// the last page.
+pub(crate) fn checkpoint_column(checkpoint: Option<&Checkpoint>) -> Result<Option<String>, DbErr> {
+    checkpoint
+        .map(|checkpoint| {
+            checkpoint
+                .to_column()
+                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))
+        })
+        .transpose()
 }
 
 /// The stream's incremental watermark, if it has one, it is readable and it is not

@@ -16,7 +16,7 @@ use crate::entities::{change, connection, record, run_sighting, sync_run};
 use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner};
 use crate::pipeline::fence;
-use crate::pipeline::store::begin_page_transaction;
+use crate::pipeline::ground::begin_page_transaction;
 use crate::pipeline::streams::StreamScope;
 
 /// What a run's walk saw, as deciding its deletions needs it.

@@ -10,6 +10,7 @@ pub(crate) mod checkpoint;
 pub mod credential_store;
 mod deletions;
 pub(crate) mod fence;
+mod ground;
 mod outbox;
 mod parents;
 pub(crate) mod records;
@@ -21,13 +22,13 @@ mod walk;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::FutureExt;
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tributary_providers::{FetchError, Provider};
+use tributary_providers::Provider;
 
 use crate::config::{ProviderSettings, StreamSettings};
 use crate::db::DatabasePools;
@@ -35,14 +36,16 @@ use crate::entities::connection;
 pub use crate::lease::Fence;
 
 pub use checkpoint::Checkpoint;
+use checkpoint::CheckpointMove;
 pub use deletions::DeletionPass;
-pub use run::{RunClosed, RunCounts, RunEnd, RunOutcome, RunStatus, Trigger};
-use store::CheckpointMove;
+pub use ground::RunCounts;
+pub use run::{RunClosed, RunEnd, RunOutcome, RunStatus, Trigger};
 pub use store::{PageContext, PageExpectation, PageStoreCounts};
 pub use streams::{open_stream, StreamScope};
 
 use checkpoint::stored_cursor;
-use walk::{walk_listing, Committed, RunContext};
+use walk::{walk_listing, Committed, RunContext, RunFault};
+pub use walk::{NoProgress, ProgressSink};
 
 /// How a run is asked for.
 #[derive(Clone, Debug)]
@@ -72,48 +75,6 @@ impl RunOptions {
             lease: None,
         }
     }
-}
-
-/// Receives progress after each committed page (the CLI draws a progress bar from it).
-pub trait ProgressSink: Send + Sync {
-    /// Called after a page commits, with the run's totals so far.
-    fn page_committed(&self, connection: &connection::Model, counts: &RunCounts);
-}
-
-/// A [`ProgressSink`] that shows nothing.
-pub struct NoProgress;
-
-impl ProgressSink for NoProgress {
-    fn page_committed(&self, _: &connection::Model, _: &RunCounts) {}
-}
-
-/// Why a run stopped before the listing ended.
-#[derive(Debug, thiserror::Error)]
-enum RunFault {
-    #[error("{0}")]
-    Credentials(String),
-    #[error("fetching page {page} failed: {source}")]
-    Fetch { page: u64, source: FetchError },
-    #[error("stopped early at page {page}: {source}; the next run resumes from the checkpoint")]
-    RateLimited { page: u64, source: FetchError },
-    #[error("page {page}: {reason}; its records were stored, and the next run starts again at this page")]
-    ListingStopped { page: u64, reason: String },
-    #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
-    PaginationLoop { position: String },
-    #[error("page {page} ({position}) holds the same records as the page before it: the API seems to ignore the pagination parameter; stopped to avoid a loop")]
-    RepeatedPage { page: u64, position: String },
-    #[error(
-        "stopped after max_pages = {max_pages} pages; the next run resumes from the checkpoint"
-    )]
-    MaxPages { max_pages: u64 },
-    #[error("storing page {page} failed: {source}")]
-    Database { page: u64, source: DbErr },
-    #[error("the run exceeded run_timeout ({timeout:?}); committed pages are kept")]
-    Timeout { timeout: Duration },
-    #[error("interrupted after {pages} page(s) (shutdown or lost lease); the next run resumes from the checkpoint")]
-    Interrupted { pages: u64 },
-    #[error("the run panicked, a bug in tributary: {message}; committed pages are kept and the next run resumes from the checkpoint")]
-    Panicked { message: String },
 }
 
 /// Syncs one stream of one connection once: one `sync_runs` row, pages stored as they

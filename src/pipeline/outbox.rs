@@ -10,7 +10,8 @@ use crate::config::NotifyRuns;
 use crate::entities::connection;
 use crate::entities::notification_delivery::{self, DeliveryStatus};
 
-use super::run::{to_db, RunCounts, RunStatus};
+use super::ground::{to_db, RunCounts};
+use crate::entities::sync_run::RunStatus;
 
 /// What a closing run tells the outbox.
 pub(crate) struct ClosedRun<'a> {

@@ -8,7 +8,7 @@ use sea_orm::{
     QueryFilter, Set,
 };
 
-use super::store::begin_page_transaction;
+use super::ground::begin_page_transaction;
 use crate::config::StreamSettings;
 use crate::entities::{connection, connection_stream};
 

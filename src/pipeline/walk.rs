@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tributary_providers::{
     FetchContext, FetchError, Page, PageItem, PagePosition, ParentRecord, Provider, Watermark,
@@ -12,15 +13,57 @@ use tributary_providers::{
 
 use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
 use super::credential_store::ConnectionCredentials;
+use super::ground::RunCounts;
 use super::parents::{self, Parent};
 use super::store::{self, PageContext, PageExpectation, PageStoreCounts};
 use super::streams::StreamScope;
-use super::{ProgressSink, RunCounts, RunFault};
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::lease::Fence;
+
+/// Receives progress after each committed page (the CLI draws a progress bar from it).
+pub trait ProgressSink: Send + Sync {
+    /// Called after a page commits, with the run's totals so far.
+    fn page_committed(&self, connection: &connection::Model, counts: &RunCounts);
+}
+
+/// A [`ProgressSink`] that shows nothing.
+pub struct NoProgress;
+
+impl ProgressSink for NoProgress {
+    fn page_committed(&self, _: &connection::Model, _: &RunCounts) {}
+}
+
+/// Why a run stopped before the listing ended.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RunFault {
+    #[error("{0}")]
+    Credentials(String),
+    #[error("fetching page {page} failed: {source}")]
+    Fetch { page: u64, source: FetchError },
+    #[error("stopped early at page {page}: {source}; the next run resumes from the checkpoint")]
+    RateLimited { page: u64, source: FetchError },
+    #[error("page {page}: {reason}; its records were stored, and the next run starts again at this page")]
+    ListingStopped { page: u64, reason: String },
+    #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
+    PaginationLoop { position: String },
+    #[error("page {page} ({position}) holds the same records as the page before it: the API seems to ignore the pagination parameter; stopped to avoid a loop")]
+    RepeatedPage { page: u64, position: String },
+    #[error(
+        "stopped after max_pages = {max_pages} pages; the next run resumes from the checkpoint"
+    )]
+    MaxPages { max_pages: u64 },
+    #[error("storing page {page} failed: {source}")]
+    Database { page: u64, source: DbErr },
+    #[error("the run exceeded run_timeout ({timeout:?}); committed pages are kept")]
+    Timeout { timeout: Duration },
+    #[error("interrupted after {pages} page(s) (shutdown or lost lease); the next run resumes from the checkpoint")]
+    Interrupted { pages: u64 },
+    #[error("the run panicked, a bug in tributary: {message}; committed pages are kept and the next run resumes from the checkpoint")]
+    Panicked { message: String },
+}
 
 /// What a run carries from its start to its end.
 pub(super) struct RunContext<'a> {

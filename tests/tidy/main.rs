@@ -2,14 +2,17 @@
 //! does), so breaking one fails CI like any other test.
 //!
 //! - The layers: each top-level module of `src/` imports only what its row in
-//!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it.
+//!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it; so
+//!   does each sub-module of `pipeline` by the "Pipeline layers" table, and no file of
+//!   `pipeline` imports, through others, a file that imports it.
 //! - Only `cli` prints, and `cli` never queries the database: it calls `ops`.
 //! - Only `pipeline` writes `records`.
 //! - The providers crate cannot reach the database.
 
 mod scan;
 
-use std::collections::BTreeSet;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 /// Macros that write to the terminal.
@@ -48,26 +51,41 @@ struct SourceFile {
     text: String,
 }
 
-/// The allowed imports of each top-level module, in the table's order.
+/// The allowed imports of each sub-module of one module (the crate root's top-level
+/// modules, or `pipeline`'s), in the table's order.
 #[derive(Debug)]
 struct Layers {
+    /// The section's title, as messages name the table.
+    title: String,
+    /// The module whose sub-modules the rows are: `[]` for the crate root.
+    scope: Vec<String>,
     rows: Vec<(String, BTreeSet<String>)>,
 }
 
 impl Layers {
-    /// Reads the table of the `## Layers` section: `| `module` | `a`, `b` |` rows, where
-    /// `—` allows nothing.
+    /// Reads the table of the `## Layers` section, the crate root's.
     fn parse(markdown: &str) -> Result<Layers, String> {
+        Layers::parse_section(markdown, "Layers", &[])
+    }
+
+    /// Reads the table of the `## Pipeline layers` section, `pipeline`'s.
+    fn parse_pipeline(markdown: &str) -> Result<Layers, String> {
+        Layers::parse_section(markdown, "Pipeline layers", &["pipeline"])
+    }
+
+    /// Reads the table of the `## {title}` section: `| `module` | `a`, `b` |` rows, where
+    /// `—` allows nothing.
+    fn parse_section(markdown: &str, title: &str, scope: &[&str]) -> Result<Layers, String> {
         let section = format!("\n{markdown}");
         let section = section
             .split("\n## ")
-            .find(|section| section.starts_with("Layers\n"))
-            .ok_or("ARCHITECTURE.md has no `## Layers` section")?;
+            .find(|section| section.starts_with(&format!("{title}\n")))
+            .ok_or(format!("ARCHITECTURE.md has no `## {title}` section"))?;
         let mut rows = Vec::new();
         for line in section.lines().filter(|line| line.starts_with("| `")) {
             let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
             let [module, imports] = cells[..] else {
-                return Err(format!("a Layers row has other than two cells: {line}"));
+                return Err(format!("a {title} row has other than two cells: {line}"));
             };
             let names = |cell: &str| -> BTreeSet<String> {
                 cell.split(',')
@@ -78,7 +96,11 @@ impl Layers {
             let module = names(module).into_iter().next().unwrap_or_default();
             rows.push((module, names(imports)));
         }
-        Ok(Layers { rows })
+        Ok(Layers {
+            title: title.to_string(),
+            scope: scope.iter().map(|name| name.to_string()).collect(),
+            rows,
+        })
     }
 
     /// Each row names only modules of rows above it, so the graph is a line.
@@ -88,7 +110,8 @@ impl Layers {
         for (module, imports) in &self.rows {
             for import in imports.iter().filter(|import| !above.contains(*import)) {
                 problems.push(format!(
-                    "ARCHITECTURE.md, Layers: `{module}` may import `{import}`, which is not a row above it"
+                    "ARCHITECTURE.md, {}: `{module}` may import `{import}`, which is not a row above it",
+                    self.title
                 ));
             }
             above.insert(module.clone());
@@ -109,6 +132,59 @@ impl Layers {
             .map(|(module, _)| module.as_str())
             .collect()
     }
+
+    /// The row a file of module `module` belongs to: the sub-module of the scope it is
+    /// in. `None` outside the scope, and for the scope's own file (`pipeline/mod.rs`),
+    /// which stands above every row.
+    fn row_of<'m>(&self, module: &'m [String]) -> Option<&'m str> {
+        module
+            .strip_prefix(self.scope.as_slice())
+            .and_then(|rest| rest.first())
+            .map(String::as_str)
+    }
+
+    /// What a path of ours, resolved from the crate root, imports in the scope: the
+    /// sub-module it names, or, for an item of `pipeline/mod.rs` (no row's), that file,
+    /// named as the scope. `None` outside the scope.
+    fn target<'p>(&'p self, path: &'p [String]) -> Option<&'p str> {
+        let rest = path.strip_prefix(self.scope.as_slice())?;
+        let name = rest.first().filter(|name| *name != "self");
+        match (name, self.scope.last()) {
+            (Some(name), Some(scope)) if !self.modules().contains(name.as_str()) => Some(scope),
+            (Some(name), _) => Some(name),
+            (None, scope) => scope.map(String::as_str),
+        }
+    }
+
+    /// The imports of one file that its row does not allow, each naming file, line and edge.
+    fn problems(&self, path: &str, module: &[String], scan: &scan::Scan) -> Vec<String> {
+        let Some(from) = self.row_of(module) else {
+            return Vec::new();
+        };
+        let title = &self.title;
+        let mut problems = Vec::new();
+        if !self.modules().contains(from) {
+            problems.push(format!(
+                "{path}: module `{from}` has no row in ARCHITECTURE.md's {title} table"
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (line, ours) in &scan.ours {
+            let Some(to) = self.target(ours) else {
+                continue;
+            };
+            // One message per line and edge, however many names a group imports.
+            if !seen.insert((line, to)) {
+                continue;
+            }
+            if to != from && self.allows(from, to) == Some(false) {
+                problems.push(format!(
+                    "{path}:{line}: `{from}` imports `{to}`, which ARCHITECTURE.md's {title} table does not allow"
+                ));
+            }
+        }
+        problems
+    }
 }
 
 /// The module path of a file under `src/`: `pipeline/store.rs` is `["pipeline", "store"]`,
@@ -123,11 +199,11 @@ fn module_path(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// Everything wrong with `files` against `layers`, one message per problem, each naming
-/// the file and line.
-fn check(layers: &Layers, files: &[SourceFile]) -> Vec<String> {
-    let mut problems = layers.check_order();
-    let known = layers.modules();
+/// Everything wrong with `files` against each of `tables`, one message per problem, each
+/// naming the file and line.
+fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
+    let mut problems: Vec<String> = tables.iter().flat_map(|t| t.check_order()).collect();
+    let mut scanned = Vec::new();
     for file in files {
         let module = module_path(&file.path);
         let scan = match scan::scan(&module, &file.text) {
@@ -140,25 +216,9 @@ fn check(layers: &Layers, files: &[SourceFile]) -> Vec<String> {
         // `src/main.rs` is the binary's own crate root; its `crate::` is not the library.
         let binary = file.path == "src/main.rs";
         let top = module.first().map(String::as_str);
-        if let (Some(from), false) = (top, binary) {
-            if !known.contains(from) {
-                problems.push(format!(
-                    "{}: module `{from}` has no row in ARCHITECTURE.md's Layers table",
-                    file.path
-                ));
-            }
-            let mut seen = BTreeSet::new();
-            for (line, to) in &scan.modules {
-                // One message per line and edge, however many names a group imports.
-                if !seen.insert((line, to)) {
-                    continue;
-                }
-                if to != from && layers.allows(from, to) == Some(false) {
-                    problems.push(format!(
-                        "{}:{line}: `{from}` imports `{to}`, which ARCHITECTURE.md's Layers table does not allow",
-                        file.path
-                    ));
-                }
+        if !binary {
+            for layers in tables {
+                problems.extend(layers.problems(&file.path, &module, &scan));
             }
         }
         if top != Some("cli") {
@@ -188,6 +248,106 @@ fn check(layers: &Layers, files: &[SourceFile]) -> Vec<String> {
                 (true, false) => {}
             }
         }
+        scanned.push((file.path.as_str(), module, scan));
+    }
+    // The crate root's table orders modules of many files each; a sub-module's table
+    // covers all of its files, so none of them may be in a cycle.
+    for layers in tables.iter().filter(|layers| !layers.scope.is_empty()) {
+        problems.extend(file_cycles(&layers.scope, &scanned));
+    }
+    problems
+}
+
+/// The import cycles among the files of module `scope`, one message each: the files it
+/// runs through, each with the line where it imports the next
+/// (`a.rs:3 → b.rs:7 → a.rs`). A path into a module whose file re-exports the item
+/// counts as an import of that file, as the compiler reads it.
+fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) -> Vec<String> {
+    let files: Vec<usize> = (0..scanned.len())
+        .filter(|&i| scanned[i].1.starts_with(scope))
+        .collect();
+    let index: BTreeMap<&[String], usize> = files
+        .iter()
+        .map(|&i| (scanned[i].1.as_slice(), i))
+        .collect();
+    // Each file's imports of the scope's other files, with the first line of each.
+    let mut imports: BTreeMap<usize, BTreeMap<usize, usize>> = BTreeMap::new();
+    for &from in &files {
+        let edges = imports.entry(from).or_default();
+        for (line, path) in &scanned[from].2.ours {
+            if !path.starts_with(scope) {
+                continue;
+            }
+            let to = (1..=path.len())
+                .rev()
+                .find_map(|length| index.get(&path[..length]).copied());
+            if let Some(to) = to.filter(|to| *to != from) {
+                let first = edges.entry(to).or_insert(*line);
+                *first = (*first).min(*line);
+            }
+        }
+    }
+    let reach = |start: usize| -> BTreeSet<usize> {
+        let mut seen = BTreeSet::new();
+        let mut pending = vec![start];
+        while let Some(at) = pending.pop() {
+            for &next in imports.get(&at).into_iter().flat_map(BTreeMap::keys) {
+                if seen.insert(next) {
+                    pending.push(next);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<usize, BTreeSet<usize>> =
+        files.iter().map(|&file| (file, reach(file))).collect();
+    let mut reported = BTreeSet::new();
+    let mut problems = Vec::new();
+    for &start in &files {
+        if reported.contains(&start) || !reaches[&start].contains(&start) {
+            continue;
+        }
+        // The files of `start`'s cycle reach each other; name one shortest way round.
+        let circle: BTreeSet<usize> = reaches[&start]
+            .iter()
+            .copied()
+            .filter(|file| reaches[file].contains(&start))
+            .collect();
+        reported.extend(circle.iter().copied());
+        let mut came_from = BTreeMap::new();
+        let mut queue = VecDeque::from([start]);
+        while let Some(at) = queue.pop_front() {
+            for &next in imports[&at].keys().filter(|next| circle.contains(next)) {
+                if let Entry::Vacant(entry) = came_from.entry(next) {
+                    entry.insert(at);
+                    queue.push_back(next);
+                }
+            }
+            if came_from.contains_key(&start) {
+                break;
+            }
+        }
+        let mut way = vec![start];
+        let mut at = start;
+        while let Some(&before) = came_from.get(&at) {
+            if before == start {
+                break;
+            }
+            way.push(before);
+            at = before;
+        }
+        way.reverse();
+        way.rotate_right(1);
+        let mut text = String::new();
+        for (step, &file) in way.iter().enumerate() {
+            let next = way.get(step + 1).copied().unwrap_or(start);
+            text.push_str(&format!("{}:{} → ", scanned[file].0, imports[&file][&next]));
+        }
+        text.push_str(scanned[start].0);
+        problems.push(format!(
+            "import cycle among `{}`'s files: {text}",
+            scope.join("::")
+        ));
     }
     problems
 }
@@ -291,31 +451,51 @@ fn source_files(dir: &Path) -> Vec<SourceFile> {
     files
 }
 
+fn architecture() -> String {
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md")
+}
+
 fn layers() -> Layers {
-    let markdown =
-        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    Layers::parse(&markdown).unwrap_or_else(|message| panic!("{message}"))
+    Layers::parse(&architecture()).unwrap_or_else(|message| panic!("{message}"))
 }
 
-#[test]
-fn the_source_keeps_the_layers_and_the_invariants() {
-    let problems = check(&layers(), &source_files(&root().join("src")));
-    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+fn pipeline_layers() -> Layers {
+    Layers::parse_pipeline(&architecture()).unwrap_or_else(|message| panic!("{message}"))
 }
 
-#[test]
-fn every_module_of_the_library_has_a_row_and_every_row_a_module() {
-    let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
-    let declared: BTreeSet<&str> = lib
-        .lines()
+/// The modules `file` declares with `mod NAME;`, whatever their visibility.
+fn declared_modules(file: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(file)).expect("module file");
+    text.lines()
         .filter_map(|line| {
             ["pub mod ", "pub(crate) mod ", "mod "]
                 .iter()
                 .find_map(|prefix| line.strip_prefix(prefix))
         })
-        .map(|rest| rest.trim_end_matches(';'))
-        .collect();
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_source_keeps_the_layers_and_the_invariants() {
+    let tables = [&layers(), &pipeline_layers()];
+    let problems = check(&tables, &source_files(&root().join("src")));
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn every_module_of_the_library_has_a_row_and_every_row_a_module() {
+    let declared = declared_modules("src/lib.rs");
+    let declared: BTreeSet<&str> = declared.iter().map(String::as_str).collect();
     assert_eq!(declared, layers().modules());
+}
+
+#[test]
+fn every_module_of_the_pipeline_has_a_row_and_every_row_a_module() {
+    let declared = declared_modules("src/pipeline/mod.rs");
+    let declared: BTreeSet<&str> = declared.iter().map(String::as_str).collect();
+    assert_eq!(declared, pipeline_layers().modules());
 }
 
 #[test]
@@ -353,7 +533,15 @@ mod checker {
 
     fn problems(sources: &[(&str, &str)]) -> Vec<String> {
         let layers = Layers::parse(TABLE).expect("table");
-        check(&layers, &files(sources))
+        check(&[&layers], &files(sources))
+    }
+
+    /// The pipeline's table of a small tree: `ground → store → run`.
+    const PIPELINE_TABLE: &str = "## Pipeline layers\n\n| Module | May import |\n|---|---|\n| `ground` | — |\n| `store` | `ground` |\n| `run` | `ground`, `store` |\n";
+
+    fn pipeline_problems(sources: &[(&str, &str)]) -> Vec<String> {
+        let layers = Layers::parse_pipeline(PIPELINE_TABLE).expect("table");
+        check(&[&layers], &files(sources))
     }
 
     #[test]
@@ -416,8 +604,91 @@ mod checker {
         let table = "## Layers\n\n| `config` | `db` |\n| `db` | `config` |\n";
         let layers = Layers::parse(table).expect("table");
         assert_eq!(
-            check(&layers, &[]),
+            check(&[&layers], &[]),
             ["ARCHITECTURE.md, Layers: `config` may import `db`, which is not a row above it"]
+        );
+    }
+
+    #[test]
+    fn edges_down_the_pipeline_pass() {
+        let found = pipeline_problems(&[
+            (
+                "src/pipeline/mod.rs",
+                "mod run;\nuse run::X;\nuse crate::pipeline::store::Y;\n",
+            ),
+            (
+                "src/pipeline/store/mod.rs",
+                "mod sqlite;\nuse crate::pipeline::ground::Counts;\nuse super::ground::names;\n",
+            ),
+            (
+                "src/pipeline/store/sqlite.rs",
+                "use super::PageContext;\nuse super::super::ground::names;\nuse crate::db::X;\n",
+            ),
+            (
+                "src/pipeline/run.rs",
+                "use super::{ground, store::store_page};\nmod tests { use super::*; }\n",
+            ),
+            ("src/pipeline/ground/mod.rs", "pub struct Counts;\n"),
+        ]);
+        assert_eq!(found, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_back_edge_inside_the_pipeline_fails_naming_file_line_and_edge() {
+        let found = pipeline_problems(&[
+            (
+                "src/pipeline/store/backend.rs",
+                "//! The seam.\n\nuse crate::pipeline::run::RunCounts;\n",
+            ),
+            (
+                "src/pipeline/ground/mod.rs",
+                "fn f() {\n    super::store::begin();\n}\n",
+            ),
+        ]);
+        assert_eq!(
+            found,
+            [
+                "src/pipeline/store/backend.rs:3: `store` imports `run`, which ARCHITECTURE.md's Pipeline layers table does not allow",
+                "src/pipeline/ground/mod.rs:2: `ground` imports `store`, which ARCHITECTURE.md's Pipeline layers table does not allow",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_item_of_the_pipelines_mod_rs_is_above_every_row_and_a_file_needs_a_row() {
+        let found = pipeline_problems(&[
+            (
+                "src/pipeline/run.rs",
+                "use super::RunFault;\nfn f(_: crate::pipeline::Fence) {}\n",
+            ),
+            ("src/pipeline/walk.rs", "use super::store::X;\n"),
+        ]);
+        assert_eq!(
+            found,
+            [
+                "src/pipeline/run.rs:1: `run` imports `pipeline`, which ARCHITECTURE.md's Pipeline layers table does not allow",
+                "src/pipeline/run.rs:2: `run` imports `pipeline`, which ARCHITECTURE.md's Pipeline layers table does not allow",
+                "src/pipeline/walk.rs: module `walk` has no row in ARCHITECTURE.md's Pipeline layers table",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_among_the_pipelines_files_fails_naming_files_and_lines() {
+        let found = pipeline_problems(&[
+            (
+                "src/pipeline/store/mod.rs",
+                "mod append;\nmod backend;\nuse append::NewKeys;\npub struct PageChanges;\n",
+            ),
+            (
+                "src/pipeline/store/append.rs",
+                "\nuse super::PageChanges;\n",
+            ),
+            ("src/pipeline/store/backend.rs", "use super::append::X;\n"),
+        ]);
+        assert_eq!(
+            found,
+            ["import cycle among `pipeline`'s files: src/pipeline/store/mod.rs:3 → src/pipeline/store/append.rs:2 → src/pipeline/store/mod.rs"]
         );
     }
 

@@ -1,7 +1,7 @@
-//! Reading one source file: the top-level modules of ours it names, the macros it calls,
-//! and the paths and strings that write `records`. Parsed with `syn`, so comments, doc
-//! links and strings never count as imports, and a `super::` is resolved from the module
-//! it is written in (inline `mod tests { use super::*; }` included).
+//! Reading one source file: the paths of ours it names, the macros it calls, and the
+//! paths and strings that write `records`. Parsed with `syn`, so comments, doc links and
+//! strings never count as imports, and a `super::` is resolved from the module it is
+//! written in (inline `mod tests { use super::*; }` included).
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::visit::Visit;
@@ -9,9 +9,11 @@ use syn::visit::Visit;
 /// What one file's code names.
 #[derive(Debug, Default)]
 pub struct Scan {
-    /// Each top-level module named, with the line: `crate::db::X`, `use crate::{db, sync::Y}`,
-    /// or a `super::` path that climbs to the crate root.
-    pub modules: Vec<(usize, String)>,
+    /// Each path of ours, resolved from the crate root, with the line: `crate::db::X`,
+    /// each path of `use crate::{db, sync::Y}`, a `super::` or `self::` path
+    /// (`["pipeline", "run", "X"]` for `super::run::X` in `src/pipeline/store.rs`), or a
+    /// path through a module the file declares (`backend::X` beside `mod backend;`).
+    pub ours: Vec<(usize, Vec<String>)>,
     /// Each macro called (its last path segment), with the line, macros inside macros included.
     pub macros: Vec<(usize, String)>,
     /// Each path of two or more segments, as written (`record::Entity::delete_many`).
@@ -25,15 +27,44 @@ pub struct Scan {
 pub fn scan(module: &[String], source: &str) -> syn::Result<Scan> {
     let file = syn::parse_file(source)?;
     let mut visitor = Visitor {
+        file_module: module.to_vec(),
         module: module.to_vec(),
+        children: Vec::new(),
+        relative: Vec::new(),
         scan: Scan::default(),
     };
     visitor.visit_file(&file);
-    Ok(visitor.scan)
+    let Visitor {
+        file_module,
+        children,
+        relative,
+        mut scan,
+        ..
+    } = visitor;
+    for (line, segments) in relative {
+        if segments
+            .first()
+            .is_some_and(|first| children.contains(first))
+        {
+            let mut resolved = file_module.clone();
+            resolved.extend(segments);
+            scan.ours.push((line, resolved));
+        }
+    }
+    scan.ours.sort_by_key(|(line, _)| *line);
+    Ok(scan)
 }
 
 struct Visitor {
+    /// The module the file is.
+    file_module: Vec<String>,
+    /// The module being read: the file's, or an inline module in it.
     module: Vec<String>,
+    /// The modules the file declares (`mod backend;`).
+    children: Vec<String>,
+    /// Paths written in the file's own module that start with neither `crate`, `super`
+    /// nor `self`; those that start with a declared module are ours.
+    relative: Vec<(usize, Vec<String>)>,
     scan: Scan,
 }
 
@@ -42,14 +73,14 @@ fn line(span: Span) -> usize {
 }
 
 impl Visitor {
-    /// Records the top-level module a path starting with `segments` reaches, if it leaves
-    /// the module it is written in through the crate root.
+    /// Records the path of ours that `segments` names, resolved from the crate root, if it
+    /// starts at the crate root or the module it is written in.
     fn reference(&mut self, line: usize, segments: &[String]) {
         let Some(first) = segments.first() else {
             return;
         };
-        let rest = match first.as_str() {
-            "crate" => &segments[1..],
+        let resolved = match first.as_str() {
+            "crate" => segments[1..].to_vec(),
             "super" | "self" => {
                 let mut module = self.module.clone();
                 let mut rest = segments;
@@ -63,15 +94,19 @@ impl Visitor {
                     }
                     rest = &rest[1..];
                 }
-                if !module.is_empty() {
-                    return;
-                }
-                rest
+                module.extend_from_slice(rest);
+                module
             }
-            _ => return,
+            _ => {
+                // One segment alone is as likely a local variable as a module.
+                if self.module == self.file_module && segments.len() > 1 {
+                    self.relative.push((line, segments.to_vec()));
+                }
+                return;
+            }
         };
-        if let Some(target) = rest.first().filter(|name| *name != "self") {
-            self.scan.modules.push((line, target.clone()));
+        if !resolved.is_empty() {
+            self.scan.ours.push((line, resolved));
         }
     }
 
@@ -170,11 +205,16 @@ impl<'ast> Visit<'ast> for Visitor {
     // name no module of ours.
     fn visit_attribute(&mut self, _attribute: &'ast syn::Attribute) {}
 
+    // `pub(super)` and `pub(in crate::x)` say who may see an item, not what it imports.
+    fn visit_visibility(&mut self, _visibility: &'ast syn::Visibility) {}
+
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
         if item.content.is_some() {
             self.module.push(item.ident.to_string());
             syn::visit::visit_item_mod(self, item);
             self.module.pop();
+        } else if self.module == self.file_module {
+            self.children.push(item.ident.to_string());
         }
     }
 

@@ -16,13 +16,13 @@ mod write;
 
 pub use cursor::{Cursor, CursorError, DatabaseId, FeedCursor};
 pub use order::align_clock;
-pub(crate) use order::TRANSACTION_SEQ;
+pub(crate) use order::{clock_missing, TRANSACTION_SEQ};
 pub use read::{
     database_id, head, position_in, read_changes, run_cursor_bounds, FeedChange, FeedError,
     FeedPage, FeedQuery, FeedStart, RunCursors, MAX_LIMIT,
 };
 pub use sweep::{sweep_expired_changes, SweptChanges};
-pub(crate) use write::{clock_missing, CLOCK_SEQ, TICK};
 pub use write::{
     discard_batch, open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch, ChangeSlot,
 };
+pub(crate) use write::{CLOCK_SEQ, TICK};

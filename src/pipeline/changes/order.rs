@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
 use crate::entities::change_clock::CLOCK_ROW;
-use crate::pipeline::store::names;
+use crate::pipeline::ground::names;
 
 /// How a backend orders its batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub(crate) async fn read_clock(db: &impl ConnectionTrait) -> Result<(i64, i64), 
     let row = db
         .query_one_raw(statement)
         .await?
-        .ok_or_else(super::clock_missing)?;
+        .ok_or_else(clock_missing)?;
     Ok((row.try_get("", "seq")?, row.try_get("", "swept_seq")?))
 }
 
@@ -111,6 +111,14 @@ pub async fn align_clock(db: &impl ConnectionTrait) -> Result<bool, DbErr> {
         .await?
         .rows_affected();
     Ok(moved > 0)
+}
+
+/// The error for a database whose clock row is gone: no change can be ordered.
+pub(crate) fn clock_missing() -> DbErr {
+    DbErr::Custom(format!(
+        "the change feed's clock row (change_clock, id = {CLOCK_ROW}) is missing, so no \
+         change can be ordered; the migrations create it and nothing may delete it"
+    ))
 }
 
 #[cfg(test)]

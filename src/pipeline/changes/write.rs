@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set, Statement};
 
-use super::order::{FeedOrder, TRANSACTION_SEQ};
+use super::order::{clock_missing, FeedOrder, TRANSACTION_SEQ};
 use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch};
-use crate::pipeline::store::names;
+use crate::pipeline::ground::names;
 
 /// A transaction's change batch: the row its changes point to, stamped as it commits,
 /// and the next free ordinal of its changes.
@@ -198,14 +198,6 @@ pub async fn discard_batch(txn: &impl ConnectionTrait, batch: &ChangeBatch) -> R
         .exec(txn)
         .await?;
     Ok(())
-}
-
-/// The error for a database whose clock row is gone: no change can be ordered.
-pub(crate) fn clock_missing() -> DbErr {
-    DbErr::Custom(format!(
-        "the change feed's clock row (change_clock, id = {CLOCK_ROW}) is missing, so no \
-         change can be ordered; the migrations create it and nothing may delete it"
-    ))
 }
 
 #[cfg(test)]

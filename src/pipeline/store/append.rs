@@ -18,7 +18,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{StoreBackend, KEY_LOOKUP};
-use super::{insert_carefully, InsertOutcome, PageChanges, PageContext};
+use super::context::PageContext;
+use super::writes::{insert_carefully, InsertOutcome, PageChanges};
 use crate::db::parameters::Binds;
 use crate::entities::processed_key;
 

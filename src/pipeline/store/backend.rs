@@ -14,19 +14,18 @@ use sea_orm::sea_query::{
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    IdenStatic, QueryFilter, QueryResult, QueryTrait, RuntimeErr, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait, Value,
+    IdenStatic, QueryFilter, QueryResult, QueryTrait, RuntimeErr, Value,
 };
 use tributary_providers::Record;
 
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
 use crate::lease::Fence;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
-use crate::pipeline::checkpoint::Checkpoint;
-use crate::pipeline::run::{counter_columns, RunCounts};
-use crate::pipeline::store::PageContext;
+use crate::pipeline::checkpoint::{checkpoint_column, Checkpoint, CheckpointMove};
+use crate::pipeline::ground::{begin_page_transaction, counter_columns, RunCounts};
 
 /// What the lookup found: each stored key's row, by external id.
 pub type Existing = HashMap<String, Stored>;
@@ -260,22 +259,6 @@ pub(crate) fn locked_stored_keys(rows: Vec<QueryResult>) -> Result<Existing, DbE
     stored_keys_of(rows)
 }
 
-/// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
-/// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read
-/// the lookup's snapshot first and ask for the write lock only at the insert; if another
-/// process committed in between, SQLite refuses the upgrade at once with `SQLITE_BUSY`,
-/// and the whole page would fail. Taking the lock first also means no other writer can
-/// insert a key between our lookup and our insert. Other backends ignore the mode.
-pub(crate) async fn begin_page_transaction(
-    db: &DatabaseConnection,
-) -> Result<DatabaseTransaction, DbErr> {
-    db.begin_with_options(TransactionOptions {
-        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-        ..TransactionOptions::default()
-    })
-    .await
-}
-
 /// [`StoreBackend::write_new_page`] as a transaction: the inserts without savepoints, then
 /// the bookkeeping, committed only if every row went in.
 pub(crate) async fn write_new_page_in_transaction(
@@ -347,15 +330,6 @@ pub struct PageBookkeeping<'a> {
     pub lease: Option<&'a Fence>,
 }
 
-/// What a page does to its stream's checkpoint.
-#[derive(Clone, Copy, Debug)]
-pub enum CheckpointMove<'a> {
-    /// Leave it as it is (a replay, or a page the listing cannot go on from).
-    Keep,
-    /// Write it: the page after this one, or `None` (NULL) after the last page.
-    Write(Option<&'a Checkpoint>),
-}
-
 impl PageBookkeeping<'_> {
     /// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.
     pub(crate) fn counts_update(&self) -> UpdateStatement {
@@ -393,18 +367,6 @@ impl PageBookkeeping<'_> {
         values.push((sync_run::Column::HeartbeatAt, self.now.into()));
         values
     }
-}
-
-/// The `connection_streams.checkpoint` value: the next page's position as JSON, or `NULL` after
-/// the last page.
-pub(crate) fn checkpoint_column(checkpoint: Option<&Checkpoint>) -> Result<Option<String>, DbErr> {
-    checkpoint
-        .map(|checkpoint| {
-            checkpoint
-                .to_column()
-                .map_err(|error| DbErr::Custom(format!("serialising the checkpoint: {error}")))
-        })
-        .transpose()
 }
 
 /// `INSERT INTO records (...) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`, one row
@@ -498,125 +460,6 @@ fn update_statement(
         )
         .filter(record::Column::Id.is_in(changed.iter().map(|(id, _)| *id)))
         .into_query()
-}
-
-/// The names of the entities' tables and columns, for statements written as SQL text.
-pub(crate) mod names {
-    use sea_orm::{EntityName, IdenStatic, Iterable};
-
-    use crate::entities::change::ChangeKind;
-    use crate::entities::sync_run::RunStatus;
-    use crate::entities::{
-        change, change_batch, change_clock, connection, connection_stream, record, run_sighting,
-        sync_run,
-    };
-
-    /// `template` with each table and column named as its entity names it: `{records}`,
-    /// `{sync_runs}`, `{connections}`, `{connection_streams}`, `{changes}`, `{change_batches}`, `{change_clock}`
-    /// and `{run_sightings}`, columns such as `{record::ExternalId}`, `{sync_run::Id}` or
-    /// `{change_batch::Seq}` (the columns' variants), and the change kinds and run
-    /// statuses as quoted literals (`{kind::Inserted}` is `'inserted'`,
-    /// `{status::Running}` is `'running'`).
-    pub fn sql(template: &str) -> String {
-        let mut sql = template
-            .replace("{records}", record::Entity.table_name())
-            .replace("{sync_runs}", sync_run::Entity.table_name())
-            .replace("{connections}", connection::Entity.table_name())
-            .replace(
-                "{connection_streams}",
-                connection_stream::Entity.table_name(),
-            )
-            .replace("{changes}", change::Entity.table_name())
-            .replace("{change_batches}", change_batch::Entity.table_name())
-            .replace("{change_clock}", change_clock::Entity.table_name())
-            .replace("{run_sightings}", run_sighting::Entity.table_name());
-        for column in record::Column::iter() {
-            sql = sql.replace(&format!("{{record::{column:?}}}"), column.as_str());
-        }
-        for column in sync_run::Column::iter() {
-            sql = sql.replace(&format!("{{sync_run::{column:?}}}"), column.as_str());
-        }
-        for column in connection::Column::iter() {
-            sql = sql.replace(&format!("{{connection::{column:?}}}"), column.as_str());
-        }
-        for column in connection_stream::Column::iter() {
-            sql = sql.replace(
-                &format!("{{connection_stream::{column:?}}}"),
-                column.as_str(),
-            );
-        }
-        for column in change::Column::iter() {
-            sql = sql.replace(&format!("{{change::{column:?}}}"), column.as_str());
-        }
-        for column in change_batch::Column::iter() {
-            sql = sql.replace(&format!("{{change_batch::{column:?}}}"), column.as_str());
-        }
-        for column in change_clock::Column::iter() {
-            sql = sql.replace(&format!("{{change_clock::{column:?}}}"), column.as_str());
-        }
-        for column in run_sighting::Column::iter() {
-            sql = sql.replace(&format!("{{run_sighting::{column:?}}}"), column.as_str());
-        }
-        for kind in ChangeKind::iter() {
-            let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&kind));
-            sql = sql.replace(&format!("{{kind::{kind:?}}}"), &literal);
-        }
-        for status in RunStatus::iter() {
-            let literal = format!("'{}'", sea_orm::ActiveEnum::to_value(&status));
-            sql = sql.replace(&format!("{{status::{status:?}}}"), &literal);
-        }
-        sql
-    }
-
-    /// The columns of a new row, in the order the inserts written as SQL text give their
-    /// values: the key, payload, hash, first and last run, created and updated.
-    pub fn new_record_columns() -> String {
-        use record::Column;
-        [
-            Column::UserId,
-            Column::Provider,
-            Column::ExternalId,
-            Column::Payload,
-            Column::ContentHash,
-            Column::FirstSeenRunId,
-            Column::LastSeenRunId,
-            Column::CreatedAt,
-            Column::UpdatedAt,
-        ]
-        .map(|column| column.as_str())
-        .join(", ")
-    }
-
-    #[cfg(test)]
-    mod tests {
-        #[test]
-        fn every_name_in_a_template_is_the_entitys() {
-            let sql = super::sql(
-                "SELECT {record::ExternalId} FROM {records}, {sync_runs} \
-                 WHERE {sync_run::HeartbeatAt} IS NULL AND {connection::Checkpoint} = 1",
-            );
-            assert_eq!(
-                sql,
-                "SELECT external_id FROM records, sync_runs \
-                 WHERE heartbeat_at IS NULL AND checkpoint = 1"
-            );
-        }
-
-        #[test]
-        fn the_change_feeds_names_and_kinds_are_the_entitys() {
-            let sql = super::sql(
-                "UPDATE {change_clock} SET {change_clock::Seq} = 1; \
-                 INSERT INTO {changes} ({change::BatchId}, {change::Kind}) \
-                 SELECT {change_batch::Id}, {kind::Inserted} FROM {change_batches}",
-            );
-            assert_eq!(
-                sql,
-                "UPDATE change_clock SET seq = 1; \
-                 INSERT INTO changes (batch_id, kind) \
-                 SELECT id, 'inserted' FROM change_batches"
-            );
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use sea_orm::{
 };
 use tributary_providers::DeletedRecord;
 
-use super::{PageChanges, PageContext, KEY_LOOKUP};
+use super::backend::KEY_LOOKUP;
+use super::context::PageContext;
+use super::writes::PageChanges;
 use crate::entities::change::ChangeKind;
 use crate::entities::record;
 use crate::pipeline::changes;

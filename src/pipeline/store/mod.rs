@@ -11,12 +11,14 @@
 
 mod append;
 mod backend;
+mod context;
 mod deleted;
 mod mysql;
 mod postgres;
 mod run_errors;
 mod sightings;
 mod sqlite;
+mod writes;
 
 use std::collections::HashMap;
 
@@ -29,77 +31,20 @@ use tributary_providers::{DeletedRecord, PageItem, Record, RecordStage, Rejected
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
-use crate::entities::connection;
-use crate::lease::Fence;
-use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
-use crate::pipeline::checkpoint::Checkpoint;
 use crate::pipeline::fence;
-use crate::pipeline::run::RunCounts;
-use crate::pipeline::streams::StreamScope;
+use crate::pipeline::ground::begin_page_transaction;
+use crate::pipeline::ground::RunCounts;
 
 pub use append::sweep_expired_keys;
-pub(crate) use backend::checkpoint_column;
-pub(crate) use backend::names;
-pub use backend::{
-    ChangedRecord, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend, Stored,
-};
+pub use backend::{ChangedRecord, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+pub use context::{PageContext, PageExpectation};
+// The bench and the tests name a page's checkpoint move through the store.
+pub use crate::pipeline::checkpoint::CheckpointMove;
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
-pub(crate) use backend::begin_page_transaction;
-use backend::{KEY_LOOKUP, RECORD_INSERT, RECORD_UPDATE};
+use backend::{KEY_LOOKUP, RECORD_UPDATE};
 use run_errors::{insert_run_errors, persist_failure};
-
-/// What the store needs to know about the page being stored.
-pub struct PageContext<'a> {
-    pub run_id: i64,
-    pub connection: &'a connection::Model,
-    /// The stream whose page it is: its records' namespace and its checkpoint's row.
-    pub stream: &'a StreamScope,
-    /// Where the next page starts: committed as the connection's checkpoint with the page
-    /// (`None` on the last page).
-    pub next_checkpoint: Option<&'a Checkpoint>,
-    /// How the provider's records are written.
-    pub mode: WriteMode,
-    /// Leave the connection's checkpoint as it is (replays store loose records, not a
-    /// page of the listing).
-    pub leave_checkpoint: bool,
-    /// What the page most likely holds (from the page before), which picks a shortcut.
-    pub expect: PageExpectation,
-    /// Note the page's keys in `run_sightings` (a full pass of a provider that tracks
-    /// deletions): the run's records that no page noted are its deletions.
-    pub sightings: bool,
-    /// The lease the run holds: the page commits only while the connection's row still
-    /// holds it and the run's row is `running` (`None`: a run without a lease, such as
-    /// `sync_connection` called directly, fenced by its run's status only).
-    pub lease: Option<&'a Fence>,
-}
-
-impl PageContext<'_> {
-    /// Whose records the page's changes are.
-    pub fn batch_owner(&self) -> BatchOwner<'_> {
-        BatchOwner {
-            run_id: self.run_id,
-            user_id: &self.connection.user_id,
-            provider: self.stream.namespace(),
-        }
-    }
-}
-
-/// What a page most likely holds; a wrong guess costs one wasted statement, never a
-/// different outcome (see ARCHITECTURE.md, "Shortcuts for unchanged and new pages").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PageExpectation {
-    /// No guess: look up, then insert, update or skip.
-    #[default]
-    Unknown,
-    /// Every record stored already with the same content: look it up outside any
-    /// transaction, and if so write nothing; the page's counters and checkpoint ride
-    /// with the run's next commit or its end.
-    Unchanged,
-    /// Every record new: insert first, and commit without a lookup if every row went in;
-    /// otherwise roll back and take the usual way.
-    New,
-}
+use writes::{insert_carefully, insert_fast, PageChanges};
 
 /// What one page did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -553,142 +498,6 @@ impl Rewrite<'_> {
     }
 }
 
-/// The change batch of a page's transaction: opened with its first record write, and
-/// stamped as its last statement, or removed if every write was refused.
-#[derive(Default)]
-pub(crate) struct PageChanges {
-    batch: Option<ChangeBatch>,
-    /// Changes recorded in it (by writes that were not rolled back).
-    recorded: u64,
-}
-
-impl PageChanges {
-    /// Places for the `count` changes of one statement in the page's batch, which is
-    /// opened in `txn` on the first call.
-    pub(crate) async fn slot(
-        &mut self,
-        txn: &DatabaseTransaction,
-        context: &PageContext<'_>,
-        count: usize,
-    ) -> Result<ChangeSlot, DbErr> {
-        let batch = match self.batch.take() {
-            Some(batch) => batch,
-            None => changes::open_batch(txn, context.batch_owner()).await?,
-        };
-        self.batch.insert(batch).reserve(count)
-    }
-
-    /// The page's last statement: the batch stamped, or removed when it holds nothing,
-    /// so that a page that changed no record takes no seq.
-    async fn close(
-        self,
-        backend: &dyn StoreBackend,
-        txn: &DatabaseTransaction,
-        now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
-        match &self.batch {
-            Some(batch) if self.recorded > 0 => backend.stamp_batch(txn, batch, now).await,
-            Some(batch) => changes::discard_batch(txn, batch).await,
-            None => Ok(()),
-        }
-    }
-}
-
-/// What inserting a page's new records did.
-#[derive(Default)]
-pub(crate) struct InsertOutcome {
-    pub inserted: u64,
-    /// Rows the unique index turned away because another writer inserted the key first.
-    pub duplicate: u64,
-    pub failed: Vec<RejectedRecord>,
-}
-
-impl InsertOutcome {
-    /// Counts one insert of `rows` records that the database says inserted `inserted`:
-    /// the rest were turned away by the unique index. A count above `rows` is the
-    /// database contradicting itself, and fails the page instead of wrapping.
-    fn add(&mut self, rows: usize, inserted: u64) -> Result<(), DbErr> {
-        let skipped = (rows as u64).checked_sub(inserted).ok_or_else(|| {
-            DbErr::Custom(format!(
-                "the database reported {inserted} rows inserted by an insert of {rows}"
-            ))
-        })?;
-        self.inserted += inserted;
-        self.duplicate += skipped;
-        Ok(())
-    }
-}
-
-/// Inserts records not found by the lookup, without savepoints: the first failing
-/// statement fails the whole insert (and, on PostgreSQL, the transaction).
-async fn insert_fast(
-    backend: &dyn StoreBackend,
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-    changes: &mut PageChanges,
-) -> Result<InsertOutcome, DbErr> {
-    let mut outcome = InsertOutcome::default();
-    for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
-        let slot = changes.slot(txn, context, chunk.len()).await?;
-        let inserted = backend.insert(txn, context, chunk, now, slot).await?;
-        outcome.add(chunk.len(), inserted)?;
-    }
-    Ok(outcome)
-}
-
-/// Inserts records not found by the lookup, in key order. The unique index is the
-/// backstop: a key a concurrent writer inserted in the meantime is skipped and counted
-/// as a duplicate, never an error and never a second row. Each multi-row insert runs in
-/// a savepoint; if it fails, its records are inserted one by one, each in its own
-/// savepoint, and those the database refuses are returned as failed. Each insert's
-/// changes go in with it, in its savepoint.
-pub(crate) async fn insert_carefully(
-    backend: &dyn StoreBackend,
-    txn: &DatabaseTransaction,
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-    changes: &mut PageChanges,
-) -> Result<InsertOutcome, DbErr> {
-    let mut outcome = InsertOutcome::default();
-    for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
-        let slot = changes.slot(txn, context, chunk.len()).await?;
-        let savepoint = txn.begin().await?;
-        match backend.insert(&savepoint, context, chunk, now, slot).await {
-            Ok(inserted) => {
-                savepoint.commit().await?;
-                outcome.add(chunk.len(), inserted)?;
-            }
-            Err(batch_error) => {
-                savepoint.rollback().await?;
-                tracing::warn!(error = %batch_error, rows = chunk.len(), "A multi-row insert failed; writing its records one by one.");
-                for (index, record) in chunk.iter().enumerate() {
-                    let savepoint = txn.begin().await?;
-                    let one = std::slice::from_ref(record);
-                    match backend
-                        .insert(&savepoint, context, one, now, slot.at(index)?)
-                        .await
-                    {
-                        Ok(inserted) => {
-                            savepoint.commit().await?;
-                            outcome.add(1, inserted)?;
-                        }
-                        Err(error) => {
-                            savepoint.rollback().await?;
-                            outcome
-                                .failed
-                                .push(persist_failure((*record).clone(), &error));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(outcome)
-}
-
 /// When a page repeats a key, the last copy wins; the earlier ones count as duplicates.
 fn keep_last_of_each_key(items: Vec<PageItem>, counts: &mut PageStoreCounts) -> Vec<PageItem> {
     let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(items.len());
@@ -734,29 +543,5 @@ fn not_appendable(gone: DeletedRecord) -> RejectedRecord {
                   which are never marked deleted"
             .into(),
         payload: gone.payload,
-    }
-}
-
-#[cfg(test)]
-mod insert_outcome_tests {
-    use super::InsertOutcome;
-
-    #[test]
-    fn rows_not_inserted_count_as_duplicates() {
-        let mut outcome = InsertOutcome::default();
-        outcome.add(100, 98).unwrap();
-        outcome.add(1, 1).unwrap();
-        assert_eq!((outcome.inserted, outcome.duplicate), (99, 2));
-    }
-
-    #[test]
-    fn a_count_above_the_rows_sent_is_an_error_not_a_wrap() {
-        let mut outcome = InsertOutcome::default();
-        let error = outcome.add(1, 2).unwrap_err().to_string();
-        assert!(
-            error.contains("reported 2 rows inserted by an insert of 1"),
-            "{error}"
-        );
-        assert_eq!((outcome.inserted, outcome.duplicate), (0, 0));
     }
 }

@@ -15,16 +15,17 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, locked_stored_keys, refusal_by_sqlstate, CheckpointMove, Existing,
-    PageBookkeeping, Refusal, StoreBackend, Stored,
+    insert_statement, locked_stored_keys, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal,
+    StoreBackend, Stored,
 };
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
 use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, record, sync_run};
 use crate::pipeline::changes::{record_changes, ChangeSlot};
-use crate::pipeline::run::save_counts;
+use crate::pipeline::checkpoint::CheckpointMove;
+use crate::pipeline::ground::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
 /// `SIGNAL` in a trigger, an incorrect string value, a failed check constraint, a lock

@@ -24,17 +24,18 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    checkpoint_column, locked_stored_keys, names, refusal_by_sqlstate, stored_keys_of,
-    write_new_page_in_transaction, CheckpointMove, Existing, PageBookkeeping, Refusal,
-    StoreBackend,
+    locked_stored_keys, refusal_by_sqlstate, stored_keys_of, write_new_page_in_transaction,
+    Existing, PageBookkeeping, Refusal, StoreBackend,
 };
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::sync_run;
 use crate::lease::Fence;
 use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
-use crate::pipeline::run::{save_counts, RunCounts};
+use crate::pipeline::checkpoint::{checkpoint_column, CheckpointMove};
+use crate::pipeline::ground::names;
+use crate::pipeline::ground::{save_counts, RunCounts};
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
 /// `$2`. `external_id IN (...)` lets the planner scan every record of the (user_id,
@@ -401,7 +402,7 @@ impl StoreBackend for PostgresStore<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::run::counter_columns;
+    use crate::pipeline::ground::counter_columns;
 
     #[test]
     fn every_statement_names_its_tables_and_columns() {

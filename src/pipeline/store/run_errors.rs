@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
-use super::backend::begin_page_transaction;
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
 use crate::entities::run_error;
 use crate::pipeline::fence;
+use crate::pipeline::ground::begin_page_transaction;
 
 /// What a write of error rows binds: a row's ten columns.
 const RUN_ERROR: Binds = Binds::new(10, 0);

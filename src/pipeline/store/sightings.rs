@@ -9,11 +9,11 @@ use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use tributary_providers::{Record, RejectedRecord};
 
-use super::backend::begin_page_transaction;
-use super::PageContext;
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::entities::run_sighting;
 use crate::pipeline::fence;
+use crate::pipeline::ground::begin_page_transaction;
 
 /// What a write of sightings binds: a row's run and key.
 const SIGHTING: Binds = Binds::new(2, 0);

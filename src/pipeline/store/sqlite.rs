@@ -26,15 +26,14 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, RuntimeErr
 use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
-use super::backend::{
-    insert_statement, names, CheckpointMove, Existing, PageBookkeeping, Refusal, StoreBackend,
-    Stored,
-};
-use super::PageContext;
+use super::backend::{insert_statement, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
+use crate::pipeline::checkpoint::CheckpointMove;
+use crate::pipeline::ground::names;
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
@@ -707,8 +706,8 @@ mod tests {
     #[test]
     fn an_all_new_pages_inserts_each_bind_at_most_sqlites_limit() {
         use crate::db::parameters::max_parameters;
-        use crate::pipeline::run::RunCounts;
-        use crate::pipeline::store::CheckpointMove;
+        use crate::pipeline::checkpoint::CheckpointMove;
+        use crate::pipeline::ground::RunCounts;
 
         let owner = BatchOwner {
             run_id: 1,

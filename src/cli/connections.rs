@@ -2,29 +2,38 @@
 //! besides config.toml. Connections listed in config.toml belong to the file (they are
 //! upserted on every start), so these commands only change the ones added here.
 
-use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use chrono::Utc;
 use clap::{Args, Subcommand};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, Set,
-};
-use serde::Serialize;
+use secrecy::SecretString;
 
 use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
-use crate::entities::{connection, connection_stream};
+use crate::ops::connections::{self as ops, ConnectionView, ConnectionsQuery, NewConnection};
+use crate::ops::OpsError;
 
 #[derive(Debug, Subcommand)]
 pub enum ConnectionsCommand {
-    /// List every connection with how its credentials are held (never the secrets).
+    /// List the connections with how their credentials are held (never the secrets), by
+    /// provider and user.
     List {
+        /// Only this provider's.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Only this user's.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only connections after this one (the `--after` a previous page printed).
+        #[arg(long, value_name = "CONNECTION_ID")]
+        after: Option<i64>,
+        /// How many connections to show (1 to 1000).
+        #[arg(long, default_value_t = 100,
+            value_parser = clap::value_parser!(u64).range(1..=ops::MAX_LIMIT))]
+        limit: u64,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -85,26 +94,6 @@ pub struct Target {
     user: String,
 }
 
-/// One line of `connections list`: one stream of one connection.
-#[derive(Debug, Serialize)]
-struct ConnectionView {
-    id: i64,
-    provider: String,
-    /// The stream (`None` for a connection whose provider config.toml no longer has and
-    /// that never ran a stream).
-    stream: Option<String>,
-    user_id: String,
-    enabled: bool,
-    /// `config` when config.toml lists it, `removed` when it listed it and no longer does
-    /// (disabled, credentials dropped), else `cli`.
-    defined_in: connection::DefinedIn,
-    credentials: String,
-    cursor: Option<String>,
-    unfinished_run: bool,
-    last_success_run_id: Option<i64>,
-    last_success_at: Option<chrono::DateTime<Utc>>,
-}
-
 impl ConnectionsCommand {
     /// Whether the command may store a secret, and so needs the keys.
     fn stores_credentials(&self) -> bool {
@@ -128,7 +117,26 @@ async fn run(
     command: ConnectionsCommand,
 ) -> anyhow::Result<()> {
     match command {
-        ConnectionsCommand::List { json } => list(db, settings, json).await,
+        ConnectionsCommand::List {
+            provider,
+            user,
+            after,
+            limit,
+            json,
+        } => {
+            let query = ConnectionsQuery {
+                provider,
+                user_id: user,
+                after,
+                limit,
+            };
+            let page = ops::list(db, settings, &query).await?;
+            print_connections(&page.items, json)?;
+            if let (Some(next), false) = (page.next, json) {
+                println!("More connections: add --after {next} for the next page.");
+            }
+            Ok(())
+        }
         ConnectionsCommand::Add {
             target,
             token_env,
@@ -138,21 +146,8 @@ async fn run(
             expires_at,
             disabled,
         } => {
-            let provider = check_target(settings, &target)?;
-            if find(db, &target).await?.is_some() {
-                bail!(
-                    "{}@{} already exists; remove it first or use enable/disable",
-                    target.user,
-                    target.provider
-                );
-            }
-            for var in token_env.iter().chain(refresh_token_env.iter()) {
-                if std::env::var_os(var).is_none() {
-                    bail!("environment variable {var} is not set");
-                }
-            }
             let mut lines = std::io::stdin().lock().lines();
-            let mut read_secret = |what: &str| -> anyhow::Result<String> {
+            let mut read_secret = |what: &str| -> anyhow::Result<SecretString> {
                 let line = lines
                     .next()
                     .with_context(|| format!("expected the {what} on standard input"))?
@@ -161,78 +156,54 @@ async fn run(
                 if secret.is_empty() {
                     bail!("the {what} read from standard input is empty");
                 }
-                Ok(secret)
+                Ok(SecretString::from(secret))
             };
             let token = token_stdin.then(|| read_secret("token")).transpose()?;
             let refresh_token = refresh_token_stdin
                 .then(|| read_secret("refresh token"))
                 .transpose()?;
-            if provider.adapter.needs_token() && token_env.is_none() && token.is_none() {
-                bail!(
-                    "provider {} needs a token: give --token-env VAR or --token-stdin",
-                    target.provider
-                );
-            }
-            let stored = StoredCredentials {
+            let new = NewConnection {
+                target: target.into(),
                 token_env,
                 token,
                 refresh_token_env,
                 refresh_token,
                 expires_at,
-                oauth: None,
+                enabled: !disabled,
             };
-            let binding = crate::secrets::Binding {
-                user_id: &target.user,
-                provider: &target.provider,
-            };
-            let column = stored.to_column_for(db.secrets(), binding)?;
-            let row = connection::ActiveModel::new_connection(
-                &target.user,
-                &target.provider,
-                !disabled,
-                column,
-            )
-            .insert(db)
-            .await?;
+            let added = ops::add(db, settings, new)
+                .await
+                .map_err(|error| match &error {
+                    OpsError::Invalid { field: "token", .. } => {
+                        anyhow::anyhow!("{error}: give --token-env VAR or --token-stdin")
+                    }
+                    _ => anyhow::Error::from(error),
+                })?;
             println!(
                 "Added connection {} ({}@{}, {}).",
-                row.id,
-                row.user_id,
-                row.provider,
-                if row.enabled { "enabled" } else { "disabled" }
+                added.id,
+                added.user_id,
+                added.provider,
+                if added.enabled { "enabled" } else { "disabled" }
             );
             Ok(())
         }
-        ConnectionsCommand::Enable { target } => set_enabled(db, settings, &target, true).await,
-        ConnectionsCommand::Disable { target } => set_enabled(db, settings, &target, false).await,
+        ConnectionsCommand::Enable { target } => set_enabled(db, settings, target, true).await,
+        ConnectionsCommand::Disable { target } => set_enabled(db, settings, target, false).await,
         ConnectionsCommand::Remove {
             target,
             delete_records,
         } => {
-            refuse_config_defined(settings, &target)?;
-            let row = find(db, &target).await?.with_context(|| {
-                format!("there is no connection {}@{}", target.user, target.provider)
-            })?;
-            let removed = crate::pipeline::records::remove_connection(
-                db.main(),
-                row.id,
-                &row.user_id,
-                &row.provider,
-                delete_records,
-            )
-            .await?;
-            let Some(deleted) = removed else {
-                anyhow::bail!("there is no connection {}@{}", target.user, target.provider);
-            };
+            let target: ops::Target = target.into();
+            let removed = ops::remove(db, settings, &target, delete_records).await?;
             if delete_records {
                 println!(
-                    "Removed {}@{} and its {deleted} record(s).",
-                    target.user, target.provider
+                    "Removed {target} and its {} record(s).",
+                    removed.records_deleted
                 );
             } else {
                 println!(
-                    "Removed {}@{}; its records are kept (use --delete-records to delete them).",
-                    target.user, target.provider
+                    "Removed {target}; its records are kept (use --delete-records to delete them)."
                 );
             }
             Ok(())
@@ -240,39 +211,31 @@ async fn run(
     }
 }
 
-async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Result<()> {
-    let rows = connection::Entity::find()
-        .order_by_asc(connection::Column::Provider)
-        .order_by_asc(connection::Column::UserId)
-        .all(db)
-        .await?;
-    let ids = rows.iter().map(|row| row.id).collect();
-    let mut states: HashMap<i64, Vec<connection_stream::Model>> = HashMap::new();
-    for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
-        states.entry(state.connection_id).or_default().push(state);
-    }
-    let mut views: Vec<ConnectionView> = Vec::new();
-    for row in rows {
-        let credentials =
-            StoredCredentials::describe_column(db.secrets(), row.binding(), &row.credentials);
-        let defined_in = defined_in(settings, &row);
-        let own = states.remove(&row.id).unwrap_or_default();
-        for stream in stream_states(settings, &row, own) {
-            views.push(ConnectionView {
-                id: row.id,
-                provider: row.provider.clone(),
-                stream: stream.name,
-                user_id: row.user_id.clone(),
-                enabled: row.enabled,
-                defined_in,
-                credentials: credentials.clone(),
-                cursor: stream.cursor,
-                unfinished_run: stream.checkpoint.is_some(),
-                last_success_run_id: stream.last_success_run_id,
-                last_success_at: stream.last_success_at,
-            });
+async fn set_enabled(
+    db: &DatabasePools,
+    settings: &Settings,
+    target: Target,
+    enabled: bool,
+) -> anyhow::Result<()> {
+    let target: ops::Target = target.into();
+    ops::set_enabled(db, settings, &target, enabled).await?;
+    println!(
+        "{target} is {}.",
+        if enabled { "enabled" } else { "disabled" }
+    );
+    Ok(())
+}
+
+impl From<Target> for ops::Target {
+    fn from(target: Target) -> ops::Target {
+        ops::Target {
+            provider: target.provider,
+            user_id: target.user,
         }
     }
+}
+
+fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()> {
     let header = [
         "id",
         "provider",
@@ -285,7 +248,7 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
         "unfinished",
         "last success (UTC)",
     ];
-    super::history::print_rows(&views, json, Some("No connections."), &header, |view| {
+    super::history::print_rows(views, json, Some("No connections."), &header, |view| {
         vec![
             view.id.to_string(),
             view.provider.clone(),
@@ -301,145 +264,4 @@ async fn list(db: &DatabasePools, settings: &Settings, json: bool) -> anyhow::Re
                 .unwrap_or_default(),
         ]
     })
-}
-
-/// One stream's state as `connections list` shows it.
-struct StreamState {
-    name: Option<String>,
-    cursor: Option<String>,
-    checkpoint: Option<String>,
-    last_success_run_id: Option<i64>,
-    last_success_at: Option<chrono::DateTime<Utc>>,
-}
-
-/// The streams of connection `row` to show, given its stream states `own`: the configured
-/// ones in their order, then any other stream that has state. A stream that never ran shows
-/// nothing, except the primary stream, which shows the state the connection kept from
-/// before streams until its first run takes it over.
-fn stream_states(
-    settings: &Settings,
-    row: &connection::Model,
-    own: Vec<connection_stream::Model>,
-) -> Vec<StreamState> {
-    let provider = settings.providers.get(&row.provider);
-    let primary = provider.map(|provider| provider.primary_stream().name);
-    let mut names: Vec<String> = provider
-        .map(|provider| provider.streams.iter().map(|s| s.name.clone()).collect())
-        .unwrap_or_default();
-    for state in &own {
-        if !names.contains(&state.stream) {
-            names.push(state.stream.clone());
-        }
-    }
-    let legacy = || StreamState {
-        name: None,
-        cursor: row.cursor.clone(),
-        checkpoint: row.checkpoint.clone(),
-        last_success_run_id: row.last_success_run_id,
-        last_success_at: row.last_success_at,
-    };
-    if names.is_empty() {
-        return vec![legacy()];
-    }
-    names
-        .into_iter()
-        .map(|name| match own.iter().find(|state| state.stream == name) {
-            Some(state) => StreamState {
-                name: Some(name),
-                cursor: state.cursor.clone(),
-                checkpoint: state.checkpoint.clone(),
-                last_success_run_id: state.last_success_run_id,
-                last_success_at: state.last_success_at,
-            },
-            None if primary.as_ref() == Some(&name) => StreamState {
-                name: Some(name),
-                ..legacy()
-            },
-            None => StreamState {
-                name: Some(name),
-                cursor: None,
-                checkpoint: None,
-                last_success_run_id: None,
-                last_success_at: None,
-            },
-        })
-        .collect()
-}
-
-async fn set_enabled(
-    db: &DatabaseConnection,
-    settings: &Settings,
-    target: &Target,
-    enabled: bool,
-) -> anyhow::Result<()> {
-    refuse_config_defined(settings, target)?;
-    let row = find(db, target)
-        .await?
-        .with_context(|| format!("there is no connection {}@{}", target.user, target.provider))?;
-    let mut active: connection::ActiveModel = row.into();
-    active.enabled = Set(enabled);
-    active.updated_at = Set(Utc::now());
-    active.update(db).await?;
-    println!(
-        "{}@{} is {}.",
-        target.user,
-        target.provider,
-        if enabled { "enabled" } else { "disabled" }
-    );
-    Ok(())
-}
-
-async fn find(
-    db: &DatabaseConnection,
-    target: &Target,
-) -> anyhow::Result<Option<connection::Model>> {
-    Ok(connection::Entity::find()
-        .filter(connection::Column::Provider.eq(target.provider.as_str()))
-        .filter(connection::Column::UserId.eq(target.user.as_str()))
-        .one(db)
-        .await?)
-}
-
-/// The provider's settings, when the target names a configured provider and a valid user.
-fn check_target<'a>(
-    settings: &'a Settings,
-    target: &Target,
-) -> anyhow::Result<&'a crate::config::ProviderSettings> {
-    let provider = settings.providers.get(&target.provider).with_context(|| {
-        format!(
-            "no provider named {:?} in {}",
-            target.provider,
-            settings.path.display()
-        )
-    })?;
-    if target.user.trim().is_empty() || target.user.len() > 255 {
-        bail!("--user must be a non-empty user id of at most 255 bytes");
-    }
-    refuse_config_defined(settings, target)?;
-    Ok(provider)
-}
-
-fn defined_in(settings: &Settings, row: &connection::Model) -> connection::DefinedIn {
-    use connection::DefinedIn;
-    if settings.lists_connection(&row.provider, &row.user_id) {
-        DefinedIn::Config
-    } else if row.defined_in != DefinedIn::Cli {
-        // Retired by the next command that syncs, if it has not been already.
-        DefinedIn::Removed
-    } else {
-        DefinedIn::Cli
-    }
-}
-
-fn refuse_config_defined(settings: &Settings, target: &Target) -> anyhow::Result<()> {
-    if settings.lists_connection(&target.provider, &target.user) {
-        bail!(
-            "{}@{} is defined in {} (providers.{}.connections); change it there",
-            target.user,
-            target.provider,
-            settings.path.display(),
-            target.provider
-        );
-    }
-    Ok(())
 }

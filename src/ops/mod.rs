@@ -6,6 +6,7 @@
 //! key to ask for the page after it (absent on the last page). Keys are row ids, so a
 //! page boundary never moves when rows are added.
 
+pub mod connections;
 pub mod errors;
 pub mod notifications;
 pub mod runs;
@@ -41,10 +42,10 @@ impl<T> Page<T> {
 #[derive(Debug, thiserror::Error)]
 pub enum OpsError {
     /// The input named something that does not exist.
-    #[error("there is no {what} with id {id}{hint}")]
+    #[error("there is no {what}{hint}")]
     NotFound {
-        what: &'static str,
-        id: i64,
+        /// What was looked for, as `run with id 5` or `connection alice@github`.
+        what: String,
         /// How to find the right one, for a person at a terminal.
         hint: &'static str,
     },
@@ -54,6 +55,13 @@ pub enum OpsError {
         field: &'static str,
         message: String,
     },
+    /// The request conflicts with what exists (a connection that is already there, one
+    /// that config.toml owns).
+    #[error("{0}")]
+    Conflict(String),
+    /// A secret could not be sealed for storing.
+    #[error("{0}")]
+    Secrets(#[from] crate::secrets::SecretsError),
     #[error("database error: {0}")]
     Database(#[from] DbErr),
 }

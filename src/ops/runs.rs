@@ -53,9 +53,8 @@ pub async fn get(db: &DatabaseConnection, run_id: i64) -> Result<sync_run::Model
     sync_run::Entity::find_by_id(run_id)
         .one(db)
         .await?
-        .ok_or(OpsError::NotFound {
-            what: "run",
-            id: run_id,
+        .ok_or_else(|| OpsError::NotFound {
+            what: format!("run with id {run_id}"),
             hint: "; `tributary runs` lists them",
         })
 }

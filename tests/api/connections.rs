@@ -274,3 +274,81 @@ async fn a_connection_taken_out_of_the_config_is_disabled_its_records_kept() {
         .count();
     assert_eq!(bob_requests, 1);
 }
+
+#[tokio::test]
+async fn lists_come_a_page_at_a_time_in_a_stable_order() {
+    let app = spawn_app().await;
+    let users = ["ann", "ben", "cat", "dan", "eve"];
+    mount_listings(&app, &users, 1).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &users));
+    let sync = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+
+    // Connections by user, two at a time, each page pointing at the next.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..users.len() {
+        let mut args = vec!["connections", "list", "--limit", "2", "--json"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let page = tributary(&config, &args, "");
+        assert_eq!(page.code, 0, "{}", page.stderr);
+        let rows: serde_json::Value = serde_json::from_str(&page.stdout).expect("JSON");
+        let rows = rows.as_array().expect("an array");
+        assert!(rows.len() <= 2, "{rows:?}");
+        seen.extend(
+            rows.iter()
+                .map(|row| row["user_id"].as_str().unwrap_or("").to_string()),
+        );
+        let table = {
+            let mut args = vec!["connections", "list", "--limit", "2"];
+            if let Some(after) = &after {
+                args.extend(["--after", after.as_str()]);
+            }
+            tributary(&config, &args, "")
+        };
+        match table.stdout.split("add --after ").nth(1) {
+            Some(rest) => {
+                let next: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                assert_eq!(
+                    rows.last().map(|row| row["id"].to_string()),
+                    Some(next.clone())
+                );
+                after = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, users, "every connection once, in order");
+
+    // Runs, newest first, one at a time.
+    let first = tributary(&config, &["runs", "--limit", "2"], "");
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let before: String = first
+        .stdout
+        .split("add --before ")
+        .nth(1)
+        .expect("a next page")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let rest = tributary(
+        &config,
+        &["runs", "--before", &before, "--json", "--limit", "1000"],
+        "",
+    );
+    let rest: serde_json::Value = serde_json::from_str(&rest.stdout).expect("JSON");
+    let ids: Vec<i64> = rest
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|run| run["id"].as_i64())
+        .collect();
+    let before: i64 = before.parse().expect("an id");
+    assert_eq!(ids.len(), users.len() - 2);
+    assert!(ids.iter().all(|id| *id < before), "{ids:?} before {before}");
+    let refused = tributary(&config, &["runs", "--limit", "0"], "");
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("--limit"), "{}", refused.stderr);
+}

@@ -1,0 +1,409 @@
+//! Connections: listing them with their streams' state, and managing those added besides
+//! config.toml. Connections config.toml lists belong to the file (they are upserted at
+//! every start), so adding, enabling, disabling and removing refuse them.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Condition;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+
+use super::{check_limit, OpsError, Page};
+use crate::config::{ProviderSettings, Settings};
+use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
+use crate::entities::{connection, connection_stream};
+
+/// The largest page of connections.
+pub const MAX_LIMIT: u64 = 1_000;
+
+/// The longest user id.
+const MAX_USER_ID_BYTES: usize = 255;
+
+/// Which connection: a provider (a `[providers.NAME]` table) and a user id.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Target {
+    pub provider: String,
+    pub user_id: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.user_id, self.provider)
+    }
+}
+
+/// Which connections to list, ordered by provider and user id.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ConnectionsQuery {
+    pub provider: Option<String>,
+    pub user_id: Option<String>,
+    /// Only connections after this connection's id in that order (the `next` of the page
+    /// before).
+    pub after: Option<i64>,
+    /// At most this many connections (1 to [`MAX_LIMIT`]); each may show several streams.
+    pub limit: u64,
+}
+
+/// One stream of one connection, with how its credentials are held (never the secrets).
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnectionView {
+    pub id: i64,
+    pub provider: String,
+    /// The stream (`None` for a connection whose provider config.toml no longer has and
+    /// that never ran a stream).
+    pub stream: Option<String>,
+    pub user_id: String,
+    pub enabled: bool,
+    /// `config` when config.toml lists it, `removed` when it listed it and no longer does
+    /// (disabled, credentials dropped), else `cli`.
+    pub defined_in: connection::DefinedIn,
+    pub credentials: String,
+    pub cursor: Option<String>,
+    pub unfinished_run: bool,
+    pub last_success_run_id: Option<i64>,
+    pub last_success_at: Option<DateTime<Utc>>,
+}
+
+/// One page of connections, each as one view per stream. `next` is a connection id.
+pub async fn list(
+    db: &DatabasePools,
+    settings: &Settings,
+    query: &ConnectionsQuery,
+) -> Result<Page<ConnectionView>, OpsError> {
+    let limit = check_limit(query.limit, MAX_LIMIT)?;
+    let mut select = connection::Entity::find();
+    if let Some(provider) = &query.provider {
+        select = select.filter(connection::Column::Provider.eq(provider.as_str()));
+    }
+    if let Some(user_id) = &query.user_id {
+        select = select.filter(connection::Column::UserId.eq(user_id.as_str()));
+    }
+    if let Some(after) = query.after {
+        let Some(last) = connection::Entity::find_by_id(after).one(db).await? else {
+            return Err(OpsError::Invalid {
+                field: "after",
+                message: format!("no connection has id {after}"),
+            });
+        };
+        select = select.filter(
+            Condition::any()
+                .add(connection::Column::Provider.gt(last.provider.as_str()))
+                .add(
+                    Condition::all()
+                        .add(connection::Column::Provider.eq(last.provider.as_str()))
+                        .add(connection::Column::UserId.gt(last.user_id.as_str())),
+                ),
+        );
+    }
+    let rows = select
+        .order_by_asc(connection::Column::Provider)
+        .order_by_asc(connection::Column::UserId)
+        .limit(limit.saturating_add(1))
+        .all(db)
+        .await?;
+    let rows = Page::from_rows(rows, limit, |row| row.id);
+    let ids = rows.items.iter().map(|row| row.id).collect();
+    let mut states: HashMap<i64, Vec<connection_stream::Model>> = HashMap::new();
+    for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
+        states.entry(state.connection_id).or_default().push(state);
+    }
+    let mut views = Vec::new();
+    for row in rows.items {
+        let credentials =
+            StoredCredentials::describe_column(db.secrets(), row.binding(), &row.credentials);
+        let defined_in = defined_in(settings, &row);
+        let own = states.remove(&row.id).unwrap_or_default();
+        for stream in stream_states(settings, &row, own) {
+            views.push(ConnectionView {
+                id: row.id,
+                provider: row.provider.clone(),
+                stream: stream.name,
+                user_id: row.user_id.clone(),
+                enabled: row.enabled,
+                defined_in,
+                credentials: credentials.clone(),
+                cursor: stream.cursor,
+                unfinished_run: stream.checkpoint.is_some(),
+                last_success_run_id: stream.last_success_run_id,
+                last_success_at: stream.last_success_at,
+            });
+        }
+    }
+    Ok(Page {
+        items: views,
+        next: rows.next,
+    })
+}
+
+/// A connection to add, with its secrets (sealed with the pools' key before they are
+/// stored) or the environment variables that hold them.
+#[derive(Debug)]
+pub struct NewConnection {
+    pub target: Target,
+    pub token_env: Option<String>,
+    pub token: Option<SecretString>,
+    pub refresh_token_env: Option<String>,
+    pub refresh_token: Option<SecretString>,
+    /// OAuth2: when the access token expires, in seconds since the Unix epoch.
+    pub expires_at: Option<i64>,
+    pub enabled: bool,
+}
+
+/// The connection's row as added (its credentials column is sealed; it is not returned).
+#[derive(Clone, Debug, Serialize)]
+pub struct Added {
+    pub id: i64,
+    pub provider: String,
+    pub user_id: String,
+    pub enabled: bool,
+}
+
+/// Adds a connection besides config.toml.
+pub async fn add(
+    db: &DatabasePools,
+    settings: &Settings,
+    new: NewConnection,
+) -> Result<Added, OpsError> {
+    let target = &new.target;
+    let provider = check_target(settings, target)?;
+    if find(db, target).await?.is_some() {
+        return Err(OpsError::Conflict(format!(
+            "{target} already exists; remove it first or use enable/disable"
+        )));
+    }
+    let env_vars = [
+        ("token_env", &new.token_env),
+        ("refresh_token_env", &new.refresh_token_env),
+    ];
+    for (field, var) in env_vars {
+        if let Some(var) = var {
+            if std::env::var_os(var).is_none() {
+                return Err(OpsError::Invalid {
+                    field,
+                    message: format!("environment variable {var} is not set"),
+                });
+            }
+        }
+    }
+    if provider.adapter.needs_token() && new.token_env.is_none() && new.token.is_none() {
+        return Err(OpsError::Invalid {
+            field: "token",
+            message: format!("provider {} needs a token", target.provider),
+        });
+    }
+    let expose = |secret: &Option<SecretString>| {
+        secret
+            .as_ref()
+            .map(|secret| secret.expose_secret().to_string())
+    };
+    let stored = StoredCredentials {
+        token_env: new.token_env.clone(),
+        token: expose(&new.token),
+        refresh_token_env: new.refresh_token_env.clone(),
+        refresh_token: expose(&new.refresh_token),
+        expires_at: new.expires_at,
+        oauth: None,
+    };
+    let binding = crate::secrets::Binding {
+        user_id: &target.user_id,
+        provider: &target.provider,
+    };
+    let column = stored.to_column_for(db.secrets(), binding)?;
+    let row = connection::ActiveModel::new_connection(
+        &target.user_id,
+        &target.provider,
+        new.enabled,
+        column,
+    )
+    .insert(db)
+    .await?;
+    Ok(Added {
+        id: row.id,
+        provider: row.provider,
+        user_id: row.user_id,
+        enabled: row.enabled,
+    })
+}
+
+/// Enables or disables a connection added besides config.toml.
+pub async fn set_enabled(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    target: &Target,
+    enabled: bool,
+) -> Result<(), OpsError> {
+    refuse_config_defined(settings, target)?;
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    let mut active: connection::ActiveModel = row.into();
+    active.enabled = Set(enabled);
+    active.updated_at = Set(Utc::now());
+    active.update(db).await?;
+    Ok(())
+}
+
+/// What removing a connection did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Removed {
+    /// Records deleted with it (each a `deleted` change in the feed); 0 when they were kept.
+    pub records_deleted: u64,
+}
+
+/// Removes a connection added besides config.toml; its records stay unless
+/// `delete_records`, and its run history stays.
+pub async fn remove(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    target: &Target,
+    delete_records: bool,
+) -> Result<Removed, OpsError> {
+    refuse_config_defined(settings, target)?;
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    let removed = crate::pipeline::records::remove_connection(
+        db,
+        row.id,
+        &row.user_id,
+        &row.provider,
+        delete_records,
+    )
+    .await?;
+    match removed {
+        Some(records_deleted) => Ok(Removed { records_deleted }),
+        None => Err(not_found(target)),
+    }
+}
+
+fn not_found(target: &Target) -> OpsError {
+    OpsError::NotFound {
+        what: format!("connection {target}"),
+        hint: "; `tributary connections list` lists them",
+    }
+}
+
+/// One stream's state as a list shows it.
+struct StreamState {
+    name: Option<String>,
+    cursor: Option<String>,
+    checkpoint: Option<String>,
+    last_success_run_id: Option<i64>,
+    last_success_at: Option<DateTime<Utc>>,
+}
+
+/// The streams of connection `row` to show, given its stream states `own`: the configured
+/// ones in their order, then any other stream that has state. A stream that never ran shows
+/// nothing, except the primary stream, which shows the state the connection kept from
+/// before streams until its first run takes it over.
+fn stream_states(
+    settings: &Settings,
+    row: &connection::Model,
+    own: Vec<connection_stream::Model>,
+) -> Vec<StreamState> {
+    let provider = settings.providers.get(&row.provider);
+    let primary = provider.map(|provider| provider.primary_stream().name);
+    let mut names: Vec<String> = provider
+        .map(|provider| provider.streams.iter().map(|s| s.name.clone()).collect())
+        .unwrap_or_default();
+    for state in &own {
+        if !names.contains(&state.stream) {
+            names.push(state.stream.clone());
+        }
+    }
+    let legacy = || StreamState {
+        name: None,
+        cursor: row.cursor.clone(),
+        checkpoint: row.checkpoint.clone(),
+        last_success_run_id: row.last_success_run_id,
+        last_success_at: row.last_success_at,
+    };
+    if names.is_empty() {
+        return vec![legacy()];
+    }
+    names
+        .into_iter()
+        .map(|name| match own.iter().find(|state| state.stream == name) {
+            Some(state) => StreamState {
+                name: Some(name),
+                cursor: state.cursor.clone(),
+                checkpoint: state.checkpoint.clone(),
+                last_success_run_id: state.last_success_run_id,
+                last_success_at: state.last_success_at,
+            },
+            None if primary.as_ref() == Some(&name) => StreamState {
+                name: Some(name),
+                ..legacy()
+            },
+            None => StreamState {
+                name: Some(name),
+                cursor: None,
+                checkpoint: None,
+                last_success_run_id: None,
+                last_success_at: None,
+            },
+        })
+        .collect()
+}
+
+async fn find(
+    db: &DatabaseConnection,
+    target: &Target,
+) -> Result<Option<connection::Model>, OpsError> {
+    Ok(connection::Entity::find()
+        .filter(connection::Column::Provider.eq(target.provider.as_str()))
+        .filter(connection::Column::UserId.eq(target.user_id.as_str()))
+        .one(db)
+        .await?)
+}
+
+/// The provider's settings, when the target names a configured provider and a valid user.
+fn check_target<'a>(
+    settings: &'a Settings,
+    target: &Target,
+) -> Result<&'a ProviderSettings, OpsError> {
+    let provider = settings
+        .providers
+        .get(&target.provider)
+        .ok_or_else(|| OpsError::Invalid {
+            field: "provider",
+            message: format!(
+                "no provider named {:?} in {}",
+                target.provider,
+                settings.path.display()
+            ),
+        })?;
+    if target.user_id.trim().is_empty() || target.user_id.len() > MAX_USER_ID_BYTES {
+        return Err(OpsError::Invalid {
+            field: "user_id",
+            message: format!("must be a non-empty user id of at most {MAX_USER_ID_BYTES} bytes"),
+        });
+    }
+    refuse_config_defined(settings, target)?;
+    Ok(provider)
+}
+
+fn defined_in(settings: &Settings, row: &connection::Model) -> connection::DefinedIn {
+    use connection::DefinedIn;
+    if settings.lists_connection(&row.provider, &row.user_id) {
+        DefinedIn::Config
+    } else if row.defined_in != DefinedIn::Cli {
+        // Retired by the next command that syncs, if it has not been already.
+        DefinedIn::Removed
+    } else {
+        DefinedIn::Cli
+    }
+}
+
+fn refuse_config_defined(settings: &Settings, target: &Target) -> Result<(), OpsError> {
+    if settings.lists_connection(&target.provider, &target.user_id) {
+        return Err(OpsError::Conflict(format!(
+            "{target} is defined in {} (providers.{}.connections); change it there",
+            settings.path.display(),
+            target.provider
+        )));
+    }
+    Ok(())
+}

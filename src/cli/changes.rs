@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use serde_json::value::RawValue;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::entities::change::ChangeKind;
-use crate::pipeline::changes::{self, DatabaseId, FeedChange, FeedCursor, FeedError, FeedQuery};
+use crate::ops::changes::{self, ChangesQuery, Payload};
+use crate::pipeline::changes::FeedCursor;
 
 #[derive(Debug, Args)]
 pub struct ChangesArgs {
@@ -43,13 +43,10 @@ pub const EXIT_RESYNC: u8 = 3;
 /// `tributary changes`.
 pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let app = crate::app::App::open(settings, crate::app::Access::Read).await?;
+    let app = App::open(settings, Access::Read).await?;
     let db = app.db();
     if args.head {
-        let head = FeedCursor {
-            database: Some(changes::database_id(db.main()).await?),
-            position: changes::head(db.main()).await?,
-        };
+        let head = changes::head(db).await?;
         match args.json {
             true => println!(
                 "{}",
@@ -59,51 +56,22 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let read = async {
-        let since = match args.since {
-            Some(cursor) => Some(changes::position_in(db.main(), cursor).await?),
-            None => None,
-        };
-        let query = FeedQuery {
-            since,
-            provider: args.provider.as_deref(),
-            user_id: args.user.as_deref(),
-            limit: args.limit,
-        };
-        changes::read_changes(db.main(), &query).await
+    let query = ChangesQuery {
+        since: args.since,
+        provider: args.provider,
+        user_id: args.user,
+        limit: args.limit,
     };
-    let page = match read.await {
+    let page = match changes::read(db, &query).await {
         Ok(page) => page,
-        Err(
-            error @ (FeedError::Expired { .. }
-            | FeedError::Ahead { .. }
-            | FeedError::OtherDatabase { .. }
-            | FeedError::Unidentified { .. }),
-        ) => {
+        Err(error) if error.needs_resync() => {
             eprintln!("error: {error}");
             return Ok(ExitCode::from(EXIT_RESYNC));
         }
         Err(error) => return Err(error.into()),
     };
-    let issued = |position| FeedCursor {
-        database: Some(page.database),
-        position,
-    };
-    let changes: Vec<ChangeLine> = page
-        .changes
-        .iter()
-        .map(|change| ChangeLine::of(change, page.database))
-        .collect();
     if args.json {
-        let output = Output {
-            changes,
-            next_cursor: issued(page.next),
-            feed_start: Start {
-                cursor: issued(page.start.cursor),
-                first_committed_at: page.start.first_committed_at,
-            },
-        };
-        println!("{}", serde_json::to_string_pretty(&output)?);
+        println!("{}", serde_json::to_string_pretty(&page)?);
         return Ok(ExitCode::SUCCESS);
     }
     let header = [
@@ -116,7 +84,7 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         "payload",
     ];
     let empty = "No changes after that cursor.";
-    super::history::print_rows(&changes, false, Some(empty), &header, |change| {
+    super::history::print_rows(&page.changes, false, Some(empty), &header, |change| {
         vec![
             change
                 .committed_at
@@ -134,8 +102,8 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
             },
         ]
     })?;
-    println!("Next cursor: {}", issued(page.next));
-    let first = match page.start.first_committed_at {
+    println!("Next cursor: {}", page.next_cursor);
+    let first = match page.feed_start.first_committed_at {
         Some(time) => format!(
             "its first change kept committed {}",
             time.format("%Y-%m-%d %H:%M:%S UTC")
@@ -146,26 +114,9 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
         "The feed begins at {} ({first}): earlier changes were swept, and records stored \
          before the feed existed have none. For every record, take the head (`changes \
          --head`), copy `records`, then follow from the head.",
-        issued(page.start.cursor)
+        page.feed_start.cursor
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--json`: the changes, the cursor to pass next, and where the feed begins.
-#[derive(Serialize)]
-struct Output<'a> {
-    changes: Vec<ChangeLine<'a>>,
-    #[serde(serialize_with = "as_text")]
-    next_cursor: FeedCursor,
-    feed_start: Start,
-}
-
-/// Where the feed begins: a reader from `cursor` reads every change kept.
-#[derive(Serialize)]
-struct Start {
-    #[serde(serialize_with = "as_text")]
-    cursor: FeedCursor,
-    first_committed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `--head --json`.
@@ -173,54 +124,6 @@ struct Start {
 struct Head {
     #[serde(serialize_with = "as_text")]
     next_cursor: FeedCursor,
-}
-
-/// One change in `--json`: the payload is the record's JSON itself, not a string.
-#[derive(Serialize)]
-struct ChangeLine<'a> {
-    #[serde(serialize_with = "as_text")]
-    cursor: FeedCursor,
-    user_id: &'a str,
-    provider: &'a str,
-    external_id: &'a str,
-    kind: ChangeKind,
-    run_id: i64,
-    committed_at: Option<chrono::DateTime<chrono::Utc>>,
-    deleted: bool,
-    payload: Option<Payload<'a>>,
-}
-
-/// A payload as stored: JSON as the API sent it, or (should a row hold something else)
-/// its text.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Payload<'a> {
-    Json(&'a RawValue),
-    Text(&'a str),
-}
-
-impl<'a> ChangeLine<'a> {
-    fn of(change: &'a FeedChange, database: DatabaseId) -> ChangeLine<'a> {
-        ChangeLine {
-            cursor: FeedCursor {
-                database: Some(database),
-                position: change.cursor,
-            },
-            user_id: &change.user_id,
-            provider: &change.provider,
-            external_id: &change.external_id,
-            kind: change.kind,
-            run_id: change.run_id,
-            committed_at: change.committed_at,
-            deleted: change.deleted,
-            payload: change.payload.as_deref().map(|payload| {
-                match serde_json::from_str::<&RawValue>(payload) {
-                    Ok(json) => Payload::Json(json),
-                    Err(_) => Payload::Text(payload),
-                }
-            }),
-        }
-    }
 }
 
 fn as_text<S: serde::Serializer>(cursor: &FeedCursor, serializer: S) -> Result<S::Ok, S::Error> {

@@ -190,6 +190,9 @@ pub fn run(cli: Cli) -> ExitCode {
                 || error
                     .downcast_ref::<crate::sync::SyncError>()
                     .is_some_and(crate::sync::SyncError::is_config)
+                || error
+                    .downcast_ref::<crate::ops::OpsError>()
+                    .is_some_and(crate::ops::OpsError::is_config)
             {
                 EXIT_CONFIG
             } else if is_schema_refusal(&error)

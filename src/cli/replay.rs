@@ -30,7 +30,7 @@ pub async fn run(config: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
-    let report = crate::replay::replay_run(app.db(), app.settings(), args.run_id).await;
+    let report = crate::ops::replay::replay(app.db(), app.settings(), args.run_id).await;
     app.close().await;
     let report = report?;
     if args.json {

@@ -8,7 +8,7 @@ use clap::Subcommand;
 
 use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::connections::sealing::{self, Reseal};
+use crate::connections::sealing;
 use crate::secrets::SecretsError;
 
 #[derive(Debug, Subcommand)]
@@ -51,12 +51,10 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
         SecretsCommand::Rotate { json } => {
             let settings = Settings::load(config)?;
             let app = App::open(settings, Access::Keys { storing: false }).await?;
-            let db = app.db();
-            let report = sealing::reseal(db, Reseal::NotCurrent).await?;
-            let key_id = db.secrets().current().map(|(id, _)| id.to_string());
+            let rotated = crate::ops::secrets::rotate(app.db()).await?;
+            let (key_id, report) = (rotated.key_id.clone(), &rotated.report);
             if json {
-                let json = serde_json::json!({ "key_id": key_id, "resealed": report.resealed, "failed": report.failed });
-                println!("{}", serde_json::to_string_pretty(&json)?);
+                println!("{}", serde_json::to_string_pretty(&rotated)?);
             } else {
                 println!(
                     "Re-sealed {} connection(s) under key {}.",
@@ -76,7 +74,7 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
         SecretsCommand::Status { json } => {
             let settings = Settings::load(config)?;
             let app = App::open(settings, Access::Keys { storing: false }).await?;
-            let status = sealing::status(app.db()).await?;
+            let status = crate::ops::secrets::status(app.db()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {

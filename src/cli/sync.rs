@@ -10,8 +10,8 @@ use clap::Args;
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::db::OlderInstances;
+use crate::ops::sync::SyncFilter;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
-use crate::sync::{sync_matching, SyncFilter};
 
 use super::progress::BarProgress;
 use super::EXIT_FAILURE;
@@ -69,7 +69,7 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
             interrupt.cancel();
         }
     });
-    let report = sync_matching(db, settings, &filter, &options, sink).await;
+    let report = crate::ops::sync::now(db, settings, &filter, &options, sink).await;
     app.close().await;
     let report = report?;
     bars.clear();

@@ -6,10 +6,14 @@
 //! key to ask for the page after it (absent on the last page). Keys are row ids, so a
 //! page boundary never moves when rows are added.
 
+pub mod changes;
 pub mod connections;
 pub mod errors;
 pub mod notifications;
+pub mod replay;
 pub mod runs;
+pub mod secrets;
+pub mod sync;
 
 use sea_orm::DbErr;
 use serde::Serialize;
@@ -62,8 +66,44 @@ pub enum OpsError {
     /// A secret could not be sealed for storing.
     #[error("{0}")]
     Secrets(#[from] crate::secrets::SecretsError),
+    #[error(transparent)]
+    Sealing(#[from] crate::connections::sealing::SealingError),
+    #[error(transparent)]
+    Sync(#[from] crate::sync::SyncError),
+    #[error(transparent)]
+    Replay(crate::replay::ReplayError),
+    /// The change feed cannot serve the cursor.
+    #[error(transparent)]
+    Feed(#[from] crate::pipeline::changes::FeedError),
     #[error("database error: {0}")]
     Database(#[from] DbErr),
+}
+
+impl OpsError {
+    /// Whether the configuration (or a provider or stream the input named from it) is at
+    /// fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            OpsError::Sync(error) => error.is_config(),
+            _ => false,
+        }
+    }
+
+    /// Whether a change feed reader must take its baseline again (head, then `records`,
+    /// then follow): its cursor expired, is ahead of the head, or came from another
+    /// database or from a release whose cursors named none.
+    pub fn needs_resync(&self) -> bool {
+        use crate::pipeline::changes::FeedError;
+        matches!(
+            self,
+            OpsError::Feed(
+                FeedError::Expired { .. }
+                    | FeedError::Ahead { .. }
+                    | FeedError::OtherDatabase { .. }
+                    | FeedError::Unidentified { .. }
+            )
+        )
+    }
 }
 
 /// Checks a page size against `1..=max`.

@@ -5,7 +5,8 @@
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, Set,
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    Set,
 };
 
 use crate::config::{ConnectionSettings, Settings};
@@ -150,4 +151,32 @@ pub(crate) async fn retire_removed(
         retired += 1;
     }
     Ok(retired)
+}
+
+/// Empties the stored credentials of `provider`'s connections (the demo's, which an
+/// earlier demo sealed with a key of its own; they are stored again at the next start).
+pub(crate) async fn forget_credentials(db: &DatabasePools, provider: &str) -> Result<u64, DbErr> {
+    Ok(connection::Entity::update_many()
+        .col_expr(connection::Column::Credentials, Expr::value("{}"))
+        .filter(connection::Column::Provider.eq(provider))
+        .exec(db.main())
+        .await?
+        .rows_affected)
+}
+
+/// The credentials column of each of `provider`'s connections as stored (sealed unless
+/// `allow_plaintext`), by user: the demo shows their start to prove no token is in clear.
+pub(crate) async fn stored_columns(
+    db: &DatabasePools,
+    provider: &str,
+) -> Result<Vec<(String, String)>, DbErr> {
+    let rows = connection::Entity::find()
+        .filter(connection::Column::Provider.eq(provider))
+        .order_by_asc(connection::Column::UserId)
+        .all(db.main())
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.user_id, row.credentials))
+        .collect())
 }

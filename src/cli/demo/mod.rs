@@ -7,13 +7,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Deserialize;
 
 use crate::config::{redact_url, DatabaseSettings, SecretsSettings, Settings, DATABASE_URL_ENV};
 use crate::db::DatabasePools;
-use crate::entities::{connection, run_error};
+use crate::entities::run_error;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
 use crate::secrets::{KeySource, Keyring, SecretKey};
 use crate::sync::{sync_matching, SyncFilter};
@@ -93,12 +91,17 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
 
     let inserted_by_pass_2: u64 = passes[1].iter().map(|o| o.counts.inserted).sum();
     let first_pass_runs: Vec<i64> = passes[0].iter().map(|o| o.run_id).collect();
-    let validate_errors = run_error::Entity::find()
-        .filter(run_error::Column::RunId.is_in(first_pass_runs))
-        .filter(run_error::Column::Stage.eq(run_error::Stage::Validate))
-        .order_by_asc(run_error::Column::Id)
-        .all(&db)
-        .await?;
+    let mut validate_errors = Vec::new();
+    for run_id in first_pass_runs {
+        let report = crate::ops::errors::of_run(&db, run_id).await?;
+        validate_errors.extend(
+            report
+                .errors
+                .into_iter()
+                .filter(|error| error.stage == run_error::Stage::Validate),
+        );
+    }
+    validate_errors.sort_by_key(|error| error.id);
 
     println!();
     if inserted_by_pass_2 == 0 {
@@ -166,28 +169,20 @@ fn demo_keyring(secrets: &SecretsSettings) -> anyhow::Result<Keyring> {
 /// Drops what an earlier demo stored for its own connections, which may be sealed with
 /// that demo's ephemeral key; they are stored again, sealed with this run's key.
 async fn forget_demo_credentials(db: &DatabasePools) -> anyhow::Result<()> {
-    connection::Entity::update_many()
-        .col_expr(connection::Column::Credentials, Expr::value("{}"))
-        .filter(connection::Column::Provider.eq(DEMO_PROVIDER))
-        .exec(db.main())
-        .await?;
+    crate::connections::forget_credentials(db, DEMO_PROVIDER).await?;
     Ok(())
 }
 
 /// Prints the start of each demo connection's stored credentials; `true` when none of
 /// them holds its token in clear.
 async fn show_stored_credentials(db: &DatabasePools) -> anyhow::Result<bool> {
-    let rows = connection::Entity::find()
-        .filter(connection::Column::Provider.eq(DEMO_PROVIDER))
-        .order_by_asc(connection::Column::UserId)
-        .all(db.main())
-        .await?;
+    let rows = crate::connections::stored_columns(db, DEMO_PROVIDER).await?;
     println!("\nStored credentials (connections.credentials), no token in clear:");
     let mut sealed = true;
-    for row in &rows {
-        let start: String = row.credentials.chars().take(48).collect();
-        println!("  {}: {start}...", row.user_id);
-        sealed &= !row.credentials.contains(&demo_token(&row.user_id));
+    for (user_id, credentials) in &rows {
+        let start: String = credentials.chars().take(48).collect();
+        println!("  {user_id}: {start}...");
+        sealed &= !credentials.contains(&demo_token(user_id));
     }
     Ok(sealed)
 }

@@ -10,7 +10,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::entities::sync_run;
-use crate::ops::errors::{ErrorItem, OpenErrorsQuery, MAX_LIMIT as MAX_OPEN_LIMIT};
+use crate::ops::errors::{ErrorItem, OpenErrorsQuery, RunErrorsQuery, MAX_LIMIT as MAX_OPEN_LIMIT};
 use crate::ops::runs::{RunsQuery, MAX_LIMIT as MAX_RUNS_LIMIT};
 
 /// The longest payload or message shown in a table cell; `--json` shows them whole.
@@ -54,12 +54,12 @@ pub struct ErrorsArgs {
     /// With `--open`: only errors of runs of this stream.
     #[arg(long, requires = "open")]
     stream: Option<String>,
-    /// With `--open`: how many errors to show (1 to 10000), oldest first.
-    #[arg(long, requires = "open", default_value_t = 20,
-        value_parser = clap::value_parser!(u64).range(1..=MAX_OPEN_LIMIT))]
-    limit: u64,
-    /// With `--open`: only errors after this id, the last one a previous page showed.
-    #[arg(long, requires = "open", value_name = "ERROR_ID")]
+    /// How many errors to show (1 to 10000), oldest first; by default 20 with `--open`,
+    /// else 100.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_OPEN_LIMIT))]
+    limit: Option<u64>,
+    /// Only errors after this id, the last one a previous page showed.
+    #[arg(long, value_name = "ERROR_ID")]
     after: Option<i64>,
     /// Print JSON (with whole payloads) instead of a table.
     #[arg(long)]
@@ -101,7 +101,7 @@ pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode>
                 run_id,
                 stream: args.stream,
                 after: args.after,
-                limit: args.limit,
+                limit: args.limit.unwrap_or(20),
             };
             let page = crate::ops::errors::open(db, &query).await?;
             print_open_errors(&page.items, args.json)?;
@@ -110,8 +110,16 @@ pub async fn errors(config: &Path, args: ErrorsArgs) -> anyhow::Result<ExitCode>
             }
         }
         (Some(run_id), false) => {
-            let report = crate::ops::errors::of_run(db, run_id).await?;
+            let query = RunErrorsQuery {
+                run_id,
+                after: args.after,
+                limit: args.limit.unwrap_or(100),
+            };
+            let report = crate::ops::errors::of_run(db, &query).await?;
             print_errors(&report, args.json)?;
+            if let (Some(next), false) = (report.errors.next, args.json) {
+                println!("More errors: add --after {next} for the next page.");
+            }
         }
         (None, false) => bail!("give a RUN_ID, or --open"),
     }
@@ -227,13 +235,17 @@ pub fn print_runs(runs: &[sync_run::Model], shape: RunsShape) -> anyhow::Result<
 
 /// Prints one run's error report.
 fn print_errors(report: &crate::ops::errors::RunErrors, json: bool) -> anyhow::Result<()> {
-    let (run, errors) = (&report.run, &report.errors);
+    let (run, errors) = (&report.run, &report.errors.items);
     if json {
         println!("{}", serde_json::to_string_pretty(errors)?);
         return Ok(());
     }
+    let shown = match report.errors.next {
+        None => format!("{} error(s)", errors.len()),
+        Some(_) => format!("{} error(s) on this page", errors.len()),
+    };
     println!(
-        "Run {} ({}@{}{}, {}): {} error(s).",
+        "Run {} ({}@{}{}, {}): {shown}.",
         run.id,
         run.user_id,
         run.provider,
@@ -242,7 +254,6 @@ fn print_errors(report: &crate::ops::errors::RunErrors, json: bool) -> anyhow::R
             .map(|stream| format!(" stream {stream}"))
             .unwrap_or_default(),
         run.status,
-        errors.len()
     );
     if let Some(error) = &run.error {
         println!("Run-level error: {error}");

@@ -11,22 +11,43 @@ use crate::entities::{run_error, sync_run};
 /// The largest page of errors.
 pub const MAX_LIMIT: u64 = 10_000;
 
-/// One run and its errors.
+/// One run and a page of its errors.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunErrors {
     pub run: sync_run::Model,
-    pub errors: Vec<run_error::Model>,
+    pub errors: Page<run_error::Model>,
 }
 
-/// Every error of run `run_id`, oldest first.
-pub async fn of_run(db: &DatabaseConnection, run_id: i64) -> Result<RunErrors, OpsError> {
-    let run = super::runs::get(db, run_id).await?;
-    let errors = run_error::Entity::find()
-        .filter(run_error::Column::RunId.eq(run_id))
+/// Which errors of one run to list.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub struct RunErrorsQuery {
+    pub run_id: i64,
+    /// Only errors after this error id (the `next` of the page before).
+    pub after: Option<i64>,
+    /// At most this many errors (1 to [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+/// The run and a page of its errors (resolved or not), oldest first.
+pub async fn of_run(
+    db: &DatabaseConnection,
+    query: &RunErrorsQuery,
+) -> Result<RunErrors, OpsError> {
+    let limit = check_limit(query.limit, MAX_LIMIT)?;
+    let run = super::runs::get(db, query.run_id).await?;
+    let mut select = run_error::Entity::find().filter(run_error::Column::RunId.eq(query.run_id));
+    if let Some(after) = query.after {
+        select = select.filter(run_error::Column::Id.gt(after));
+    }
+    let rows = select
         .order_by_asc(run_error::Column::Id)
+        .limit(limit.saturating_add(1))
         .all(db)
         .await?;
-    Ok(RunErrors { run, errors })
+    Ok(RunErrors {
+        run,
+        errors: Page::from_rows(rows, limit, |error| error.id),
+    })
 }
 
 /// Which open errors (those no replay resolved) to list.

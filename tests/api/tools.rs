@@ -162,6 +162,25 @@ async fn open_errors_come_a_page_at_a_time_without_gaps_or_repeats() {
     let (_, stdout, _) = tributary(&config, &["errors", "--open", "--after", &after]);
     assert_eq!(stdout.matches("has no id field").count(), 5, "{stdout}");
     assert!(!stdout.contains("--after"), "{stdout}");
+
+    // One run's report comes in pages the same way, resolved errors included.
+    let run_id = run.run_id.to_string();
+    let (code, stdout, stderr) = tributary(&config, &["errors", &run_id, "--limit", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("30 error(s) on this page"), "{stdout}");
+    assert_eq!(stdout.matches("has no id field").count(), 30, "{stdout}");
+    let next = all[29].to_string();
+    assert!(
+        stdout.contains(&format!("add --after {next} for the next page")),
+        "{stdout}"
+    );
+    let (_, stdout, _) = tributary(&config, &["errors", &run_id, "--after", &next, "--json"]);
+    let rest: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let rest: Vec<i64> = rest.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+    assert_eq!(rest, all[30..]);
+    let (code, _, stderr) = tributary(&config, &["errors", &run_id, "--limit", "0"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--limit"), "{stderr}");
 }
 
 /// Inserts a record row by hand, as an older system or an import would have.

@@ -93,10 +93,16 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
     let first_pass_runs: Vec<i64> = passes[0].iter().map(|o| o.run_id).collect();
     let mut validate_errors = Vec::new();
     for run_id in first_pass_runs {
-        let report = crate::ops::errors::of_run(&db, run_id).await?;
+        let query = crate::ops::errors::RunErrorsQuery {
+            run_id,
+            after: None,
+            limit: crate::ops::errors::MAX_LIMIT,
+        };
+        let report = crate::ops::errors::of_run(&db, &query).await?;
         validate_errors.extend(
             report
                 .errors
+                .items
                 .into_iter()
                 .filter(|error| error.stage == run_error::Stage::Validate),
         );

@@ -100,6 +100,29 @@ impl App {
     /// credentials still stored in clear (warning of those it cannot), and announces the
     /// process. Nothing is written before every check that can refuse has passed.
     pub async fn open(settings: Settings, access: Access) -> Result<App, OpenError> {
+        App::open_keyed(settings, access, None).await
+    }
+
+    /// [`App::open`] with `keyring` instead of the configured keys: the demo and the bench
+    /// seal the tokens of their throwaway databases with a key that lives as long as the
+    /// process.
+    pub async fn open_with_keyring(
+        settings: Settings,
+        access: Access,
+        keyring: Keyring,
+    ) -> Result<App, OpenError> {
+        App::open_keyed(settings, access, Some(keyring)).await
+    }
+
+    async fn open_keyed(
+        settings: Settings,
+        access: Access,
+        keyring: Option<Keyring>,
+    ) -> Result<App, OpenError> {
+        let keys = |settings: &Settings| match keyring {
+            Some(keyring) => Ok(keyring),
+            None => load_keyring(settings),
+        };
         let (db, announced) = match access {
             Access::Read => (
                 crate::db::connect_for_reading(&settings.database).await?,
@@ -110,7 +133,7 @@ impl App {
                 None,
             ),
             Access::Keys { storing } => {
-                let keyring = load_keyring(&settings)?;
+                let keyring = keys(&settings)?;
                 if storing {
                     crate::credentials::check_storable(&settings, &keyring)?;
                 }
@@ -118,7 +141,7 @@ impl App {
                 (db.with_keyring(keyring), None)
             }
             Access::Work { command, older } => {
-                let db = start_working(&settings, older).await?;
+                let db = start_working(&settings, keys(&settings)?, older).await?;
                 let announced = announce(&db, command).await?;
                 (db, Some(announced))
             }
@@ -160,9 +183,9 @@ pub fn load_keyring(settings: &Settings) -> Result<Keyring, SecretsError> {
 /// Every start-up step of a process that syncs (see [`App::open`]).
 async fn start_working(
     settings: &Settings,
+    keyring: Keyring,
     older: OlderInstances,
 ) -> Result<DatabasePools, OpenError> {
-    let keyring = load_keyring(settings)?;
     crate::credentials::check_storable(settings, &keyring)?;
     let (db, _) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
     let db = db.with_keyring(keyring);

@@ -377,10 +377,12 @@ async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleRe
         tributary::secrets::SecretKey::generate(),
         tributary::secrets::KeySource::Ephemeral,
     );
-    let db = tributary::db::connect_and_migrate(&settings.database)
-        .await?
-        .with_keyring(keyring);
-    tributary::connections::upsert_configured(&db, &settings).await?;
+    let access = tributary::app::Access::Work {
+        command: "bench",
+        older: tributary::db::OlderInstances::Refuse,
+    };
+    let app = tributary::app::App::open_with_keyring(settings, access, keyring).await?;
+    let (db, settings) = (app.db().clone(), app.settings());
     let before = verify::fingerprint(&db, PROVIDER).await?;
     anyhow::ensure!(
         before.rows == 0,
@@ -397,7 +399,7 @@ async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleRe
     };
     for &(name, generation) in syncs {
         emulator.set_generation(generation);
-        let phase = run_phase(&db, &settings, &emulator, options, name, total, changed).await?;
+        let phase = run_phase(&db, settings, &emulator, options, name, total, changed).await?;
         eprintln!(
             "{name}: {} records in {:.2} s, {:.0} records/s",
             phase.records, phase.seconds, phase.records_per_sec
@@ -412,6 +414,7 @@ async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleRe
         );
         phases.push(phase);
     }
+    app.close().await;
     db.close().await?;
     let checks_passed = phases
         .iter()

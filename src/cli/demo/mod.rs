@@ -61,12 +61,14 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
         None,
         &|_| true,
     )?;
-    let db = crate::db::connect_and_migrate(&settings.database)
-        .await?
-        .with_keyring(keyring);
+    // Not `Access::Work`: what an earlier demo sealed with its own key is dropped before
+    // the configured connections are loaded, where work would refuse it.
+    let access = crate::app::Access::Keys { storing: true };
+    let app = crate::app::App::open_with_keyring(settings, access, keyring).await?;
+    let (db, settings) = (app.db().clone(), app.settings());
     crate::db::require_key_index(&db).await?;
     forget_demo_credentials(&db).await?;
-    crate::connections::upsert_configured(&db, &settings).await?;
+    crate::connections::upsert_configured(&db, settings).await?;
 
     let bars = super::progress::BarProgress::new();
     let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
@@ -77,7 +79,7 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
     };
     let mut passes: Vec<Vec<RunOutcome>> = Vec::new();
     for pass in 1..=2 {
-        let mut outcomes = sync_matching(&db, &settings, &filter, &RunOptions::manual(), sink)
+        let mut outcomes = sync_matching(&db, settings, &filter, &RunOptions::manual(), sink)
             .await?
             .outcomes;
         bars.clear();

@@ -39,6 +39,9 @@ pub(crate) mod limits {
     /// `daemon.lease_ttl`: renewed every third of it, so a long one only delays taking
     /// over a dead holder's connections.
     pub const LEASE_TTL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(DAY));
+    /// `daemon.keep_jobs`: at least an hour, so a job is seen after it ends; at most a year.
+    pub const KEEP_JOBS: (Duration, Duration) =
+        (Duration::from_secs(HOUR), Duration::from_secs(31_557_600));
     /// `daemon.shutdown_grace`.
     pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(HOUR));
     /// `max_pages`.
@@ -187,6 +190,10 @@ pub struct DaemonSettings {
     /// When the daemon deletes the `processed_keys` of append-only providers whose
     /// retention has passed: cron with seconds. Only scheduled when such a provider exists.
     pub key_sweep_schedule: String,
+    /// How long finished sync jobs stay in `sync_jobs` (the runs stay in `sync_runs`);
+    /// swept on the change feed's `sweep_schedule`.
+    #[serde(with = "humantime_serde")]
+    pub keep_jobs: Duration,
 }
 
 impl Default for DaemonSettings {
@@ -196,6 +203,7 @@ impl Default for DaemonSettings {
             lease_ttl: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
             key_sweep_schedule: "0 */10 * * * *".to_string(),
+            keep_jobs: Duration::from_secs(7 * 24 * 60 * 60),
         }
     }
 }
@@ -470,6 +478,9 @@ impl Settings {
         let (min, max) = limits::LEASE_TTL;
         duration_in(raw.daemon.lease_ttl, min, max)
             .map_err(|message| invalid("daemon.lease_ttl".into(), message))?;
+        let (min, max) = limits::KEEP_JOBS;
+        duration_in(raw.daemon.keep_jobs, min, max)
+            .map_err(|message| invalid("daemon.keep_jobs".into(), message))?;
         let (min, max) = limits::SHUTDOWN_GRACE;
         duration_in(raw.daemon.shutdown_grace, min, max)
             .map_err(|message| invalid("daemon.shutdown_grace".into(), message))?;

@@ -12,6 +12,7 @@
 //! - [`connections`]: loading configured connections into `connections`, retiring removed
 //!   ones, and keeping their credentials sealed.
 //! - `lease`: at most one run of a connection at a time, across processes.
+//! - `jobs`: what should run; a schedule slot of a connection is one job across instances.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
 //!   one connection once, page by page, keyed on (user_id, provider, external_id).
 //! - `reconcile`: removing duplicates from before the unique index, with an audit log.
@@ -34,6 +35,7 @@ pub mod credentials;
 pub mod daemon;
 pub mod db;
 pub mod entities;
+pub(crate) mod jobs;
 pub(crate) mod lease;
 pub mod ops;
 pub mod pipeline;

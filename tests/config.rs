@@ -34,6 +34,7 @@ listen = "127.0.0.1:9464"
 lease_ttl = "60s"
 shutdown_grace = "30s"
 key_sweep_schedule = "0 */10 * * * *"
+keep_jobs = "7days"
 
 [changes]
 retention = "30d"
@@ -445,6 +446,11 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("shutdown_grace", "shutdown_grace = \"2h\""),
             "daemon.shutdown_grace",
             "between 0s and 1h, got 2h",
+        ),
+        (
+            with_line("keep_jobs", "keep_jobs = \"10m\""),
+            "daemon.keep_jobs",
+            "between 1h and 1year, got 10m",
         ),
         (
             with_line("max_pages", "max_pages = 0"),

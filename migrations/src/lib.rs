@@ -20,6 +20,7 @@ mod m20261203_000003_lease_generation;
 mod m20261203_000005_full_pass_owed;
 mod m20261203_000010_instances;
 mod m20261203_000011_feed_database_id;
+mod m20261203_000020_sync_jobs;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000005_full_pass_owed::Migration),
             Box::new(m20261203_000010_instances::Migration),
             Box::new(m20261203_000011_feed_database_id::Migration),
+            Box::new(m20261203_000020_sync_jobs::Migration),
         ]
     }
 }

@@ -25,6 +25,7 @@ use tributary_providers::Provider;
 
 use crate::config::{parse_cron, ConfigError, ProviderSettings, Settings};
 use crate::db::DatabasePools;
+use crate::entities::sync_job::JobStatus;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::streams::owe_full_pass;
 use crate::pipeline::{NoProgress, RunOptions, Trigger};
@@ -45,6 +46,8 @@ struct ProviderJob {
     panics: Arc<RunPanics>,
     /// `full_sync_schedule`: which firings are full passes.
     full_sync: Option<FullPasses>,
+    /// `schedule`: a firing's slot is its latest time at or before the firing.
+    schedule: croner::Cron,
 }
 
 /// When `full_sync_schedule` next asks for a full pass: the first firing at or after each
@@ -93,6 +96,8 @@ pub enum DaemonError {
     Abandoned(#[source] sea_orm::DbErr),
     #[error("provider {provider}: full_sync_schedule: {message}")]
     FullSyncSchedule { provider: String, message: String },
+    #[error("provider {provider}: schedule: {message}")]
+    Schedule { provider: String, message: String },
     #[error("{what} failed: {source}")]
     Scheduler {
         what: String,
@@ -115,7 +120,9 @@ impl DaemonError {
     /// Whether the configuration is at fault.
     pub fn is_config(&self) -> bool {
         match self {
-            DaemonError::Config(_) | DaemonError::FullSyncSchedule { .. } => true,
+            DaemonError::Config(_)
+            | DaemonError::FullSyncSchedule { .. }
+            | DaemonError::Schedule { .. } => true,
             DaemonError::Provider(error) => error.is_config(),
             _ => false,
         }
@@ -185,6 +192,12 @@ pub async fn run_with(
             },
             cancel: cancel.clone(),
             panics: panics.clone(),
+            schedule: parse_cron(&provider_settings.schedule).map_err(|message| {
+                DaemonError::Schedule {
+                    provider: provider_settings.name.clone(),
+                    message,
+                }
+            })?,
             full_sync: match &provider_settings.full_sync_schedule {
                 Some(expression) => Some(FullPasses::new(
                     parse_cron(expression).map_err(|message| DaemonError::FullSyncSchedule {
@@ -311,6 +324,7 @@ async fn schedule_sweeps(
             .map_err(scheduler_error("scheduling the processed-keys sweep"))?;
     }
     let retention = settings.changes.retention;
+    let keep_jobs = settings.daemon.keep_jobs;
     let sweep = {
         let db = db.clone();
         Job::new_async(settings.changes.sweep_schedule.as_str(), move |_, _| {
@@ -319,6 +333,14 @@ async fn schedule_sweeps(
                 let swept = crate::pipeline::changes::sweep_expired_changes(&db, retention);
                 if let Err(error) = swept.await {
                     tracing::warn!(%error, "Sweeping expired changes failed.");
+                }
+                let before = chrono::Utc::now()
+                    .checked_sub_signed(chrono::TimeDelta::from_std(keep_jobs).unwrap_or_default())
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+                match crate::jobs::sweep_finished(&db, before).await {
+                    Ok(0) => {}
+                    Ok(swept) => tracing::debug!(swept, "Swept finished sync jobs."),
+                    Err(error) => tracing::warn!(%error, "Sweeping finished sync jobs failed."),
                 }
             })
         })
@@ -363,6 +385,11 @@ async fn fire(job: &ProviderJob) {
             }
         }
     }
+    let slot = slot_of(&job.schedule, chrono::Utc::now());
+    let (connections, jobs) = take_slots(job, connections, slot).await;
+    if connections.is_empty() {
+        return;
+    }
     let options = RunOptions {
         trigger: Trigger::Schedule,
         // The streams owed a full pass make one; a firing that could not note it asks.
@@ -392,9 +419,110 @@ async fn fire(job: &ProviderJob) {
                 runs = report.outcomes.len(),
                 skipped = report.skipped.len(),
                 "Firing done."
-            )
+            );
+            finish_jobs(&job.db, &jobs, &report).await;
         }
-        Err(error) => tracing::error!(%provider, %error, "Firing failed."),
+        Err(error) => {
+            tracing::error!(%provider, %error, "Firing failed.");
+            for (_, job_id) in &jobs {
+                let outcome = format!("the firing failed: {error}");
+                if let Err(error) =
+                    crate::jobs::finish(&job.db, *job_id, JobStatus::Failed, outcome).await
+                {
+                    tracing::warn!(job_id, %error, "Recording the job's end failed.");
+                }
+            }
+        }
+    }
+}
+
+/// The slot a firing at `now` serves: the schedule's latest time at or before it, in
+/// whole seconds, so that every instance firing it computes the same value whatever its
+/// delay (croner keeps the fraction of the time it searches from).
+fn slot_of(
+    schedule: &croner::Cron,
+    now: chrono::DateTime<chrono::Utc>,
+) -> chrono::DateTime<chrono::Utc> {
+    use chrono::Timelike;
+    let whole = |time: chrono::DateTime<chrono::Utc>| time.with_nanosecond(0).unwrap_or(time);
+    schedule
+        .find_previous_occurrence(&whole(now), true)
+        .map(whole)
+        .unwrap_or_else(|_| whole(now))
+}
+
+/// Takes this firing's slot of each connection: the connections whose job this instance
+/// inserted, with their job ids. Another instance that fired the same slot took the rest.
+async fn take_slots(
+    job: &ProviderJob,
+    connections: Vec<crate::entities::connection::Model>,
+    slot: chrono::DateTime<chrono::Utc>,
+) -> (
+    Vec<crate::entities::connection::Model>,
+    Vec<(crate::entities::connection::Model, i64)>,
+) {
+    let mut taken = Vec::with_capacity(connections.len());
+    let mut jobs = Vec::with_capacity(connections.len());
+    for connection in connections {
+        match crate::jobs::take_slot(&job.db, connection.id, slot, job.lease.holder.as_str()).await
+        {
+            Ok(Some(job_id)) => {
+                taken.push(connection.clone());
+                jobs.push((connection, job_id));
+            }
+            Ok(None) => tracing::debug!(
+                user_id = %connection.user_id,
+                provider = %connection.provider,
+                %slot,
+                "Slot taken by another instance."
+            ),
+            Err(error) => tracing::error!(
+                user_id = %connection.user_id,
+                provider = %connection.provider,
+                %error,
+                "Taking the slot's job failed; the connection waits for its next slot."
+            ),
+        }
+    }
+    (taken, jobs)
+}
+
+/// Records how each job of a firing ended: skipped when the connection's run was already
+/// going, else done, with its runs' statuses.
+async fn finish_jobs(
+    db: &DatabasePools,
+    jobs: &[(crate::entities::connection::Model, i64)],
+    report: &crate::sync::SyncReport,
+) {
+    for (connection, job_id) in jobs {
+        let mine = |user: &str, provider: &str| {
+            user == connection.user_id && provider == connection.provider
+        };
+        let (status, outcome) = match report
+            .skipped
+            .iter()
+            .find(|skipped| mine(&skipped.user_id, &skipped.provider))
+        {
+            Some(skipped) => (
+                JobStatus::Skipped,
+                format!(
+                    "a run of the connection was going (held by {})",
+                    skipped.holder
+                ),
+            ),
+            None => {
+                let runs: Vec<String> = report
+                    .outcomes
+                    .iter()
+                    .filter(|outcome| mine(&outcome.user_id, &outcome.provider))
+                    .map(|outcome| format!("run {} {}", outcome.run_id, outcome.status))
+                    .collect();
+                (JobStatus::Done, runs.join(", "))
+            }
+        };
+        if let Err(error) = crate::jobs::finish(db, *job_id, status, outcome).await {
+            tracing::warn!(job_id, %error, "Recording the job's end failed.");
+        }
     }
 }
 
@@ -405,6 +533,24 @@ mod tests {
 
     fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn instances_firing_a_slot_at_different_moments_compute_the_same_slot() {
+        let every_six = parse_cron("*/6 * * * * *").unwrap();
+        let slot = at("2026-12-02T01:10:06Z");
+        for fired in [
+            "2026-12-02T01:10:06Z",
+            "2026-12-02T01:10:06.020113Z",
+            "2026-12-02T01:10:07.5Z",
+            "2026-12-02T01:10:11.999Z",
+        ] {
+            assert_eq!(super::slot_of(&every_six, at(fired)), slot, "{fired}");
+        }
+        assert_eq!(
+            super::slot_of(&every_six, at("2026-12-02T01:10:12.001Z")),
+            at("2026-12-02T01:10:12Z")
+        );
     }
 
     #[test]

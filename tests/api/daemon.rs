@@ -927,3 +927,191 @@ async fn lease_holders_name_the_host_where_proc_does_not_show_it() {
     let code = daemon.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{}", daemon.log());
 }
+
+/// Alice's jobs in `sync_jobs`, oldest first.
+async fn jobs_of_alice(app: &TestApp) -> Vec<tributary::entities::sync_job::Model> {
+    use tributary::entities::sync_job;
+    let alice = connection::Entity::find()
+        .filter(connection::Column::UserId.eq("alice"))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("alice");
+    sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(alice.id))
+        .order_by_asc(sync_job::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_daemon_firing_a_slot_after_another_ran_it_runs_nothing() {
+    use tributary::entities::sync_job::{self, JobStatus};
+    if backend() == Backend::Sqlite {
+        // One daemon per SQLite file (see `several_daemons_share_the_work_...`).
+        return;
+    }
+    let app = crate::helpers::spawn_app().await;
+    let users: Vec<String> = (0..4).map(|i| format!("user{i}")).collect();
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    for user in &names {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::ZERO).await;
+    }
+    let providers = cursor_provider("acme", &app.api.uri(), &names).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"*/6 * * * * *\"",
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let jobs = || async {
+        sync_job::Entity::find()
+            .order_by_asc(sync_job::Column::Id)
+            .all(&app.db)
+            .await
+            .unwrap()
+    };
+    let mut early = Daemon::start(&config, app.dir.path().join("early.log"));
+    let mut late = Daemon::start_with(
+        &config,
+        app.dir.path().join("late.log"),
+        &["--log", "debug"],
+        &[],
+    );
+    eventually(Duration::from_secs(30), "both daemons ready", || async {
+        early.log().contains("Daemon ready.") && late.log().contains("Daemon ready.")
+    })
+    .await;
+    // The late daemon is paused over the next slot, until the early one has run it: it
+    // fires the slot when it resumes, as an instance whose firing was delayed would.
+    let now = chrono::Utc::now();
+    let next_slot = {
+        let seconds = now.timestamp();
+        let next = seconds - seconds.rem_euclid(6) + 6;
+        chrono::DateTime::from_timestamp(next, 0).expect("a time")
+    };
+    let until_pause = (next_slot - now - chrono::Duration::milliseconds(700))
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(until_pause).await;
+    late.signal(Signal::SIGSTOP);
+    eventually(
+        Duration::from_secs(20),
+        "the early daemon's runs of the slot",
+        || async {
+            jobs()
+                .await
+                .iter()
+                .filter(|job| job.slot_at == Some(next_slot) && job.status == JobStatus::Done)
+                .count()
+                == users.len()
+        },
+    )
+    .await;
+    late.signal(Signal::SIGCONT);
+    // Well before the slot after it.
+    let settle = (next_slot + chrono::Duration::milliseconds(4500) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(settle).await;
+    for daemon in [&early, &late] {
+        daemon.signal(Signal::SIGTERM);
+    }
+    for daemon in [&mut early, &mut late] {
+        assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+    }
+
+    let jobs = jobs().await;
+    let runs = sync_run::Entity::find().all(&app.db).await.unwrap();
+    let in_slot = |at: chrono::DateTime<chrono::Utc>| {
+        at >= next_slot && at < next_slot + chrono::Duration::seconds(6)
+    };
+    let runs_in_slot = runs.iter().filter(|run| in_slot(run.started_at)).count();
+    assert_eq!(
+        runs_in_slot,
+        users.len(),
+        "each connection runs once in the slot, though the late daemon fired it too\n{}",
+        late.log()
+    );
+    assert!(
+        late.log().contains("Slot taken by another instance."),
+        "the late daemon fired the slot after it resumed:\n{}",
+        late.log()
+    );
+    let done = jobs
+        .iter()
+        .filter(|job| job.status == JobStatus::Done)
+        .count();
+    assert_eq!(runs.len(), done, "one run per job that ran: {jobs:#?}");
+    let mut slots: Vec<_> = jobs
+        .iter()
+        .map(|job| (job.connection_id, job.slot_at))
+        .collect();
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), jobs.len(), "one job per slot");
+}
+
+#[tokio::test]
+async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
+    use sea_orm::{ActiveModelTrait, Set};
+    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    let app = crate::helpers::spawn_app().await;
+    // Synced once a year: no run happens while the test watches the sweep.
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    app.settings(&providers).await;
+    let alice = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("alice");
+    let now = chrono::Utc::now();
+    for (hours_ago, slot) in [(3, 1), (0, 2)] {
+        let finished = now - chrono::Duration::hours(hours_ago);
+        sync_job::ActiveModel {
+            connection_id: Set(alice.id),
+            stream: Set(String::new()),
+            kind: Set(JobKind::Scheduled),
+            slot_at: Set(Some(now - chrono::Duration::days(slot))),
+            status: Set(JobStatus::Done),
+            holder: Set(Some("elsewhere:1:0".to_string())),
+            created_at: Set(finished),
+            started_at: Set(Some(finished)),
+            finished_at: Set(Some(finished)),
+            outcome: Set(Some("run 1 succeeded".to_string())),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+    let config = app.write_config(&format!(
+        "[daemon]\nkeep_jobs = \"2h\"\nlease_ttl = \"5s\"\nshutdown_grace = \"8s\"\n\
+         [changes]\nsweep_schedule = \"* * * * * *\"\n{providers}"
+    ));
+    let mut daemon = Daemon::start_with(
+        &config,
+        app.dir.path().join("daemon.log"),
+        &["--log", "debug"],
+        &[],
+    );
+    eventually(Duration::from_secs(20), "the old job swept", || async {
+        daemon.log().contains("Swept finished sync jobs.")
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let left: Vec<_> = jobs_of_alice(&app)
+        .await
+        .iter()
+        .filter_map(|job| job.finished_at)
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0] > now - chrono::Duration::hours(1),
+        "the recent job stays"
+    );
+}

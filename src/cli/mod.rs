@@ -9,6 +9,7 @@ mod connections;
 mod daemon;
 mod demo;
 mod history;
+mod jobs;
 mod notifications;
 mod progress;
 mod reconcile;
@@ -109,6 +110,9 @@ pub enum Command {
     /// Show the webhook deliveries ([notify]), newest first: status, attempts, the last
     /// error and the next attempt.
     Notifications(notifications::NotificationsArgs),
+    /// Show the sync jobs, newest first: each schedule slot of each connection, the
+    /// instance that ran it and how it ended.
+    Jobs(jobs::JobsArgs),
     /// Re-ingest a run's failed records from their stored payloads, as a new run with
     /// trigger `replay`. Errors whose record now goes through are marked resolved.
     Replay(replay::ReplayArgs),
@@ -278,6 +282,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Errors(args) => history::errors(config, args).await,
         Command::Changes(args) => changes::run(config, args).await,
         Command::Notifications(args) => notifications::run(config, args).await,
+        Command::Jobs(args) => jobs::run(config, args).await,
         Command::Replay(args) => replay::run(config, args).await,
         Command::Reconcile(args) => reconcile::run(config, args).await,
         Command::Connections(command) => connections::command(config, command).await,

@@ -9,6 +9,7 @@
 pub mod changes;
 pub mod connections;
 pub mod errors;
+pub mod jobs;
 pub mod notifications;
 pub mod replay;
 pub mod runs;

@@ -1114,4 +1114,19 @@ async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
         left[0] > now - chrono::Duration::hours(1),
         "the recent job stays"
     );
+
+    // `tributary jobs` shows it, with the connection it was for.
+    let listed = crate::helpers::run(crate::helpers::tributary(&config).args(["jobs", "--json"]));
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let jobs: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let jobs = jobs.as_array().expect("an array");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["user_id"], "alice");
+    assert_eq!(jobs[0]["provider"], "acme");
+    assert_eq!(jobs[0]["status"], "done");
+    assert_eq!(jobs[0]["outcome"], "run 1 succeeded");
+    let skipped = crate::helpers::run(
+        crate::helpers::tributary(&config).args(["jobs", "--status", "skipped"]),
+    );
+    assert_eq!(skipped.stdout.trim(), "No jobs.", "{}", skipped.stderr);
 }

@@ -1,0 +1,92 @@
+//! `tributary jobs`: the sync jobs, newest first: which slot of which connection, who ran
+//! it, and how it ended.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use crate::app::{Access, App};
+use crate::config::Settings;
+use crate::entities::sync_job::JobStatus;
+use crate::ops::jobs::{JobsQuery, MAX_LIMIT};
+
+use super::history::{print_rows, shorten};
+
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only jobs in this state.
+    #[arg(long, value_enum)]
+    status: Option<StatusArg>,
+    /// Only this provider's.
+    #[arg(long)]
+    provider: Option<String>,
+    /// Only this user's.
+    #[arg(long)]
+    user: Option<String>,
+    /// How many jobs to show (1 to 1000).
+    #[arg(long, default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
+    limit: u64,
+    /// Only jobs older than this id (the `--before` a previous page printed).
+    #[arg(long, value_name = "JOB_ID")]
+    before: Option<i64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StatusArg {
+    Running,
+    Done,
+    Skipped,
+    Failed,
+}
+
+/// `tributary jobs`.
+pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(config)?;
+    let app = App::open(settings, Access::Read).await?;
+    let query = JobsQuery {
+        status: args.status.map(|status| match status {
+            StatusArg::Running => JobStatus::Running,
+            StatusArg::Done => JobStatus::Done,
+            StatusArg::Skipped => JobStatus::Skipped,
+            StatusArg::Failed => JobStatus::Failed,
+        }),
+        provider: args.provider,
+        user_id: args.user,
+        before: args.before,
+        limit: args.limit,
+    };
+    let page = crate::ops::jobs::list(app.db(), &query).await?;
+    let header = [
+        "id",
+        "user",
+        "provider",
+        "kind",
+        "slot (UTC)",
+        "status",
+        "instance",
+        "outcome",
+    ];
+    print_rows(&page.items, args.json, Some("No jobs."), &header, |job| {
+        vec![
+            job.id.to_string(),
+            job.user_id.clone(),
+            job.provider.clone(),
+            job.kind.to_string(),
+            job.slot_at
+                .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_default(),
+            job.status.to_string(),
+            job.holder.clone().unwrap_or_default(),
+            shorten(job.outcome.as_deref().unwrap_or("")),
+        ]
+    })?;
+    if let (Some(next), false) = (page.next, args.json) {
+        println!("More jobs: add --before {next} for the next page.");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,114 @@
+//! Sync jobs (`sync_jobs`), newest first, with the connection each is for.
+
+use std::collections::HashMap;
+
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde::Serialize;
+
+use super::{check_limit, OpsError, Page};
+use crate::entities::connection;
+use crate::entities::sync_job::{self, JobKind, JobStatus};
+
+/// The largest page of jobs.
+pub const MAX_LIMIT: u64 = 1_000;
+
+/// Which jobs to list.
+#[derive(Clone, Debug, Default)]
+pub struct JobsQuery {
+    pub status: Option<JobStatus>,
+    pub provider: Option<String>,
+    pub user_id: Option<String>,
+    /// Only jobs older than this job id (the `next` of the page before).
+    pub before: Option<i64>,
+    /// At most this many (1 to [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+/// A job, with the connection it is for.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobView {
+    pub id: i64,
+    pub provider: String,
+    pub user_id: String,
+    /// The stream it runs; empty for every stream the provider syncs.
+    pub stream: String,
+    pub kind: JobKind,
+    pub slot_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub status: JobStatus,
+    pub holder: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub outcome: Option<String>,
+}
+
+/// The newest jobs that match `query`.
+pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<JobView>, OpsError> {
+    let limit = check_limit(query.limit, MAX_LIMIT)?;
+    let mut select = sync_job::Entity::find();
+    if let Some(status) = query.status {
+        select = select.filter(sync_job::Column::Status.eq(status));
+    }
+    if query.provider.is_some() || query.user_id.is_some() {
+        let mut connections = sea_orm::sea_query::Query::select()
+            .column(connection::Column::Id)
+            .from(connection::Entity)
+            .to_owned();
+        if let Some(provider) = &query.provider {
+            connections.and_where(connection::Column::Provider.eq(provider.as_str()));
+        }
+        if let Some(user_id) = &query.user_id {
+            connections.and_where(connection::Column::UserId.eq(user_id.as_str()));
+        }
+        select = select.filter(sync_job::Column::ConnectionId.in_subquery(connections));
+    }
+    if let Some(before) = query.before {
+        select = select.filter(sync_job::Column::Id.lt(before));
+    }
+    let rows = select
+        .order_by_desc(sync_job::Column::Id)
+        .limit(limit.saturating_add(1))
+        .all(db)
+        .await?;
+    let page = Page::from_rows(rows, limit, |job| job.id);
+    let mut ids: Vec<i64> = page.items.iter().map(|job| job.connection_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let owners: HashMap<i64, (String, String)> = connection::Entity::find()
+        .select_only()
+        .columns([
+            connection::Column::Id,
+            connection::Column::Provider,
+            connection::Column::UserId,
+        ])
+        .filter(connection::Column::Id.is_in(ids))
+        .into_tuple::<(i64, String, String)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|(id, provider, user_id)| (id, (provider, user_id)))
+        .collect();
+    Ok(Page {
+        items: page
+            .items
+            .into_iter()
+            .map(|job| {
+                let (provider, user_id) =
+                    owners.get(&job.connection_id).cloned().unwrap_or_default();
+                JobView {
+                    id: job.id,
+                    provider,
+                    user_id,
+                    stream: job.stream,
+                    kind: job.kind,
+                    slot_at: job.slot_at,
+                    status: job.status,
+                    holder: job.holder,
+                    created_at: job.created_at,
+                    finished_at: job.finished_at,
+                    outcome: job.outcome,
+                }
+            })
+            .collect(),
+        next: page.next,
+    })
+}

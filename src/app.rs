@@ -1,8 +1,9 @@
 //! Start-up: [`App::open`] takes loaded settings to a database ready for what the caller
 //! is about to do, so that the daemon, the CLI, the bench and the API all start the same
 //! way. What each [`Access`] does is cumulative: reading connects (migrating only if a
-//! migration is pending); the others migrate; `Keys` loads the secrets keys; `Work` runs
-//! every step a syncing process needs and announces the process in `instances`.
+//! migration is pending), and describing also tries the keys; the others migrate; `Keys`
+//! loads the secrets keys; `Work` runs every step a syncing process needs and announces
+//! the process in `instances`.
 
 use sea_orm::{DatabaseConnection, DbErr};
 
@@ -18,6 +19,11 @@ pub enum Access {
     /// Only reads: one pooled connection, no migration lock when nothing is pending, no
     /// keys.
     Read,
+    /// Only reads, describing stored credentials: as `Read`, with the configured keys when
+    /// they load. A missing or unreadable key is warned about, not refused, so that no
+    /// command that only reads needs a secret; what is sealed is then described by its
+    /// key id.
+    Describe,
     /// Writes outside the pipeline's runs (reconcile, the demo's set-up): migrated, no keys.
     Migrated,
     /// Reads or writes sealed credentials: migrated, with the configured keys. `storing`
@@ -128,6 +134,17 @@ impl App {
                 crate::db::connect_for_reading(&settings.database).await?,
                 None,
             ),
+            Access::Describe => {
+                let keyring = keys(&settings).unwrap_or_else(|error| {
+                    tracing::warn!(
+                        %error,
+                        "The secrets keys could not be loaded; sealed credentials are described by their key id."
+                    );
+                    Keyring::none()
+                });
+                let db = crate::db::connect_for_reading(&settings.database).await?;
+                (db.with_keyring(keyring), None)
+            }
             Access::Migrated => (
                 crate::db::connect_and_migrate(&settings.database).await?,
                 None,

@@ -8,7 +8,7 @@ use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, 
 use tributary_providers::{build_provider, FetchError, Provider};
 
 use crate::config::{ProviderSettings, Settings, StreamSettings};
-use crate::db::DatabasePools;
+use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::connection;
 use crate::lease::{claim, release, renewing, Holder};
 use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome, RunStatus};
@@ -47,6 +47,8 @@ pub enum SyncError {
     },
     #[error("database error: {0}")]
     Database(#[from] DbErr),
+    #[error(transparent)]
+    KeyIndex(#[from] DbSetupError),
 }
 
 impl SyncError {
@@ -117,6 +119,9 @@ pub async fn sync_matching(
         }
     }
     check_stream_filter(settings, filter)?;
+    // `App::open` checks this too, but an embedding app may sync on pools of its own, and
+    // without the index concurrent runs could store a key twice.
+    crate::db::require_key_index(db).await?;
     warn_about_unconfigured_connections(db, settings).await?;
     let lease = LeaseSettings {
         holder: Holder::current(),

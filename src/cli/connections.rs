@@ -104,9 +104,14 @@ impl ConnectionsCommand {
 /// `tributary connections ...`.
 pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    // Only `add` stores a secret; the others read with whatever keys are configured.
-    let storing = command.stores_credentials();
-    let app = App::open(settings, Access::Keys { storing }).await?;
+    // `list` only reads, so it needs no key; only `add` stores a secret.
+    let access = match &command {
+        ConnectionsCommand::List { .. } => Access::Describe,
+        _ => Access::Keys {
+            storing: command.stores_credentials(),
+        },
+    };
+    let app = App::open(settings, access).await?;
     run(app.db(), app.settings(), command).await?;
     Ok(ExitCode::SUCCESS)
 }

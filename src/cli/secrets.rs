@@ -29,7 +29,7 @@ pub enum SecretsCommand {
         json: bool,
     },
     /// How many connections hold credentials sealed with each key id, and how many in
-    /// clear. Needs no key.
+    /// clear. Needs no key: without one, sealed rows are counted by the key id they carry.
     Status {
         /// Print JSON instead of lines.
         #[arg(long)]
@@ -73,7 +73,7 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
         }
         SecretsCommand::Status { json } => {
             let settings = Settings::load(config)?;
-            let app = App::open(settings, Access::Keys { storing: false }).await?;
+            let app = App::open(settings, Access::Describe).await?;
             let status = crate::ops::secrets::status(app.db()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
@@ -88,7 +88,7 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
 fn print_status(status: &sealing::SealingStatus) {
     match &status.current_key_id {
         Some(id) => println!("current key: {id}"),
-        None => println!("current key: none configured"),
+        None => println!("current key: none loaded"),
     }
     for (id, rows) in &status.sealed_by_key_id {
         let current = if status.current_key_id.as_deref() == Some(id.as_str()) {

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use tributary_providers::Provider;
 
 use crate::config::{parse_cron, ConfigError, ProviderSettings, Settings};
-use crate::db::DatabasePools;
+use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::sync_job::JobStatus;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::streams::owe_full_pass;
@@ -89,6 +89,8 @@ pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
+    KeyIndex(#[from] DbSetupError),
+    #[error(transparent)]
     SingleInstance(#[from] single_instance::SingleInstanceError),
     #[error(transparent)]
     Provider(#[from] SyncError),
@@ -138,7 +140,8 @@ fn scheduler_error(
 }
 
 /// Runs the daemon until `shutdown` resolves. The database must be migrated and the
-/// configured connections loaded.
+/// configured connections loaded (`App::open` with `Access::Work` does both); a records
+/// table without the unique key index is refused here too, before anything is written.
 pub async fn run(
     settings: &Settings,
     db: DatabasePools,
@@ -157,6 +160,9 @@ pub async fn run_with(
 ) -> Result<(), DaemonError> {
     let notify_secret = settings.notify_secret()?;
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
+    // Checked again although `App::open` does: an embedding app may start the daemon on
+    // pools of its own, and without the index concurrent runs could write duplicates.
+    crate::db::require_key_index(&db).await?;
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
     let abandoned = sweep_abandoned_runs(&db)

@@ -17,8 +17,8 @@ pub struct Model {
     pub content_hash: String,
     /// The run that inserted the record.
     pub first_seen_run_id: i64,
-    /// The last run that fetched this record with new content (see ARCHITECTURE.md:
-    /// an unchanged re-sync writes nothing).
+    /// The last run that fetched this record with new content (an unchanged re-sync
+    /// writes nothing: docs/decisions/last-seen.md).
     pub last_seen_run_id: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

@@ -121,7 +121,7 @@ impl Committed {
 }
 
 /// How long an unchanged run may go without committing its counters and checkpoint
-/// (see ARCHITECTURE.md, "Shortcuts for unchanged and new pages").
+/// (see docs/decisions/page-shortcuts.md).
 const MAX_UNCOMMITTED_UNCHANGED: Duration = Duration::from_secs(1);
 
 /// A page asked for while the run may be cancelled.

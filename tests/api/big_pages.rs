@@ -1,6 +1,6 @@
 //! Pages of any size and shape commit or fail cleanly: pages at `max_records_per_page`
-//! store on every backend, and thousands of bad records are written in chunks like every
-//! other multi-row write.
+//! store on every backend, thousands of bad records are written in chunks like every
+//! other multi-row write, and a large body is parsed off the runtime's workers.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -226,4 +226,64 @@ async fn a_page_past_max_records_per_page_is_one_page_error_and_the_run_fails_na
     assert_eq!(app.record_ids().await, ["ok_0", "ok_1"]);
     let checkpoint = app.stream_checkpoint().await;
     assert!(checkpoint.unwrap_or_default().contains("p2"));
+}
+
+/// A body of `bytes` bytes of JSON: one array of strings.
+fn body_of(bytes: usize) -> String {
+    let item = format!("\"{}\"", "x".repeat(98));
+    let items = vec![item; bytes / 100 + 1];
+    format!("[{}]", items.join(","))
+}
+
+#[test]
+fn a_large_body_is_parsed_on_the_blocking_pool_and_a_small_one_inline() {
+    use std::time::Duration;
+    // One blocking thread, held below: a body parsed on the pool waits for it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = wiremock::MockServer::start().await;
+        for (route, bytes) in [("/small", 1024), ("/large", 64 * 1024)] {
+            Mock::given(method("GET"))
+                .and(path(route))
+                .respond_with(ResponseTemplate::new(200).set_body_string(body_of(bytes)))
+                .mount(&server)
+                .await;
+        }
+        let client = tributary_providers::HttpClient::new(Default::default()).unwrap();
+        let get = |route: &str| {
+            let client = client.clone();
+            let url = url::Url::parse(&format!("{}{route}", server.uri())).unwrap();
+            async move { client.get_json(url, Default::default()).await }
+        };
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let hold = tokio::task::spawn_blocking(move || {
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+        });
+        held_rx.await.unwrap();
+
+        let small = tokio::time::timeout(Duration::from_secs(10), get("/small"))
+            .await
+            .expect("a small body is parsed without the blocking pool");
+        assert!(small.is_ok(), "{:?}", small.err());
+        let large = tokio::spawn(get("/large"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !large.is_finished(),
+            "a large body waits for the blocking pool"
+        );
+        release_tx.send(()).unwrap();
+        hold.await.unwrap();
+        let large = tokio::time::timeout(Duration::from_secs(10), large)
+            .await
+            .expect("the large body is parsed once the pool is free")
+            .unwrap();
+        assert!(large.is_ok(), "{:?}", large.err());
+    });
 }

@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder
 use tributary::entities::{connection, processed_key, sync_run};
 use tributary::pipeline::{RunStatus, Trigger};
 
-use crate::helpers::{backend, cursor_provider, mount_cursor_listing, Backend, TestApp};
+use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend, TestApp};
 
 /// A running `tributary daemon`, killed if the test ends without stopping it.
 pub(crate) struct Daemon {
@@ -1129,4 +1129,31 @@ async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
         crate::helpers::tributary(&config).args(["jobs", "--status", "skipped"]),
     );
     assert_eq!(skipped.stdout.trim(), "No jobs.", "{}", skipped.stderr);
+}
+
+#[tokio::test]
+async fn the_library_daemon_refuses_a_records_table_without_the_key_index() {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "a", 1, 3, Duration::ZERO).await;
+    let provider = every_second(cursor_provider("acme", &app.api.uri(), &["alice"]));
+    let settings = app.settings(&provider).await;
+    app.execute(match backend() {
+        Backend::Mysql => "DROP INDEX records_user_provider_external_id_key ON records",
+        _ => "DROP INDEX records_user_provider_external_id_key",
+    })
+    .await;
+    // Never told to stop: only the refusal ends it within the limit.
+    let daemon = tributary::daemon::run(&settings, app.db.clone(), std::future::pending());
+    let refused = tokio::time::timeout(Duration::from_secs(30), daemon)
+        .await
+        .expect("the daemon refuses at once instead of scheduling")
+        .expect_err("the daemon refuses a table without the key index");
+    assert!(
+        refused
+            .to_string()
+            .contains("tributary reconcile --dry-run"),
+        "{refused}"
+    );
+    assert!(runs_of(&app, "alice").await.is_empty(), "no run started");
+    assert!(app.records().await.is_empty());
 }

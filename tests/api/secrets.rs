@@ -369,6 +369,50 @@ async fn commands_that_only_read_need_no_token_variable_and_no_key() {
     );
 }
 
+#[tokio::test]
+async fn commands_that_only_read_succeed_when_the_key_file_cannot_be_loaded() {
+    use std::os::unix::fs::PermissionsExt;
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "a", 1, 3, std::time::Duration::ZERO).await;
+    let config = app.write_config(&cursor_provider("acme", &app.api.uri(), &["alice"]));
+    assert_eq!(run(tributary(&config).args(["sync", "--quiet"])).code, 0);
+    let key_id = status_json(&config).await["current_key_id"]
+        .as_str()
+        .expect("the key's id")
+        .to_string();
+
+    let missing = app.dir.path().join("moved.key");
+    std::fs::rename(&app.key_file, &missing).unwrap();
+    let unreadable = || {
+        std::fs::set_permissions(&missing, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::rename(&missing, &app.key_file).unwrap();
+    };
+    for (case, break_key) in [
+        ("a missing key file", None),
+        ("a key file others can read", Some(&unreadable)),
+    ] {
+        if let Some(break_key) = break_key {
+            break_key();
+        }
+        let list = run(tributary(&config).args(["connections", "list"]));
+        assert_eq!(list.code, 0, "{case}: {}", list.stderr);
+        assert!(
+            list.stdout.contains(&format!("sealed with key {key_id}")),
+            "{case}: {}",
+            list.stdout
+        );
+        let status = status_json(&config).await;
+        assert_eq!(status["sealed_by_key_id"][&key_id], 1, "{case}: {status}");
+        assert!(status["current_key_id"].is_null(), "{case}: {status}");
+        // Work that needs the key is still refused.
+        assert_eq!(
+            run(tributary(&config).args(["sync", "--quiet"])).code,
+            2,
+            "{case}"
+        );
+    }
+}
+
 /// `connections add` of bob@acme with his token on standard input.
 fn add_bob(config: &std::path::Path) -> crate::helpers::Output {
     let args = ["connections", "add", "--provider", "acme", "--user", "bob"];

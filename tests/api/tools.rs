@@ -211,6 +211,41 @@ async fn raw_record(
 }
 
 #[tokio::test]
+async fn the_library_sync_refuses_a_records_table_without_the_key_index() {
+    let app = spawn_app().await;
+    serve(&app, json!(items("s", "alice", 0..3))).await;
+    let settings = app
+        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    app.execute(match backend() {
+        Backend::Mysql => "DROP INDEX records_user_provider_external_id_key ON records",
+        _ => "DROP INDEX records_user_provider_external_id_key",
+    })
+    .await;
+    let refused = tributary::sync::sync_matching(
+        &app.db,
+        &settings,
+        &Default::default(),
+        &tributary::pipeline::RunOptions::manual(),
+        &tributary::pipeline::NoProgress,
+    )
+    .await
+    .expect_err("sync refuses a table without the key index");
+    assert!(
+        refused
+            .to_string()
+            .contains("tributary reconcile --dry-run"),
+        "{refused}"
+    );
+    assert!(app.records().await.is_empty(), "nothing was stored");
+    let runs = tributary::entities::sync_run::Entity::find()
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert!(runs.is_empty(), "no run started: {runs:?}");
+}
+
+#[tokio::test]
 async fn reconcile_removes_duplicates_by_the_key_with_an_audit_log_then_creates_the_index() {
     let app = spawn_app().await;
     let drop_index = match backend() {

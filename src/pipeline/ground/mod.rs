@@ -1,10 +1,11 @@
 //! The pipeline's ground floor: the types and statements that the layers above share
-//! (the run's counters, the names SQL text is written with, a page's transaction), so
-//! that none of them has to import another layer for them. It imports nothing of the
-//! pipeline.
+//! (the run's counters, the names SQL text is written with, the record row's columns, a
+//! page's transaction), so that none of them has to import another layer for them. It
+//! imports nothing of the pipeline.
 
 mod counts;
 pub(crate) mod names;
+pub(crate) mod row;
 
 use sea_orm::{
     DatabaseConnection, DatabaseTransaction, DbErr, SqliteTransactionMode, TransactionOptions,

@@ -23,8 +23,9 @@ use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
 use crate::lease::Fence;
-use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
+use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::{checkpoint_column, Checkpoint, CheckpointMove};
+use crate::pipeline::ground::row::{value_of, RowPage, Source, DELETION, NEW_ROW, REWRITE, STORED};
 use crate::pipeline::ground::{begin_page_transaction, counter_columns, RunCounts};
 
 /// What the lookup found: each stored key's row, by external id.
@@ -122,7 +123,7 @@ pub trait StoreBackend: Send + Sync {
         slot: ChangeSlot,
         kind: ChangeKind,
     ) -> Result<u64, DbErr> {
-        txn.execute(&update_statement(context.run_id, changed, now))
+        txn.execute(&update_statement(context.row_page(now), changed))
             .await?;
         let keys = changed
             .iter()
@@ -230,16 +231,18 @@ pub(crate) fn refusal_by_sqlstate(code: &str) -> Option<Refusal> {
     }
 }
 
-/// The stored keys among `rows` of (id, external id, content hash) columns; a row
-/// without an id (the lone row of a lock beside no stored key) is skipped.
+/// The stored keys among `rows` of [`STORED`]'s columns; a row without an id (the lone
+/// row of a lock beside no stored key) is skipped.
 pub(crate) fn stored_keys_of(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+    let [id_column, external_id_column, hash_column, deleted_by_column] =
+        STORED.map(|column| column.as_str());
     let mut existing = Existing::with_capacity(rows.len());
     for row in rows {
-        let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
+        let id: Option<i64> = row.try_get("", id_column)?;
         let Some(id) = id else { continue };
-        let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
-        let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-        let deleted_by: Option<i64> = row.try_get("", record::Column::DeletedByRunId.as_str())?;
+        let external_id: String = row.try_get("", external_id_column)?;
+        let hash: String = row.try_get("", hash_column)?;
+        let deleted_by: Option<i64> = row.try_get("", deleted_by_column)?;
         existing.insert(external_id, Stored::from_row(id, hash, deleted_by));
     }
     Ok(existing)
@@ -301,14 +304,13 @@ pub(crate) async fn write_new_page_in_transaction(
     txn.commit().await
 }
 
-/// What an insert of new records binds: its nine columns a row ([`insert_statement`];
-/// PostgreSQL's arrays bind fewer, and MySQL's read-back of the rows one a row).
-pub(crate) const RECORD_INSERT: Binds = Binds::new(9, 0);
+/// What an insert of new records binds: each of [`NEW_ROW`]'s columns a row
+/// ([`insert_statement`]; PostgreSQL's arrays bind fewer, and MySQL's read-back of the
+/// rows one a row).
+pub(crate) const RECORD_INSERT: Binds = Binds::new(NEW_ROW.len(), 0);
 
-/// What a rewrite of stored records binds ([`update_statement`]): a row's id twice in the
-/// `CASE`s, its payload and hash, and its id in `IN`; the run, the time and the two
-/// cleared deletion columns.
-pub(crate) const RECORD_UPDATE: Binds = Binds::new(5, 4);
+/// What a rewrite of stored records binds ([`update_statement`], [`rewrite_binds`]).
+pub(crate) const RECORD_UPDATE: Binds = rewrite_binds();
 
 /// What a lookup of stored keys binds: a key a row where the keys are a list (MySQL's
 /// `IN`; SQLite sends them as one JSON array, PostgreSQL as one array), and the user,
@@ -369,48 +371,26 @@ impl PageBookkeeping<'_> {
     }
 }
 
-/// `INSERT INTO records (...) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`, one row
-/// per record, first seen by the page's run at `now`. On MySQL, which has no `DO
+/// `INSERT INTO records (<NEW_ROW>) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`,
+/// one row per record, first seen by the page's run at `now`. On MySQL, which has no `DO
 /// NOTHING`, sea-query writes `ON DUPLICATE KEY UPDATE id = id`.
 pub(crate) fn insert_statement(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
 ) -> Result<InsertStatement, DbErr> {
-    records_insert(context.batch_owner(), records, now)
+    records_insert(context.row_page(now), records)
 }
 
-/// [`insert_statement`] for the records of `owner`'s run, user and provider.
-fn records_insert(
-    owner: BatchOwner<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Result<InsertStatement, DbErr> {
+/// [`insert_statement`] for the records of `page`'s run, user and provider.
+fn records_insert(page: RowPage<'_>, records: &[&Record]) -> Result<InsertStatement, DbErr> {
     let mut insert = Query::insert();
-    insert.into_table(record::Entity).columns([
-        record::Column::UserId,
-        record::Column::Provider,
-        record::Column::ExternalId,
-        record::Column::Payload,
-        record::Column::ContentHash,
-        record::Column::FirstSeenRunId,
-        record::Column::LastSeenRunId,
-        record::Column::CreatedAt,
-        record::Column::UpdatedAt,
-    ]);
+    insert
+        .into_table(record::Entity)
+        .columns(NEW_ROW.map(|(column, _)| column));
     for record in records {
         insert
-            .values([
-                owner.user_id.into(),
-                owner.provider.into(),
-                record.external_id.as_str().into(),
-                record.payload.as_str().into(),
-                record.content_hash.as_str().into(),
-                owner.run_id.into(),
-                owner.run_id.into(),
-                now.into(),
-                now.into(),
-            ])
+            .values(NEW_ROW.map(|(_, source)| value_of(source, &page, record).into()))
             .map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
     }
     insert.on_conflict(
@@ -422,44 +402,61 @@ fn records_insert(
 }
 
 /// `UPDATE records SET payload = CASE id WHEN ... END, content_hash = CASE ... END,
-/// last_seen_run_id, updated_at, deleted_at = NULL, deleted_by_run_id = NULL WHERE id IN
-/// (...)`: a record written again is live, whether it was marked deleted or not.
-fn update_statement(
-    run_id: i64,
-    changed: &[ChangedRecord<'_>],
-    now: DateTime<Utc>,
-) -> UpdateStatement {
-    let mut payload = CaseStatement::new();
-    let mut content_hash = CaseStatement::new();
-    for (id, record) in changed {
-        payload = payload.case(
-            record::Column::Id.eq(*id),
-            Expr::value(record.payload.clone()),
-        );
-        content_hash = content_hash.case(
-            record::Column::Id.eq(*id),
-            Expr::value(record.content_hash.clone()),
-        );
+/// <the rest of REWRITE>, <DELETION> = NULL WHERE id IN (...)`: a record written again is
+/// live, whether it was marked deleted or not.
+fn update_statement(page: RowPage<'_>, changed: &[ChangedRecord<'_>]) -> UpdateStatement {
+    let mut update = record::Entity::update_many();
+    for (column, source) in REWRITE {
+        let value: Expr = match source {
+            Source::Record(field) => {
+                let mut case = CaseStatement::new();
+                for (id, record) in changed {
+                    case = case.case(
+                        record::Column::Id.eq(*id),
+                        Expr::value(field.of(record).to_owned()),
+                    );
+                }
+                // The `ELSE` never applies (the `WHERE` names the same ids); it keeps the
+                // column as it is rather than NULL should it ever.
+                case.finally(Expr::col(column)).into()
+            }
+            shared => Expr::value(page.shared(shared)),
+        };
+        update = update.col_expr(column, value);
     }
-    // The `ELSE` never applies (the `WHERE` names the same ids); it keeps the column as
-    // it is rather than NULL should it ever.
-    let payload = payload.finally(Expr::col(record::Column::Payload));
-    let content_hash = content_hash.finally(Expr::col(record::Column::ContentHash));
-    record::Entity::update_many()
-        .col_expr(record::Column::Payload, payload.into())
-        .col_expr(record::Column::ContentHash, content_hash.into())
-        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
-        .col_expr(record::Column::UpdatedAt, Expr::value(now))
-        .col_expr(
-            record::Column::DeletedAt,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(
-            record::Column::DeletedByRunId,
-            Expr::value(Option::<i64>::None),
-        )
+    for (column, null) in cleared_deletion() {
+        update = update.col_expr(column, Expr::value(null));
+    }
+    update
         .filter(record::Column::Id.is_in(changed.iter().map(|(id, _)| *id)))
         .into_query()
+}
+
+/// Each of [`DELETION`]'s columns and its null, typed as the column is.
+fn cleared_deletion() -> [(record::Column, Value); DELETION.len()] {
+    DELETION.map(|column| {
+        let null = match column {
+            record::Column::DeletedByRunId => Value::BigInt(None),
+            _ => Option::<DateTime<Utc>>::None.into(),
+        };
+        (column, null)
+    })
+}
+
+/// What a rewrite binds a row and in all ([`Binds::new`]'s two numbers): a row's id
+/// twice for each of its fields (once in the `CASE`, with the value) and once in `IN`; each
+/// shared value of [`REWRITE`] and each cleared column once.
+const fn rewrite_binds() -> Binds {
+    let (mut per_row, mut fixed) = (1, DELETION.len());
+    let mut index = 0;
+    while index < REWRITE.len() {
+        match REWRITE[index].1 {
+            Source::Record(_) => per_row += 2,
+            _ => fixed += 1,
+        }
+        index += 1;
+    }
+    Binds::new(per_row, fixed)
 }
 
 #[cfg(test)]
@@ -489,11 +486,14 @@ mod parameter_tests {
             .collect()
     }
 
-    const OWNER: BatchOwner<'static> = BatchOwner {
-        run_id: 1,
-        user_id: "alice",
-        provider: "acme",
-    };
+    fn page() -> RowPage<'static> {
+        RowPage {
+            user_id: "alice",
+            provider: "acme",
+            run_id: 1,
+            now: Utc::now(),
+        }
+    }
 
     #[test]
     fn an_insert_of_new_records_binds_what_its_chunk_allows_for() {
@@ -504,7 +504,7 @@ mod parameter_tests {
             ] {
                 let records = records(rows);
                 let records: Vec<&Record> = records.iter().collect();
-                let insert = records_insert(OWNER, &records, Utc::now()).unwrap();
+                let insert = records_insert(page(), &records).unwrap();
                 let values = bound(backend, &insert);
                 assert_eq!(values, RECORD_INSERT.values(rows), "{backend:?}");
                 assert!(values <= max_parameters(backend), "{backend:?}: {values}");
@@ -521,7 +521,7 @@ mod parameter_tests {
             ] {
                 let records = records(rows);
                 let changed: Vec<ChangedRecord> = (0..).zip(&records).collect();
-                let update = update_statement(1, &changed, Utc::now());
+                let update = update_statement(page(), &changed);
                 let values = bound(backend, &update);
                 assert_eq!(values, RECORD_UPDATE.values(rows), "{backend:?}");
                 assert!(values <= max_parameters(backend), "{backend:?}: {values}");

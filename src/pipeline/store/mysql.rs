@@ -25,6 +25,7 @@ use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, record, sync_run};
 use crate::pipeline::changes::{record_changes, ChangeSlot};
 use crate::pipeline::checkpoint::CheckpointMove;
+use crate::pipeline::ground::row;
 use crate::pipeline::ground::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
@@ -52,18 +53,10 @@ async fn stored_keys(
     context: &PageContext<'_>,
     records: &[Record],
 ) -> Result<Existing, DbErr> {
-    let ids = records.iter().map(|record| record.external_id.as_str());
     let rows: Vec<(i64, String, String, Option<i64>)> = record::Entity::find()
         .select_only()
-        .columns([
-            record::Column::Id,
-            record::Column::ExternalId,
-            record::Column::ContentHash,
-            record::Column::DeletedByRunId,
-        ])
-        .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(context.stream.namespace()))
-        .filter(record::Column::ExternalId.is_in(ids))
+        .columns(row::STORED)
+        .filter(page_keys(context, records.iter()))
         .into_tuple()
         .all(db)
         .await?;
@@ -73,6 +66,18 @@ async fn stored_keys(
             (external_id, Stored::from_row(id, hash, deleted_by))
         })
         .collect())
+}
+
+/// The condition that a row's key is one of `records`' ([`row::key_condition`]).
+fn page_keys<'r>(
+    context: &PageContext<'_>,
+    records: impl Iterator<Item = &'r Record>,
+) -> Condition {
+    row::key_condition(
+        &context.connection.user_id,
+        context.stream.namespace(),
+        records.map(|record| record.external_id.as_str()),
+    )
 }
 
 /// `SELECT page_rows.found, records.id, records.external_id, records.content_hash,
@@ -119,29 +124,11 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
         )
         .from_subquery(locked, Alias::new("locked"))
         .to_owned();
-    let key = Condition::all()
-        .add(
-            Expr::col((record::Entity, record::Column::UserId))
-                .eq(context.connection.user_id.as_str()),
-        )
-        .add(Expr::col((record::Entity, record::Column::Provider)).eq(context.stream.namespace()))
-        .add(
-            Expr::col((record::Entity, record::Column::ExternalId))
-                .is_in(records.iter().map(|record| record.external_id.as_str())),
-        );
     Query::select()
         .column((Alias::new("page_rows"), Alias::new("found")))
-        .columns(
-            [
-                record::Column::Id,
-                record::Column::ExternalId,
-                record::Column::ContentHash,
-                record::Column::DeletedByRunId,
-            ]
-            .map(|column| (record::Entity, column)),
-        )
+        .columns(row::STORED.map(|column| (record::Entity, column)))
         .from_subquery(page_rows, Alias::new("page_rows"))
-        .left_join(record::Entity, key)
+        .left_join(record::Entity, page_keys(context, records.iter()))
         .to_owned()
 }
 
@@ -198,13 +185,10 @@ impl StoreBackend for MySqlStore<'_> {
     ) -> Result<u64, DbErr> {
         txn.execute(&insert_statement(context, records, now)?)
             .await?;
-        let ids = records.iter().map(|record| record.external_id.as_str());
         let inserted: Vec<String> = record::Entity::find()
             .select_only()
             .column(record::Column::ExternalId)
-            .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(context.stream.namespace()))
-            .filter(record::Column::ExternalId.is_in(ids))
+            .filter(page_keys(context, records.iter().copied()))
             .filter(record::Column::FirstSeenRunId.eq(context.run_id))
             .into_tuple()
             .all(txn)

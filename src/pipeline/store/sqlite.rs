@@ -34,30 +34,47 @@ use crate::entities::change_clock::CLOCK_ROW;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
 use crate::pipeline::checkpoint::CheckpointMove;
 use crate::pipeline::ground::names;
+use crate::pipeline::ground::row::{self, Source};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
 /// probe of the unique index, whatever the planner thinks of the table's size.
 static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {records} AS r \
-         WHERE r.{record::UserId} = ?2 AND r.{record::Provider} = ?3 \
-         AND r.{record::ExternalId} = page.value ->> 0 \
-         AND r.{record::ContentHash} = page.value ->> 1 \
-         AND r.{record::DeletedAt} IS NULL",
+    let key = row::key_match("r.", |source| match source {
+        Source::User => "= ?2".into(),
+        Source::Provider => "= ?3".into(),
+        Source::Record(_) | Source::Run | Source::Now => "= page.value ->> 0".into(),
+    });
+    names::sql(&format!(
+        "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {{records}} AS r \
+         WHERE {key} AND r.{{record::ContentHash}} = page.value ->> 1 \
+         AND r.{{record::DeletedAt}} IS NULL",
+    ))
+});
+
+/// The stored rows (their [`row::STORED`] columns) of user `?1` and provider `?2` among a
+/// page's external ids `?3`, given as one JSON array, as one JSON array of arrays, and the
+/// `FROM` and `WHERE` that find them: sqlx hands each result row from its SQLite thread to
+/// ours separately, and one row costs one hand-off.
+static STORED_AS_JSON: LazyLock<(String, String)> = LazyLock::new(|| {
+    let stored = row::column_list("", row::STORED);
+    let key = row::key_match("", |source| match source {
+        Source::User => "= ?1".into(),
+        Source::Provider => "= ?2".into(),
+        Source::Record(_) | Source::Run | Source::Now => {
+            "IN (SELECT value FROM json_each(?3))".into()
+        }
+    });
+    (
+        format!("json_group_array(json_array({stored}))"),
+        names::sql(&format!("FROM {{records}} WHERE {key}")),
     )
 });
 
-/// The stored (id, external id, content hash, deleting run) of a page's external ids, given as one JSON
-/// array, returned as one JSON array: sqlx hands each result row from its SQLite thread to
-/// ours separately, and one row costs one hand-off.
+/// The stored rows of a page's external ids ([`STORED_AS_JSON`]) as `found`.
 static LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT json_group_array(json_array({record::Id}, {record::ExternalId}, \
-         {record::ContentHash}, {record::DeletedByRunId})) AS found \
-         FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2 \
-         AND {record::ExternalId} IN (SELECT value FROM json_each(?3))",
-    )
+    let (found, from) = &*STORED_AS_JSON;
+    format!("SELECT {found} AS found {from}")
 });
 
 /// A page's first statement: `held` counts the page's run row (`?4`, while `running`) and
@@ -65,16 +82,21 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
 /// the page may write, beside [`LOOKUP`]'s result. `BEGIN IMMEDIATE` took the database's
 /// one write lock already, so no claim of the lease can commit before the page does.
 static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT (SELECT count(*) FROM {sync_runs} r, {connections} c          WHERE r.{sync_run::Id} = ?4 AND r.{sync_run::Status} = {status::Running}          AND c.{connection::Id} = ?5 AND (?6 IS NULL OR (c.{connection::LeaseHolder} = ?6          AND c.{connection::LeaseGeneration} = ?7))) AS held,          (SELECT json_group_array(json_array({record::Id}, {record::ExternalId},          {record::ContentHash}, {record::DeletedByRunId}))          FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2          AND {record::ExternalId} IN (SELECT value FROM json_each(?3))) AS found",
-    )
+    let (found, from) = &*STORED_AS_JSON;
+    names::sql(&format!(
+        "SELECT (SELECT count(*) FROM {{sync_runs}} r, {{connections}} c \
+         WHERE r.{{sync_run::Id}} = ?4 AND r.{{sync_run::Status}} = {{status::Running}} \
+         AND c.{{connection::Id}} = ?5 AND (?6 IS NULL OR (c.{{connection::LeaseHolder}} = ?6 \
+         AND c.{{connection::LeaseGeneration}} = ?7))) AS held, \
+         (SELECT {found} {from}) AS found",
+    ))
 });
 
 /// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
 /// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause. A page takes as
 /// many of them as [`NEW_RECORDS`] says.
 static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
-    let columns = names::new_record_columns();
+    let columns = row::new_row_columns();
     names::sql(&format!(
         "INSERT INTO {{records}} ({columns}) SELECT * FROM (VALUES "
     ))
@@ -158,15 +180,20 @@ static INSERT_NEW_CHANGES: LazyLock<String> = LazyLock::new(|| {
 /// found missing: the rows of run `?5` among them are the rows it took. Batch `?1`,
 /// ordinals from `?2` in key order; user `?3`, provider `?4`.
 static INSERTED_CHANGES: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "INSERT INTO {changes} ({change::BatchId}, {change::Ordinal}, {change::ExternalId}, \
-         {change::Kind}) \
-         SELECT ?1, ?2 + row_number() OVER (ORDER BY {record::ExternalId}) - 1, \
-         {record::ExternalId}, {kind::Inserted} FROM {records} \
-         WHERE {record::UserId} = ?3 AND {record::Provider} = ?4 \
-         AND {record::FirstSeenRunId} = ?5 \
-         AND {record::ExternalId} IN (SELECT value FROM json_each(?6))",
-    )
+    let key = row::key_match("", |source| match source {
+        Source::User => "= ?3".into(),
+        Source::Provider => "= ?4".into(),
+        Source::Record(_) | Source::Run | Source::Now => {
+            "IN (SELECT value FROM json_each(?6))".into()
+        }
+    });
+    names::sql(&format!(
+        "INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
+         {{change::ExternalId}}, {{change::Kind}}) \
+         SELECT ?1, ?2 + row_number() OVER (ORDER BY {{record::ExternalId}}) - 1, \
+         {{record::ExternalId}}, {{kind::Inserted}} FROM {{records}} \
+         WHERE {key} AND {{record::FirstSeenRunId}} = ?5",
+    ))
 });
 
 /// [`changes::stamp_batch`] in one round trip: the tick, then the stamp of batch `?2` at
@@ -180,13 +207,14 @@ static STAMP: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// One new record's values in [`INSERT_NEW_RECORDS`].
-const NEW_RECORD_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+/// One new record's values in [`INSERT_NEW_RECORDS`]: a `?` for each of [`row::NEW_ROW`].
+static NEW_RECORD_VALUES: LazyLock<String> =
+    LazyLock::new(|| format!("({})", vec!["?"; row::NEW_ROW.len()].join(", ")));
 
 /// What one [`INSERT_NEW_RECORDS`] binds: [`NEW_RECORD_VALUES`] a row, and the values of
 /// [`PAGE_ROWS_EXIST`]. The batch is one hand-off however many inserts it holds, so each
 /// takes as many rows as SQLite's limit allows.
-const NEW_RECORDS: Binds = Binds::new(9, PAGE_ROWS_BINDS);
+const NEW_RECORDS: Binds = Binds::new(row::NEW_ROW.len(), PAGE_ROWS_BINDS);
 
 /// SQLite's primary result codes a page's write can be refused with.
 const SQLITE_BUSY: i32 = 5;
@@ -415,7 +443,8 @@ impl StoreBackend for SqliteStore<'_> {
     }
 }
 
-/// The stored keys of a lookup's JSON array of (id, external id, hash, deleting run).
+/// The stored keys of a lookup's JSON array of [`row::STORED`] (id, external id, hash,
+/// deleting run).
 fn existing_of(found: &str) -> Result<Existing, DbErr> {
     let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(found)
         .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
@@ -600,18 +629,16 @@ fn push_records_insert(
         if index > 0 {
             sql.push_str(", ");
         }
-        sql.push_str(NEW_RECORD_VALUES);
-        let added = (|| {
-            arguments.add(user.clone())?;
-            arguments.add(provider.clone())?;
-            arguments.add(Arc::<str>::from(record.external_id.as_str()))?;
-            arguments.add(Arc::<str>::from(record.payload.as_str()))?;
-            arguments.add(Arc::<str>::from(record.content_hash.as_str()))?;
-            arguments.add(owner.run_id)?;
-            arguments.add(owner.run_id)?;
-            arguments.add(now.clone())?;
-            arguments.add(now.clone())
-        })();
+        sql.push_str(&NEW_RECORD_VALUES);
+        let added = row::NEW_ROW
+            .iter()
+            .try_for_each(|(_, source)| match source {
+                Source::User => arguments.add(user.clone()),
+                Source::Provider => arguments.add(provider.clone()),
+                Source::Run => arguments.add(owner.run_id),
+                Source::Now => arguments.add(now.clone()),
+                Source::Record(field) => arguments.add(Arc::<str>::from(field.of(record))),
+            });
         added.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
     }
     sql.push_str(") WHERE ");
@@ -741,7 +768,7 @@ mod tests {
                 let placeholders = sql[start..].matches('?').count();
                 assert_eq!(placeholders, NEW_RECORDS.values(chunk.len()));
                 assert!(placeholders <= limit, "{count} records: {placeholders}");
-                rows += sql[start..].matches(NEW_RECORD_VALUES).count();
+                rows += sql[start..].matches(NEW_RECORD_VALUES.as_str()).count();
                 sql.push_str("; ");
             }
             assert_eq!(rows, count);

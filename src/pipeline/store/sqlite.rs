@@ -277,12 +277,7 @@ impl StoreBackend for SqliteStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        let ids: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let ids = serde_json::to_string(&ids)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+        let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             LOOKUP.as_str(),
@@ -308,12 +303,7 @@ impl StoreBackend for SqliteStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
     ) -> Result<Existing, DbErr> {
-        let ids: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let ids = serde_json::to_string(&ids)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+        let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             LOCK_AND_LOOKUP.as_str(),
@@ -353,12 +343,7 @@ impl StoreBackend for SqliteStore<'_> {
         if inserted == 0 {
             return Ok(0);
         }
-        let keys: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let keys = serde_json::to_string(&keys)
-            .map_err(|error| DbErr::Custom(format!("writing the changes' keys: {error}")))?;
+        let keys = external_ids_json(records.iter().copied())?;
         let changes = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             INSERTED_CHANGES.as_str(),
@@ -441,6 +426,17 @@ impl StoreBackend for SqliteStore<'_> {
     fn committed(&self) {
         self.db.wal_written();
     }
+}
+
+/// The external ids of `records` as one JSON array, as the statements that take a page's
+/// keys through `json_each` bind them.
+fn external_ids_json<'r>(records: impl IntoIterator<Item = &'r Record>) -> Result<String, DbErr> {
+    let ids: Vec<&str> = records
+        .into_iter()
+        .map(|record| record.external_id.as_str())
+        .collect();
+    serde_json::to_string(&ids)
+        .map_err(|error| DbErr::Custom(format!("writing the page's external ids: {error}")))
 }
 
 /// The stored keys of a lookup's JSON array of [`row::STORED`] (id, external id, hash,
@@ -679,12 +675,7 @@ fn push_changes_insert(
     records: &[Record],
     page: &PageBookkeeping<'_>,
 ) -> Result<(), DbErr> {
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|record| record.external_id.as_str())
-        .collect();
-    let ids = serde_json::to_string(&ids)
-        .map_err(|error| DbErr::Custom(format!("writing the page's change keys: {error}")))?;
+    let ids = external_ids_json(records)?;
     sql.push_str("; ");
     sql.push_str(&INSERT_NEW_CHANGES);
     let added = arguments

@@ -13,7 +13,7 @@ use sea_orm::{
 };
 
 pub use counts::RunCounts;
-pub(crate) use counts::{counter_columns, counts_model, save_counts, to_db};
+pub(crate) use counts::{counter_columns, counts_model, to_db, update_counts};
 
 /// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
 /// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read

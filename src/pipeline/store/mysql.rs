@@ -1,5 +1,5 @@
 //! MySQL and MariaDB's store strategy: every statement built by sea-query, and no
-//! all-new shortcut.
+//! all-new shortcut ([`StoreBackend::new_pages`] is `None`).
 //!
 //! MySQL has no `DO NOTHING`: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
 //! and with the found-rows flag sqlx sets, a skipped row counts as affected too. So the
@@ -15,8 +15,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, locked_stored_keys, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal,
-    StoreBackend, Stored,
+    insert_statement, locked_stored_keys, refusal_by_sqlstate, save_counts_of, Existing,
+    NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError, Stored,
 };
 use super::context::PageContext;
 use crate::db::DatabasePools;
@@ -26,7 +26,6 @@ use crate::entities::{connection, record, sync_run};
 use crate::pipeline::changes::{record_changes, ChangeSlot};
 use crate::pipeline::checkpoint::CheckpointMove;
 use crate::pipeline::ground::row;
-use crate::pipeline::ground::save_counts;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
 /// `SIGNAL` in a trigger, an incorrect string value, a failed check constraint, a lock
@@ -134,15 +133,16 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
 
 #[async_trait::async_trait]
 impl StoreBackend for MySqlStore<'_> {
-    fn counts_inserted_rows(&self) -> bool {
-        false
+    /// None: an insert's row count counts skipped rows too (see the module's header).
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        None
     }
 
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let existing = stored_keys(self.db, context, records).await?;
         let unchanged = records.iter().filter(|record| {
             existing
@@ -157,8 +157,8 @@ impl StoreBackend for MySqlStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
-        stored_keys(txn, context, records).await
+    ) -> Result<Existing, StoreError> {
+        Ok(stored_keys(txn, context, records).await?)
     }
 
     async fn lock_and_lookup(
@@ -166,7 +166,7 @@ impl StoreBackend for MySqlStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let statement = lock_and_lookup_statement(context, records);
         locked_stored_keys(txn.query_all(&statement).await?)
     }
@@ -182,7 +182,7 @@ impl StoreBackend for MySqlStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         txn.execute(&insert_statement(context, records, now)?)
             .await?;
         let inserted: Vec<String> = record::Entity::find()
@@ -194,7 +194,7 @@ impl StoreBackend for MySqlStore<'_> {
             .all(txn)
             .await?;
         let keys = inserted.iter().map(String::as_str);
-        record_changes(txn, slot, ChangeKind::Inserted, keys).await
+        Ok(record_changes(txn, slot, ChangeKind::Inserted, keys).await?)
     }
 
     /// Two statements: MySQL's prepared statements take neither a `WITH` that writes nor
@@ -203,27 +203,16 @@ impl StoreBackend for MySqlStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let CheckpointMove::Write(checkpoint) = page.checkpoint else {
-            return save_counts(txn, page.run_id, page.counts).await;
+            return save_counts_of(txn, page).await;
         };
         for statement in [page.counts_update(), page.checkpoint_update(checkpoint)?] {
             if txn.execute(&statement).await?.rows_affected() == 0 {
-                return Err(DbErr::RecordNotUpdated);
+                return Err(StoreError::RowGone);
             }
         }
         Ok(())
-    }
-
-    /// Never asked for ([`StoreBackend::counts_inserted_rows`] is false): declined as if
-    /// a key existed, with nothing written.
-    async fn write_new_page(
-        &self,
-        _context: &PageContext<'_>,
-        _records: &[Record],
-        _bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
-        Err(DbErr::RecordNotInserted)
     }
 
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {

@@ -18,14 +18,13 @@ use sea_orm::sea_query::{
     Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, WithClause,
 };
 use sea_orm::sqlx::error::DatabaseError;
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, IdenStatic, Statement, Value};
 use tributary_providers::Record;
 
 use super::backend::{
-    locked_stored_keys, refusal_by_sqlstate, stored_keys_of, write_new_page_in_transaction,
-    Existing, PageBookkeeping, Refusal, StoreBackend,
+    locked_stored_keys, refusal_by_sqlstate, save_counts_of, stored_keys_of,
+    write_new_page_in_transaction, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend,
+    StoreError,
 };
 use super::context::PageContext;
 use crate::db::DatabasePools;
@@ -36,7 +35,7 @@ use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
 use crate::pipeline::checkpoint::{checkpoint_column, CheckpointMove};
 use crate::pipeline::ground::names;
 use crate::pipeline::ground::row::{self, Field, RowPage, Source};
-use crate::pipeline::ground::{save_counts, RunCounts};
+use crate::pipeline::ground::RunCounts;
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
 /// `$2`. `external_id IN (...)` lets the planner scan every record of the (user_id,
@@ -288,11 +287,15 @@ fn text_array<'r>(records: impl Iterator<Item = &'r Record>, field: Field) -> Va
 
 #[async_trait::async_trait]
 impl StoreBackend for PostgresStore<'_> {
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        Some(self)
+    }
+
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let values = vec![
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
@@ -313,7 +316,7 @@ impl StoreBackend for PostgresStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let values = vec![
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
@@ -321,7 +324,7 @@ impl StoreBackend for PostgresStore<'_> {
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOOKUP.as_str(), values);
-        stored_keys_of(txn.query_all_raw(statement).await?)
+        Ok(stored_keys_of(txn.query_all_raw(statement).await?)?)
     }
 
     async fn lock_and_lookup(
@@ -329,7 +332,7 @@ impl StoreBackend for PostgresStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let values: Vec<Value> = [
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
@@ -352,7 +355,7 @@ impl StoreBackend for PostgresStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let mut values = NEW_ROWS.values(&context.row_page(now), records);
         values.push(slot.batch_id.into());
         values.push(slot.first.into());
@@ -367,9 +370,9 @@ impl StoreBackend for PostgresStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let CheckpointMove::Write(checkpoint) = page.checkpoint else {
-            return save_counts(txn, page.run_id, page.counts).await;
+            return save_counts_of(txn, page).await;
         };
         let run = page
             .counts_update()
@@ -394,11 +397,23 @@ impl StoreBackend for PostgresStore<'_> {
             .build(PostgresQueryBuilder);
         let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
         if txn.execute_raw(statement).await?.rows_affected() != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
     }
 
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
+        let code = error.code()?;
+        match &*code {
+            RAISE_EXCEPTION => Some(Refusal::RefusedRow),
+            LOCK_NOT_AVAILABLE => Some(Refusal::Contention),
+            code => refusal_by_sqlstate(code),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl NewPageWriter for PostgresStore<'_> {
     /// One statement ([`NEW_PAGE`]) when the page's checkpoint moves; a transaction
     /// otherwise (a replay).
     async fn write_new_page(
@@ -406,7 +421,7 @@ impl StoreBackend for PostgresStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let checkpoint = match bookkeeping.checkpoint {
             CheckpointMove::Write(checkpoint) => checkpoint,
             _ => {
@@ -433,18 +448,9 @@ impl StoreBackend for PostgresStore<'_> {
             None => 0,
         };
         if found != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
-    }
-
-    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
-        let code = error.code()?;
-        match &*code {
-            RAISE_EXCEPTION => Some(Refusal::RefusedRow),
-            LOCK_NOT_AVAILABLE => Some(Refusal::Contention),
-            code => refusal_by_sqlstate(code),
-        }
     }
 }
 

@@ -26,7 +26,10 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, RuntimeErr
 use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
-use super::backend::{insert_statement, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+use super::backend::{
+    insert_statement, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError,
+    Stored,
+};
 use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
@@ -236,19 +239,25 @@ impl<'a> SqliteStore<'a> {
 
 #[async_trait::async_trait]
 impl StoreBackend for SqliteStore<'_> {
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        Some(self)
+    }
+
     /// Asked on a read-only reader of the file where there is one (see `db/readers.rs`),
     /// else on the main pool.
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let pairs: Vec<[&str; 2]> = records
             .iter()
             .map(|record| [record.external_id.as_str(), record.content_hash.as_str()])
             .collect();
-        let pairs = serde_json::to_string(&pairs)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
+        let pairs = serde_json::to_string(&pairs).map_err(|source| StoreError::Json {
+            what: "writing the lookup's keys",
+            source,
+        })?;
         let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(COUNT_UNCHANGED.as_str()))
             .bind(pairs)
             .bind(context.connection.user_id.as_str())
@@ -276,7 +285,7 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
@@ -302,7 +311,7 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
@@ -318,11 +327,11 @@ impl StoreBackend for SqliteStore<'_> {
             ],
         );
         let Some(row) = txn.query_one_raw(statement).await? else {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         };
         let held: i64 = row.try_get("", "held")?;
         if held != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         let found: String = row.try_get("", "found")?;
         existing_of(&found)
@@ -337,7 +346,7 @@ impl StoreBackend for SqliteStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let insert = insert_statement(context, records, now)?;
         let inserted = txn.execute(&insert).await?.rows_affected();
         if inserted == 0 {
@@ -358,9 +367,7 @@ impl StoreBackend for SqliteStore<'_> {
         );
         let recorded = txn.execute_raw(changes).await?.rows_affected();
         if recorded != inserted {
-            return Err(DbErr::Custom(format!(
-                "an insert took {inserted} rows but {recorded} of them were found for their changes"
-            )));
+            return Err(StoreError::ChangesMissing { inserted, recorded });
         }
         Ok(inserted)
     }
@@ -371,13 +378,13 @@ impl StoreBackend for SqliteStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let (statements, values) = bookkeeping_statements(page)?;
         let expected = statements.len() as u64;
         let statement =
             Statement::from_sql_and_values(DbBackend::Sqlite, statements.join("; "), values);
         if txn.execute_raw(statement).await?.rows_affected() != expected {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
     }
@@ -389,28 +396,16 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         batch: &ChangeBatch,
         now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             STAMP.as_str(),
             [now.into(), batch.id.into()],
         );
         if txn.execute_raw(statement).await?.rows_affected() != 2 {
-            return Err(changes::clock_missing());
+            return Err(changes::clock_missing().into());
         }
         Ok(())
-    }
-
-    async fn write_new_page(
-        &self,
-        context: &PageContext<'_>,
-        records: &[Record],
-        bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
-        let batch = NewPageBatch::new(context, records, bookkeeping)?;
-        batch
-            .write(self.db.get_sqlite_connection_pool().clone())
-            .await
     }
 
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
@@ -428,22 +423,44 @@ impl StoreBackend for SqliteStore<'_> {
     }
 }
 
+#[async_trait::async_trait]
+impl NewPageWriter for SqliteStore<'_> {
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), StoreError> {
+        let batch = NewPageBatch::new(context, records, bookkeeping)?;
+        batch
+            .write(self.db.get_sqlite_connection_pool().clone())
+            .await
+    }
+}
+
 /// The external ids of `records` as one JSON array, as the statements that take a page's
 /// keys through `json_each` bind them.
-fn external_ids_json<'r>(records: impl IntoIterator<Item = &'r Record>) -> Result<String, DbErr> {
+fn external_ids_json<'r>(
+    records: impl IntoIterator<Item = &'r Record>,
+) -> Result<String, StoreError> {
     let ids: Vec<&str> = records
         .into_iter()
         .map(|record| record.external_id.as_str())
         .collect();
-    serde_json::to_string(&ids)
-        .map_err(|error| DbErr::Custom(format!("writing the page's external ids: {error}")))
+    serde_json::to_string(&ids).map_err(|source| StoreError::Json {
+        what: "writing the page's external ids",
+        source,
+    })
 }
 
 /// The stored keys of a lookup's JSON array of [`row::STORED`] (id, external id, hash,
 /// deleting run).
-fn existing_of(found: &str) -> Result<Existing, DbErr> {
-    let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(found)
-        .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
+fn existing_of(found: &str) -> Result<Existing, StoreError> {
+    let rows: Vec<(i64, String, String, Option<i64>)> =
+        serde_json::from_str(found).map_err(|source| StoreError::Json {
+            what: "reading the lookup's rows",
+            source,
+        })?;
     Ok(rows
         .into_iter()
         .map(|(id, external_id, hash, deleted_by)| {
@@ -506,7 +523,7 @@ impl NewPageBatch {
         context: &PageContext<'_>,
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<NewPageBatch, DbErr> {
+    ) -> Result<NewPageBatch, StoreError> {
         let (updates, values) = guarded_bookkeeping_statements(bookkeeping)?;
         let mut expected = vec![1; updates.len()];
         let mut sql = "BEGIN IMMEDIATE".to_string();
@@ -544,9 +561,12 @@ impl NewPageBatch {
     /// Sends the batch. When a statement failed it stopped before `COMMIT` and is rolled
     /// back with nothing written; when it committed with a row count short, a row of the
     /// page was gone and nothing was written either.
-    async fn write(self, pool: SqlitePool) -> Result<(), DbErr> {
+    async fn write(self, pool: SqlitePool) -> Result<(), StoreError> {
         tokio::spawn(async move {
-            let mut connection = pool.acquire().await.map_err(connection_error)?;
+            let mut connection = pool
+                .acquire()
+                .await
+                .map_err(|error| StoreError::Db(connection_error(error)))?;
             let outcome = match statement_changes(&mut connection, self.sql, self.arguments).await {
                 // The first count is `BEGIN`'s, which reports no rows of its own, and the
                 // last `COMMIT`'s.
@@ -564,9 +584,9 @@ impl NewPageBatch {
                             "An all-new page went in short of its records; writing it again with savepoints."
                         );
                     }
-                    return Err(DbErr::RecordNotUpdated);
+                    return Err(StoreError::RowGone);
                 }
-                Err(error) => Err(query_error(error)),
+                Err(error) => Err(query_error(error).into()),
             };
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
             // connection is broken, which is then closed rather than given back.
@@ -579,8 +599,7 @@ impl NewPageBatch {
             }
             outcome
         })
-        .await
-        .map_err(|error| DbErr::Custom(format!("the page's write task failed: {error}")))?
+        .await?
     }
 }
 
@@ -615,7 +634,7 @@ fn push_records_insert(
     owner: BatchOwner<'_>,
     records: &[Record],
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     sql.push_str(&INSERT_NEW_RECORDS);
     let now: Arc<str> = sqlite_time(page.now).into();
     let user: Arc<str> = owner.user_id.into();
@@ -635,12 +654,12 @@ fn push_records_insert(
                 Source::Now => arguments.add(now.clone()),
                 Source::Record(field) => arguments.add(Arc::<str>::from(field.of(record))),
             });
-        added.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+        added.map_err(|error| StoreError::build("the page's insert", error))?;
     }
     sql.push_str(") WHERE ");
     sql.push_str(&PAGE_ROWS_EXIST);
     let guard = add_page_rows(arguments, page);
-    guard.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))
+    guard.map_err(|error| StoreError::build("the page's insert", error))
 }
 
 /// The tick and the stamped batch of an all-new page ([`INSERT_STAMPED_BATCH`]), each
@@ -650,7 +669,7 @@ fn push_stamped_batch(
     arguments: &mut SqliteArguments,
     context: &PageContext<'_>,
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     sql.push_str("; ");
     sql.push_str(&TICK);
     sql.push_str(" AND ");
@@ -665,7 +684,7 @@ fn push_stamped_batch(
         arguments.add(sqlite_time(page.now))?;
         add_page_rows(arguments, page)
     })();
-    added.map_err(|error| DbErr::Custom(format!("building the page's change batch: {error}")))
+    added.map_err(|error| StoreError::build("the page's change batch", error))
 }
 
 /// [`INSERT_NEW_CHANGES`] for `records`, and its values added to `arguments`.
@@ -674,14 +693,14 @@ fn push_changes_insert(
     arguments: &mut SqliteArguments,
     records: &[Record],
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     let ids = external_ids_json(records)?;
     sql.push_str("; ");
     sql.push_str(&INSERT_NEW_CHANGES);
     let added = arguments
         .add(ids)
         .and_then(|()| add_page_rows(arguments, page));
-    added.map_err(|error| DbErr::Custom(format!("building the page's changes: {error}")))
+    added.map_err(|error| StoreError::build("the page's changes", error))
 }
 
 /// The text sqlx itself writes for a `DateTime` on SQLite, so rows written in a batch

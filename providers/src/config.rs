@@ -1,44 +1,18 @@
 //! The per-kind provider configuration and the registry that builds adapters from it.
 //!
-//! Each kind's config implements [`ProviderKind`] in the kind's own module; the
-//! [`provider_kinds!`] list at the bottom of this file is the registry. Adding a provider
-//! kind touches its own module and one line of that list.
+//! Each kind's config implements [`ProviderKind`] (`kind.rs`) in the kind's own module;
+//! the [`provider_kinds!`] list at the bottom of this file is the registry. Adding a
+//! provider kind touches its own module and one line of that list.
 
 use serde::Deserialize;
 
 use crate::github::GithubConfig;
 use crate::http::{HttpClient, HttpSettings};
+use crate::kind::ProviderKind;
 use crate::rest::RestConfig;
 use crate::strava::StravaConfig;
 use crate::stripe::StripeConfig;
 use crate::{FetchError, Provider, StreamSpec};
-
-/// What the configuration of one provider kind does beyond deserializing: check itself
-/// and build its adapter (as vector's `SinkConfig::build`).
-pub trait ProviderKind {
-    /// Checks what serde cannot (e.g. `id_field` and `key_fields` together) and returns a
-    /// message naming the key that is wrong.
-    fn validate(&self) -> Result<(), String>;
-
-    /// The streams the kind can sync. The first is the primary stream: the one a provider
-    /// table without `streams` syncs, whose records keep the provider's name as their
-    /// namespace.
-    fn streams(&self) -> Vec<StreamSpec>;
-
-    /// Whether the provider needs a token on each connection.
-    fn needs_token(&self) -> bool {
-        true
-    }
-
-    /// The environment variables the provider reads when it is built, as (config key,
-    /// variable name) pairs, e.g. `("client_secret_env", "STRAVA_CLIENT_SECRET")`.
-    fn required_env_vars(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
-
-    /// Builds the adapter on `client`, the HTTP client of the provider's `http` settings.
-    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError>;
-}
 
 /// Declares [`ProviderConfig`] with one variant per `"kind" => Variant(Config)` line, and
 /// the methods that dispatch on the kind.

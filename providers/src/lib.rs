@@ -20,7 +20,8 @@
 //! - `oauth2`: what the OAuth2 adapters share: reading a token endpoint's answer and
 //!   refreshing a connection's access token through the [`CredentialStore`].
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
-//!   registry that turns it into a `Box<dyn Provider>`.
+//!   registry that turns it into a `Box<dyn Provider>`; [`kind`]: [`ProviderKind`], the
+//!   trait each kind's config implements.
 //!
 //! Providers never touch the database: they return pages, and only the pipeline writes.
 
@@ -28,6 +29,7 @@ pub mod bounds;
 pub mod config;
 pub mod github;
 pub mod http;
+pub mod kind;
 pub mod presets;
 pub mod quote;
 pub mod raw;
@@ -44,8 +46,9 @@ mod stream;
 mod test_support;
 
 pub use adapter::is_loopback;
-pub use config::{build_provider, ProviderConfig, ProviderKind};
+pub use config::{build_provider, ProviderConfig};
 pub use http::{FetchError, HttpClient, HttpSettings};
+pub use kind::ProviderKind;
 pub use page::{
     Credentials, DeletedRecord, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW,
 };

@@ -154,21 +154,3 @@ pub(crate) async fn why_unheld(
         _ => Ok(Unheld::RunGone),
     }
 }
-
-/// The error for a page whose first statement found its rows unheld (reported as
-/// [`DbErr::RecordNotUpdated`]): why, read in the same transaction. Other errors pass.
-pub(crate) async fn explain(
-    db: &impl ConnectionTrait,
-    run_id: i64,
-    connection_id: i64,
-    fence: Option<&Fence>,
-    error: DbErr,
-) -> DbErr {
-    if !matches!(error, DbErr::RecordNotUpdated) {
-        return error;
-    }
-    match why_unheld(db, run_id, connection_id, fence).await {
-        Ok(unheld) => unheld.into_error(run_id, fence),
-        Err(read) => read,
-    }
-}

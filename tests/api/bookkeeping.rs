@@ -26,7 +26,8 @@ async fn save(app: &TestApp, page: &PageBookkeeping<'_>) -> Result<(), DbErr> {
         Ok(()) => txn.commit().await.expect("commit"),
         Err(_) => txn.rollback().await.expect("rollback"),
     }
-    saved
+    // The store's public error, as its entry points return it.
+    saved.map_err(DbErr::from)
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@
 //! - Only `cli` prints, and `cli` never queries the database: it calls `ops`.
 //! - Only `pipeline` writes `records`.
 //! - The providers crate cannot reach the database.
+//! - Every crate lays a module with sub-modules out as `NAME/mod.rs`.
 
 mod scan;
 
@@ -498,6 +499,22 @@ fn the_providers_crate_cannot_reach_the_database() {
         .filter(|name| DATABASE_CRATES.contains(&name.as_str()))
         .collect();
     assert!(reaching.is_empty(), "providers depends on {reaching:?}");
+}
+
+#[test]
+fn every_module_with_a_folder_has_its_root_in_the_folder() {
+    let mut beside = Vec::new();
+    for source in ["src", "providers/src", "migrations/src", "bench/src"] {
+        for file in source_files(&root().join(source)) {
+            if root().join(&file.path).with_extension("").is_dir() {
+                beside.push(file.path);
+            }
+        }
+    }
+    assert!(
+        beside.is_empty(),
+        "NAME.rs beside a folder NAME/ (the crates' layout is NAME/mod.rs): {beside:?}"
+    );
 }
 
 /// The checker itself, on a small tree with a line `config → db → cli`.

@@ -148,8 +148,8 @@ use incremental::Incremental;
 use records_path::{NotRecords, RecordsPath};
 use resources::StreamPlan;
 
-use crate::config::ProviderKind;
 use crate::http::{cap_body, display_url, Answered, DefaultPolicy, HttpClient, JsonResponse};
+use crate::kind::ProviderKind;
 use crate::quote::{quoted, truncated, MAX_QUOTED_CHARS};
 use crate::stream::unknown_stream;
 use crate::{

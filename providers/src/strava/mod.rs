@@ -49,8 +49,8 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
-use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient};
+use crate::kind::ProviderKind;
 use crate::oauth2;
 use crate::stream::unknown_stream;
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};

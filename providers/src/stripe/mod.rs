@@ -98,8 +98,8 @@ use serde_json::Value;
 pub use config::{StripeConfig, DEFAULT_API_VERSION};
 
 use crate::adapter;
-use crate::config::ProviderKind;
 use crate::http::{Answer, Answered, HttpClient, ResponsePolicy, Verdict};
+use crate::kind::ProviderKind;
 use crate::quote::quote_cursor;
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};

@@ -37,22 +37,20 @@ pub(crate) fn to_db(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-/// Writes the run's counters and heartbeat (inside a page's transaction).
-pub(crate) async fn save_counts(
+/// Writes the run's counters and heartbeat (inside a page's transaction); false when the
+/// run's row is gone.
+pub(crate) async fn update_counts(
     db: &impl ConnectionTrait,
     run_id: i64,
     counts: &RunCounts,
-) -> Result<(), DbErr> {
+) -> Result<bool, DbErr> {
     let mut row = counts_model(run_id, counts);
     row.heartbeat_at = Set(Utc::now());
     // Without RETURNING (or, on SQLite, the read-back that stands in for it).
     let result = sync_run::Entity::update(row)
         .exec_without_returning(db)
         .await?;
-    if result.rows_affected == 0 {
-        return Err(DbErr::RecordNotUpdated);
-    }
-    Ok(())
+    Ok(result.rows_affected > 0)
 }
 
 /// The run's row with its counters set, for an update.

@@ -1,10 +1,11 @@
 //! The pipeline's ground floor: the types and statements that the layers above share
-//! (the run's counters, the names SQL text is written with, a page's transaction), so
-//! that none of them has to import another layer for them. It imports nothing of the
-//! pipeline.
+//! (the run's counters, the names SQL text is written with, the record row's columns, a
+//! page's transaction), so that none of them has to import another layer for them. It
+//! imports nothing of the pipeline.
 
 mod counts;
 pub(crate) mod names;
+pub(crate) mod row;
 
 use sea_orm::{
     DatabaseConnection, DatabaseTransaction, DbErr, SqliteTransactionMode, TransactionOptions,
@@ -12,7 +13,7 @@ use sea_orm::{
 };
 
 pub use counts::RunCounts;
-pub(crate) use counts::{counter_columns, counts_model, save_counts, to_db};
+pub(crate) use counts::{counter_columns, counts_model, to_db, update_counts};
 
 /// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
 /// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read

@@ -66,25 +66,6 @@ pub fn sql(template: &str) -> String {
     sql
 }
 
-/// The columns of a new row, in the order the inserts written as SQL text give their
-/// values: the key, payload, hash, first and last run, created and updated.
-pub fn new_record_columns() -> String {
-    use record::Column;
-    [
-        Column::UserId,
-        Column::Provider,
-        Column::ExternalId,
-        Column::Payload,
-        Column::ContentHash,
-        Column::FirstSeenRunId,
-        Column::LastSeenRunId,
-        Column::CreatedAt,
-        Column::UpdatedAt,
-    ]
-    .map(|column| column.as_str())
-    .join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

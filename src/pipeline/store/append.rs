@@ -17,7 +17,7 @@ use sea_orm::{
 };
 use tributary_providers::Record;
 
-use super::backend::{StoreBackend, KEY_LOOKUP};
+use super::backend::{StoreBackend, StoreError, KEY_LOOKUP};
 use super::context::PageContext;
 use super::writes::{insert_carefully, InsertOutcome, PageChanges};
 use crate::db::parameters::Binds;
@@ -44,7 +44,7 @@ impl NewKeys<'_> {
         &self,
         records: Vec<Record>,
         changes: &mut PageChanges,
-    ) -> Result<InsertOutcome, DbErr> {
+    ) -> Result<InsertOutcome, StoreError> {
         let (txn, context, now) = (self.txn, self.context, self.now);
         let processed = processed_keys(txn, context, &records, now).await?;
         let (seen, fresh): (Vec<Record>, Vec<Record>) = records

@@ -23,9 +23,11 @@ use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::{connection_stream, record, sync_run};
 use crate::lease::Fence;
-use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot};
+use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
 use crate::pipeline::checkpoint::{checkpoint_column, Checkpoint, CheckpointMove};
-use crate::pipeline::ground::{begin_page_transaction, counter_columns, RunCounts};
+use crate::pipeline::fence::{why_unheld, Unheld};
+use crate::pipeline::ground::row::{value_of, RowPage, Source, DELETION, NEW_ROW, REWRITE, STORED};
+use crate::pipeline::ground::{begin_page_transaction, counter_columns, update_counts, RunCounts};
 
 /// What the lookup found: each stored key's row, by external id.
 pub type Existing = HashMap<String, Stored>;
@@ -59,11 +61,10 @@ pub type ChangedRecord<'r> = (i64, &'r Record);
 /// an implementation only writes each statement as its database wants it.
 #[async_trait::async_trait]
 pub trait StoreBackend: Send + Sync {
-    /// Whether an insert's row count tells inserted rows from skipped ones, which the
-    /// all-new shortcut needs (MySQL's counts skipped rows too).
-    fn counts_inserted_rows(&self) -> bool {
-        true
-    }
+    /// The backend's way of writing an all-new page in the fewest round trips, if it has
+    /// one. The shortcut trusts an insert's row count to tell inserted rows from skipped
+    /// ones, which MySQL's does not (it counts skipped rows too), so MySQL has none.
+    fn new_pages(&self) -> Option<&dyn NewPageWriter>;
 
     /// How many of `records` (at most one lookup's worth) are stored with the same
     /// content hash, read outside any transaction.
@@ -71,7 +72,7 @@ pub trait StoreBackend: Send + Sync {
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr>;
+    ) -> Result<u64, StoreError>;
 
     /// The stored row id and hash of those of `records` (at most one lookup's worth)
     /// whose key exists.
@@ -80,7 +81,7 @@ pub trait StoreBackend: Send + Sync {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr>;
+    ) -> Result<Existing, StoreError>;
 
     /// The first statement of every page's transaction: locks the page's run row and its
     /// connection's row, and looks up `records` (at most one lookup's worth, perhaps none)
@@ -88,14 +89,14 @@ pub trait StoreBackend: Send + Sync {
     /// before any other, so writers of one connection take turns and cannot deadlock. The
     /// lock is the page's fence: it is taken only while the run is `running` and the
     /// connection's row holds the page's lease ([`PageContext::lease`]). Fails with
-    /// [`DbErr::RecordNotUpdated`] when either row is gone or not held so (the caller
-    /// asks `fence::explain` why).
+    /// [`StoreError::RowGone`] when either row is gone or not held so (the caller asks
+    /// [`explain_unheld`] why).
     async fn lock_and_lookup(
         &self,
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr>;
+    ) -> Result<Existing, StoreError>;
 
     /// Inserts `records`, first seen by the page's run at `now`, and records an
     /// `inserted` change at `slot` (a place for each of `records`) for each row that
@@ -108,7 +109,7 @@ pub trait StoreBackend: Send + Sync {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr>;
+    ) -> Result<u64, StoreError>;
 
     /// Rewrites `changed` (clearing a deletion mark) and records a change of `kind`
     /// (`updated`, or `restored` for records marked deleted) for each at `slot`. Returns
@@ -121,13 +122,13 @@ pub trait StoreBackend: Send + Sync {
         now: DateTime<Utc>,
         slot: ChangeSlot,
         kind: ChangeKind,
-    ) -> Result<u64, DbErr> {
-        txn.execute(&update_statement(context.run_id, changed, now))
+    ) -> Result<u64, StoreError> {
+        txn.execute(&update_statement(context.row_page(now), changed))
             .await?;
         let keys = changed
             .iter()
             .map(|(_, record)| record.external_id.as_str());
-        changes::record_changes(txn, slot, kind, keys).await
+        Ok(changes::record_changes(txn, slot, kind, keys).await?)
     }
 
     /// Stamps the page's `batch` with the clock's next seq: the page's last statement
@@ -137,28 +138,17 @@ pub trait StoreBackend: Send + Sync {
         txn: &DatabaseTransaction,
         batch: &ChangeBatch,
         now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
-        changes::stamp_batch(txn, batch, now).await
+    ) -> Result<(), StoreError> {
+        Ok(changes::stamp_batch(txn, batch, now).await?)
     }
 
     /// Saves the run's counters and the connection's checkpoint. Fails with
-    /// [`DbErr::RecordNotUpdated`] when the run's row or the connection is gone.
+    /// [`StoreError::RowGone`] when the run's row or the connection is gone.
     async fn save_bookkeeping(
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr>;
-
-    /// Stores `records`, all new, with the page's bookkeeping, in the fewest round trips
-    /// the backend allows. On any error nothing is written: [`DbErr::RecordNotUpdated`]
-    /// when the run's row or the connection is gone, [`DbErr::RecordNotInserted`] when a
-    /// key existed, else the database's own error.
-    async fn write_new_page(
-        &self,
-        context: &PageContext<'_>,
-        records: &[Record],
-        bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr>;
+    ) -> Result<(), StoreError>;
 
     /// Why the database refused a statement of a page, if that is a refusal the careful
     /// path can narrow down to records (see [`Refusal`]); `None` for anything else.
@@ -166,6 +156,77 @@ pub trait StoreBackend: Send + Sync {
 
     /// A page committed.
     fn committed(&self) {}
+}
+
+/// The all-new shortcut of a backend that has one ([`StoreBackend::new_pages`]).
+#[async_trait::async_trait]
+pub trait NewPageWriter: Send + Sync {
+    /// Stores `records`, all new, with the page's bookkeeping, in the fewest round trips
+    /// the backend allows. On any error nothing is written: [`StoreError::RowGone`]
+    /// when the run's row or the connection is gone, [`StoreError::KeyExisted`] when a
+    /// key existed, else the database's own error.
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), StoreError>;
+}
+
+/// Why a statement of the store failed: the signals the policy acts on, the store's own
+/// failures, and the database's errors. At the store's public entry points it becomes a
+/// [`DbErr`] ([`From`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The page's run row or connection row is gone, or not held by the page's fence.
+    #[error("the run's row or the connection's is gone or no longer held")]
+    RowGone,
+    /// A key of a page written as all new existed, and nothing was written.
+    #[error("a key of a page written as all new existed")]
+    KeyExisted,
+    /// A statement could not be built from the page's values.
+    #[error("building {what}: {message}")]
+    Build { what: &'static str, message: String },
+    /// The database reported more rows inserted than an insert sent.
+    #[error("the database reported {inserted} rows inserted by an insert of {rows}")]
+    InsertedTooMany { inserted: u64, rows: usize },
+    /// An insert's rows were not all found again for their changes.
+    #[error("an insert took {inserted} rows but {recorded} of them were found for their changes")]
+    ChangesMissing { inserted: u64, recorded: u64 },
+    /// The page's values could not be written as JSON, or a lookup's rows read from it.
+    #[error("{what}: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The task that wrote a page failed (it panicked or was cancelled).
+    #[error("the page's write task failed: {0}")]
+    WriteTask(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+impl From<StoreError> for DbErr {
+    /// A row gone stays [`DbErr::RecordNotUpdated`], as callers have always seen it.
+    fn from(error: StoreError) -> DbErr {
+        match error {
+            StoreError::RowGone => DbErr::RecordNotUpdated,
+            StoreError::KeyExisted => DbErr::RecordNotInserted,
+            StoreError::Db(error) => error,
+            other => DbErr::Custom(other.to_string()),
+        }
+    }
+}
+
+impl StoreError {
+    /// A statement that could not be built from the page's values.
+    pub(crate) fn build(what: &'static str, error: impl std::fmt::Display) -> StoreError {
+        StoreError::Build {
+            what,
+            message: error.to_string(),
+        }
+    }
 }
 
 /// An error of a page's write that the careful path handles, by its cause.
@@ -193,17 +254,18 @@ impl Refusal {
     }
 
     /// The refusal `error` stands for on `backend`, if it is one.
-    pub fn of(backend: &dyn StoreBackend, error: &DbErr) -> Option<Refusal> {
+    pub fn of(backend: &dyn StoreBackend, error: &StoreError) -> Option<Refusal> {
         match error {
-            DbErr::RecordNotUpdated => Some(Refusal::RowGone),
-            DbErr::RecordNotInserted => Some(Refusal::KeyConflict),
-            _ => {
+            StoreError::RowGone => Some(Refusal::RowGone),
+            StoreError::KeyExisted => Some(Refusal::KeyConflict),
+            StoreError::Db(error) => {
                 let database = database_error(error)?;
                 if database.is_unique_violation() {
                     return Some(Refusal::KeyConflict);
                 }
                 backend.refusal(database)
             }
+            _ => None,
         }
     }
 }
@@ -230,16 +292,18 @@ pub(crate) fn refusal_by_sqlstate(code: &str) -> Option<Refusal> {
     }
 }
 
-/// The stored keys among `rows` of (id, external id, content hash) columns; a row
-/// without an id (the lone row of a lock beside no stored key) is skipped.
+/// The stored keys among `rows` of [`STORED`]'s columns; a row without an id (the lone
+/// row of a lock beside no stored key) is skipped.
 pub(crate) fn stored_keys_of(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+    let [id_column, external_id_column, hash_column, deleted_by_column] =
+        STORED.map(|column| column.as_str());
     let mut existing = Existing::with_capacity(rows.len());
     for row in rows {
-        let id: Option<i64> = row.try_get("", record::Column::Id.as_str())?;
+        let id: Option<i64> = row.try_get("", id_column)?;
         let Some(id) = id else { continue };
-        let external_id: String = row.try_get("", record::Column::ExternalId.as_str())?;
-        let hash: String = row.try_get("", record::Column::ContentHash.as_str())?;
-        let deleted_by: Option<i64> = row.try_get("", record::Column::DeletedByRunId.as_str())?;
+        let external_id: String = row.try_get("", external_id_column)?;
+        let hash: String = row.try_get("", hash_column)?;
+        let deleted_by: Option<i64> = row.try_get("", deleted_by_column)?;
         existing.insert(external_id, Stored::from_row(id, hash, deleted_by));
     }
     Ok(existing)
@@ -247,16 +311,16 @@ pub(crate) fn stored_keys_of(rows: Vec<QueryResult>) -> Result<Existing, DbErr> 
 
 /// The stored keys among the rows of a [`StoreBackend::lock_and_lookup`] statement that
 /// counts the page's locked rows as `found` beside each stored key; fails with
-/// [`DbErr::RecordNotUpdated`] unless it found both (one pair).
-pub(crate) fn locked_stored_keys(rows: Vec<QueryResult>) -> Result<Existing, DbErr> {
+/// [`StoreError::RowGone`] unless it found both (one pair).
+pub(crate) fn locked_stored_keys(rows: Vec<QueryResult>) -> Result<Existing, StoreError> {
     let found: i64 = match rows.first() {
         Some(row) => row.try_get("", "found")?,
         None => 0,
     };
     if found != 1 {
-        return Err(DbErr::RecordNotUpdated);
+        return Err(StoreError::RowGone);
     }
-    stored_keys_of(rows)
+    Ok(stored_keys_of(rows)?)
 }
 
 /// [`StoreBackend::write_new_page`] as a transaction: the inserts without savepoints, then
@@ -267,14 +331,10 @@ pub(crate) async fn write_new_page_in_transaction(
     context: &PageContext<'_>,
     records: &[Record],
     bookkeeping: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     let txn = begin_page_transaction(db).await?;
     if let Err(error) = backend.lock_and_lookup(&txn, context, &[]).await {
-        let fence = context.lease;
-        let (run_id, connection_id) = (context.run_id, context.connection.id);
-        return Err(
-            crate::pipeline::fence::explain(&txn, run_id, connection_id, fence, error).await,
-        );
+        return Err(explain_unheld(&txn, context, error).await);
     }
     let records: Vec<&Record> = records.iter().collect();
     let mut batch = match records.is_empty() {
@@ -292,23 +352,53 @@ pub(crate) async fn write_new_page_in_transaction(
     }
     if inserted != records.len() as u64 {
         txn.rollback().await?;
-        return Err(DbErr::RecordNotInserted);
+        return Err(StoreError::KeyExisted);
     }
     backend.save_bookkeeping(&txn, bookkeeping).await?;
     if let Some(batch) = &batch {
         backend.stamp_batch(&txn, batch, bookkeeping.now).await?;
     }
-    txn.commit().await
+    Ok(txn.commit().await?)
 }
 
-/// What an insert of new records binds: its nine columns a row ([`insert_statement`];
-/// PostgreSQL's arrays bind fewer, and MySQL's read-back of the rows one a row).
-pub(crate) const RECORD_INSERT: Binds = Binds::new(9, 0);
+/// Saves the run's counters of `page` alone (its checkpoint stays); fails with
+/// [`StoreError::RowGone`] when the run's row is gone.
+pub(crate) async fn save_counts_of(
+    db: &impl ConnectionTrait,
+    page: &PageBookkeeping<'_>,
+) -> Result<(), StoreError> {
+    match update_counts(db, page.run_id, page.counts).await? {
+        true => Ok(()),
+        false => Err(StoreError::RowGone),
+    }
+}
 
-/// What a rewrite of stored records binds ([`update_statement`]): a row's id twice in the
-/// `CASE`s, its payload and hash, and its id in `IN`; the run, the time and the two
-/// cleared deletion columns.
-pub(crate) const RECORD_UPDATE: Binds = Binds::new(5, 4);
+/// The error for a page whose first statement found its rows unheld
+/// ([`StoreError::RowGone`]): why, read in the same transaction, as the run's callers see
+/// it ([`Unheld::into_error`]). Other errors pass.
+pub(crate) async fn explain_unheld(
+    db: &impl ConnectionTrait,
+    context: &PageContext<'_>,
+    error: StoreError,
+) -> StoreError {
+    if !matches!(error, StoreError::RowGone) {
+        return error;
+    }
+    let (run_id, fence) = (context.run_id, context.lease);
+    match why_unheld(db, run_id, context.connection.id, fence).await {
+        Ok(Unheld::RunGone | Unheld::ConnectionGone) => StoreError::RowGone,
+        Ok(unheld) => StoreError::Db(unheld.into_error(run_id, fence)),
+        Err(read) => StoreError::Db(read),
+    }
+}
+
+/// What an insert of new records binds: each of [`NEW_ROW`]'s columns a row
+/// ([`insert_statement`]; PostgreSQL's arrays bind fewer, and MySQL's read-back of the
+/// rows one a row).
+pub(crate) const RECORD_INSERT: Binds = Binds::new(NEW_ROW.len(), 0);
+
+/// What a rewrite of stored records binds ([`update_statement`], [`rewrite_binds`]).
+pub(crate) const RECORD_UPDATE: Binds = rewrite_binds();
 
 /// What a lookup of stored keys binds: a key a row where the keys are a list (MySQL's
 /// `IN`; SQLite sends them as one JSON array, PostgreSQL as one array), and the user,
@@ -369,49 +459,27 @@ impl PageBookkeeping<'_> {
     }
 }
 
-/// `INSERT INTO records (...) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`, one row
-/// per record, first seen by the page's run at `now`. On MySQL, which has no `DO
+/// `INSERT INTO records (<NEW_ROW>) VALUES (...), ... ON CONFLICT (<key>) DO NOTHING`,
+/// one row per record, first seen by the page's run at `now`. On MySQL, which has no `DO
 /// NOTHING`, sea-query writes `ON DUPLICATE KEY UPDATE id = id`.
 pub(crate) fn insert_statement(
     context: &PageContext<'_>,
     records: &[&Record],
     now: DateTime<Utc>,
-) -> Result<InsertStatement, DbErr> {
-    records_insert(context.batch_owner(), records, now)
+) -> Result<InsertStatement, StoreError> {
+    records_insert(context.row_page(now), records)
 }
 
-/// [`insert_statement`] for the records of `owner`'s run, user and provider.
-fn records_insert(
-    owner: BatchOwner<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Result<InsertStatement, DbErr> {
+/// [`insert_statement`] for the records of `page`'s run, user and provider.
+fn records_insert(page: RowPage<'_>, records: &[&Record]) -> Result<InsertStatement, StoreError> {
     let mut insert = Query::insert();
-    insert.into_table(record::Entity).columns([
-        record::Column::UserId,
-        record::Column::Provider,
-        record::Column::ExternalId,
-        record::Column::Payload,
-        record::Column::ContentHash,
-        record::Column::FirstSeenRunId,
-        record::Column::LastSeenRunId,
-        record::Column::CreatedAt,
-        record::Column::UpdatedAt,
-    ]);
+    insert
+        .into_table(record::Entity)
+        .columns(NEW_ROW.map(|(column, _)| column));
     for record in records {
         insert
-            .values([
-                owner.user_id.into(),
-                owner.provider.into(),
-                record.external_id.as_str().into(),
-                record.payload.as_str().into(),
-                record.content_hash.as_str().into(),
-                owner.run_id.into(),
-                owner.run_id.into(),
-                now.into(),
-                now.into(),
-            ])
-            .map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+            .values(NEW_ROW.map(|(_, source)| value_of(source, &page, record).into()))
+            .map_err(|error| StoreError::build("the page's insert", error))?;
     }
     insert.on_conflict(
         OnConflict::columns(record::KEY_COLUMNS)
@@ -422,44 +490,61 @@ fn records_insert(
 }
 
 /// `UPDATE records SET payload = CASE id WHEN ... END, content_hash = CASE ... END,
-/// last_seen_run_id, updated_at, deleted_at = NULL, deleted_by_run_id = NULL WHERE id IN
-/// (...)`: a record written again is live, whether it was marked deleted or not.
-fn update_statement(
-    run_id: i64,
-    changed: &[ChangedRecord<'_>],
-    now: DateTime<Utc>,
-) -> UpdateStatement {
-    let mut payload = CaseStatement::new();
-    let mut content_hash = CaseStatement::new();
-    for (id, record) in changed {
-        payload = payload.case(
-            record::Column::Id.eq(*id),
-            Expr::value(record.payload.clone()),
-        );
-        content_hash = content_hash.case(
-            record::Column::Id.eq(*id),
-            Expr::value(record.content_hash.clone()),
-        );
+/// <the rest of REWRITE>, <DELETION> = NULL WHERE id IN (...)`: a record written again is
+/// live, whether it was marked deleted or not.
+fn update_statement(page: RowPage<'_>, changed: &[ChangedRecord<'_>]) -> UpdateStatement {
+    let mut update = record::Entity::update_many();
+    for (column, source) in REWRITE {
+        let value: Expr = match source {
+            Source::Record(field) => {
+                let mut case = CaseStatement::new();
+                for (id, record) in changed {
+                    case = case.case(
+                        record::Column::Id.eq(*id),
+                        Expr::value(field.of(record).to_owned()),
+                    );
+                }
+                // The `ELSE` never applies (the `WHERE` names the same ids); it keeps the
+                // column as it is rather than NULL should it ever.
+                case.finally(Expr::col(column)).into()
+            }
+            shared => Expr::value(page.shared(shared)),
+        };
+        update = update.col_expr(column, value);
     }
-    // The `ELSE` never applies (the `WHERE` names the same ids); it keeps the column as
-    // it is rather than NULL should it ever.
-    let payload = payload.finally(Expr::col(record::Column::Payload));
-    let content_hash = content_hash.finally(Expr::col(record::Column::ContentHash));
-    record::Entity::update_many()
-        .col_expr(record::Column::Payload, payload.into())
-        .col_expr(record::Column::ContentHash, content_hash.into())
-        .col_expr(record::Column::LastSeenRunId, Expr::value(run_id))
-        .col_expr(record::Column::UpdatedAt, Expr::value(now))
-        .col_expr(
-            record::Column::DeletedAt,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(
-            record::Column::DeletedByRunId,
-            Expr::value(Option::<i64>::None),
-        )
+    for (column, null) in cleared_deletion() {
+        update = update.col_expr(column, Expr::value(null));
+    }
+    update
         .filter(record::Column::Id.is_in(changed.iter().map(|(id, _)| *id)))
         .into_query()
+}
+
+/// Each of [`DELETION`]'s columns and its null, typed as the column is.
+fn cleared_deletion() -> [(record::Column, Value); DELETION.len()] {
+    DELETION.map(|column| {
+        let null = match column {
+            record::Column::DeletedByRunId => Value::BigInt(None),
+            _ => Option::<DateTime<Utc>>::None.into(),
+        };
+        (column, null)
+    })
+}
+
+/// What a rewrite binds a row and in all ([`Binds::new`]'s two numbers): a row's id
+/// twice for each of its fields (once in the `CASE`, with the value) and once in `IN`; each
+/// shared value of [`REWRITE`] and each cleared column once.
+const fn rewrite_binds() -> Binds {
+    let (mut per_row, mut fixed) = (1, DELETION.len());
+    let mut index = 0;
+    while index < REWRITE.len() {
+        match REWRITE[index].1 {
+            Source::Record(_) => per_row += 2,
+            _ => fixed += 1,
+        }
+        index += 1;
+    }
+    Binds::new(per_row, fixed)
 }
 
 #[cfg(test)]
@@ -489,11 +574,14 @@ mod parameter_tests {
             .collect()
     }
 
-    const OWNER: BatchOwner<'static> = BatchOwner {
-        run_id: 1,
-        user_id: "alice",
-        provider: "acme",
-    };
+    fn page() -> RowPage<'static> {
+        RowPage {
+            user_id: "alice",
+            provider: "acme",
+            run_id: 1,
+            now: Utc::now(),
+        }
+    }
 
     #[test]
     fn an_insert_of_new_records_binds_what_its_chunk_allows_for() {
@@ -504,7 +592,7 @@ mod parameter_tests {
             ] {
                 let records = records(rows);
                 let records: Vec<&Record> = records.iter().collect();
-                let insert = records_insert(OWNER, &records, Utc::now()).unwrap();
+                let insert = records_insert(page(), &records).unwrap();
                 let values = bound(backend, &insert);
                 assert_eq!(values, RECORD_INSERT.values(rows), "{backend:?}");
                 assert!(values <= max_parameters(backend), "{backend:?}: {values}");
@@ -521,7 +609,7 @@ mod parameter_tests {
             ] {
                 let records = records(rows);
                 let changed: Vec<ChangedRecord> = (0..).zip(&records).collect();
-                let update = update_statement(1, &changed, Utc::now());
+                let update = update_statement(page(), &changed);
                 let values = bound(backend, &update);
                 assert_eq!(values, RECORD_UPDATE.values(rows), "{backend:?}");
                 assert!(values <= max_parameters(backend), "{backend:?}: {values}");

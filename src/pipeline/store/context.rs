@@ -1,11 +1,14 @@
 //! What the store knows about the page being stored: its run, connection, stream and
 //! checkpoint, how it is written, and what it most likely holds.
 
+use chrono::{DateTime, Utc};
+
 use crate::config::WriteMode;
 use crate::entities::connection;
 use crate::lease::Fence;
 use crate::pipeline::changes::BatchOwner;
 use crate::pipeline::checkpoint::Checkpoint;
+use crate::pipeline::ground::row::RowPage;
 use crate::pipeline::streams::StreamScope;
 
 /// What the store needs to know about the page being stored.
@@ -40,6 +43,16 @@ impl PageContext<'_> {
             run_id: self.run_id,
             user_id: &self.connection.user_id,
             provider: self.stream.namespace(),
+        }
+    }
+
+    /// What every record row the page writes at `now` shares.
+    pub(crate) fn row_page(&self, now: DateTime<Utc>) -> RowPage<'_> {
+        RowPage {
+            user_id: &self.connection.user_id,
+            provider: self.stream.namespace(),
+            run_id: self.run_id,
+            now,
         }
     }
 }

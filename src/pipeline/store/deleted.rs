@@ -16,6 +16,7 @@ use super::writes::PageChanges;
 use crate::entities::change::ChangeKind;
 use crate::entities::record;
 use crate::pipeline::changes;
+use crate::pipeline::ground::row;
 
 /// Marks the live records among `deleted` deleted by the page's run at `now`, recording
 /// their changes in the page's batch; returns how many it marked. Keys not stored, or
@@ -34,9 +35,11 @@ pub(crate) async fn mark(
         let live: Vec<(i64, String)> = record::Entity::find()
             .select_only()
             .columns([record::Column::Id, record::Column::ExternalId])
-            .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(context.stream.namespace()))
-            .filter(record::Column::ExternalId.is_in(ids))
+            .filter(row::key_condition(
+                &context.connection.user_id,
+                context.stream.namespace(),
+                ids,
+            ))
             .filter(record::Column::DeletedAt.is_null())
             .into_tuple()
             .all(txn)

@@ -31,18 +31,20 @@ use tributary_providers::{DeletedRecord, PageItem, Record, RecordStage, Rejected
 use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
-use crate::pipeline::fence;
 use crate::pipeline::ground::begin_page_transaction;
 use crate::pipeline::ground::RunCounts;
 
 pub use append::sweep_expired_keys;
-pub use backend::{ChangedRecord, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+pub use backend::{
+    ChangedRecord, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError,
+    Stored,
+};
 pub use context::{PageContext, PageExpectation};
 // The bench and the tests name a page's checkpoint move through the store.
 pub use crate::pipeline::checkpoint::CheckpointMove;
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
-use backend::{KEY_LOOKUP, RECORD_UPDATE};
+use backend::{explain_unheld, KEY_LOOKUP, RECORD_UPDATE};
 use run_errors::{insert_run_errors, persist_failure};
 use writes::{insert_carefully, insert_fast, PageChanges};
 
@@ -79,7 +81,8 @@ pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
 /// 1. [`PageExpectation::Unchanged`]: every record stored with the same hash, found
 ///    outside any transaction, and nothing is written.
 /// 2. [`PageExpectation::New`]: the page and its bookkeeping in the backend's fewest
-///    round trips, without a lookup ([`StoreBackend::write_new_page`]).
+///    round trips, without a lookup ([`NewPageWriter::write_new_page`]), on a backend
+///    that has the shortcut ([`StoreBackend::new_pages`]).
 /// 3. The usual way: lookup, insert, update, error rows and bookkeeping in one
 ///    transaction without savepoints ([`Mode::Fast`]);
 /// 4. and if a record write of it fails, again with savepoints ([`Mode::Careful`]).
@@ -136,8 +139,10 @@ pub async fn store_page(
         fetched,
         counts,
     };
-    if shortcut && context.expect == PageExpectation::New && backend.counts_inserted_rows() {
-        if let Some(counts) = page.write_all_new(totals).await? {
+    if let (true, PageExpectation::New, Some(new_pages)) =
+        (shortcut, context.expect, backend.new_pages())
+    {
+        if let Some(counts) = page.write_all_new(new_pages, totals).await? {
             backend.committed();
             return Ok(counts);
         }
@@ -153,11 +158,11 @@ pub async fn store_page(
             match page.write(db, totals, Mode::Careful).await {
                 Ok(counts) => counts,
                 Err(PageFailure::Record(error) | PageFailure::Database(error)) => {
-                    return Err(error)
+                    return Err(error.into())
                 }
             }
         }
-        Err(PageFailure::Database(error)) => return Err(error),
+        Err(PageFailure::Database(error)) => return Err(error.into()),
     };
     backend.committed();
     Ok(counts)
@@ -168,7 +173,7 @@ pub async fn store_page(
 fn careful_path_handles(
     backend: &dyn StoreBackend,
     path: &'static str,
-    error: DbErr,
+    error: StoreError,
 ) -> Result<Refusal, DbErr> {
     match Refusal::of(backend, &error) {
         Some(reason) => {
@@ -178,7 +183,7 @@ fn careful_path_handles(
         None => {
             crate::telemetry::record_fast_path_fallback(path, "unexpected");
             tracing::warn!(path, %error, "A page's write failed unexpectedly; it is not written again another way.");
-            Err(error)
+            Err(error.into())
         }
     }
 }
@@ -211,14 +216,20 @@ enum Mode {
 
 enum PageFailure {
     /// Writing a record failed (in [`Mode::Fast`]): perhaps worth a careful attempt.
-    Record(DbErr),
+    Record(StoreError),
     /// Anything else: the page could not be stored.
-    Database(DbErr),
+    Database(StoreError),
+}
+
+impl From<StoreError> for PageFailure {
+    fn from(error: StoreError) -> Self {
+        PageFailure::Database(error)
+    }
 }
 
 impl From<DbErr> for PageFailure {
     fn from(error: DbErr) -> Self {
-        PageFailure::Database(error)
+        PageFailure::Database(error.into())
     }
 }
 
@@ -263,8 +274,7 @@ impl PageWrite<'_> {
         let mut existing = match backend.lock_and_lookup(&txn, context, first).await {
             Ok(existing) => existing,
             Err(error) => {
-                let (run_id, connection_id) = (context.run_id, context.connection.id);
-                let error = fence::explain(&txn, run_id, connection_id, context.lease, error).await;
+                let error = explain_unheld(&txn, context, error).await;
                 return Err(PageFailure::Database(error));
             }
         };
@@ -342,20 +352,20 @@ impl PageWrite<'_> {
     }
 
     /// The page as all new: its records and bookkeeping without a lookup, by
-    /// [`StoreBackend::write_new_page`]. `None`, with nothing written, when that failed
+    /// [`NewPageWriter::write_new_page`]. `None`, with nothing written, when that failed
     /// for a reason the usual way handles (a key existed, a row was refused, the run's
     /// row or the connection is gone): the caller then writes the page the usual way,
     /// which decides and counts each record exactly as if this had not been tried.
     async fn write_all_new(
         &self,
+        new_pages: &dyn NewPageWriter,
         totals: &mut RunCounts,
     ) -> Result<Option<PageStoreCounts>, DbErr> {
         let mut counts = self.counts;
         counts.inserted += self.records.len() as u64;
         let after = self.totals_after(totals, &counts);
         let bookkeeping = self.bookkeeping(&after, Utc::now());
-        match self
-            .backend
+        match new_pages
             .write_new_page(self.context, self.records, &bookkeeping)
             .await
         {

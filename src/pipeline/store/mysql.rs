@@ -1,5 +1,5 @@
 //! MySQL and MariaDB's store strategy: every statement built by sea-query, and no
-//! all-new shortcut.
+//! all-new shortcut ([`StoreBackend::new_pages`] is `None`).
 //!
 //! MySQL has no `DO NOTHING`: the conflict clause is `ON DUPLICATE KEY UPDATE id = id`,
 //! and with the found-rows flag sqlx sets, a skipped row counts as affected too. So the
@@ -15,8 +15,8 @@ use sea_orm::{
 use tributary_providers::Record;
 
 use super::backend::{
-    insert_statement, locked_stored_keys, refusal_by_sqlstate, Existing, PageBookkeeping, Refusal,
-    StoreBackend, Stored,
+    insert_statement, locked_stored_keys, refusal_by_sqlstate, save_counts_of, Existing,
+    NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError, Stored,
 };
 use super::context::PageContext;
 use crate::db::DatabasePools;
@@ -25,7 +25,7 @@ use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, record, sync_run};
 use crate::pipeline::changes::{record_changes, ChangeSlot};
 use crate::pipeline::checkpoint::CheckpointMove;
-use crate::pipeline::ground::save_counts;
+use crate::pipeline::ground::row;
 
 /// MySQL's refusals that its SQLSTATE leaves general (`HY000`) or puts elsewhere: a
 /// `SIGNAL` in a trigger, an incorrect string value, a failed check constraint, a lock
@@ -52,18 +52,10 @@ async fn stored_keys(
     context: &PageContext<'_>,
     records: &[Record],
 ) -> Result<Existing, DbErr> {
-    let ids = records.iter().map(|record| record.external_id.as_str());
     let rows: Vec<(i64, String, String, Option<i64>)> = record::Entity::find()
         .select_only()
-        .columns([
-            record::Column::Id,
-            record::Column::ExternalId,
-            record::Column::ContentHash,
-            record::Column::DeletedByRunId,
-        ])
-        .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(context.stream.namespace()))
-        .filter(record::Column::ExternalId.is_in(ids))
+        .columns(row::STORED)
+        .filter(page_keys(context, records.iter()))
         .into_tuple()
         .all(db)
         .await?;
@@ -73,6 +65,18 @@ async fn stored_keys(
             (external_id, Stored::from_row(id, hash, deleted_by))
         })
         .collect())
+}
+
+/// The condition that a row's key is one of `records`' ([`row::key_condition`]).
+fn page_keys<'r>(
+    context: &PageContext<'_>,
+    records: impl Iterator<Item = &'r Record>,
+) -> Condition {
+    row::key_condition(
+        &context.connection.user_id,
+        context.stream.namespace(),
+        records.map(|record| record.external_id.as_str()),
+    )
 }
 
 /// `SELECT page_rows.found, records.id, records.external_id, records.content_hash,
@@ -119,43 +123,26 @@ fn lock_and_lookup_statement(context: &PageContext<'_>, records: &[Record]) -> S
         )
         .from_subquery(locked, Alias::new("locked"))
         .to_owned();
-    let key = Condition::all()
-        .add(
-            Expr::col((record::Entity, record::Column::UserId))
-                .eq(context.connection.user_id.as_str()),
-        )
-        .add(Expr::col((record::Entity, record::Column::Provider)).eq(context.stream.namespace()))
-        .add(
-            Expr::col((record::Entity, record::Column::ExternalId))
-                .is_in(records.iter().map(|record| record.external_id.as_str())),
-        );
     Query::select()
         .column((Alias::new("page_rows"), Alias::new("found")))
-        .columns(
-            [
-                record::Column::Id,
-                record::Column::ExternalId,
-                record::Column::ContentHash,
-                record::Column::DeletedByRunId,
-            ]
-            .map(|column| (record::Entity, column)),
-        )
+        .columns(row::STORED.map(|column| (record::Entity, column)))
         .from_subquery(page_rows, Alias::new("page_rows"))
-        .left_join(record::Entity, key)
+        .left_join(record::Entity, page_keys(context, records.iter()))
         .to_owned()
 }
 
 #[async_trait::async_trait]
 impl StoreBackend for MySqlStore<'_> {
-    fn counts_inserted_rows(&self) -> bool {
-        false
+    /// None: an insert's row count counts skipped rows too (see the module's header).
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        None
     }
 
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let existing = stored_keys(self.db, context, records).await?;
         let unchanged = records.iter().filter(|record| {
             existing
@@ -170,8 +157,8 @@ impl StoreBackend for MySqlStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
-        stored_keys(txn, context, records).await
+    ) -> Result<Existing, StoreError> {
+        Ok(stored_keys(txn, context, records).await?)
     }
 
     async fn lock_and_lookup(
@@ -179,7 +166,7 @@ impl StoreBackend for MySqlStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let statement = lock_and_lookup_statement(context, records);
         locked_stored_keys(txn.query_all(&statement).await?)
     }
@@ -195,22 +182,19 @@ impl StoreBackend for MySqlStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         txn.execute(&insert_statement(context, records, now)?)
             .await?;
-        let ids = records.iter().map(|record| record.external_id.as_str());
         let inserted: Vec<String> = record::Entity::find()
             .select_only()
             .column(record::Column::ExternalId)
-            .filter(record::Column::UserId.eq(context.connection.user_id.as_str()))
-            .filter(record::Column::Provider.eq(context.stream.namespace()))
-            .filter(record::Column::ExternalId.is_in(ids))
+            .filter(page_keys(context, records.iter().copied()))
             .filter(record::Column::FirstSeenRunId.eq(context.run_id))
             .into_tuple()
             .all(txn)
             .await?;
         let keys = inserted.iter().map(String::as_str);
-        record_changes(txn, slot, ChangeKind::Inserted, keys).await
+        Ok(record_changes(txn, slot, ChangeKind::Inserted, keys).await?)
     }
 
     /// Two statements: MySQL's prepared statements take neither a `WITH` that writes nor
@@ -219,27 +203,16 @@ impl StoreBackend for MySqlStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let CheckpointMove::Write(checkpoint) = page.checkpoint else {
-            return save_counts(txn, page.run_id, page.counts).await;
+            return save_counts_of(txn, page).await;
         };
         for statement in [page.counts_update(), page.checkpoint_update(checkpoint)?] {
             if txn.execute(&statement).await?.rows_affected() == 0 {
-                return Err(DbErr::RecordNotUpdated);
+                return Err(StoreError::RowGone);
             }
         }
         Ok(())
-    }
-
-    /// Never asked for ([`StoreBackend::counts_inserted_rows`] is false): declined as if
-    /// a key existed, with nothing written.
-    async fn write_new_page(
-        &self,
-        _context: &PageContext<'_>,
-        _records: &[Record],
-        _bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
-        Err(DbErr::RecordNotInserted)
     }
 
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {

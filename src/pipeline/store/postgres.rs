@@ -18,14 +18,13 @@ use sea_orm::sea_query::{
     Alias, CommonTableExpression, Expr, PostgresQueryBuilder, Query, WithClause,
 };
 use sea_orm::sqlx::error::DatabaseError;
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IdenStatic, Statement, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, IdenStatic, Statement, Value};
 use tributary_providers::Record;
 
 use super::backend::{
-    locked_stored_keys, refusal_by_sqlstate, stored_keys_of, write_new_page_in_transaction,
-    Existing, PageBookkeeping, Refusal, StoreBackend,
+    locked_stored_keys, refusal_by_sqlstate, save_counts_of, stored_keys_of,
+    write_new_page_in_transaction, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend,
+    StoreError,
 };
 use super::context::PageContext;
 use crate::db::DatabasePools;
@@ -35,7 +34,8 @@ use crate::lease::Fence;
 use crate::pipeline::changes::{ChangeSlot, TRANSACTION_SEQ};
 use crate::pipeline::checkpoint::{checkpoint_column, CheckpointMove};
 use crate::pipeline::ground::names;
-use crate::pipeline::ground::{save_counts, RunCounts};
+use crate::pipeline::ground::row::{self, Field, RowPage, Source};
+use crate::pipeline::ground::RunCounts;
 
 /// The stored (id, external id, content hash) of the keys `$3` of user `$1` and provider
 /// `$2`. `external_id IN (...)` lets the planner scan every record of the (user_id,
@@ -43,15 +43,23 @@ use crate::pipeline::ground::{save_counts, RunCounts};
 /// a prepared statement's generic plan keeps doing it); `LIMIT 1` in the lateral subquery
 /// keeps it from being flattened into such a join, so each id is one unique-index probe.
 static LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT r.{record::Id}, r.{record::ExternalId}, r.{record::ContentHash}, \
-         r.{record::DeletedByRunId} \
-         FROM unnest($3::text[]) AS k(external_id) \
-         CROSS JOIN LATERAL (SELECT {record::Id}, {record::ExternalId}, {record::ContentHash}, \
-         {record::DeletedByRunId} FROM {records} WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
-         AND {record::ExternalId} = k.external_id LIMIT 1) AS r",
-    )
+    names::sql(&format!(
+        "SELECT {outer} FROM unnest($3::text[]) AS k(external_id) \
+         CROSS JOIN LATERAL (SELECT {inner} FROM {{records}} WHERE {key} LIMIT 1) AS r",
+        outer = row::column_list("r.", row::STORED),
+        inner = row::column_list("", row::STORED),
+        key = key_probe(),
+    ))
 });
+
+/// The key of user `$1` and provider `$2` whose external id is `k.external_id`.
+fn key_probe() -> String {
+    row::key_match("", |source| match source {
+        Source::User => "= $1".into(),
+        Source::Provider => "= $2".into(),
+        Source::Record(_) | Source::Run | Source::Now => "= k.external_id".into(),
+    })
+}
 
 /// A page's first statement: the run's row `$4` and the connection's `$5` locked and
 /// counted as `found`, with [`LOOKUP`]'s rows beside the count, only while the run is
@@ -64,9 +72,8 @@ static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
         "WITH page_rows AS (SELECT count(*) AS found FROM (SELECT 1 FROM {{sync_runs}} r, \
          {{connections}} c WHERE r.{{sync_run::Id}} = $4 AND c.{{connection::Id}} = $5 \
          AND {held} FOR NO KEY UPDATE) AS locked) \
-         SELECT p.found, l.{{record::Id}}, l.{{record::ExternalId}}, l.{{record::ContentHash}}, \
-         l.{{record::DeletedByRunId}} \
-         FROM page_rows AS p LEFT JOIN ({lookup}) AS l ON true",
+         SELECT p.found, {stored} FROM page_rows AS p LEFT JOIN ({lookup}) AS l ON true",
+        stored = row::column_list("l.", row::STORED),
         lookup = *LOOKUP,
         held = held_by("$6", "$7"),
     ))
@@ -94,49 +101,109 @@ fn lease_values(lease: Option<&Fence>) -> [Value; 2] {
 /// How many of the pairs (`$3`, `$4`) are stored live with that hash, each id one probe as in
 /// [`LOOKUP`].
 static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
+    names::sql(&format!(
         "SELECT count(*) AS unchanged \
          FROM unnest($3::text[], $4::text[]) AS k(external_id, content_hash) \
-         CROSS JOIN LATERAL (SELECT {record::ContentHash}, {record::DeletedAt} FROM {records} \
-         WHERE {record::UserId} = $1 AND {record::Provider} = $2 \
-         AND {record::ExternalId} = k.external_id LIMIT 1) AS r \
-         WHERE r.{record::ContentHash} = k.content_hash AND r.{record::DeletedAt} IS NULL",
-    )
-});
-
-/// The new records as rows: user `$1`, provider `$2`, run `$3`, time `$4`, and the ids,
-/// payloads and hashes as arrays `$5` to `$7`, so the statement has the same parameters
-/// whatever the page size and is prepared and planned once.
-static NEW_ROWS: LazyLock<String> = LazyLock::new(|| {
-    let columns = names::new_record_columns();
-    names::sql(&format!(
-        "INSERT INTO {{records}} ({columns}) \
-         SELECT $1, $2, r.external_id, r.payload, r.content_hash, $3, $3, $4, $4 \
-         FROM unnest($5::text[], $6::text[], $7::text[]) AS r(external_id, payload, content_hash)"
+         CROSS JOIN LATERAL (SELECT {{record::ContentHash}}, {{record::DeletedAt}} FROM {{records}} \
+         WHERE {key} LIMIT 1) AS r \
+         WHERE r.{{record::ContentHash}} = k.content_hash AND r.{{record::DeletedAt}} IS NULL",
+        key = key_probe(),
     ))
 });
 
-/// [`NEW_ROWS`], a key that exists skipped, and an `inserted` change in batch `$8`, at
-/// ordinals from `$9`, for each row that went in (those `RETURNING` gives back). Its row
-/// count is the changes', which is the rows inserted.
+/// The new records as rows ([`row::NEW_ROW`]): first the values every row shares (user
+/// `$1`, provider `$2`, run `$3`, time `$4`), then each field of the records as an array
+/// (ids, payloads and hashes, `$5` to `$7`), so the statement has the same parameters
+/// whatever the page size and is prepared and planned once.
+struct NewRows {
+    sql: String,
+    shared: Vec<Source>,
+    fields: Vec<Field>,
+}
+
+impl NewRows {
+    fn new() -> NewRows {
+        let shared = row::shared_sources(&row::NEW_ROW);
+        let fields = row::record_fields(&row::NEW_ROW);
+        let mut rows = NewRows {
+            sql: String::new(),
+            shared,
+            fields,
+        };
+        let values: Vec<String> = row::NEW_ROW
+            .iter()
+            .map(|(_, source)| match source {
+                Source::Record(field) => format!("r.{}", field.name()),
+                shared => rows.param(*shared),
+            })
+            .collect();
+        let arrays: Vec<String> = (rows.shared.len()..rows.parameters())
+            .map(|index| format!("${}::text[]", index + 1))
+            .collect();
+        let names: Vec<&str> = rows.fields.iter().map(|field| field.name()).collect();
+        rows.sql = names::sql(&format!(
+            "INSERT INTO {{records}} ({columns}) SELECT {values} \
+             FROM unnest({arrays}) AS r({names})",
+            columns = row::new_row_columns(),
+            values = values.join(", "),
+            arrays = arrays.join(", "),
+            names = names.join(", "),
+        ));
+        rows
+    }
+
+    /// The parameter (`$n`) of a value every row shares.
+    fn param(&self, source: Source) -> String {
+        let index = self.shared.iter().position(|shared| *shared == source);
+        index.map_or_else(String::new, |index| format!("${}", index + 1))
+    }
+
+    /// How many parameters the rows take; a statement's own follow them.
+    fn parameters(&self) -> usize {
+        self.shared.len() + self.fields.len()
+    }
+
+    /// The rows' values, in parameter order, for `records` of `page`.
+    fn values(&self, page: &RowPage<'_>, records: &[&Record]) -> Vec<Value> {
+        let shared = self.shared.iter().map(|source| page.shared(*source));
+        let arrays = self.fields.iter().map(|field| {
+            let column: Vec<String> = records
+                .iter()
+                .map(|record| field.of(record).to_owned())
+                .collect();
+            Value::from(column)
+        });
+        shared.chain(arrays).collect()
+    }
+}
+
+static NEW_ROWS: LazyLock<NewRows> = LazyLock::new(NewRows::new);
+
+/// [`NEW_ROWS`], a key that exists skipped, and an `inserted` change in the batch and at
+/// the ordinals given after the rows' values, for each row that went in (those
+/// `RETURNING` gives back). Its row count is the changes', which is the rows inserted.
 static INSERT: LazyLock<String> = LazyLock::new(|| {
+    let batch = NEW_ROWS.parameters() + 1;
     names::sql(&format!(
         "WITH inserted AS ({new_rows} \
-         ON CONFLICT ({{record::UserId}}, {{record::Provider}}, {{record::ExternalId}}) \
-         DO NOTHING RETURNING {{record::ExternalId}}) \
+         ON CONFLICT ({key}) DO NOTHING RETURNING {{record::ExternalId}}) \
          INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
          {{change::ExternalId}}, {{change::Kind}}) \
-         SELECT $8, $9 + row_number() OVER () - 1, {{record::ExternalId}}, {{kind::Inserted}} \
-         FROM inserted",
-        new_rows = *NEW_ROWS
+         SELECT ${batch}, ${ordinal} + row_number() OVER () - 1, {{record::ExternalId}}, \
+         {{kind::Inserted}} FROM inserted",
+        new_rows = NEW_ROWS.sql,
+        key = row::key_columns(),
+        ordinal = batch + 1,
     ))
 });
 
-/// Where the run's counters start among [`NEW_PAGE`]'s parameters.
-const FIRST_COUNTER: usize = 8;
+/// Where the run's counters start among [`NEW_PAGE`]'s parameters: after the rows'.
+fn first_counter() -> usize {
+    NEW_ROWS.parameters() + 1
+}
 
 /// An all-new page in one statement: [`NEW_ROWS`] (no conflict clause), the run's
-/// counters (from `$8`, in [`PageBookkeeping::counter_values`] order), and the
+/// counters (after the rows' values, in [`PageBookkeeping::counter_values`] order), and the
 /// checkpoint, connection id and stream id that follow them (the checkpoint saved on the
 /// stream's row), written only while the run's row and the connection's (which it locks
 /// first) and the change clock's exist, and the rows hold the page's lease (its holder and
@@ -158,38 +225,40 @@ static NEW_PAGE: LazyLock<String> = LazyLock::new(|| {
     let set_counters = counters
         .iter()
         .enumerate()
-        .map(|(offset, (column, _))| format!("{} = ${}", column.as_str(), FIRST_COUNTER + offset))
+        .map(|(offset, (column, _))| format!("{} = ${}", column.as_str(), first_counter() + offset))
         .collect::<Vec<_>>()
         .join(", ");
-    let checkpoint = FIRST_COUNTER + counters.len();
+    let checkpoint = first_counter() + counters.len();
     let connection_id = checkpoint + 1;
     let stream_id = connection_id + 1;
     let held = held_by(
         &format!("${}", stream_id + 1),
         &format!("${}", stream_id + 2),
     );
+    let [user, provider, run, now] = [Source::User, Source::Provider, Source::Run, Source::Now]
+        .map(|source| NEW_ROWS.param(source));
     names::sql(&format!(
         "WITH page_rows AS (SELECT 1 FROM {{sync_runs}} r, {{connections}} c, {{change_clock}} k \
-         WHERE r.{{sync_run::Id}} = $3 AND c.{{connection::Id}} = ${connection_id} \
+         WHERE r.{{sync_run::Id}} = {run} AND c.{{connection::Id}} = ${connection_id} \
          AND k.{{change_clock::Id}} = {CLOCK_ROW} AND {held} FOR NO KEY UPDATE OF r, c), \
          inserted AS ({new_rows} WHERE EXISTS (SELECT 1 FROM page_rows) \
          RETURNING {{record::ExternalId}}), \
          saved_run AS (UPDATE {{sync_runs}} SET {set_counters} \
-         WHERE {{sync_run::Id}} = $3 AND EXISTS (SELECT 1 FROM page_rows)), \
+         WHERE {{sync_run::Id}} = {run} AND EXISTS (SELECT 1 FROM page_rows)), \
          saved_stream AS (UPDATE {{connection_streams}} \
          SET {{connection_stream::Checkpoint}} = ${checkpoint}, \
-         {{connection_stream::UpdatedAt}} = $4 \
+         {{connection_stream::UpdatedAt}} = {now} \
          WHERE {{connection_stream::Id}} = ${stream_id} AND EXISTS (SELECT 1 FROM page_rows)), \
          batch AS (INSERT INTO {{change_batches}} ({{change_batch::Seq}}, {{change_batch::RunId}}, \
          {{change_batch::UserId}}, {{change_batch::Provider}}, {{change_batch::CommittedAt}}) \
-         SELECT {seq}, $3, $1, $2, $4 WHERE EXISTS (SELECT 1 FROM inserted) \
+         SELECT {seq}, {run}, {user}, {provider}, {now} WHERE EXISTS (SELECT 1 FROM inserted) \
          RETURNING {{change_batch::Id}}), \
          logged AS (INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
          {{change::ExternalId}}, {{change::Kind}}) SELECT batch.{{change_batch::Id}}, \
          row_number() OVER () - 1, inserted.{{record::ExternalId}}, {{kind::Inserted}} \
          FROM batch CROSS JOIN inserted) \
          SELECT count(*) AS found FROM page_rows",
-        new_rows = *NEW_ROWS,
+        new_rows = NEW_ROWS.sql,
         seq = *TRANSACTION_SEQ,
     ))
 });
@@ -211,44 +280,27 @@ impl<'a> PostgresStore<'a> {
 }
 
 /// One field of every record, as a `text[]` value.
-fn text_array<'r>(
-    records: impl Iterator<Item = &'r Record>,
-    field: fn(&Record) -> &String,
-) -> Value {
-    let column: Vec<String> = records.map(|record| field(record).clone()).collect();
+fn text_array<'r>(records: impl Iterator<Item = &'r Record>, field: Field) -> Value {
+    let column: Vec<String> = records.map(|record| field.of(record).to_owned()).collect();
     column.into()
-}
-
-/// The values of [`NEW_ROWS`], `$1` to `$7`.
-fn new_rows_values(
-    context: &PageContext<'_>,
-    records: &[&Record],
-    now: DateTime<Utc>,
-) -> Vec<Value> {
-    let records = || records.iter().copied();
-    vec![
-        context.connection.user_id.as_str().into(),
-        context.stream.namespace().into(),
-        context.run_id.into(),
-        now.into(),
-        text_array(records(), |record| &record.external_id),
-        text_array(records(), |record| &record.payload),
-        text_array(records(), |record| &record.content_hash),
-    ]
 }
 
 #[async_trait::async_trait]
 impl StoreBackend for PostgresStore<'_> {
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        Some(self)
+    }
+
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let values = vec![
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
-            text_array(records.iter(), |record| &record.external_id),
-            text_array(records.iter(), |record| &record.content_hash),
+            text_array(records.iter(), Field::ExternalId),
+            text_array(records.iter(), Field::ContentHash),
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, COUNT_UNCHANGED.as_str(), values);
@@ -264,15 +316,15 @@ impl StoreBackend for PostgresStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let values = vec![
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
-            text_array(records.iter(), |record| &record.external_id),
+            text_array(records.iter(), Field::ExternalId),
         ];
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, LOOKUP.as_str(), values);
-        stored_keys_of(txn.query_all_raw(statement).await?)
+        Ok(stored_keys_of(txn.query_all_raw(statement).await?)?)
     }
 
     async fn lock_and_lookup(
@@ -280,11 +332,11 @@ impl StoreBackend for PostgresStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
+    ) -> Result<Existing, StoreError> {
         let values: Vec<Value> = [
             context.connection.user_id.as_str().into(),
             context.stream.namespace().into(),
-            text_array(records.iter(), |record| &record.external_id),
+            text_array(records.iter(), Field::ExternalId),
             context.run_id.into(),
             context.connection.id.into(),
         ]
@@ -303,8 +355,8 @@ impl StoreBackend for PostgresStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
-        let mut values = new_rows_values(context, records, now);
+    ) -> Result<u64, StoreError> {
+        let mut values = NEW_ROWS.values(&context.row_page(now), records);
         values.push(slot.batch_id.into());
         values.push(slot.first.into());
         let statement =
@@ -318,9 +370,9 @@ impl StoreBackend for PostgresStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let CheckpointMove::Write(checkpoint) = page.checkpoint else {
-            return save_counts(txn, page.run_id, page.counts).await;
+            return save_counts_of(txn, page).await;
         };
         let run = page
             .counts_update()
@@ -345,11 +397,23 @@ impl StoreBackend for PostgresStore<'_> {
             .build(PostgresQueryBuilder);
         let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
         if txn.execute_raw(statement).await?.rows_affected() != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
     }
 
+    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
+        let code = error.code()?;
+        match &*code {
+            RAISE_EXCEPTION => Some(Refusal::RefusedRow),
+            LOCK_NOT_AVAILABLE => Some(Refusal::Contention),
+            code => refusal_by_sqlstate(code),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl NewPageWriter for PostgresStore<'_> {
     /// One statement ([`NEW_PAGE`]) when the page's checkpoint moves; a transaction
     /// otherwise (a replay).
     async fn write_new_page(
@@ -357,7 +421,7 @@ impl StoreBackend for PostgresStore<'_> {
         context: &PageContext<'_>,
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let checkpoint = match bookkeeping.checkpoint {
             CheckpointMove::Write(checkpoint) => checkpoint,
             _ => {
@@ -366,7 +430,7 @@ impl StoreBackend for PostgresStore<'_> {
             }
         };
         let records: Vec<&Record> = records.iter().collect();
-        let mut values = new_rows_values(context, &records, bookkeeping.now);
+        let mut values = NEW_ROWS.values(&context.row_page(bookkeeping.now), &records);
         values.extend(
             bookkeeping
                 .counter_values()
@@ -384,18 +448,9 @@ impl StoreBackend for PostgresStore<'_> {
             None => 0,
         };
         if found != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
-    }
-
-    fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
-        let code = error.code()?;
-        match &*code {
-            RAISE_EXCEPTION => Some(Refusal::RefusedRow),
-            LOCK_NOT_AVAILABLE => Some(Refusal::Contention),
-            code => refusal_by_sqlstate(code),
-        }
     }
 }
 
@@ -426,7 +481,7 @@ mod tests {
         assert!(NEW_PAGE.contains(&format!(
             "{} = ${}",
             sync_run::Column::HeartbeatAt.as_str(),
-            FIRST_COUNTER + counters
+            first_counter() + counters
         )));
     }
 }

@@ -5,6 +5,8 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Set};
+
+use super::backend::StoreError;
 use tributary_providers::{Record, RecordStage, RejectedRecord};
 
 use super::context::PageContext;
@@ -46,7 +48,7 @@ pub async fn record_page_error(
 }
 
 /// The error row of a record the database refused to write.
-pub(crate) fn persist_failure(record: Record, error: &DbErr) -> RejectedRecord {
+pub(crate) fn persist_failure(record: Record, error: &StoreError) -> RejectedRecord {
     RejectedRecord {
         external_id: Some(record.external_id),
         stage: RecordStage::Persist,

@@ -26,7 +26,10 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, RuntimeErr
 use sea_query_sqlx::SqlxValues;
 use tributary_providers::Record;
 
-use super::backend::{insert_statement, Existing, PageBookkeeping, Refusal, StoreBackend, Stored};
+use super::backend::{
+    insert_statement, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError,
+    Stored,
+};
 use super::context::PageContext;
 use crate::db::parameters::Binds;
 use crate::db::DatabasePools;
@@ -34,30 +37,47 @@ use crate::entities::change_clock::CLOCK_ROW;
 use crate::pipeline::changes::{self, BatchOwner, ChangeBatch, ChangeSlot, CLOCK_SEQ, TICK};
 use crate::pipeline::checkpoint::CheckpointMove;
 use crate::pipeline::ground::names;
+use crate::pipeline::ground::row::{self, Source};
 
 /// How many of a page's (external id, content hash) pairs, given as one JSON array, are
 /// stored with that hash. `CROSS JOIN` keeps the page's pairs the outer loop: each is one
 /// probe of the unique index, whatever the planner thinks of the table's size.
 static COUNT_UNCHANGED: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {records} AS r \
-         WHERE r.{record::UserId} = ?2 AND r.{record::Provider} = ?3 \
-         AND r.{record::ExternalId} = page.value ->> 0 \
-         AND r.{record::ContentHash} = page.value ->> 1 \
-         AND r.{record::DeletedAt} IS NULL",
+    let key = row::key_match("r.", |source| match source {
+        Source::User => "= ?2".into(),
+        Source::Provider => "= ?3".into(),
+        Source::Record(_) | Source::Run | Source::Now => "= page.value ->> 0".into(),
+    });
+    names::sql(&format!(
+        "SELECT count(*) FROM json_each(?1) AS page CROSS JOIN {{records}} AS r \
+         WHERE {key} AND r.{{record::ContentHash}} = page.value ->> 1 \
+         AND r.{{record::DeletedAt}} IS NULL",
+    ))
+});
+
+/// The stored rows (their [`row::STORED`] columns) of user `?1` and provider `?2` among a
+/// page's external ids `?3`, given as one JSON array, as one JSON array of arrays, and the
+/// `FROM` and `WHERE` that find them: sqlx hands each result row from its SQLite thread to
+/// ours separately, and one row costs one hand-off.
+static STORED_AS_JSON: LazyLock<(String, String)> = LazyLock::new(|| {
+    let stored = row::column_list("", row::STORED);
+    let key = row::key_match("", |source| match source {
+        Source::User => "= ?1".into(),
+        Source::Provider => "= ?2".into(),
+        Source::Record(_) | Source::Run | Source::Now => {
+            "IN (SELECT value FROM json_each(?3))".into()
+        }
+    });
+    (
+        format!("json_group_array(json_array({stored}))"),
+        names::sql(&format!("FROM {{records}} WHERE {key}")),
     )
 });
 
-/// The stored (id, external id, content hash, deleting run) of a page's external ids, given as one JSON
-/// array, returned as one JSON array: sqlx hands each result row from its SQLite thread to
-/// ours separately, and one row costs one hand-off.
+/// The stored rows of a page's external ids ([`STORED_AS_JSON`]) as `found`.
 static LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT json_group_array(json_array({record::Id}, {record::ExternalId}, \
-         {record::ContentHash}, {record::DeletedByRunId})) AS found \
-         FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2 \
-         AND {record::ExternalId} IN (SELECT value FROM json_each(?3))",
-    )
+    let (found, from) = &*STORED_AS_JSON;
+    format!("SELECT {found} AS found {from}")
 });
 
 /// A page's first statement: `held` counts the page's run row (`?4`, while `running`) and
@@ -65,16 +85,21 @@ static LOOKUP: LazyLock<String> = LazyLock::new(|| {
 /// the page may write, beside [`LOOKUP`]'s result. `BEGIN IMMEDIATE` took the database's
 /// one write lock already, so no claim of the lease can commit before the page does.
 static LOCK_AND_LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "SELECT (SELECT count(*) FROM {sync_runs} r, {connections} c          WHERE r.{sync_run::Id} = ?4 AND r.{sync_run::Status} = {status::Running}          AND c.{connection::Id} = ?5 AND (?6 IS NULL OR (c.{connection::LeaseHolder} = ?6          AND c.{connection::LeaseGeneration} = ?7))) AS held,          (SELECT json_group_array(json_array({record::Id}, {record::ExternalId},          {record::ContentHash}, {record::DeletedByRunId}))          FROM {records} WHERE {record::UserId} = ?1 AND {record::Provider} = ?2          AND {record::ExternalId} IN (SELECT value FROM json_each(?3))) AS found",
-    )
+    let (found, from) = &*STORED_AS_JSON;
+    names::sql(&format!(
+        "SELECT (SELECT count(*) FROM {{sync_runs}} r, {{connections}} c \
+         WHERE r.{{sync_run::Id}} = ?4 AND r.{{sync_run::Status}} = {{status::Running}} \
+         AND c.{{connection::Id}} = ?5 AND (?6 IS NULL OR (c.{{connection::LeaseHolder}} = ?6 \
+         AND c.{{connection::LeaseGeneration}} = ?7))) AS held, \
+         (SELECT {found} {from}) AS found",
+    ))
 });
 
 /// The head of an all-new page's insert; one [`NEW_RECORD_VALUES`] follows per record,
 /// then `) WHERE` and [`PAGE_ROWS_EXIST`]. It has no conflict clause. A page takes as
 /// many of them as [`NEW_RECORDS`] says.
 static INSERT_NEW_RECORDS: LazyLock<String> = LazyLock::new(|| {
-    let columns = names::new_record_columns();
+    let columns = row::new_row_columns();
     names::sql(&format!(
         "INSERT INTO {{records}} ({columns}) SELECT * FROM (VALUES "
     ))
@@ -158,15 +183,20 @@ static INSERT_NEW_CHANGES: LazyLock<String> = LazyLock::new(|| {
 /// found missing: the rows of run `?5` among them are the rows it took. Batch `?1`,
 /// ordinals from `?2` in key order; user `?3`, provider `?4`.
 static INSERTED_CHANGES: LazyLock<String> = LazyLock::new(|| {
-    names::sql(
-        "INSERT INTO {changes} ({change::BatchId}, {change::Ordinal}, {change::ExternalId}, \
-         {change::Kind}) \
-         SELECT ?1, ?2 + row_number() OVER (ORDER BY {record::ExternalId}) - 1, \
-         {record::ExternalId}, {kind::Inserted} FROM {records} \
-         WHERE {record::UserId} = ?3 AND {record::Provider} = ?4 \
-         AND {record::FirstSeenRunId} = ?5 \
-         AND {record::ExternalId} IN (SELECT value FROM json_each(?6))",
-    )
+    let key = row::key_match("", |source| match source {
+        Source::User => "= ?3".into(),
+        Source::Provider => "= ?4".into(),
+        Source::Record(_) | Source::Run | Source::Now => {
+            "IN (SELECT value FROM json_each(?6))".into()
+        }
+    });
+    names::sql(&format!(
+        "INSERT INTO {{changes}} ({{change::BatchId}}, {{change::Ordinal}}, \
+         {{change::ExternalId}}, {{change::Kind}}) \
+         SELECT ?1, ?2 + row_number() OVER (ORDER BY {{record::ExternalId}}) - 1, \
+         {{record::ExternalId}}, {{kind::Inserted}} FROM {{records}} \
+         WHERE {key} AND {{record::FirstSeenRunId}} = ?5",
+    ))
 });
 
 /// [`changes::stamp_batch`] in one round trip: the tick, then the stamp of batch `?2` at
@@ -180,13 +210,14 @@ static STAMP: LazyLock<String> = LazyLock::new(|| {
     ))
 });
 
-/// One new record's values in [`INSERT_NEW_RECORDS`].
-const NEW_RECORD_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+/// One new record's values in [`INSERT_NEW_RECORDS`]: a `?` for each of [`row::NEW_ROW`].
+static NEW_RECORD_VALUES: LazyLock<String> =
+    LazyLock::new(|| format!("({})", vec!["?"; row::NEW_ROW.len()].join(", ")));
 
 /// What one [`INSERT_NEW_RECORDS`] binds: [`NEW_RECORD_VALUES`] a row, and the values of
 /// [`PAGE_ROWS_EXIST`]. The batch is one hand-off however many inserts it holds, so each
 /// takes as many rows as SQLite's limit allows.
-const NEW_RECORDS: Binds = Binds::new(9, PAGE_ROWS_BINDS);
+const NEW_RECORDS: Binds = Binds::new(row::NEW_ROW.len(), PAGE_ROWS_BINDS);
 
 /// SQLite's primary result codes a page's write can be refused with.
 const SQLITE_BUSY: i32 = 5;
@@ -208,19 +239,25 @@ impl<'a> SqliteStore<'a> {
 
 #[async_trait::async_trait]
 impl StoreBackend for SqliteStore<'_> {
+    fn new_pages(&self) -> Option<&dyn NewPageWriter> {
+        Some(self)
+    }
+
     /// Asked on a read-only reader of the file where there is one (see `db/readers.rs`),
     /// else on the main pool.
     async fn count_unchanged(
         &self,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let pairs: Vec<[&str; 2]> = records
             .iter()
             .map(|record| [record.external_id.as_str(), record.content_hash.as_str()])
             .collect();
-        let pairs = serde_json::to_string(&pairs)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's keys: {error}")))?;
+        let pairs = serde_json::to_string(&pairs).map_err(|source| StoreError::Json {
+            what: "writing the lookup's keys",
+            source,
+        })?;
         let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(COUNT_UNCHANGED.as_str()))
             .bind(pairs)
             .bind(context.connection.user_id.as_str())
@@ -248,13 +285,8 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
-        let ids: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let ids = serde_json::to_string(&ids)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+    ) -> Result<Existing, StoreError> {
+        let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             LOOKUP.as_str(),
@@ -279,13 +311,8 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         context: &PageContext<'_>,
         records: &[Record],
-    ) -> Result<Existing, DbErr> {
-        let ids: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let ids = serde_json::to_string(&ids)
-            .map_err(|error| DbErr::Custom(format!("writing the lookup's ids: {error}")))?;
+    ) -> Result<Existing, StoreError> {
+        let ids = external_ids_json(records)?;
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             LOCK_AND_LOOKUP.as_str(),
@@ -300,11 +327,11 @@ impl StoreBackend for SqliteStore<'_> {
             ],
         );
         let Some(row) = txn.query_one_raw(statement).await? else {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         };
         let held: i64 = row.try_get("", "held")?;
         if held != 1 {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         let found: String = row.try_get("", "found")?;
         existing_of(&found)
@@ -319,18 +346,13 @@ impl StoreBackend for SqliteStore<'_> {
         records: &[&Record],
         now: DateTime<Utc>,
         slot: ChangeSlot,
-    ) -> Result<u64, DbErr> {
+    ) -> Result<u64, StoreError> {
         let insert = insert_statement(context, records, now)?;
         let inserted = txn.execute(&insert).await?.rows_affected();
         if inserted == 0 {
             return Ok(0);
         }
-        let keys: Vec<&str> = records
-            .iter()
-            .map(|record| record.external_id.as_str())
-            .collect();
-        let keys = serde_json::to_string(&keys)
-            .map_err(|error| DbErr::Custom(format!("writing the changes' keys: {error}")))?;
+        let keys = external_ids_json(records.iter().copied())?;
         let changes = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             INSERTED_CHANGES.as_str(),
@@ -345,9 +367,7 @@ impl StoreBackend for SqliteStore<'_> {
         );
         let recorded = txn.execute_raw(changes).await?.rows_affected();
         if recorded != inserted {
-            return Err(DbErr::Custom(format!(
-                "an insert took {inserted} rows but {recorded} of them were found for their changes"
-            )));
+            return Err(StoreError::ChangesMissing { inserted, recorded });
         }
         Ok(inserted)
     }
@@ -358,13 +378,13 @@ impl StoreBackend for SqliteStore<'_> {
         &self,
         txn: &DatabaseTransaction,
         page: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let (statements, values) = bookkeeping_statements(page)?;
         let expected = statements.len() as u64;
         let statement =
             Statement::from_sql_and_values(DbBackend::Sqlite, statements.join("; "), values);
         if txn.execute_raw(statement).await?.rows_affected() != expected {
-            return Err(DbErr::RecordNotUpdated);
+            return Err(StoreError::RowGone);
         }
         Ok(())
     }
@@ -376,28 +396,16 @@ impl StoreBackend for SqliteStore<'_> {
         txn: &DatabaseTransaction,
         batch: &ChangeBatch,
         now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             STAMP.as_str(),
             [now.into(), batch.id.into()],
         );
         if txn.execute_raw(statement).await?.rows_affected() != 2 {
-            return Err(changes::clock_missing());
+            return Err(changes::clock_missing().into());
         }
         Ok(())
-    }
-
-    async fn write_new_page(
-        &self,
-        context: &PageContext<'_>,
-        records: &[Record],
-        bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<(), DbErr> {
-        let batch = NewPageBatch::new(context, records, bookkeeping)?;
-        batch
-            .write(self.db.get_sqlite_connection_pool().clone())
-            .await
     }
 
     fn refusal(&self, error: &dyn DatabaseError) -> Option<Refusal> {
@@ -415,10 +423,44 @@ impl StoreBackend for SqliteStore<'_> {
     }
 }
 
-/// The stored keys of a lookup's JSON array of (id, external id, hash, deleting run).
-fn existing_of(found: &str) -> Result<Existing, DbErr> {
-    let rows: Vec<(i64, String, String, Option<i64>)> = serde_json::from_str(found)
-        .map_err(|error| DbErr::Custom(format!("reading the lookup's rows: {error}")))?;
+#[async_trait::async_trait]
+impl NewPageWriter for SqliteStore<'_> {
+    async fn write_new_page(
+        &self,
+        context: &PageContext<'_>,
+        records: &[Record],
+        bookkeeping: &PageBookkeeping<'_>,
+    ) -> Result<(), StoreError> {
+        let batch = NewPageBatch::new(context, records, bookkeeping)?;
+        batch
+            .write(self.db.get_sqlite_connection_pool().clone())
+            .await
+    }
+}
+
+/// The external ids of `records` as one JSON array, as the statements that take a page's
+/// keys through `json_each` bind them.
+fn external_ids_json<'r>(
+    records: impl IntoIterator<Item = &'r Record>,
+) -> Result<String, StoreError> {
+    let ids: Vec<&str> = records
+        .into_iter()
+        .map(|record| record.external_id.as_str())
+        .collect();
+    serde_json::to_string(&ids).map_err(|source| StoreError::Json {
+        what: "writing the page's external ids",
+        source,
+    })
+}
+
+/// The stored keys of a lookup's JSON array of [`row::STORED`] (id, external id, hash,
+/// deleting run).
+fn existing_of(found: &str) -> Result<Existing, StoreError> {
+    let rows: Vec<(i64, String, String, Option<i64>)> =
+        serde_json::from_str(found).map_err(|source| StoreError::Json {
+            what: "reading the lookup's rows",
+            source,
+        })?;
     Ok(rows
         .into_iter()
         .map(|(id, external_id, hash, deleted_by)| {
@@ -481,7 +523,7 @@ impl NewPageBatch {
         context: &PageContext<'_>,
         records: &[Record],
         bookkeeping: &PageBookkeeping<'_>,
-    ) -> Result<NewPageBatch, DbErr> {
+    ) -> Result<NewPageBatch, StoreError> {
         let (updates, values) = guarded_bookkeeping_statements(bookkeeping)?;
         let mut expected = vec![1; updates.len()];
         let mut sql = "BEGIN IMMEDIATE".to_string();
@@ -519,9 +561,12 @@ impl NewPageBatch {
     /// Sends the batch. When a statement failed it stopped before `COMMIT` and is rolled
     /// back with nothing written; when it committed with a row count short, a row of the
     /// page was gone and nothing was written either.
-    async fn write(self, pool: SqlitePool) -> Result<(), DbErr> {
+    async fn write(self, pool: SqlitePool) -> Result<(), StoreError> {
         tokio::spawn(async move {
-            let mut connection = pool.acquire().await.map_err(connection_error)?;
+            let mut connection = pool
+                .acquire()
+                .await
+                .map_err(|error| StoreError::Db(connection_error(error)))?;
             let outcome = match statement_changes(&mut connection, self.sql, self.arguments).await {
                 // The first count is `BEGIN`'s, which reports no rows of its own, and the
                 // last `COMMIT`'s.
@@ -539,9 +584,9 @@ impl NewPageBatch {
                             "An all-new page went in short of its records; writing it again with savepoints."
                         );
                     }
-                    return Err(DbErr::RecordNotUpdated);
+                    return Err(StoreError::RowGone);
                 }
-                Err(error) => Err(query_error(error)),
+                Err(error) => Err(query_error(error).into()),
             };
             // This fails when no transaction is open (`BEGIN` itself failed), or when the
             // connection is broken, which is then closed rather than given back.
@@ -554,8 +599,7 @@ impl NewPageBatch {
             }
             outcome
         })
-        .await
-        .map_err(|error| DbErr::Custom(format!("the page's write task failed: {error}")))?
+        .await?
     }
 }
 
@@ -590,7 +634,7 @@ fn push_records_insert(
     owner: BatchOwner<'_>,
     records: &[Record],
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     sql.push_str(&INSERT_NEW_RECORDS);
     let now: Arc<str> = sqlite_time(page.now).into();
     let user: Arc<str> = owner.user_id.into();
@@ -600,24 +644,22 @@ fn push_records_insert(
         if index > 0 {
             sql.push_str(", ");
         }
-        sql.push_str(NEW_RECORD_VALUES);
-        let added = (|| {
-            arguments.add(user.clone())?;
-            arguments.add(provider.clone())?;
-            arguments.add(Arc::<str>::from(record.external_id.as_str()))?;
-            arguments.add(Arc::<str>::from(record.payload.as_str()))?;
-            arguments.add(Arc::<str>::from(record.content_hash.as_str()))?;
-            arguments.add(owner.run_id)?;
-            arguments.add(owner.run_id)?;
-            arguments.add(now.clone())?;
-            arguments.add(now.clone())
-        })();
-        added.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))?;
+        sql.push_str(&NEW_RECORD_VALUES);
+        let added = row::NEW_ROW
+            .iter()
+            .try_for_each(|(_, source)| match source {
+                Source::User => arguments.add(user.clone()),
+                Source::Provider => arguments.add(provider.clone()),
+                Source::Run => arguments.add(owner.run_id),
+                Source::Now => arguments.add(now.clone()),
+                Source::Record(field) => arguments.add(Arc::<str>::from(field.of(record))),
+            });
+        added.map_err(|error| StoreError::build("the page's insert", error))?;
     }
     sql.push_str(") WHERE ");
     sql.push_str(&PAGE_ROWS_EXIST);
     let guard = add_page_rows(arguments, page);
-    guard.map_err(|error| DbErr::Custom(format!("building the page's insert: {error}")))
+    guard.map_err(|error| StoreError::build("the page's insert", error))
 }
 
 /// The tick and the stamped batch of an all-new page ([`INSERT_STAMPED_BATCH`]), each
@@ -627,7 +669,7 @@ fn push_stamped_batch(
     arguments: &mut SqliteArguments,
     context: &PageContext<'_>,
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
+) -> Result<(), StoreError> {
     sql.push_str("; ");
     sql.push_str(&TICK);
     sql.push_str(" AND ");
@@ -642,7 +684,7 @@ fn push_stamped_batch(
         arguments.add(sqlite_time(page.now))?;
         add_page_rows(arguments, page)
     })();
-    added.map_err(|error| DbErr::Custom(format!("building the page's change batch: {error}")))
+    added.map_err(|error| StoreError::build("the page's change batch", error))
 }
 
 /// [`INSERT_NEW_CHANGES`] for `records`, and its values added to `arguments`.
@@ -651,19 +693,14 @@ fn push_changes_insert(
     arguments: &mut SqliteArguments,
     records: &[Record],
     page: &PageBookkeeping<'_>,
-) -> Result<(), DbErr> {
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|record| record.external_id.as_str())
-        .collect();
-    let ids = serde_json::to_string(&ids)
-        .map_err(|error| DbErr::Custom(format!("writing the page's change keys: {error}")))?;
+) -> Result<(), StoreError> {
+    let ids = external_ids_json(records)?;
     sql.push_str("; ");
     sql.push_str(&INSERT_NEW_CHANGES);
     let added = arguments
         .add(ids)
         .and_then(|()| add_page_rows(arguments, page));
-    added.map_err(|error| DbErr::Custom(format!("building the page's changes: {error}")))
+    added.map_err(|error| StoreError::build("the page's changes", error))
 }
 
 /// The text sqlx itself writes for a `DateTime` on SQLite, so rows written in a batch
@@ -741,7 +778,7 @@ mod tests {
                 let placeholders = sql[start..].matches('?').count();
                 assert_eq!(placeholders, NEW_RECORDS.values(chunk.len()));
                 assert!(placeholders <= limit, "{count} records: {placeholders}");
-                rows += sql[start..].matches(NEW_RECORD_VALUES).count();
+                rows += sql[start..].matches(NEW_RECORD_VALUES.as_str()).count();
                 sql.push_str("; ");
             }
             assert_eq!(rows, count);

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, TransactionTrait};
 use tributary_providers::{Record, RejectedRecord};
 
-use super::backend::{StoreBackend, RECORD_INSERT};
+use super::backend::{StoreBackend, StoreError, RECORD_INSERT};
 use super::context::PageContext;
 use super::run_errors::persist_failure;
 use crate::pipeline::changes::{self, ChangeBatch, ChangeSlot};
@@ -43,10 +43,10 @@ impl PageChanges {
         backend: &dyn StoreBackend,
         txn: &DatabaseTransaction,
         now: DateTime<Utc>,
-    ) -> Result<(), DbErr> {
+    ) -> Result<(), StoreError> {
         match &self.batch {
             Some(batch) if self.recorded > 0 => backend.stamp_batch(txn, batch, now).await,
-            Some(batch) => changes::discard_batch(txn, batch).await,
+            Some(batch) => Ok(changes::discard_batch(txn, batch).await?),
             None => Ok(()),
         }
     }
@@ -65,12 +65,10 @@ impl InsertOutcome {
     /// Counts one insert of `rows` records that the database says inserted `inserted`:
     /// the rest were turned away by the unique index. A count above `rows` is the
     /// database contradicting itself, and fails the page instead of wrapping.
-    fn add(&mut self, rows: usize, inserted: u64) -> Result<(), DbErr> {
-        let skipped = (rows as u64).checked_sub(inserted).ok_or_else(|| {
-            DbErr::Custom(format!(
-                "the database reported {inserted} rows inserted by an insert of {rows}"
-            ))
-        })?;
+    fn add(&mut self, rows: usize, inserted: u64) -> Result<(), StoreError> {
+        let skipped = (rows as u64)
+            .checked_sub(inserted)
+            .ok_or(StoreError::InsertedTooMany { inserted, rows })?;
         self.inserted += inserted;
         self.duplicate += skipped;
         Ok(())
@@ -86,7 +84,7 @@ pub(super) async fn insert_fast(
     records: &[&Record],
     now: DateTime<Utc>,
     changes: &mut PageChanges,
-) -> Result<InsertOutcome, DbErr> {
+) -> Result<InsertOutcome, StoreError> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
         let slot = changes.slot(txn, context, chunk.len()).await?;
@@ -109,7 +107,7 @@ pub(crate) async fn insert_carefully(
     records: &[&Record],
     now: DateTime<Utc>,
     changes: &mut PageChanges,
-) -> Result<InsertOutcome, DbErr> {
+) -> Result<InsertOutcome, StoreError> {
     let mut outcome = InsertOutcome::default();
     for chunk in records.chunks(RECORD_INSERT.rows(txn.get_database_backend())) {
         let slot = changes.slot(txn, context, chunk.len()).await?;

@@ -2,7 +2,7 @@
 //! positions and streams the adapter refuses.
 
 use super::*;
-use crate::config::ProviderKind;
+use crate::kind::ProviderKind;
 use crate::{PageItem, StreamSpec};
 
 /// Query parameters as name and value.

@@ -54,8 +54,8 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
-use crate::config::ProviderKind;
 use crate::http::{asked_wait, Answer, HttpClient, ResponsePolicy, Verdict};
+use crate::kind::ProviderKind;
 use crate::stream::unknown_stream;
 use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use streams::{GithubStream, Listing, NotListed};

@@ -1,0 +1,33 @@
+//! [`ProviderKind`], what every kind's config implements. It sits apart from the registry
+//! (`config.rs`), which imports every kind's module, so a kind's module imports it without
+//! importing the registry back.
+
+use crate::http::HttpClient;
+use crate::{FetchError, Provider, StreamSpec};
+
+/// What the configuration of one provider kind does beyond deserializing: check itself
+/// and build its adapter (as vector's `SinkConfig::build`).
+pub trait ProviderKind {
+    /// Checks what serde cannot (e.g. `id_field` and `key_fields` together) and returns a
+    /// message naming the key that is wrong.
+    fn validate(&self) -> Result<(), String>;
+
+    /// The streams the kind can sync. The first is the primary stream: the one a provider
+    /// table without `streams` syncs, whose records keep the provider's name as their
+    /// namespace.
+    fn streams(&self) -> Vec<StreamSpec>;
+
+    /// Whether the provider needs a token on each connection.
+    fn needs_token(&self) -> bool {
+        true
+    }
+
+    /// The environment variables the provider reads when it is built, as (config key,
+    /// variable name) pairs, e.g. `("client_secret_env", "STRAVA_CLIENT_SECRET")`.
+    fn required_env_vars(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Builds the adapter on `client`, the HTTP client of the provider's `http` settings.
+    fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError>;
+}

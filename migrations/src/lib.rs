@@ -21,6 +21,7 @@ mod m20261203_000005_full_pass_owed;
 mod m20261203_000010_instances;
 mod m20261203_000011_feed_database_id;
 mod m20261203_000020_sync_jobs;
+mod m20261203_000021_paused;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000010_instances::Migration),
             Box::new(m20261203_000011_feed_database_id::Migration),
             Box::new(m20261203_000020_sync_jobs::Migration),
+            Box::new(m20261203_000021_paused::Migration),
         ]
     }
 }

@@ -72,6 +72,17 @@ pub enum ConnectionsCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Pause a connection: its schedule leaves it out until `resume` (a `sync` asked for
+    /// still runs it). Works for connections config.toml lists too.
+    Pause {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume a paused connection: its schedule's next firing includes it.
+    Resume {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Remove a connection added with `connections add`. Its records stay unless
     /// `--delete-records` is given; its run history stays.
     Remove {
@@ -104,9 +115,11 @@ impl ConnectionsCommand {
 /// `tributary connections ...`.
 pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    // `list` only reads, so it needs no key; only `add` stores a secret.
+    // `list` only reads, so it needs no key; only `add` stores a secret; pausing touches
+    // no credentials.
     let access = match &command {
         ConnectionsCommand::List { .. } => Access::Describe,
+        ConnectionsCommand::Pause { .. } | ConnectionsCommand::Resume { .. } => Access::Migrated,
         _ => Access::Keys {
             storing: command.stores_credentials(),
         },
@@ -195,6 +208,8 @@ async fn run(
         }
         ConnectionsCommand::Enable { target } => set_enabled(db, settings, target, true).await,
         ConnectionsCommand::Disable { target } => set_enabled(db, settings, target, false).await,
+        ConnectionsCommand::Pause { target } => set_paused(db, target, true).await,
+        ConnectionsCommand::Resume { target } => set_paused(db, target, false).await,
         ConnectionsCommand::Remove {
             target,
             delete_records,
@@ -231,6 +246,17 @@ async fn set_enabled(
     Ok(())
 }
 
+async fn set_paused(db: &DatabasePools, target: Target, paused: bool) -> anyhow::Result<()> {
+    let target: ops::Target = target.into();
+    let changed = ops::set_paused(db, &target, paused).await?;
+    let state = if paused { "paused" } else { "resumed" };
+    match changed {
+        true => println!("{target} is {state}."),
+        false => println!("{target} was already {state}."),
+    }
+    Ok(())
+}
+
 impl From<Target> for ops::Target {
     fn from(target: Target) -> ops::Target {
         ops::Target {
@@ -247,6 +273,7 @@ fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()>
         "stream",
         "user",
         "enabled",
+        "paused",
         "defined in",
         "credentials",
         "cursor",
@@ -260,6 +287,7 @@ fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()>
             view.stream.clone().unwrap_or_default(),
             view.user_id.clone(),
             view.enabled.to_string(),
+            if view.paused_at.is_some() { "yes" } else { "" }.to_string(),
             view.defined_in.to_string(),
             view.credentials.clone(),
             view.cursor.clone().unwrap_or_default(),

@@ -375,6 +375,16 @@ async fn fire(job: &ProviderJob) {
         }
     };
     tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
+    let (paused, connections): (Vec<_>, Vec<_>) = connections
+        .into_iter()
+        .partition(|connection| connection.paused_at.is_some());
+    for connection in &paused {
+        tracing::debug!(
+            user_id = %connection.user_id,
+            %provider,
+            "Connection paused; left out of the firing."
+        );
+    }
     // Owed in the database before any claim: a connection busy now, or a run of another
     // instance, makes its full pass at its next run.
     let mut unrecorded = false;

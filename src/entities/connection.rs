@@ -38,6 +38,10 @@ pub struct Model {
     /// Until when that claim holds; an expired claim may be taken over.
     pub refresh_claimed_until: Option<DateTimeUtc>,
     pub defined_in: DefinedIn,
+    /// Set while the operator has paused the connection: its schedule's firings leave it
+    /// out (a `sync` asked for still runs it). Runtime state, kept when config.toml's
+    /// connections are loaded.
+    pub paused_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -112,6 +116,7 @@ impl ActiveModel {
             refresh_holder: Set(None),
             refresh_claimed_until: Set(None),
             defined_in: Set(DefinedIn::Cli),
+            paused_at: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

@@ -60,6 +60,8 @@ pub struct ConnectionView {
     pub stream: Option<String>,
     pub user_id: String,
     pub enabled: bool,
+    /// Since when the operator has paused it (its schedule leaves it out).
+    pub paused_at: Option<DateTime<Utc>>,
     /// `config` when config.toml lists it, `removed` when it listed it and no longer does
     /// (disabled, credentials dropped), else `cli`.
     pub defined_in: connection::DefinedIn,
@@ -126,6 +128,7 @@ pub async fn list(
                 stream: stream.name,
                 user_id: row.user_id.clone(),
                 enabled: row.enabled,
+                paused_at: row.paused_at,
                 defined_in,
                 credentials: credentials.clone(),
                 cursor: stream.cursor,
@@ -245,6 +248,26 @@ pub async fn set_enabled(
     active.updated_at = Set(Utc::now());
     active.update(db).await?;
     Ok(())
+}
+
+/// Pauses a connection (`true`) or resumes it: a paused connection is left out of its
+/// schedule's firings until resumed, whether config.toml or `add` defined it; a `sync`
+/// asked for still runs it. Returns whether its state changed.
+pub async fn set_paused(
+    db: &DatabaseConnection,
+    target: &Target,
+    paused: bool,
+) -> Result<bool, OpsError> {
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    if row.paused_at.is_some() == paused {
+        return Ok(false);
+    }
+    let now = Utc::now();
+    let mut active: connection::ActiveModel = row.into();
+    active.paused_at = Set(paused.then_some(now));
+    active.updated_at = Set(now);
+    active.update(db).await?;
+    Ok(true)
 }
 
 /// What removing a connection did.

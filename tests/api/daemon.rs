@@ -1157,3 +1157,72 @@ async fn the_library_daemon_refuses_a_records_table_without_the_key_index() {
     assert!(runs_of(&app, "alice").await.is_empty(), "no run started");
     assert!(app.records().await.is_empty());
 }
+
+#[tokio::test]
+async fn a_paused_connection_is_left_out_of_its_schedule_until_resumed() {
+    let app = crate::helpers::spawn_app().await;
+    for user in ["alice", "bob"] {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::ZERO).await;
+    }
+    let providers = every_second(cursor_provider("acme", &app.api.uri(), &["alice", "bob"]));
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let connections = |args: &[&str]| {
+        let mut all = vec!["connections"];
+        all.extend_from_slice(args);
+        crate::helpers::run(crate::helpers::tributary(&config).args(&all))
+    };
+    let paused = connections(&["pause", "--provider", "acme", "--user", "alice"]);
+    assert_eq!(paused.code, 0, "{}", paused.stderr);
+    assert!(
+        paused.stdout.contains("alice@acme is paused."),
+        "{}",
+        paused.stdout
+    );
+    let listed = connections(&["list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let paused_at = |user: &str| {
+        rows.as_array()
+            .expect("an array")
+            .iter()
+            .find(|row| row["user_id"] == user)
+            .map(|row| row["paused_at"].is_null())
+    };
+    assert_eq!(
+        (paused_at("alice"), paused_at("bob")),
+        (Some(false), Some(true))
+    );
+
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "three of bob's runs", || async {
+        runs_of(&app, "bob").await.len() >= 3
+    })
+    .await;
+    assert!(runs_of(&app, "alice").await.is_empty(), "alice is paused");
+
+    let resumed = connections(&["resume", "--provider", "acme", "--user", "alice"]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    eventually(
+        Duration::from_secs(30),
+        "alice's run once resumed",
+        || async { !runs_of(&app, "alice").await.is_empty() },
+    )
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let again = connections(&["resume", "--provider", "acme", "--user", "alice"]);
+    assert!(
+        again.stdout.contains("was already resumed"),
+        "{}",
+        again.stdout
+    );
+    let unknown = connections(&["pause", "--provider", "acme", "--user", "nobody"]);
+    assert_ne!(unknown.code, 0);
+    assert!(
+        unknown
+            .stderr
+            .contains("there is no connection nobody@acme"),
+        "{}",
+        unknown.stderr
+    );
+}

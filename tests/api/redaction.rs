@@ -141,6 +141,7 @@ refresh_token = "{}"
         refresh_holder: None,
         refresh_claimed_until: None,
         defined_in: tributary::entities::connection::DefinedIn::Config,
+        paused_at: None,
         created_at: now,
         updated_at: now,
     };

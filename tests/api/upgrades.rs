@@ -245,6 +245,7 @@ async fn migrate_refuses_while_an_instance_of_an_older_schema_heartbeats_unless_
 
 #[tokio::test]
 async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_lease_or_runs() {
+    use sea_orm::{ColumnTrait, QueryFilter};
     use tributary::entities::{connection, sync_run};
     use tributary_migrations::{Migrator, MigratorTrait};
     let app = crate::helpers::spawn_app().await;
@@ -257,15 +258,20 @@ async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_l
     let newest = tributary::db::schema_version();
     assert!(!recorded(&app, &newest).await);
     let until = Utc::now() + chrono::TimeDelta::seconds(60);
-    connection::Entity::update(connection::ActiveModel {
-        id: Set(alice.id),
-        lease_holder: Set(Some("old-host:77:cafe".to_string())),
-        lease_expires_at: Set(Some(until)),
-        ..Default::default()
-    })
-    .exec(&app.db)
-    .await
-    .expect("lease held");
+    // Not through the entity's model: the rolled-back schema lacks the newest columns.
+    connection::Entity::update_many()
+        .col_expr(
+            connection::Column::LeaseHolder,
+            sea_orm::sea_query::Expr::value("old-host:77:cafe"),
+        )
+        .col_expr(
+            connection::Column::LeaseExpiresAt,
+            sea_orm::sea_query::Expr::value(until),
+        )
+        .filter(connection::Column::Id.eq(alice.id))
+        .exec(&app.db)
+        .await
+        .expect("lease held");
 
     let refused = run(tributary(&config).arg("migrate"));
     assert_eq!(refused.code, 4, "{}", refused.stderr);

@@ -8,6 +8,7 @@ mod changes;
 mod connections;
 mod daemon;
 mod demo;
+mod exit;
 mod history;
 mod jobs;
 mod notifications;
@@ -25,13 +26,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tributary_providers::quote::{truncated, MAX_QUOTED_CHARS};
 
-/// Exit code for a bad config or command line.
-const EXIT_CONFIG: u8 = 2;
-/// Exit code when a run failed or the database could not be used.
-const EXIT_FAILURE: u8 = 1;
-/// Exit code when the database's schema does not let this binary go on: a newer release
-/// migrated it, or migrating it would leave instances of an older schema writing.
-const EXIT_SCHEMA: u8 = 4;
+use exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_SCHEMA};
 
 /// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
 /// third-party APIs and stores each once per (user_id, provider, external_id).

@@ -42,7 +42,7 @@ pub async fn run(config: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         None => Ok(ExitCode::SUCCESS),
         Some(reason) => {
             eprintln!("error: the replay stopped before its end: {reason}");
-            Ok(ExitCode::from(super::EXIT_FAILURE))
+            Ok(ExitCode::from(super::exit::EXIT_FAILURE))
         }
     }
 }

@@ -13,8 +13,8 @@ use crate::db::OlderInstances;
 use crate::ops::sync::SyncFilter;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
 
+use super::exit::EXIT_FAILURE;
 use super::progress::BarProgress;
-use super::EXIT_FAILURE;
 
 #[derive(Debug, Args)]
 pub struct SyncArgs {

@@ -14,8 +14,12 @@ use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 mod notify;
+mod redact;
 mod streams;
+#[cfg(test)]
+mod tests;
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
+pub use redact::redact_url;
 pub use streams::{namespace, ParentStream, StreamSettings};
 
 /// What `Debug` output shows in place of a secret.
@@ -832,23 +836,4 @@ fn validate_database_url(url: &str) -> Result<(), String> {
             redact_url(url)
         )),
     }
-}
-
-/// A database URL for messages and logs: the userinfo password and every query parameter
-/// that holds a secret (`password`, `sslpassword`, anything named like a key or token)
-/// replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Ok(mut parsed) = url::Url::parse(url) else {
-        return "(unparseable URL)".to_string();
-    };
-    if parsed.password().is_some() {
-        // Setting a password only fails for URLs that cannot have one.
-        let _ = parsed.set_password(Some("***"));
-    }
-    tributary_providers::http::hide_query_values(
-        &mut parsed,
-        "***",
-        tributary_providers::http::is_secret_param,
-    );
-    parsed.to_string()
 }

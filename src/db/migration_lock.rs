@@ -25,7 +25,7 @@ use sea_orm::{
 };
 use tokio::time::Instant;
 
-use super::{lock_path, sqlite_file};
+use super::paths::{lock_path, sqlite_file};
 
 /// How long an instance waits for another's migrations before it gives up. Migrations of
 /// the tables this project has take seconds; a lock held longer is someone stuck.

@@ -14,6 +14,7 @@ use crate::config::{redact_url, DatabaseSettings};
 mod instances;
 mod migration_lock;
 pub(crate) mod parameters;
+mod paths;
 mod pools;
 mod readers;
 mod schema;
@@ -21,6 +22,7 @@ mod wal_checkpoints;
 
 pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
+pub(crate) use paths::{lock_path, sqlite_file};
 pub use pools::DatabasePools;
 pub use readers::{Reader, SqliteReaders};
 
@@ -379,25 +381,6 @@ fn refuse_newer(schema: &SchemaState, settings: &DatabaseSettings) -> Result<(),
             },
         }),
     }
-}
-
-/// The file of a `sqlite://FILE?...` URL; `None` for other backends and in-memory SQLite.
-pub(crate) fn sqlite_file(database_url: &str) -> Option<std::path::PathBuf> {
-    let rest = database_url
-        .strip_prefix("sqlite://")
-        .or_else(|| database_url.strip_prefix("sqlite:"))?;
-    let file = rest.split('?').next().unwrap_or(rest);
-    if file.is_empty() || file == ":memory:" {
-        return None;
-    }
-    Some(std::path::PathBuf::from(file))
-}
-
-/// The path of the lock file `<database file>.<purpose>.lock`.
-pub(crate) fn lock_path(database_file: &std::path::Path, purpose: &str) -> std::path::PathBuf {
-    let mut path = database_file.as_os_str().to_owned();
-    path.push(format!(".{purpose}.lock"));
-    std::path::PathBuf::from(path)
 }
 
 /// Whether `records` has a unique index on exactly the key columns, read from the

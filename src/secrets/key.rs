@@ -11,7 +11,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use super::SecretsError;
+use super::error::SecretsError;
 
 /// The environment variable that holds the current key (base64), overriding `key_file`.
 pub const KEY_ENV: &str = "TRIBUTARY_SECRETS_KEY";

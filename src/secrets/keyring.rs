@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
 
+use super::error::SecretsError;
 use super::key::{SecretKey, KEY_ENV};
 use super::sealed::{self, sealed_key_id, Binding};
-use super::SecretsError;
 use crate::config::SecretsSettings;
 
 /// The name of the systemd credential (`LoadCredential=tributary-secrets-key:FILE`) read
@@ -268,8 +268,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let old_file = dir.path().join("old.key");
         let new_file = dir.path().join("new.key");
-        let old_id = super::super::generate_key_file(&old_file).unwrap();
-        super::super::generate_key_file(&new_file).unwrap();
+        let old_id = super::super::key::generate_key_file(&old_file).unwrap();
+        super::super::key::generate_key_file(&new_file).unwrap();
         let before = Keyring::load(
             &SecretsSettings {
                 key_file: Some(old_file.clone()),
@@ -337,7 +337,7 @@ mod tests {
     fn the_environment_wins_over_the_key_file_and_the_systemd_credential_comes_last() {
         let dir = tempfile::tempdir().unwrap();
         let credential = dir.path().join(CREDENTIAL_NAME);
-        let from_credential = super::super::generate_key_file(&credential).unwrap();
+        let from_credential = super::super::key::generate_key_file(&credential).unwrap();
         let directory = dir.path().display().to_string();
         let env = |name: &str| (name == "CREDENTIALS_DIRECTORY").then(|| directory.clone());
         let keys = Keyring::load(&SecretsSettings::default(), &env).unwrap();

@@ -10,8 +10,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use zeroize::Zeroizing;
 
+use super::error::SecretsError;
 use super::key::SecretKey;
-use super::SecretsError;
 
 /// What every sealed text starts with; the version is also in the associated data.
 const PREFIX: &str = "sealed:v1:";

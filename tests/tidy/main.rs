@@ -4,7 +4,7 @@
 //! - The layers: each top-level module of `src/` imports only what its row in
 //!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it; so
 //!   does each sub-module of `pipeline` by the "Pipeline layers" table, and no file of
-//!   `pipeline` imports, through others, a file that imports it.
+//!   `src/` imports, through others, a file that imports it.
 //! - Only `cli` prints, and `cli` never queries the database: it calls `ops`.
 //! - Only `pipeline` writes `records`.
 //! - The providers crate cannot reach the database.
@@ -236,10 +236,15 @@ fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
         }
         scanned.push((file.path.as_str(), module, scan));
     }
-    // The crate root's table orders modules of many files each; a sub-module's table
-    // covers all of its files, so none of them may be in a cycle.
-    for layers in tables.iter().filter(|layers| !layers.scope.is_empty()) {
-        problems.extend(file_cycles(&layers.scope, &scanned));
+    // The Layers table orders the top-level modules, so a cycle can only hide among the
+    // files of one of them.
+    let tops: BTreeSet<&[String]> = scanned
+        .iter()
+        .filter(|(_, module, _)| !module.is_empty())
+        .map(|(_, module, _)| &module[..1])
+        .collect();
+    for top in tops {
+        problems.extend(file_cycles(top, &scanned));
     }
     problems
 }
@@ -264,7 +269,7 @@ fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) ->
             if !path.starts_with(scope) {
                 continue;
             }
-            let to = (1..=path.len())
+            let to = (scope.len()..=path.len())
                 .rev()
                 .find_map(|length| index.get(&path[..length]).copied());
             if let Some(to) = to.filter(|to| *to != from) {
@@ -691,6 +696,27 @@ mod checker {
         assert_eq!(
             found,
             ["import cycle among `pipeline`'s files: src/pipeline/store/mod.rs:3 → src/pipeline/store/append.rs:2 → src/pipeline/store/mod.rs"]
+        );
+    }
+
+    #[test]
+    fn a_cycle_among_the_files_of_any_module_fails_naming_files_and_lines() {
+        let found = problems(&[
+            (
+                "src/db/mod.rs",
+                "mod paths;\nmod lock;\npub use lock::Lock;\npub fn sqlite_file() {}\n",
+            ),
+            ("src/db/lock.rs", "\n\nuse super::sqlite_file;\n"),
+            ("src/db/paths.rs", "use super::lock::Lock;\n"),
+            ("src/config/mod.rs", "mod notify;\npub fn redact() {}\n"),
+            (
+                "src/config/notify.rs",
+                "fn f() {\n    super::redact();\n}\n",
+            ),
+        ]);
+        assert_eq!(
+            found,
+            ["import cycle among `db`'s files: src/db/mod.rs:3 → src/db/lock.rs:3 → src/db/mod.rs"]
         );
     }
 

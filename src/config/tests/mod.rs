@@ -1,0 +1,5 @@
+//! Tests of `config`'s parts read through `Settings`, kept out of the parts' files so
+//! that no part imports `config`'s root (which imports the parts).
+
+mod notify;
+mod streams;

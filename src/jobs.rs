@@ -10,7 +10,12 @@ use sea_orm::{
     Set, SqlErr,
 };
 
+use crate::entities::instance;
 use crate::entities::sync_job::{self, JobKind, JobStatus};
+
+/// What a job whose instance stopped says.
+const ORPHANED: &str = "its instance stopped before the job ended; the connection's next \
+    slot goes on from its checkpoint once the lease expires";
 
 /// Takes slot `slot_at` of connection `connection_id` for `holder`: inserts its job as
 /// running and returns its id, or `None` when another instance inserted it first.
@@ -58,6 +63,50 @@ pub(crate) async fn finish(
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// Marks `interrupted` the running jobs whose instance is gone (a worker killed mid-job):
+/// no row in `instances` with a fresh heartbeat has their holder's host and pid (the
+/// holder's nonce differs from call to call within a process). Returns how many.
+pub(crate) async fn interrupt_orphans(
+    db: &DatabaseConnection,
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    let live: Vec<String> = instance::Entity::find()
+        .filter(instance::Column::HeartbeatAt.gte(crate::db::stale_before(now)))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| format!("{}:{}:", row.host, row.pid))
+        .collect();
+    let orphans: Vec<i64> = sync_job::Entity::find()
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
+        .all(db)
+        .await?
+        .into_iter()
+        .filter(|job| {
+            let holder = job.holder.as_deref().unwrap_or_default();
+            !live
+                .iter()
+                .any(|prefix| holder.starts_with(prefix.as_str()))
+        })
+        .map(|job| job.id)
+        .collect();
+    if orphans.is_empty() {
+        return Ok(0);
+    }
+    Ok(sync_job::Entity::update_many()
+        .col_expr(
+            sync_job::Column::Status,
+            Expr::value(JobStatus::Interrupted),
+        )
+        .col_expr(sync_job::Column::Outcome, Expr::value(ORPHANED))
+        .col_expr(sync_job::Column::FinishedAt, Expr::value(now))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
+        .filter(sync_job::Column::Id.is_in(orphans))
+        .exec(db)
+        .await?
+        .rows_affected)
 }
 
 /// Deletes the jobs that finished before `before`; returns how many.

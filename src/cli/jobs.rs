@@ -42,6 +42,7 @@ enum StatusArg {
     Done,
     Skipped,
     Failed,
+    Interrupted,
 }
 
 /// `tributary jobs`.
@@ -54,6 +55,7 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
             StatusArg::Done => JobStatus::Done,
             StatusArg::Skipped => JobStatus::Skipped,
             StatusArg::Failed => JobStatus::Failed,
+            StatusArg::Interrupted => JobStatus::Interrupted,
         }),
         provider: args.provider,
         user_id: args.user,

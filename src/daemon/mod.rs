@@ -343,6 +343,14 @@ async fn schedule_sweeps(
                 let before = chrono::Utc::now()
                     .checked_sub_signed(chrono::TimeDelta::from_std(keep_jobs).unwrap_or_default())
                     .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+                match crate::jobs::interrupt_orphans(&db, chrono::Utc::now()).await {
+                    Ok(0) => {}
+                    Ok(jobs) => tracing::warn!(
+                        jobs,
+                        "Jobs of instances that stopped were marked interrupted."
+                    ),
+                    Err(error) => tracing::warn!(%error, "Marking orphaned jobs failed."),
+                }
                 match crate::jobs::sweep_finished(&db, before).await {
                     Ok(0) => {}
                     Ok(swept) => tracing::debug!(swept, "Swept finished sync jobs."),

@@ -20,6 +20,7 @@ mod readers;
 mod schema;
 mod wal_checkpoints;
 
+pub(crate) use instances::stale_before;
 pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
 pub(crate) use paths::{lock_path, sqlite_file};

@@ -53,6 +53,10 @@ pub enum JobStatus {
     /// Its runs could not be recorded (the database failed).
     #[sea_orm(string_value = "failed")]
     Failed,
+    /// Its instance stopped (killed, or its machine gone) before the job ended; the
+    /// connection's next slot goes on from its checkpoint once the lease expires.
+    #[sea_orm(string_value = "interrupted")]
+    Interrupted,
 }
 
 super::display_as_stored!(JobKind, JobStatus);

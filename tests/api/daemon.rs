@@ -1226,3 +1226,101 @@ async fn a_paused_connection_is_left_out_of_its_schedule_until_resumed() {
         unknown.stderr
     );
 }
+
+#[tokio::test]
+async fn a_job_whose_instance_stopped_is_marked_interrupted() {
+    use sea_orm::{ActiveModelTrait, Set};
+    use tributary::entities::instance;
+    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    let app = crate::helpers::spawn_app().await;
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    app.settings(&providers).await;
+    let alice = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("alice");
+    let now = chrono::Utc::now();
+    // Another instance, alive and heartbeating, and one killed without a trace.
+    instance::ActiveModel {
+        holder: Set("live-host:2:beef".to_string()),
+        host: Set("live-host".to_string()),
+        pid: Set(2),
+        command: Set("daemon".to_string()),
+        version: Set("test".to_string()),
+        schema_version: Set(tributary::db::schema_version()),
+        started_at: Set(now),
+        heartbeat_at: Set(now),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    // The live instance's job names another nonce of the same process, as a lease does.
+    for (holder, minutes_ago) in [("gone-host:1:dead", 2), ("live-host:2:0a0a0a0a", 1)] {
+        let started = now - chrono::Duration::minutes(minutes_ago);
+        let job = sync_job::ActiveModel {
+            connection_id: Set(alice.id),
+            stream: Set(String::new()),
+            kind: Set(JobKind::Scheduled),
+            slot_at: Set(Some(started)),
+            status: Set(JobStatus::Running),
+            holder: Set(Some(holder.to_string())),
+            created_at: Set(started),
+            started_at: Set(Some(started)),
+            finished_at: Set(None),
+            outcome: Set(None),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+        ids.push(job.id);
+    }
+    let config = app.write_config(&format!(
+        "{}[changes]\nsweep_schedule = \"* * * * * *\"\n{providers}",
+        daemon_table(None)
+    ));
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    let status = |id: i64| {
+        let app = &app;
+        async move {
+            sync_job::Entity::find_by_id(id)
+                .one(&app.db)
+                .await
+                .unwrap()
+                .expect("the job")
+        }
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the orphaned job marked",
+        || async { status(ids[0]).await.status == JobStatus::Interrupted },
+    )
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let orphaned = status(ids[0]).await;
+    assert!(orphaned.finished_at.is_some());
+    assert!(orphaned
+        .outcome
+        .unwrap_or_default()
+        .contains("its instance stopped before the job ended"),);
+    assert_eq!(
+        status(ids[1]).await.status,
+        JobStatus::Running,
+        "a live instance's job is its own"
+    );
+    let listed = crate::helpers::run(crate::helpers::tributary(&config).args([
+        "jobs",
+        "--status",
+        "interrupted",
+        "--json",
+    ]));
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+}

@@ -371,6 +371,8 @@ async fn schedule_sweeps(
 /// time, each skipped if a run of it is still going.
 async fn fire(job: &ProviderJob) {
     let provider = &job.settings.name;
+    // Taken first: the steps below take time, and every instance must name the same slot.
+    let slot = slot_of(&job.schedule, chrono::Utc::now());
     let full = job
         .full_sync
         .as_ref()
@@ -383,16 +385,6 @@ async fn fire(job: &ProviderJob) {
         }
     };
     tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
-    let (paused, connections): (Vec<_>, Vec<_>) = connections
-        .into_iter()
-        .partition(|connection| connection.paused_at.is_some());
-    for connection in &paused {
-        tracing::debug!(
-            user_id = %connection.user_id,
-            %provider,
-            "Connection paused; left out of the firing."
-        );
-    }
     // Owed in the database before any claim: a connection busy now, or a run of another
     // instance, makes its full pass at its next run.
     let mut unrecorded = false;
@@ -409,7 +401,17 @@ async fn fire(job: &ProviderJob) {
             }
         }
     }
-    let slot = slot_of(&job.schedule, chrono::Utc::now());
+    // A paused connection still owes the full passes that fall due, as a busy one does.
+    let (paused, connections): (Vec<_>, Vec<_>) = connections
+        .into_iter()
+        .partition(|connection| connection.paused_at.is_some());
+    for connection in &paused {
+        tracing::debug!(
+            user_id = %connection.user_id,
+            %provider,
+            "Connection paused; left out of the firing."
+        );
+    }
     let (connections, jobs) = take_slots(job, connections, slot).await;
     if connections.is_empty() {
         return;

@@ -1324,3 +1324,44 @@ async fn a_job_whose_instance_stopped_is_marked_interrupted() {
     let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }
+
+#[tokio::test]
+async fn a_paused_connection_still_owes_the_full_passes_that_fall_due() {
+    use tributary::entities::connection_stream;
+    let app = crate::helpers::spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "alice", 1, 1, Duration::ZERO).await;
+    let providers = every_second(cursor_provider("acme", &app.api.uri(), &["alice"])).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nfull_sync_schedule = \"* * * * * *\"\n",
+        1,
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    let settings = app.settings(&providers).await;
+    let first = app.sync_one(&settings).await;
+    assert_eq!(first.status, RunStatus::Succeeded, "{first:?}");
+    let paused = crate::helpers::run(crate::helpers::tributary(&config).args([
+        "connections",
+        "pause",
+        "--provider",
+        "acme",
+        "--user",
+        "alice",
+    ]));
+    assert_eq!(paused.code, 0, "{}", paused.stderr);
+    let owed = || async {
+        connection_stream::Entity::find()
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("alice's stream")
+            .full_passes_owed
+    };
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "a full pass owed", || async {
+        owed().await > 0
+    })
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(runs_of(&app, "alice").await.len(), 1, "no run while paused");
+}

@@ -22,6 +22,7 @@ mod m20261203_000010_instances;
 mod m20261203_000011_feed_database_id;
 mod m20261203_000020_sync_jobs;
 mod m20261203_000021_paused;
+mod m20261203_000022_schedule_override;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000011_feed_database_id::Migration),
             Box::new(m20261203_000020_sync_jobs::Migration),
             Box::new(m20261203_000021_paused::Migration),
+            Box::new(m20261203_000022_schedule_override::Migration),
         ]
     }
 }

@@ -83,6 +83,22 @@ pub enum ConnectionsCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Give a connection a schedule of its own, replacing its provider's, or put it back
+    /// on the provider's. Works for connections config.toml lists too.
+    Schedule {
+        #[command(flatten)]
+        target: Target,
+        /// A cron expression with seconds, e.g. "0 */5 * * * *".
+        #[arg(
+            long,
+            conflicts_with = "provider_schedule",
+            required_unless_present = "provider_schedule"
+        )]
+        cron: Option<String>,
+        /// Follow the provider's `schedule` again.
+        #[arg(long)]
+        provider_schedule: bool,
+    },
     /// Remove a connection added with `connections add`. Its records stay unless
     /// `--delete-records` is given; its run history stays.
     Remove {
@@ -119,7 +135,9 @@ pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Resu
     // no credentials.
     let access = match &command {
         ConnectionsCommand::List { .. } => Access::Describe,
-        ConnectionsCommand::Pause { .. } | ConnectionsCommand::Resume { .. } => Access::Migrated,
+        ConnectionsCommand::Pause { .. }
+        | ConnectionsCommand::Resume { .. }
+        | ConnectionsCommand::Schedule { .. } => Access::Migrated,
         _ => Access::Keys {
             storing: command.stores_credentials(),
         },
@@ -208,6 +226,15 @@ async fn run(
         }
         ConnectionsCommand::Enable { target } => set_enabled(db, settings, target, true).await,
         ConnectionsCommand::Disable { target } => set_enabled(db, settings, target, false).await,
+        ConnectionsCommand::Schedule { target, cron, .. } => {
+            let target: ops::Target = target.into();
+            ops::set_schedule(db, &target, cron.as_deref()).await?;
+            match cron {
+                Some(cron) => println!("{target} now syncs on its own schedule {cron:?}."),
+                None => println!("{target} now syncs on its provider's schedule."),
+            }
+            Ok(())
+        }
         ConnectionsCommand::Pause { target } => set_paused(db, target, true).await,
         ConnectionsCommand::Resume { target } => set_paused(db, target, false).await,
         ConnectionsCommand::Remove {

@@ -183,6 +183,7 @@ pub async fn run_with(
         .await
         .map_err(scheduler_error("creating the scheduler"))?;
     let mut scheduled = 0;
+    let mut jobs_by_provider = std::collections::HashMap::new();
     for provider_settings in settings.providers.values() {
         if !provider_settings.enabled {
             tracing::info!(provider = %provider_settings.name, "Provider disabled; not scheduled.");
@@ -215,6 +216,7 @@ pub async fn run_with(
                 None => None,
             },
         });
+        jobs_by_provider.insert(provider_settings.name.clone(), job.clone());
         let tracker = tracker.clone();
         let cron = Job::new_async(provider_settings.schedule.as_str(), move |_, _| {
             let job = job.clone();
@@ -237,6 +239,30 @@ pub async fn run_with(
         )))?;
         scheduled += 1;
     }
+    let overrides = Arc::new(Overrides {
+        db: db.clone(),
+        jobs: jobs_by_provider,
+        seen: std::sync::Mutex::default(),
+    });
+    let ticker = {
+        let tracker = tracker.clone();
+        let cancel = cancel.clone();
+        Job::new_async("* * * * * *", move |_, _| {
+            let overrides = overrides.clone();
+            let tracker = tracker.clone();
+            let cancel = cancel.clone();
+            Box::pin(async move {
+                if !cancel.is_cancelled() {
+                    tick_overrides(&overrides, &tracker).await;
+                }
+            })
+        })
+        .map_err(scheduler_error("scheduling the connections' own schedules"))?
+    };
+    scheduler
+        .add(ticker)
+        .await
+        .map_err(scheduler_error("scheduling the connections' own schedules"))?;
     schedule_sweeps(&scheduler, settings, &db).await?;
     if let (Some(notify), Some(secret)) = (&settings.notify, notify_secret) {
         let notifier = notify::Notifier::new(db.main().clone(), notify.clone(), secret)?;
@@ -412,6 +438,23 @@ async fn fire(job: &ProviderJob) {
             "Connection paused; left out of the firing."
         );
     }
+    // A connection with a schedule of its own fires on it (`tick_overrides`).
+    let connections = connections
+        .into_iter()
+        .filter(|connection| connection.schedule.is_none())
+        .collect();
+    run_slot(job, connections, slot, unrecorded).await;
+}
+
+/// Runs slot `slot` of each of `connections` whose job this instance takes. `full` asks
+/// for full passes (a firing that could not note the ones owed).
+async fn run_slot(
+    job: &ProviderJob,
+    connections: Vec<crate::entities::connection::Model>,
+    slot: chrono::DateTime<chrono::Utc>,
+    full: bool,
+) {
+    let provider = &job.settings.name;
     let (connections, jobs) = take_slots(job, connections, slot).await;
     if connections.is_empty() {
         return;
@@ -419,7 +462,7 @@ async fn fire(job: &ProviderJob) {
     let options = RunOptions {
         trigger: Trigger::Schedule,
         // The streams owed a full pass make one; a firing that could not note it asks.
-        full: unrecorded,
+        full,
         cancel: job.cancel.child_token(),
         stream: None,
         lease: None,
@@ -458,6 +501,60 @@ async fn fire(job: &ProviderJob) {
                     tracing::warn!(job_id, %error, "Recording the job's end failed.");
                 }
             }
+        }
+    }
+}
+
+/// The connections with a schedule of their own, and the slot each was last seen at.
+struct Overrides {
+    db: DatabasePools,
+    jobs: std::collections::HashMap<String, Arc<ProviderJob>>,
+    seen: std::sync::Mutex<std::collections::HashMap<i64, chrono::DateTime<chrono::Utc>>>,
+}
+
+/// Every second: the enabled, unpaused connections with a schedule of their own whose
+/// slot has come since the last tick are run, each as a slot job like a provider's
+/// firing. A connection seen for the first time (the daemon started, or its schedule was
+/// just set) waits for its next slot.
+async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
+    use crate::entities::connection;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let now = chrono::Utc::now();
+    let rows = connection::Entity::find()
+        .filter(connection::Column::Schedule.is_not_null())
+        .filter(connection::Column::Enabled.eq(true))
+        .filter(connection::Column::PausedAt.is_null())
+        .all(overrides.db.main())
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(error) => {
+            tracing::warn!(%error, "Reading the connections' own schedules failed; retrying at the next tick.");
+            return;
+        }
+    };
+    for row in rows {
+        let Some(job) = overrides.jobs.get(&row.provider) else {
+            continue;
+        };
+        let Some(cron) = row
+            .schedule
+            .as_deref()
+            .and_then(|expression| parse_cron(expression).ok())
+        else {
+            continue;
+        };
+        let slot = slot_of(&cron, now);
+        let due = {
+            let mut seen = overrides
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            seen.insert(row.id, slot).is_some_and(|last| last < slot)
+        };
+        if due && !job.cancel.is_cancelled() {
+            let job = job.clone();
+            tracker.spawn(async move { run_slot(&job, vec![row], slot, false).await });
         }
     }
 }

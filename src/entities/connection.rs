@@ -42,6 +42,9 @@ pub struct Model {
     /// out (a `sync` asked for still runs it). Runtime state, kept when config.toml's
     /// connections are loaded.
     pub paused_at: Option<DateTimeUtc>,
+    /// The connection's own cron expression (with seconds), set by the operator; it
+    /// replaces the provider's `schedule`. Runtime state, like `paused_at`.
+    pub schedule: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -117,6 +120,7 @@ impl ActiveModel {
             refresh_claimed_until: Set(None),
             defined_in: Set(DefinedIn::Cli),
             paused_at: Set(None),
+            schedule: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

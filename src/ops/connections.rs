@@ -62,6 +62,8 @@ pub struct ConnectionView {
     pub enabled: bool,
     /// Since when the operator has paused it (its schedule leaves it out).
     pub paused_at: Option<DateTime<Utc>>,
+    /// Its own schedule, replacing the provider's; `None`: the provider's.
+    pub schedule: Option<String>,
     /// `config` when config.toml lists it, `removed` when it listed it and no longer does
     /// (disabled, credentials dropped), else `cli`.
     pub defined_in: connection::DefinedIn,
@@ -129,6 +131,7 @@ pub async fn list(
                 user_id: row.user_id.clone(),
                 enabled: row.enabled,
                 paused_at: row.paused_at,
+                schedule: row.schedule.clone(),
                 defined_in,
                 credentials: credentials.clone(),
                 cursor: stream.cursor,
@@ -268,6 +271,42 @@ pub async fn set_paused(
     active.updated_at = Set(now);
     active.update(db).await?;
     Ok(true)
+}
+
+/// The longest schedule override.
+const MAX_SCHEDULE_BYTES: usize = 128;
+
+/// Gives a connection a schedule of its own (a cron expression with seconds, as a
+/// provider's `schedule`), or with `None` puts it back on its provider's. Every daemon
+/// follows the change within a second.
+pub async fn set_schedule(
+    db: &DatabaseConnection,
+    target: &Target,
+    schedule: Option<&str>,
+) -> Result<(), OpsError> {
+    if let Some(expression) = schedule {
+        let invalid = |message: String| OpsError::Invalid {
+            field: "schedule",
+            message,
+        };
+        if expression.len() > MAX_SCHEDULE_BYTES {
+            return Err(invalid(format!(
+                "at most {MAX_SCHEDULE_BYTES} bytes, got {}",
+                expression.len()
+            )));
+        }
+        crate::config::parse_cron(expression).map_err(|message| {
+            invalid(format!(
+                "{expression:?} is not a cron expression with seconds: {message}"
+            ))
+        })?;
+    }
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    let mut active: connection::ActiveModel = row.into();
+    active.schedule = Set(schedule.map(str::to_string));
+    active.updated_at = Set(Utc::now());
+    active.update(db).await?;
+    Ok(())
 }
 
 /// What removing a connection did.

@@ -1365,3 +1365,81 @@ async fn a_paused_connection_still_owes_the_full_passes_that_fall_due() {
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
     assert_eq!(runs_of(&app, "alice").await.len(), 1, "no run while paused");
 }
+
+#[tokio::test]
+async fn a_connection_with_a_schedule_of_its_own_syncs_on_it() {
+    let app = crate::helpers::spawn_app().await;
+    for user in ["alice", "bob"] {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::ZERO).await;
+    }
+    // The provider syncs once a year; alice is given every second.
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice", "bob"]).replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let schedule = |user: &str, args: &[&str]| {
+        let mut all = vec![
+            "connections",
+            "schedule",
+            "--provider",
+            "acme",
+            "--user",
+            user,
+        ];
+        all.extend_from_slice(args);
+        crate::helpers::run(crate::helpers::tributary(&config).args(&all))
+    };
+    let bad = schedule("alice", &["--cron", "every minute"]);
+    assert_ne!(bad.code, 0);
+    assert!(
+        bad.stderr
+            .contains("schedule: \"every minute\" is not a cron expression"),
+        "{}",
+        bad.stderr
+    );
+    let unknown = schedule("nobody", &["--cron", "* * * * * *"]);
+    assert!(
+        unknown
+            .stderr
+            .contains("there is no connection nobody@acme"),
+        "{}",
+        unknown.stderr
+    );
+    let set = schedule("alice", &["--cron", "* * * * * *"]);
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let listed = crate::helpers::run(crate::helpers::tributary(&config).args([
+        "connections",
+        "list",
+        "--json",
+    ]));
+    assert!(
+        listed.stdout.contains("\"schedule\": \"* * * * * *\""),
+        "{}",
+        listed.stdout
+    );
+
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "two of alice's runs", || async {
+        runs_of(&app, "alice").await.len() >= 2
+    })
+    .await;
+    // Back on the provider's yearly schedule: no run after the next second.
+    let back = schedule("alice", &["--provider-schedule"]);
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let settled = runs_of(&app, "alice").await.len();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(
+        runs_of(&app, "alice").await.len(),
+        settled,
+        "alice follows the provider again"
+    );
+    assert!(
+        runs_of(&app, "bob").await.is_empty(),
+        "bob keeps the provider's schedule"
+    );
+}

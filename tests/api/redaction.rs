@@ -142,6 +142,7 @@ refresh_token = "{}"
         refresh_claimed_until: None,
         defined_in: tributary::entities::connection::DefinedIn::Config,
         paused_at: None,
+        schedule: None,
         created_at: now,
         updated_at: now,
     };

@@ -122,10 +122,6 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
 /// `--head --json`.
 #[derive(Serialize)]
 struct Head {
-    #[serde(serialize_with = "as_text")]
+    #[serde(serialize_with = "changes::as_text")]
     next_cursor: FeedCursor,
-}
-
-fn as_text<S: serde::Serializer>(cursor: &FeedCursor, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(cursor)
 }

@@ -132,6 +132,10 @@ impl ChangeItem {
     }
 }
 
-fn as_text<S: serde::Serializer>(cursor: &FeedCursor, serializer: S) -> Result<S::Ok, S::Error> {
+/// A cursor as the text readers pass back.
+pub fn as_text<S: serde::Serializer>(
+    cursor: &FeedCursor,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.collect_str(cursor)
 }

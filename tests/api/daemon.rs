@@ -928,6 +928,62 @@ async fn lease_holders_name_the_host_where_proc_does_not_show_it() {
     assert_eq!(code, 0, "{}", daemon.log());
 }
 
+/// A `sync_jobs` row as an instance writes it, for tests that seed the table.
+struct JobRow {
+    connection_id: i64,
+    holder: String,
+    slot_at: chrono::DateTime<chrono::Utc>,
+    started: chrono::DateTime<chrono::Utc>,
+}
+
+impl JobRow {
+    fn new(
+        connection_id: i64,
+        holder: &str,
+        slot_at: chrono::DateTime<chrono::Utc>,
+        started: chrono::DateTime<chrono::Utc>,
+    ) -> JobRow {
+        JobRow {
+            connection_id,
+            holder: holder.to_string(),
+            slot_at,
+            started,
+        }
+    }
+
+    fn running(self) -> tributary::entities::sync_job::ActiveModel {
+        use sea_orm::Set;
+        use tributary::entities::sync_job::{ActiveModel, JobKind, JobStatus};
+        ActiveModel {
+            connection_id: Set(self.connection_id),
+            stream: Set(String::new()),
+            kind: Set(JobKind::Scheduled),
+            slot_at: Set(Some(self.slot_at)),
+            status: Set(JobStatus::Running),
+            holder: Set(Some(self.holder)),
+            created_at: Set(self.started),
+            started_at: Set(Some(self.started)),
+            finished_at: Set(None),
+            outcome: Set(None),
+            ..Default::default()
+        }
+    }
+
+    fn finished(
+        self,
+        status: tributary::entities::sync_job::JobStatus,
+        at: chrono::DateTime<chrono::Utc>,
+        outcome: &str,
+    ) -> tributary::entities::sync_job::ActiveModel {
+        use sea_orm::Set;
+        let mut row = self.running();
+        row.status = Set(status);
+        row.finished_at = Set(Some(at));
+        row.outcome = Set(Some(outcome.to_string()));
+        row
+    }
+}
+
 /// Alice's jobs in `sync_jobs`, oldest first.
 async fn jobs_of_alice(app: &TestApp) -> Vec<tributary::entities::sync_job::Model> {
     use tributary::entities::sync_job;
@@ -1054,8 +1110,8 @@ async fn a_daemon_firing_a_slot_after_another_ran_it_runs_nothing() {
 
 #[tokio::test]
 async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
-    use sea_orm::{ActiveModelTrait, Set};
-    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    use sea_orm::ActiveModelTrait;
+    use tributary::entities::sync_job::JobStatus;
     let app = crate::helpers::spawn_app().await;
     // Synced once a year: no run happens while the test watches the sweep.
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
@@ -1071,22 +1127,12 @@ async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
     let now = chrono::Utc::now();
     for (hours_ago, slot) in [(3, 1), (0, 2)] {
         let finished = now - chrono::Duration::hours(hours_ago);
-        sync_job::ActiveModel {
-            connection_id: Set(alice.id),
-            stream: Set(String::new()),
-            kind: Set(JobKind::Scheduled),
-            slot_at: Set(Some(now - chrono::Duration::days(slot))),
-            status: Set(JobStatus::Done),
-            holder: Set(Some("elsewhere:1:0".to_string())),
-            created_at: Set(finished),
-            started_at: Set(Some(finished)),
-            finished_at: Set(Some(finished)),
-            outcome: Set(Some("run 1 succeeded".to_string())),
-            ..Default::default()
-        }
-        .insert(&app.db)
-        .await
-        .unwrap();
+        let slot_at = now - chrono::Duration::days(slot);
+        let job = JobRow::new(alice.id, "elsewhere:1:0", slot_at, finished);
+        job.finished(JobStatus::Done, finished, "run 1 succeeded")
+            .insert(&app.db)
+            .await
+            .unwrap();
     }
     let config = app.write_config(&format!(
         "[daemon]\nkeep_jobs = \"2h\"\nlease_ttl = \"5s\"\nshutdown_grace = \"8s\"\n\
@@ -1231,7 +1277,7 @@ async fn a_paused_connection_is_left_out_of_its_schedule_until_resumed() {
 async fn a_job_whose_instance_stopped_is_marked_interrupted() {
     use sea_orm::{ActiveModelTrait, Set};
     use tributary::entities::instance;
-    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    use tributary::entities::sync_job::{self, JobStatus};
     let app = crate::helpers::spawn_app().await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
         "schedule = \"0 */15 * * * *\"",
@@ -1263,22 +1309,11 @@ async fn a_job_whose_instance_stopped_is_marked_interrupted() {
     // The live instance's job names another nonce of the same process, as a lease does.
     for (holder, minutes_ago) in [("gone-host:1:dead", 2), ("live-host:2:0a0a0a0a", 1)] {
         let started = now - chrono::Duration::minutes(minutes_ago);
-        let job = sync_job::ActiveModel {
-            connection_id: Set(alice.id),
-            stream: Set(String::new()),
-            kind: Set(JobKind::Scheduled),
-            slot_at: Set(Some(started)),
-            status: Set(JobStatus::Running),
-            holder: Set(Some(holder.to_string())),
-            created_at: Set(started),
-            started_at: Set(Some(started)),
-            finished_at: Set(None),
-            outcome: Set(None),
-            ..Default::default()
-        }
-        .insert(&app.db)
-        .await
-        .unwrap();
+        let job = JobRow::new(alice.id, holder, started, started)
+            .running()
+            .insert(&app.db)
+            .await
+            .unwrap();
         ids.push(job.id);
     }
     let config = app.write_config(&format!(

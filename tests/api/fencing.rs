@@ -323,6 +323,25 @@ fn next_page() -> Checkpoint {
     }
 }
 
+/// A run under the lease the row holds that stores `a` and `b` as new.
+async fn store_a_and_b(app: &TestApp, world: &TakenOver) {
+    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
+        .await
+        .expect("run");
+    let mut totals = RunCounts::default();
+    let page = context(
+        world,
+        run_id,
+        PageExpectation::New,
+        None,
+        false,
+        &world.current,
+    );
+    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+        .await
+        .expect("stored");
+}
+
 async fn sightings_of(app: &TestApp, run_id: i64) -> u64 {
     run_sighting::Entity::find()
         .filter(run_sighting::Column::RunId.eq(run_id))
@@ -401,21 +420,7 @@ async fn a_page_under_a_stale_lease_commits_nothing_whichever_way_it_is_written(
 async fn the_sightings_of_an_unchanged_page_under_a_stale_lease_are_not_noted() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let first = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
-    let page = context(
-        &world,
-        first,
-        PageExpectation::New,
-        None,
-        false,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
-        .await
-        .expect("stored");
+    store_a_and_b(&app, &world).await;
 
     // A page stored unchanged writes only its sightings, in a transaction of their own.
     let second = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
@@ -753,25 +758,12 @@ async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() 
 async fn a_run_that_stalled_before_it_began_leaves_the_live_runs_sightings_alone() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let first = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
-    let page = context(
-        &world,
-        first,
-        PageExpectation::New,
-        None,
-        false,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
-        .await
-        .expect("stored");
+    store_a_and_b(&app, &world).await;
     // The run of the process that took the connection over has noted its first page.
     let live = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
         .await
         .expect("run");
+    let mut totals = RunCounts::default();
     let page = context(
         &world,
         live,

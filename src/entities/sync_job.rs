@@ -1,6 +1,7 @@
 //! `sync_jobs`: what should run. A schedule slot of a connection is one job whichever
-//! instance computes it first (the unique connection, stream and slot); the instance that
-//! inserted it runs it.
+//! instance computes it first (the unique connection, stream, kind and slot); jobs wait
+//! `queued` until `not_before` and are claimed, the highest `priority` first, by whichever
+//! instance is free.
 
 use sea_orm::entity::prelude::*;
 
@@ -10,12 +11,23 @@ pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,
     pub connection_id: i64,
+    /// The connection's provider, so that a claim reads this table alone.
+    pub provider: String,
     /// The stream it runs; empty for every stream the provider syncs.
     pub stream: String,
     pub kind: JobKind,
     /// The schedule slot a scheduled job is for; unique with the connection and stream.
     pub slot_at: Option<DateTimeUtc>,
     pub status: JobStatus,
+    /// Claimed before jobs of lower priority (see [`JobKind::priority`]).
+    pub priority: i32,
+    /// Not claimed before this time (a slot's time, a retry's backoff, a budget's reopening).
+    pub not_before: Option<DateTimeUtc>,
+    /// How many times it was tried before: a retry's number, or re-queues after its
+    /// instance stopped.
+    pub attempt: i32,
+    /// Its runs make full passes.
+    pub full: bool,
     /// The instance that took it (`instances.holder`).
     pub holder: Option<String>,
     pub created_at: DateTimeUtc,
@@ -31,9 +43,33 @@ pub struct Model {
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "lowercase")]
 pub enum JobKind {
-    /// A slot of the provider's `schedule`.
+    /// A slot of the provider's `schedule` (or the connection's own).
     #[sea_orm(string_value = "scheduled")]
     Scheduled,
+    /// A time of the provider's `full_sync_schedule`.
+    #[sea_orm(string_value = "full")]
+    Full,
+    /// Asked for now (`tributary sync`, the operations layer).
+    #[sea_orm(string_value = "manual")]
+    Manual,
+    /// Another try after a run that failed, after a backoff.
+    #[sea_orm(string_value = "retry")]
+    Retry,
+    /// The rest of a run that yielded or was deferred, going on from its checkpoint.
+    #[sea_orm(string_value = "resume")]
+    Resume,
+}
+
+impl JobKind {
+    /// Claimed in this order: a run someone asked for first, retries last so that a
+    /// recovering provider serves due slots before the backlog of failures.
+    pub fn priority(self) -> i32 {
+        match self {
+            JobKind::Manual => 100,
+            JobKind::Scheduled | JobKind::Full | JobKind::Resume => 10,
+            JobKind::Retry => 5,
+        }
+    }
 }
 
 /// Where a job stands.
@@ -41,20 +77,24 @@ pub enum JobKind {
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
+    /// Waiting to be claimed, from `not_before` on.
+    #[sea_orm(string_value = "queued")]
+    Queued,
     /// Taken by `holder`, its runs going.
     #[sea_orm(string_value = "running")]
     Running,
     /// Its runs ended (each run's own status is in `sync_runs`).
     #[sea_orm(string_value = "done")]
     Done,
-    /// Not run: a run of the connection was already going.
+    /// Not run: a run of the connection was already going, or the connection is gone,
+    /// disabled or paused (the outcome says which).
     #[sea_orm(string_value = "skipped")]
     Skipped,
     /// Its runs could not be recorded (the database failed).
     #[sea_orm(string_value = "failed")]
     Failed,
-    /// Its instance stopped (killed, or its machine gone) before the job ended; the
-    /// connection's next slot goes on from its checkpoint once the lease expires.
+    /// Its runs were stopped (the instance shut down) before they ended; the next job
+    /// of the connection goes on from its checkpoint.
     #[sea_orm(string_value = "interrupted")]
     Interrupted,
 }

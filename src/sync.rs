@@ -76,6 +76,8 @@ pub struct Skipped {
     pub provider: String,
     /// The lease holder (`host:pid:nonce`).
     pub holder: String,
+    /// When its lease expires unless renewed.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// How a pass claims connections.
@@ -96,6 +98,40 @@ pub async fn sync_matching(
     options: &RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<SyncReport, SyncError> {
+    check_filter(settings, filter)?;
+    // `App::open` checks this too, but an embedding app may sync on pools of its own, and
+    // without the index concurrent runs could store a key twice.
+    crate::db::require_key_index(db).await?;
+    warn_about_unconfigured_connections(db, settings).await?;
+    let lease = LeaseSettings {
+        holder: Holder::current(),
+        ttl: settings.daemon.lease_ttl,
+    };
+
+    let mut report = SyncReport::default();
+    for (provider_settings, streams) in covered(settings, filter) {
+        let connections = enabled_connections(db, &provider_settings.name, filter).await?;
+        let provider = build(provider_settings)?;
+        let part = sync_provider(
+            db,
+            provider_settings,
+            provider.as_ref(),
+            connections,
+            &streams,
+            options,
+            &lease,
+            progress,
+        )
+        .await?;
+        report.outcomes.extend(part.outcomes);
+        report.skipped.extend(part.skipped);
+    }
+    Ok(report)
+}
+
+/// Refuses a filter naming a provider the config lacks or disables, or a stream no
+/// provider it covers syncs.
+pub(crate) fn check_filter(settings: &Settings, filter: &SyncFilter) -> Result<(), SyncError> {
     if let Some(name) = &filter.provider {
         match settings.providers.get(name) {
             None => {
@@ -118,47 +154,44 @@ pub async fn sync_matching(
             Some(_) => {}
         }
     }
-    check_stream_filter(settings, filter)?;
-    // `App::open` checks this too, but an embedding app may sync on pools of its own, and
-    // without the index concurrent runs could store a key twice.
-    crate::db::require_key_index(db).await?;
-    warn_about_unconfigured_connections(db, settings).await?;
-    let lease = LeaseSettings {
-        holder: Holder::current(),
-        ttl: settings.daemon.lease_ttl,
-    };
+    check_stream_filter(settings, filter)
+}
 
-    let mut report = SyncReport::default();
-    for provider_settings in settings.providers.values() {
-        if !provider_settings.enabled
-            || filter
-                .provider
-                .as_ref()
-                .is_some_and(|name| *name != provider_settings.name)
-        {
-            continue;
+/// The enabled providers `filter` covers, each with the streams of it that it covers
+/// (none left out: a provider without such a stream is not covered).
+fn covered<'a>(
+    settings: &'a Settings,
+    filter: &'a SyncFilter,
+) -> impl Iterator<Item = (&'a ProviderSettings, Vec<StreamSettings>)> + 'a {
+    settings
+        .providers
+        .values()
+        .filter(|provider| {
+            provider.enabled
+                && filter
+                    .provider
+                    .as_ref()
+                    .is_none_or(|name| *name == provider.name)
+        })
+        .map(|provider| (provider, streams_matching(provider, filter)))
+        .filter(|(_, streams)| !streams.is_empty())
+}
+
+/// The enabled connections a sync with `filter` runs, with the streams it runs of each,
+/// provider by provider.
+pub(crate) async fn matching_connections(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    filter: &SyncFilter,
+) -> Result<Vec<(connection::Model, Vec<StreamSettings>)>, SyncError> {
+    check_filter(settings, filter)?;
+    let mut matching = Vec::new();
+    for (provider_settings, streams) in covered(settings, filter) {
+        for connection in enabled_connections(db, &provider_settings.name, filter).await? {
+            matching.push((connection, streams.clone()));
         }
-        let streams = streams_matching(provider_settings, filter);
-        if streams.is_empty() {
-            continue;
-        }
-        let connections = enabled_connections(db, &provider_settings.name, filter).await?;
-        let provider = build(provider_settings)?;
-        let part = sync_provider(
-            db,
-            provider_settings,
-            provider.as_ref(),
-            connections,
-            &streams,
-            options,
-            &lease,
-            progress,
-        )
-        .await?;
-        report.outcomes.extend(part.outcomes);
-        report.skipped.extend(part.skipped);
     }
-    Ok(report)
+    Ok(matching)
 }
 
 /// Refuses a stream filter that no provider it covers syncs, naming what they sync.
@@ -311,6 +344,7 @@ async fn sync_leased(
                 user_id: connection.user_id.clone(),
                 provider: connection.provider.clone(),
                 holder: busy.holder,
+                until: busy.until,
             }));
         }
     };

@@ -35,6 +35,9 @@ lease_ttl = "60s"
 shutdown_grace = "30s"
 key_sweep_schedule = "0 */10 * * * *"
 keep_jobs = "7days"
+max_concurrent_runs = 16
+retries = 3
+retry_delay = "1m"
 
 [changes]
 retention = "30d"
@@ -451,6 +454,29 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("keep_jobs", "keep_jobs = \"10m\""),
             "daemon.keep_jobs",
             "between 1h and 1year, got 10m",
+        ),
+        (
+            with_line("max_concurrent_runs", "max_concurrent_runs = 0"),
+            "daemon.max_concurrent_runs",
+            "between 1 and 4096, got 0",
+        ),
+        (
+            with_line("retries", "retries = 21"),
+            "daemon.retries",
+            "between 0 and 20, got 21",
+        ),
+        (
+            with_line("retry_delay", "retry_delay = \"0s\""),
+            "daemon.retry_delay",
+            "between 1s and 1day, got 0s",
+        ),
+        (
+            with_line(
+                "retry_delay",
+                "retry_delay = \"1m\"\nretry_max_delay = \"30s\"",
+            ),
+            "daemon.retry_max_delay",
+            "between 1m and 1day, got 30s (at least retry_delay)",
         ),
         (
             with_line("max_pages", "max_pages = 0"),

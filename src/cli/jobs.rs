@@ -34,10 +34,16 @@ pub struct JobsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Instead of jobs, each enabled connection's next slot and its queued jobs.
+    #[arg(long, conflicts_with_all = ["status", "before"])]
+    next: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum StatusArg {
+    Queued,
+    /// Queued, not due yet (a retry's backoff, a budget, a lease).
+    Deferred,
     Running,
     Done,
     Skipped,
@@ -49,13 +55,19 @@ enum StatusArg {
 pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
     let app = App::open(settings, Access::Read).await?;
+    if args.next {
+        return next_due(&app, args.json).await;
+    }
     let query = JobsQuery {
-        status: args.status.map(|status| match status {
-            StatusArg::Running => JobStatus::Running,
-            StatusArg::Done => JobStatus::Done,
-            StatusArg::Skipped => JobStatus::Skipped,
-            StatusArg::Failed => JobStatus::Failed,
-            StatusArg::Interrupted => JobStatus::Interrupted,
+        deferred: matches!(args.status, Some(StatusArg::Deferred)),
+        status: args.status.and_then(|status| match status {
+            StatusArg::Queued => Some(JobStatus::Queued),
+            StatusArg::Deferred => None,
+            StatusArg::Running => Some(JobStatus::Running),
+            StatusArg::Done => Some(JobStatus::Done),
+            StatusArg::Skipped => Some(JobStatus::Skipped),
+            StatusArg::Failed => Some(JobStatus::Failed),
+            StatusArg::Interrupted => Some(JobStatus::Interrupted),
         }),
         provider: args.provider,
         user_id: args.user,
@@ -69,6 +81,7 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
         "provider",
         "kind",
         "slot (UTC)",
+        "due (UTC)",
         "status",
         "instance",
         "outcome",
@@ -82,6 +95,9 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
             job.slot_at
                 .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
                 .unwrap_or_default(),
+            job.not_before
+                .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_default(),
             job.status.to_string(),
             job.holder.clone().unwrap_or_default(),
             shorten(job.outcome.as_deref().unwrap_or("")),
@@ -90,5 +106,35 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
     if let (Some(next), false) = (page.next, args.json) {
         println!("More jobs: add --before {next} for the next page.");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tributary jobs --next`.
+async fn next_due(app: &App, json: bool) -> anyhow::Result<ExitCode> {
+    let due = crate::ops::jobs::next_due(app.db(), app.settings()).await?;
+    let header = ["provider", "user", "schedule", "next slot (UTC)", "queued"];
+    print_rows(
+        &due,
+        json,
+        Some("No enabled connections."),
+        &header,
+        |row| {
+            vec![
+                row.provider.clone(),
+                row.user_id.clone(),
+                if row.own_schedule {
+                    format!("{} (its own)", row.schedule)
+                } else {
+                    row.schedule.clone()
+                },
+                match (row.next_slot, row.paused) {
+                    (_, true) => "paused".to_string(),
+                    (Some(at), false) => at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                    (None, false) => String::new(),
+                },
+                row.queued.to_string(),
+            ]
+        },
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -36,6 +36,10 @@ pub struct SyncArgs {
     /// Ignore the incremental cursor and fetch the whole listing.
     #[arg(long)]
     full: bool,
+    /// Queue the runs as jobs for a running daemon (they start before scheduled ones)
+    /// instead of running them here; prints the jobs.
+    #[arg(long, conflicts_with = "quiet")]
+    queue: bool,
 }
 
 /// `tributary sync`.
@@ -55,6 +59,11 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
         user_id: args.user,
         stream: args.stream,
     };
+    if args.queue {
+        let queued = crate::ops::sync::queue(db, settings, &filter, args.full).await;
+        app.close().await;
+        return print_queued(&queued?, args.json);
+    }
     let bars = BarProgress::new();
     let show_progress = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let sink: &dyn ProgressSink = if show_progress { &bars } else { &NoProgress };
@@ -94,6 +103,28 @@ pub async fn run(config: &Path, args: SyncArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(exit_for(&report.outcomes))
+}
+
+fn print_queued(queued: &[crate::ops::sync::Queued], json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(queued)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if queued.is_empty() {
+        eprintln!("No enabled connection matches; nothing was queued.");
+    }
+    for job in queued {
+        let stream = if job.stream.is_empty() {
+            "every stream"
+        } else {
+            job.stream.as_str()
+        };
+        println!(
+            "queued job {} {}@{} ({stream})",
+            job.job_id, job.user_id, job.provider
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// 0 when every run succeeded or was partial, 1 when any failed or was interrupted.

@@ -46,6 +46,13 @@ pub(crate) mod limits {
     /// `daemon.keep_jobs`: at least an hour, so a job is seen after it ends; at most a year.
     pub const KEEP_JOBS: (Duration, Duration) =
         (Duration::from_secs(HOUR), Duration::from_secs(31_557_600));
+    /// `daemon.max_concurrent_runs`.
+    pub const MAX_CONCURRENT_RUNS: (usize, usize) = (1, 4096);
+    /// `daemon.retries`.
+    pub const RETRIES: (u32, u32) = (0, 20);
+    /// `daemon.retry_delay` and `daemon.retry_max_delay`.
+    pub const RETRY_DELAY: (Duration, Duration) =
+        (Duration::from_secs(1), Duration::from_secs(DAY));
     /// `daemon.shutdown_grace`.
     pub const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(HOUR));
     /// `max_pages`.
@@ -198,6 +205,16 @@ pub struct DaemonSettings {
     /// swept on the change feed's `sweep_schedule`.
     #[serde(with = "humantime_serde")]
     pub keep_jobs: Duration,
+    /// How many jobs this instance runs at once, over all providers (each provider's
+    /// `max_concurrent_connections` bounds its own).
+    pub max_concurrent_runs: usize,
+    /// How many times a job whose run failed is tried again (0: never), each after a
+    /// backoff: `retry_delay` doubled per attempt up to `retry_max_delay`, jittered.
+    pub retries: u32,
+    #[serde(with = "humantime_serde")]
+    pub retry_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_delay: Duration,
 }
 
 impl Default for DaemonSettings {
@@ -208,6 +225,10 @@ impl Default for DaemonSettings {
             shutdown_grace: Duration::from_secs(30),
             key_sweep_schedule: "0 */10 * * * *".to_string(),
             keep_jobs: Duration::from_secs(7 * 24 * 60 * 60),
+            max_concurrent_runs: 16,
+            retries: 3,
+            retry_delay: Duration::from_secs(60),
+            retry_max_delay: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -485,6 +506,26 @@ impl Settings {
         let (min, max) = limits::KEEP_JOBS;
         duration_in(raw.daemon.keep_jobs, min, max)
             .map_err(|message| invalid("daemon.keep_jobs".into(), message))?;
+        let (min, max) = limits::MAX_CONCURRENT_RUNS;
+        count_in(raw.daemon.max_concurrent_runs, min, max)
+            .map_err(|message| invalid("daemon.max_concurrent_runs".into(), message))?;
+        let (min, max) = limits::RETRIES;
+        count_in(raw.daemon.retries, min, max)
+            .map_err(|message| invalid("daemon.retries".into(), message))?;
+        let (min, max) = limits::RETRY_DELAY;
+        duration_in(raw.daemon.retry_delay, min, max)
+            .map_err(|message| invalid("daemon.retry_delay".into(), message))?;
+        duration_in(
+            raw.daemon.retry_max_delay,
+            raw.daemon.retry_delay.max(min),
+            max,
+        )
+        .map_err(|message| {
+            invalid(
+                "daemon.retry_max_delay".into(),
+                format!("{message} (at least retry_delay)"),
+            )
+        })?;
         let (min, max) = limits::SHUTDOWN_GRACE;
         duration_in(raw.daemon.shutdown_grace, min, max)
             .map_err(|message| invalid("daemon.shutdown_grace".into(), message))?;

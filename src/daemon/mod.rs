@@ -11,8 +11,10 @@
 
 mod endpoints;
 pub mod notify;
+mod provider;
 mod single_instance;
 pub(crate) mod systemd;
+mod worker;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,63 +27,15 @@ use tributary_providers::Provider;
 
 use crate::config::{parse_cron, ConfigError, ProviderSettings, Settings};
 use crate::db::{DatabasePools, DbSetupError};
-use crate::entities::sync_job::JobStatus;
+use crate::entities::sync_job::JobKind;
+use crate::jobs::NewJob;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::streams::owe_full_pass;
-use crate::pipeline::{NoProgress, RunOptions, Trigger};
-use crate::sync::{
-    build, enabled_connections, sync_provider, LeaseSettings, SyncError, SyncFilter,
-};
+use crate::sync::{build, enabled_connections, LeaseSettings, SyncError, SyncFilter};
 
 use endpoints::RunPanics;
+use provider::{FullPasses, ProviderJob};
 pub(crate) use single_instance::lock_sqlite;
-
-/// Everything one firing needs, shared by all firings of one provider.
-struct ProviderJob {
-    db: DatabasePools,
-    settings: ProviderSettings,
-    provider: Box<dyn Provider>,
-    lease: LeaseSettings,
-    cancel: CancellationToken,
-    panics: Arc<RunPanics>,
-    /// `full_sync_schedule`: which firings are full passes.
-    full_sync: Option<FullPasses>,
-    /// `schedule`: a firing's slot is its latest time at or before the firing.
-    schedule: croner::Cron,
-}
-
-/// When `full_sync_schedule` next asks for a full pass: the first firing at or after each
-/// of its times is one, so the two schedules need not share a second.
-struct FullPasses {
-    cron: croner::Cron,
-    next_due: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
-}
-
-impl FullPasses {
-    fn new(cron: croner::Cron, from: chrono::DateTime<chrono::Utc>) -> FullPasses {
-        let next_due = cron.find_next_occurrence(&from, false).ok();
-        FullPasses {
-            cron,
-            next_due: std::sync::Mutex::new(next_due),
-        }
-    }
-
-    /// Whether a firing at `now` is a full pass; if so, the next one is due at the
-    /// schedule's next time after `now`.
-    fn take_due(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
-        let mut next_due = self
-            .next_due
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match *next_due {
-            Some(due) if now >= due => {
-                *next_due = self.cron.find_next_occurrence(&now, false).ok();
-                true
-            }
-            _ => false,
-        }
-    }
-}
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +137,7 @@ pub async fn run_with(
         .await
         .map_err(scheduler_error("creating the scheduler"))?;
     let mut scheduled = 0;
+    let wake = Arc::new(tokio::sync::Notify::new());
     let mut jobs_by_provider = std::collections::HashMap::new();
     for provider_settings in settings.providers.values() {
         if !provider_settings.enabled {
@@ -199,6 +154,7 @@ pub async fn run_with(
             },
             cancel: cancel.clone(),
             panics: panics.clone(),
+            wake: wake.clone(),
             schedule: parse_cron(&provider_settings.schedule).map_err(|message| {
                 DaemonError::Schedule {
                     provider: provider_settings.name.clone(),
@@ -239,6 +195,15 @@ pub async fn run_with(
         )))?;
         scheduled += 1;
     }
+    let worker = Arc::new(worker::Worker::new(
+        db.clone(),
+        holder.as_str().to_string(),
+        jobs_by_provider.clone(),
+        settings.daemon.max_concurrent_runs,
+        crate::jobs::RetryPolicy::of(&settings.daemon),
+        cancel.clone(),
+        wake,
+    ));
     let overrides = Arc::new(Overrides {
         db: db.clone(),
         jobs: jobs_by_provider,
@@ -273,6 +238,7 @@ pub async fn run_with(
         .start()
         .await
         .map_err(scheduler_error("starting the scheduler"))?;
+    tracker.spawn(worker::work(worker, tracker.clone()));
     scheduling.store(true, Ordering::SeqCst);
 
     let endpoints = match settings.daemon.listen {
@@ -369,14 +335,6 @@ async fn schedule_sweeps(
                 let before = chrono::Utc::now()
                     .checked_sub_signed(chrono::TimeDelta::from_std(keep_jobs).unwrap_or_default())
                     .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-                match crate::jobs::interrupt_orphans(&db, chrono::Utc::now()).await {
-                    Ok(0) => {}
-                    Ok(jobs) => tracing::warn!(
-                        jobs,
-                        "Jobs of instances that stopped were marked interrupted."
-                    ),
-                    Err(error) => tracing::warn!(%error, "Marking orphaned jobs failed."),
-                }
                 match crate::jobs::sweep_finished(&db, before).await {
                     Ok(0) => {}
                     Ok(swept) => tracing::debug!(swept, "Swept finished sync jobs."),
@@ -393,8 +351,9 @@ async fn schedule_sweeps(
     Ok(())
 }
 
-/// One firing of a provider's schedule: every enabled connection, a bounded number at a
-/// time, each skipped if a run of it is still going.
+/// One firing of a provider's schedule: the slot's job of every enabled, unpaused
+/// connection without a schedule of its own is queued, once whatever the number of
+/// instances firing it.
 async fn fire(job: &ProviderJob) {
     let provider = &job.settings.name;
     // Taken first: the steps below take time, and every instance must name the same slot.
@@ -443,65 +402,63 @@ async fn fire(job: &ProviderJob) {
         .into_iter()
         .filter(|connection| connection.schedule.is_none())
         .collect();
-    run_slot(job, connections, slot, unrecorded).await;
+    let kind = if full {
+        JobKind::Full
+    } else {
+        JobKind::Scheduled
+    };
+    queue_slot(job, connections, slot, kind, unrecorded).await;
 }
 
-/// Runs slot `slot` of each of `connections` whose job this instance takes. `full` asks
-/// for full passes (a firing that could not note the ones owed).
-async fn run_slot(
+/// Queues slot `slot` of each of `connections` as a job, unless an instance queued it
+/// already, and wakes the worker. `full` asks for full passes (a firing that could not
+/// note the ones owed); `kind` says whether the slot is a full pass's.
+async fn queue_slot(
     job: &ProviderJob,
-    connections: Vec<crate::entities::connection::Model>,
+    mut connections: Vec<crate::entities::connection::Model>,
     slot: chrono::DateTime<chrono::Utc>,
+    kind: JobKind,
     full: bool,
 ) {
     let provider = &job.settings.name;
-    let (connections, jobs) = take_slots(job, connections, slot).await;
     if connections.is_empty() {
         return;
     }
-    let options = RunOptions {
-        trigger: Trigger::Schedule,
-        // The streams owed a full pass make one; a firing that could not note it asks.
-        full,
-        cancel: job.cancel.child_token(),
-        stream: None,
-        lease: None,
-    };
-    match sync_provider(
-        &job.db,
-        &job.settings,
-        job.provider.as_ref(),
-        connections,
-        &job.settings.streams,
-        &options,
-        &job.lease,
-        &NoProgress,
-    )
-    .await
-    {
-        Ok(report) => {
-            for outcome in &report.outcomes {
-                job.panics.note(outcome);
+    // Claimed in insertion order within a slot: the order turns from slot to slot, so no
+    // connection is always the last to start.
+    let turn = usize::try_from(slot.timestamp().rem_euclid(7919)).unwrap_or(0);
+    let len = connections.len();
+    connections.rotate_left(turn % len);
+    let jobs: Vec<NewJob> = connections
+        .iter()
+        .map(|connection| NewJob {
+            connection_id: connection.id,
+            provider: provider.clone(),
+            stream: String::new(),
+            kind,
+            slot_at: Some(slot),
+            not_before: slot,
+            attempt: 0,
+            full,
+        })
+        .collect();
+    match crate::jobs::enqueue(&job.db, &jobs).await {
+        Ok(queued) => {
+            let taken = u64::try_from(jobs.len())
+                .unwrap_or(u64::MAX)
+                .saturating_sub(queued);
+            if taken > 0 {
+                tracing::debug!(%provider, %slot, connections = taken, "Slot taken by another instance.");
             }
-            tracing::info!(
-                %provider,
-                runs = report.outcomes.len(),
-                skipped = report.skipped.len(),
-                "Firing done."
-            );
-            finish_jobs(&job.db, &jobs, &report).await;
+            tracing::debug!(%provider, %slot, jobs = queued, "Slot queued.");
+            job.wake.notify_one();
         }
-        Err(error) => {
-            tracing::error!(%provider, %error, "Firing failed.");
-            for (_, job_id) in &jobs {
-                let outcome = format!("the firing failed: {error}");
-                if let Err(error) =
-                    crate::jobs::finish(&job.db, *job_id, JobStatus::Failed, outcome).await
-                {
-                    tracing::warn!(job_id, %error, "Recording the job's end failed.");
-                }
-            }
-        }
+        Err(error) => tracing::error!(
+            %provider,
+            %slot,
+            %error,
+            "Queueing the slot's jobs failed; its connections wait for their next slot."
+        ),
     }
 }
 
@@ -513,7 +470,7 @@ struct Overrides {
 }
 
 /// Every second: the enabled, unpaused connections with a schedule of their own whose
-/// slot has come since the last tick are run, each as a slot job like a provider's
+/// slot has come since the last tick are queued, each as a slot job like a provider's
 /// firing. A connection seen for the first time (the daemon started, or its schedule was
 /// just set) waits for its next slot.
 async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
@@ -554,7 +511,9 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
         };
         if due && !job.cancel.is_cancelled() {
             let job = job.clone();
-            tracker.spawn(async move { run_slot(&job, vec![row], slot, false).await });
+            tracker.spawn(async move {
+                queue_slot(&job, vec![row], slot, JobKind::Scheduled, false).await
+            });
         }
     }
 }
@@ -574,84 +533,9 @@ fn slot_of(
         .unwrap_or_else(|_| whole(now))
 }
 
-/// Takes this firing's slot of each connection: the connections whose job this instance
-/// inserted, with their job ids. Another instance that fired the same slot took the rest.
-async fn take_slots(
-    job: &ProviderJob,
-    connections: Vec<crate::entities::connection::Model>,
-    slot: chrono::DateTime<chrono::Utc>,
-) -> (
-    Vec<crate::entities::connection::Model>,
-    Vec<(crate::entities::connection::Model, i64)>,
-) {
-    let mut taken = Vec::with_capacity(connections.len());
-    let mut jobs = Vec::with_capacity(connections.len());
-    for connection in connections {
-        match crate::jobs::take_slot(&job.db, connection.id, slot, job.lease.holder.as_str()).await
-        {
-            Ok(Some(job_id)) => {
-                taken.push(connection.clone());
-                jobs.push((connection, job_id));
-            }
-            Ok(None) => tracing::debug!(
-                user_id = %connection.user_id,
-                provider = %connection.provider,
-                %slot,
-                "Slot taken by another instance."
-            ),
-            Err(error) => tracing::error!(
-                user_id = %connection.user_id,
-                provider = %connection.provider,
-                %error,
-                "Taking the slot's job failed; the connection waits for its next slot."
-            ),
-        }
-    }
-    (taken, jobs)
-}
-
-/// Records how each job of a firing ended: skipped when the connection's run was already
-/// going, else done, with its runs' statuses.
-async fn finish_jobs(
-    db: &DatabasePools,
-    jobs: &[(crate::entities::connection::Model, i64)],
-    report: &crate::sync::SyncReport,
-) {
-    for (connection, job_id) in jobs {
-        let mine = |user: &str, provider: &str| {
-            user == connection.user_id && provider == connection.provider
-        };
-        let (status, outcome) = match report
-            .skipped
-            .iter()
-            .find(|skipped| mine(&skipped.user_id, &skipped.provider))
-        {
-            Some(skipped) => (
-                JobStatus::Skipped,
-                format!(
-                    "a run of the connection was going (held by {})",
-                    skipped.holder
-                ),
-            ),
-            None => {
-                let runs: Vec<String> = report
-                    .outcomes
-                    .iter()
-                    .filter(|outcome| mine(&outcome.user_id, &outcome.provider))
-                    .map(|outcome| format!("run {} {}", outcome.run_id, outcome.status))
-                    .collect();
-                (JobStatus::Done, runs.join(", "))
-            }
-        };
-        if let Err(error) = crate::jobs::finish(db, *job_id, status, outcome).await {
-            tracing::warn!(job_id, %error, "Recording the job's end failed.");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::FullPasses;
+    use super::provider::FullPasses;
     use crate::config::parse_cron;
 
     fn at(text: &str) -> chrono::DateTime<chrono::Utc> {

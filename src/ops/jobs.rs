@@ -16,6 +16,9 @@ pub const MAX_LIMIT: u64 = 1_000;
 #[derive(Clone, Debug, Default)]
 pub struct JobsQuery {
     pub status: Option<JobStatus>,
+    /// Only queued jobs not due yet (retries waiting out their backoff, runs waiting for
+    /// a budget or a lease).
+    pub deferred: bool,
     pub provider: Option<String>,
     pub user_id: Option<String>,
     /// Only jobs older than this job id (the `next` of the page before).
@@ -34,9 +37,16 @@ pub struct JobView {
     pub stream: String,
     pub kind: JobKind,
     pub slot_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Not claimed before this time.
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    pub priority: i32,
+    /// Tries before this one (retries, re-queues after an instance stopped).
+    pub attempt: i32,
+    pub full: bool,
     pub status: JobStatus,
     pub holder: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
     pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
     pub outcome: Option<String>,
 }
@@ -47,6 +57,11 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
     let mut select = sync_job::Entity::find();
     if let Some(status) = query.status {
         select = select.filter(sync_job::Column::Status.eq(status));
+    }
+    if query.deferred {
+        select = select
+            .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+            .filter(sync_job::Column::NotBefore.gt(chrono::Utc::now()));
     }
     if query.provider.is_some() || query.user_id.is_some() {
         let mut connections = sea_orm::sea_query::Query::select()
@@ -101,9 +116,14 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
                     stream: job.stream,
                     kind: job.kind,
                     slot_at: job.slot_at,
+                    not_before: job.not_before,
+                    priority: job.priority,
+                    attempt: job.attempt,
+                    full: job.full,
                     status: job.status,
                     holder: job.holder,
                     created_at: job.created_at,
+                    started_at: job.started_at,
                     finished_at: job.finished_at,
                     outcome: job.outcome,
                 }
@@ -111,4 +131,71 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
             .collect(),
         next: page.next,
     })
+}
+
+/// When a connection next runs on its schedule.
+#[derive(Clone, Debug, Serialize)]
+pub struct NextDue {
+    pub provider: String,
+    pub user_id: String,
+    /// Its own schedule, or its provider's.
+    pub schedule: String,
+    pub own_schedule: bool,
+    pub paused: bool,
+    /// The next slot; `None` while paused or disabled.
+    pub next_slot: Option<chrono::DateTime<chrono::Utc>>,
+    /// Its jobs waiting in the queue.
+    pub queued: u64,
+}
+
+/// Every enabled connection of a configured, enabled provider with its next slot and its
+/// queued jobs, by provider and user.
+pub async fn next_due(
+    db: &DatabaseConnection,
+    settings: &crate::config::Settings,
+) -> Result<Vec<NextDue>, OpsError> {
+    use sea_orm::PaginatorTrait;
+    let now = chrono::Utc::now();
+    let connections = connection::Entity::find()
+        .filter(connection::Column::Enabled.eq(true))
+        .order_by_asc(connection::Column::Provider)
+        .order_by_asc(connection::Column::UserId)
+        .all(db)
+        .await?;
+    let mut due = Vec::with_capacity(connections.len());
+    for row in connections {
+        let Some(provider) = settings.providers.get(&row.provider) else {
+            continue;
+        };
+        if !provider.enabled {
+            continue;
+        }
+        let schedule = row
+            .schedule
+            .clone()
+            .unwrap_or_else(|| provider.schedule.clone());
+        let paused = row.paused_at.is_some();
+        let next_slot = if paused {
+            None
+        } else {
+            crate::config::parse_cron(&schedule)
+                .ok()
+                .and_then(|cron| cron.find_next_occurrence(&now, false).ok())
+        };
+        let queued = sync_job::Entity::find()
+            .filter(sync_job::Column::ConnectionId.eq(row.id))
+            .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+            .count(db)
+            .await?;
+        due.push(NextDue {
+            provider: row.provider,
+            user_id: row.user_id,
+            own_schedule: row.schedule.is_some(),
+            schedule,
+            paused,
+            next_slot,
+            queued,
+        });
+    }
+    Ok(due)
 }

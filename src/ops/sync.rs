@@ -1,14 +1,22 @@
-//! Syncing now: one run of each enabled connection a filter matches.
+//! Syncing now: one run of each enabled connection a filter matches, on the spot or
+//! queued for any instance's worker. Either way each connection's run is a `manual` job
+//! in `sync_jobs`.
+
+use serde::Serialize;
 
 use super::OpsError;
 use crate::config::Settings;
 use crate::db::DatabasePools;
+use crate::entities::sync_job::JobKind;
+use crate::jobs::NewJob;
+use crate::lease::Holder;
 use crate::pipeline::{ProgressSink, RunOptions};
 
 pub use crate::sync::{SyncFilter, SyncReport};
 
-/// Syncs every enabled connection that matches `filter` once, with `options`; a connection
-/// whose run is going elsewhere is reported skipped.
+/// Syncs every enabled connection that matches `filter` once, here and now, with
+/// `options`; a connection whose run is going elsewhere is reported skipped. Each
+/// connection's run is recorded as a manual job this process holds.
 pub async fn now(
     db: &DatabasePools,
     settings: &Settings,
@@ -16,5 +24,66 @@ pub async fn now(
     options: &RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<SyncReport, OpsError> {
-    Ok(crate::sync::sync_matching(db, settings, filter, options, progress).await?)
+    let matching = crate::sync::matching_connections(db, settings, filter).await?;
+    let holder = Holder::current();
+    let mut jobs = Vec::with_capacity(matching.len());
+    for (connection, _) in matching {
+        let job = manual_job(&connection, filter, options.full, chrono::Utc::now());
+        let id = crate::jobs::insert_claimed(db, &job, holder.as_str()).await?;
+        jobs.push((connection, id));
+    }
+    let report = crate::sync::sync_matching(db, settings, filter, options, progress).await?;
+    crate::jobs::finish_on_the_spot(db, &jobs, &report).await?;
+    Ok(report)
+}
+
+/// A job queued by [`queue`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Queued {
+    pub job_id: i64,
+    pub user_id: String,
+    pub provider: String,
+    /// Empty: every stream the provider syncs.
+    pub stream: String,
+}
+
+/// Queues a manual job for every enabled connection that matches `filter`, for the
+/// first free instance's worker (a running daemon); they start before scheduled jobs.
+pub async fn queue(
+    db: &DatabasePools,
+    settings: &Settings,
+    filter: &SyncFilter,
+    full: bool,
+) -> Result<Vec<Queued>, OpsError> {
+    let matching = crate::sync::matching_connections(db, settings, filter).await?;
+    let mut queued = Vec::with_capacity(matching.len());
+    for (connection, _) in matching {
+        let job = manual_job(&connection, filter, full, chrono::Utc::now());
+        let job_id = crate::jobs::insert_queued(db, &job).await?;
+        queued.push(Queued {
+            job_id,
+            user_id: connection.user_id,
+            provider: connection.provider,
+            stream: job.stream,
+        });
+    }
+    Ok(queued)
+}
+
+fn manual_job(
+    connection: &crate::entities::connection::Model,
+    filter: &SyncFilter,
+    full: bool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> NewJob {
+    NewJob {
+        connection_id: connection.id,
+        provider: connection.provider.clone(),
+        stream: filter.stream.clone().unwrap_or_default(),
+        kind: JobKind::Manual,
+        slot_at: None,
+        not_before: now,
+        attempt: 0,
+        full,
+    }
 }

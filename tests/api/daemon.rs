@@ -19,7 +19,7 @@ pub(crate) struct Daemon {
 }
 
 impl Daemon {
-    fn start(config: &std::path::Path, log: std::path::PathBuf) -> Daemon {
+    pub(crate) fn start(config: &std::path::Path, log: std::path::PathBuf) -> Daemon {
         Daemon::start_with(config, log, &["--log", "info"], &[])
     }
 
@@ -956,6 +956,7 @@ impl JobRow {
         use tributary::entities::sync_job::{ActiveModel, JobKind, JobStatus};
         ActiveModel {
             connection_id: Set(self.connection_id),
+            provider: Set("acme".to_string()),
             stream: Set(String::new()),
             kind: Set(JobKind::Scheduled),
             slot_at: Set(Some(self.slot_at)),
@@ -1051,6 +1052,7 @@ async fn a_daemon_firing_a_slot_after_another_ran_it_runs_nothing() {
         .unwrap_or_default();
     tokio::time::sleep(until_pause).await;
     late.signal(Signal::SIGSTOP);
+    let fired_before = late.log().matches("Schedule fired.").count();
     eventually(
         Duration::from_secs(20),
         "the early daemon's runs of the slot",
@@ -1089,8 +1091,10 @@ async fn a_daemon_firing_a_slot_after_another_ran_it_runs_nothing() {
         "each connection runs once in the slot, though the late daemon fired it too\n{}",
         late.log()
     );
+    // (MySQL counts a duplicate's row as found, so only the firing itself is logged
+    // alike on every backend.)
     assert!(
-        late.log().contains("Slot taken by another instance."),
+        late.log().matches("Schedule fired.").count() > fired_before,
         "the late daemon fired the slot after it resumed:\n{}",
         late.log()
     );
@@ -1274,11 +1278,12 @@ async fn a_paused_connection_is_left_out_of_its_schedule_until_resumed() {
 }
 
 #[tokio::test]
-async fn a_job_whose_instance_stopped_is_marked_interrupted() {
+async fn a_job_whose_instance_stopped_is_put_back_in_the_queue_and_run() {
     use sea_orm::{ActiveModelTrait, Set};
     use tributary::entities::instance;
     use tributary::entities::sync_job::{self, JobStatus};
     let app = crate::helpers::spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "alice", 1, 1, Duration::ZERO).await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]).replace(
         "schedule = \"0 */15 * * * *\"",
         "schedule = \"0 0 0 1 1 *\"",
@@ -1316,12 +1321,9 @@ async fn a_job_whose_instance_stopped_is_marked_interrupted() {
             .unwrap();
         ids.push(job.id);
     }
-    let config = app.write_config(&format!(
-        "{}[changes]\nsweep_schedule = \"* * * * * *\"\n{providers}",
-        daemon_table(None)
-    ));
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
     let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
-    let status = |id: i64| {
+    let job = |id: i64| {
         let app = &app;
         async move {
             sync_job::Entity::find_by_id(id)
@@ -1333,31 +1335,39 @@ async fn a_job_whose_instance_stopped_is_marked_interrupted() {
     };
     eventually(
         Duration::from_secs(20),
-        "the orphaned job marked",
-        || async { status(ids[0]).await.status == JobStatus::Interrupted },
+        "the orphaned job re-queued and run",
+        || async { job(ids[0]).await.status == JobStatus::Done },
     )
     .await;
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
-    let orphaned = status(ids[0]).await;
-    assert!(orphaned.finished_at.is_some());
+    let orphaned = job(ids[0]).await;
+    assert_eq!(orphaned.attempt, 1, "{orphaned:?}");
     assert!(orphaned
-        .outcome
-        .unwrap_or_default()
-        .contains("its instance stopped before the job ended"),);
+        .holder
+        .as_deref()
+        .is_some_and(|holder| !holder.starts_with("gone-host")));
+    let runs = runs_of(&app, "alice").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].status, RunStatus::Succeeded, "{runs:?}");
     assert_eq!(
-        status(ids[1]).await.status,
+        orphaned.outcome.as_deref(),
+        Some(format!("run {} succeeded", runs[0].id).as_str())
+    );
+    assert!(daemon
+        .log()
+        .contains("Jobs of instances that stopped were put back in the queue."));
+    assert_eq!(
+        job(ids[1]).await.status,
         JobStatus::Running,
         "a live instance's job is its own"
     );
-    let listed = crate::helpers::run(crate::helpers::tributary(&config).args([
-        "jobs",
-        "--status",
-        "interrupted",
-        "--json",
-    ]));
+    let listed = crate::helpers::run(
+        crate::helpers::tributary(&config).args(["jobs", "--status", "running", "--json"]),
+    );
     let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["id"], ids[1], "{listed}");
 }
 
 #[tokio::test]

@@ -32,6 +32,7 @@ mod panics;
 mod poison;
 mod pools;
 mod presets;
+mod queue;
 mod race;
 mod redaction;
 mod rest_incremental;

@@ -1,0 +1,199 @@
+//! The daemon's worker: claims due jobs from `sync_jobs`, the most urgent first, as many
+//! as its bounds allow (`[daemon] max_concurrent_runs` in all, each provider's
+//! `max_concurrent_connections`), runs each under its connection's lease, and re-queues
+//! the jobs of instances that stopped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::provider::ProviderJob;
+use crate::db::DatabasePools;
+use crate::jobs::{JobContext, RetryPolicy};
+use crate::pipeline::NoProgress;
+
+/// How often the queue is read when nothing wakes the worker: jobs other instances
+/// queue, retries and re-queued jobs become due without a local signal.
+const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How often the jobs of stopped instances are looked for.
+const ORPHANS_EVERY: Duration = Duration::from_secs(5);
+
+pub(super) struct Worker {
+    pub db: DatabasePools,
+    /// This instance's holder (`host:pid:nonce`).
+    pub holder: String,
+    pub providers: HashMap<String, Arc<ProviderJob>>,
+    pub max_runs: usize,
+    pub retry: RetryPolicy,
+    pub cancel: CancellationToken,
+    /// Rung when jobs were queued here or a run ended.
+    pub wake: Arc<Notify>,
+    running: AtomicUsize,
+    by_provider: Mutex<HashMap<String, usize>>,
+    /// Which provider's jobs are claimed first next: turns round, so that no provider
+    /// always waits for the others' claims.
+    turn: AtomicUsize,
+}
+
+impl Worker {
+    pub(super) fn new(
+        db: DatabasePools,
+        holder: String,
+        providers: HashMap<String, Arc<ProviderJob>>,
+        max_runs: usize,
+        retry: RetryPolicy,
+        cancel: CancellationToken,
+        wake: Arc<Notify>,
+    ) -> Worker {
+        Worker {
+            db,
+            holder,
+            providers,
+            max_runs,
+            retry,
+            cancel,
+            wake,
+            running: AtomicUsize::new(0),
+            by_provider: Mutex::default(),
+            turn: AtomicUsize::new(0),
+        }
+    }
+
+    fn running_of(&self, provider: &str) -> usize {
+        self.by_provider
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(provider)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn count(&self, provider: &str, started: bool) {
+        let mut by_provider = self
+            .by_provider
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let running = by_provider.entry(provider.to_string()).or_insert(0);
+        if started {
+            *running = running.saturating_add(1);
+            self.running.fetch_add(1, Ordering::SeqCst);
+        } else {
+            *running = running.saturating_sub(1);
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Claims and runs jobs until `worker.cancel`; the runs it started are tracked by
+/// `tracker`, so shutdown waits for them.
+pub(super) async fn work(worker: Arc<Worker>, tracker: TaskTracker) {
+    let mut orphans_checked: Option<tokio::time::Instant> = None;
+    loop {
+        if worker.cancel.is_cancelled() {
+            return;
+        }
+        if orphans_checked.is_none_or(|at| at.elapsed() >= ORPHANS_EVERY) {
+            orphans_checked = Some(tokio::time::Instant::now());
+            requeue_orphans(&worker).await;
+        }
+        claim_and_start(&worker, &tracker).await;
+        tokio::select! {
+            () = worker.cancel.cancelled() => return,
+            () = worker.wake.notified() => {}
+            () = tokio::time::sleep(POLL_EVERY) => {}
+        }
+    }
+}
+
+async fn requeue_orphans(worker: &Worker) {
+    // `host:pid:` of this process: its own jobs are never orphans.
+    let own = worker
+        .holder
+        .rsplit_once(':')
+        .map_or(worker.holder.as_str(), |(prefix, _)| prefix);
+    let own = format!("{own}:");
+    match crate::jobs::requeue_orphans(&worker.db, &own, chrono::Utc::now()).await {
+        Ok(0) => {}
+        Ok(jobs) => tracing::warn!(
+            jobs,
+            "Jobs of instances that stopped were put back in the queue."
+        ),
+        Err(error) => tracing::warn!(%error, "Looking for jobs of stopped instances failed."),
+    }
+}
+
+/// Claims as many due jobs as the bounds leave room for, provider by provider, and
+/// starts their runs.
+async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
+    let mut names: Vec<&String> = worker.providers.keys().collect();
+    names.sort();
+    if names.is_empty() {
+        return;
+    }
+    let first = worker.turn.fetch_add(1, Ordering::SeqCst) % names.len();
+    names.rotate_left(first);
+    for name in names {
+        let Some(job) = worker.providers.get(name) else {
+            continue;
+        };
+        let free = worker
+            .max_runs
+            .saturating_sub(worker.running.load(Ordering::SeqCst));
+        let provider_free = job
+            .settings
+            .max_concurrent_connections
+            .saturating_sub(worker.running_of(name));
+        let room = free.min(provider_free);
+        if room == 0 || worker.cancel.is_cancelled() {
+            continue;
+        }
+        let claimed = crate::jobs::claim(
+            &worker.db,
+            name,
+            &worker.holder,
+            u64::try_from(room).unwrap_or(u64::MAX),
+            chrono::Utc::now(),
+        )
+        .await;
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                tracing::warn!(provider = %name, %error, "Claiming jobs failed; trying again at the next poll.");
+                continue;
+            }
+        };
+        for claimed_job in claimed {
+            worker.count(name, true);
+            let (worker, provider_job) = (worker.clone(), job.clone());
+            tracker.spawn(async move {
+                tracing::debug!(
+                    job_id = claimed_job.id,
+                    kind = %claimed_job.kind,
+                    provider = %claimed_job.provider,
+                    "Job claimed."
+                );
+                let context = JobContext {
+                    db: &provider_job.db,
+                    settings: &provider_job.settings,
+                    provider: provider_job.provider.as_ref(),
+                    lease: &provider_job.lease,
+                    cancel: &worker.cancel,
+                    retry: Some(&worker.retry),
+                    progress: &NoProgress,
+                };
+                if let Some(report) = crate::jobs::run(&context, &claimed_job).await {
+                    for outcome in &report.outcomes {
+                        provider_job.panics.note(outcome);
+                    }
+                }
+                worker.count(&claimed_job.provider, false);
+                worker.wake.notify_one();
+            });
+        }
+    }
+}

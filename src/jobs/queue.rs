@@ -1,0 +1,280 @@
+//! The `sync_jobs` table as a queue: jobs are inserted idempotently (a schedule slot is
+//! one job whichever instance computes it first), wait `queued` until `not_before`, and
+//! are claimed, the most urgent first, with `FOR UPDATE SKIP LOCKED` on PostgreSQL and
+//! MySQL/MariaDB or under SQLite's one writer (docs/decisions/job-queue.md).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, OnConflict};
+use sea_orm::{
+    ColumnTrait, Condition, DatabaseBackend, DatabaseConnection, DbErr, EntityTrait, NotSet,
+    QueryFilter, QueryOrder, QuerySelect, Set, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait,
+};
+
+use crate::entities::instance;
+use crate::entities::sync_job::{self, JobKind, JobStatus};
+
+/// Rows per insert statement: far below SQLite's limit on bound parameters.
+const INSERT_CHUNK: usize = 500;
+
+/// What a re-queued job whose instance stopped says.
+const REQUEUED: &str = "re-queued: its instance stopped before the job ended";
+
+/// A job to insert.
+#[derive(Clone, Debug)]
+pub(crate) struct NewJob {
+    pub connection_id: i64,
+    pub provider: String,
+    /// Empty: every stream the provider syncs.
+    pub stream: String,
+    pub kind: JobKind,
+    /// The schedule slot (scheduled and full jobs): one job per connection, stream, kind
+    /// and slot.
+    pub slot_at: Option<DateTime<Utc>>,
+    pub not_before: DateTime<Utc>,
+    pub attempt: i32,
+    pub full: bool,
+}
+
+impl NewJob {
+    fn row(
+        &self,
+        now: DateTime<Utc>,
+        status: JobStatus,
+        holder: Option<&str>,
+    ) -> sync_job::ActiveModel {
+        sync_job::ActiveModel {
+            id: NotSet,
+            connection_id: Set(self.connection_id),
+            provider: Set(self.provider.clone()),
+            stream: Set(self.stream.clone()),
+            kind: Set(self.kind),
+            slot_at: Set(self.slot_at),
+            status: Set(status),
+            priority: Set(self.kind.priority()),
+            not_before: Set(Some(self.not_before)),
+            attempt: Set(self.attempt),
+            full: Set(self.full),
+            holder: Set(holder.map(str::to_string)),
+            created_at: Set(now),
+            started_at: Set(holder.map(|_| now)),
+            finished_at: Set(None),
+            outcome: Set(None),
+        }
+    }
+}
+
+/// Queues `jobs`; a slot some instance queued already is left as it is. Returns how many
+/// were inserted.
+pub(crate) async fn enqueue(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    let mut inserted = 0u64;
+    for chunk in jobs.chunks(INSERT_CHUNK) {
+        let rows = chunk
+            .iter()
+            .map(|job| job.row(now, JobStatus::Queued, None));
+        let result = sync_job::Entity::insert_many(rows)
+            .on_conflict(
+                OnConflict::columns([
+                    sync_job::Column::ConnectionId,
+                    sync_job::Column::Stream,
+                    sync_job::Column::Kind,
+                    sync_job::Column::SlotAt,
+                ])
+                // MySQL has no DO NOTHING: `ON DUPLICATE KEY UPDATE id = id` changes no row.
+                .do_nothing_on([sync_job::Column::ConnectionId])
+                .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+        inserted = inserted.saturating_add(result);
+    }
+    Ok(inserted)
+}
+
+/// Inserts `job` already claimed by `holder` (a run this process starts at once, such
+/// as `tributary sync`'s) and returns its id.
+pub(crate) async fn insert_claimed(
+    db: &DatabaseConnection,
+    job: &NewJob,
+    holder: &str,
+) -> Result<i64, DbErr> {
+    use sea_orm::ActiveModelTrait;
+    let row = job
+        .row(Utc::now(), JobStatus::Running, Some(holder))
+        .insert(db)
+        .await?;
+    Ok(row.id)
+}
+
+/// Queues `job` (one with no slot, which never conflicts) and returns its id.
+pub(crate) async fn insert_queued(db: &DatabaseConnection, job: &NewJob) -> Result<i64, DbErr> {
+    use sea_orm::ActiveModelTrait;
+    let row = job
+        .row(Utc::now(), JobStatus::Queued, None)
+        .insert(db)
+        .await?;
+    Ok(row.id)
+}
+
+/// Claims for `holder` up to `limit` of `provider`'s queued jobs due at `now`, the highest
+/// priority first, then the longest due. Jobs another instance is claiming at the same
+/// moment are skipped, not waited for.
+pub(crate) async fn claim(
+    db: &DatabaseConnection,
+    provider: &str,
+    holder: &str,
+    limit: u64,
+    now: DateTime<Utc>,
+) -> Result<Vec<sync_job::Model>, DbErr> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    // SQLite: the write lock up front, so the read and the update see one state.
+    let txn = db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        })
+        .await?;
+    let mut due = sync_job::Entity::find()
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .filter(sync_job::Column::Provider.eq(provider))
+        .filter(
+            Condition::any()
+                .add(sync_job::Column::NotBefore.is_null())
+                .add(sync_job::Column::NotBefore.lte(now)),
+        )
+        .order_by_desc(sync_job::Column::Priority)
+        .order_by_asc(sync_job::Column::NotBefore)
+        .order_by_asc(sync_job::Column::Id)
+        .limit(limit);
+    if db.get_database_backend() != DatabaseBackend::Sqlite {
+        due = due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let mut jobs = due.all(&txn).await?;
+    if jobs.is_empty() {
+        txn.commit().await?;
+        return Ok(jobs);
+    }
+    let ids: Vec<i64> = jobs.iter().map(|job| job.id).collect();
+    let claimed = sync_job::Entity::update_many()
+        .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Running))
+        .col_expr(sync_job::Column::Holder, Expr::value(holder))
+        .col_expr(sync_job::Column::StartedAt, Expr::value(now))
+        .filter(sync_job::Column::Id.is_in(ids.clone()))
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .exec(&txn)
+        .await?
+        .rows_affected;
+    if usize::try_from(claimed).ok() != Some(ids.len()) {
+        // Only possible without row locks; the next poll tries again.
+        txn.rollback().await?;
+        return Ok(Vec::new());
+    }
+    txn.commit().await?;
+    for job in &mut jobs {
+        job.status = JobStatus::Running;
+        job.holder = Some(holder.to_string());
+        job.started_at = Some(now);
+    }
+    Ok(jobs)
+}
+
+/// Records how job `job_id` ended.
+pub(crate) async fn finish(
+    db: &DatabaseConnection,
+    job_id: i64,
+    status: JobStatus,
+    outcome: String,
+) -> Result<(), DbErr> {
+    sync_job::Entity::update_many()
+        .col_expr(sync_job::Column::Status, Expr::value(status))
+        .col_expr(sync_job::Column::Outcome, Expr::value(outcome))
+        .col_expr(sync_job::Column::FinishedAt, Expr::value(Utc::now()))
+        .filter(sync_job::Column::Id.eq(job_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Puts job `job_id` back in the queue, due at `not_before`, saying why.
+pub(crate) async fn requeue(
+    db: &DatabaseConnection,
+    job_id: i64,
+    not_before: DateTime<Utc>,
+    outcome: String,
+) -> Result<(), DbErr> {
+    sync_job::Entity::update_many()
+        .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Queued))
+        .col_expr(sync_job::Column::Holder, Expr::value(None::<String>))
+        .col_expr(sync_job::Column::NotBefore, Expr::value(not_before))
+        .col_expr(sync_job::Column::Outcome, Expr::value(outcome))
+        .filter(sync_job::Column::Id.eq(job_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Re-queues the running jobs whose instance is gone (a worker killed mid-job, its
+/// machine lost): no row in `instances` with a fresh heartbeat has their holder's host
+/// and pid (the holder's nonce differs from call to call within a process), and they are
+/// not `own` (this process's `host:pid:` prefix: it is alive, announced or not). Another
+/// instance claims them; their runs take the connection's lease once it expires, which
+/// fences the stopped worker out, and go on from the checkpoint. Returns how many.
+pub(crate) async fn requeue_orphans(
+    db: &DatabaseConnection,
+    own: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    let mut live: Vec<String> = instance::Entity::find()
+        .filter(instance::Column::HeartbeatAt.gte(crate::db::stale_before(now)))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| format!("{}:{}:", row.host, row.pid))
+        .collect();
+    live.push(own.to_string());
+    let orphans: Vec<i64> = sync_job::Entity::find()
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
+        .all(db)
+        .await?
+        .into_iter()
+        .filter(|job| {
+            let holder = job.holder.as_deref().unwrap_or_default();
+            !live
+                .iter()
+                .any(|prefix| holder.starts_with(prefix.as_str()))
+        })
+        .map(|job| job.id)
+        .collect();
+    if orphans.is_empty() {
+        return Ok(0);
+    }
+    Ok(sync_job::Entity::update_many()
+        .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Queued))
+        .col_expr(sync_job::Column::Holder, Expr::value(None::<String>))
+        .col_expr(sync_job::Column::NotBefore, Expr::value(now))
+        .col_expr(
+            sync_job::Column::Attempt,
+            Expr::col(sync_job::Column::Attempt).add(1),
+        )
+        .col_expr(sync_job::Column::Outcome, Expr::value(REQUEUED))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
+        .filter(sync_job::Column::Id.is_in(orphans))
+        .exec(db)
+        .await?
+        .rows_affected)
+}
+
+/// Deletes the jobs that finished before `before`; returns how many.
+pub(crate) async fn sweep_finished(
+    db: &DatabaseConnection,
+    before: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    Ok(sync_job::Entity::delete_many()
+        .filter(sync_job::Column::FinishedAt.lt(before))
+        .exec(db)
+        .await?
+        .rows_affected)
+}

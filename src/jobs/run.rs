@@ -1,0 +1,366 @@
+//! Running a claimed job: its connection's streams under the connection's lease, then its
+//! end recorded: done, skipped, put back in the queue, or followed by a retry.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{DbErr, EntityTrait};
+use tokio_util::sync::CancellationToken;
+use tributary_providers::Provider;
+
+use super::queue::{self, NewJob};
+use crate::config::{parse_cron, DaemonSettings, ProviderSettings, StreamSettings};
+use crate::db::DatabasePools;
+use crate::entities::connection;
+use crate::entities::sync_job::{self, JobKind, JobStatus};
+use crate::pipeline::{ProgressSink, RunOptions, RunStatus, Trigger};
+use crate::sync::{sync_provider, LeaseSettings, SyncReport};
+
+/// When a job whose run failed is tried again.
+#[derive(Clone, Debug)]
+pub(crate) struct RetryPolicy {
+    /// Tries after the first (0: none).
+    pub retries: u32,
+    pub delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl RetryPolicy {
+    pub(crate) fn of(settings: &DaemonSettings) -> RetryPolicy {
+        RetryPolicy {
+            retries: settings.retries,
+            delay: settings.retry_delay,
+            max_delay: settings.retry_max_delay,
+        }
+    }
+
+    /// The wait before retry `attempt` (1 for the first): `delay` doubled per attempt up
+    /// to `max_delay`, then placed at `jitter` (0 to 1) within its upper half, so that the
+    /// failures of one outage come back spread out, never at once.
+    pub(crate) fn backoff(&self, attempt: u32, jitter: f64) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        let full = self
+            .delay
+            .checked_mul(1u32 << doublings)
+            .unwrap_or(self.max_delay)
+            .min(self.max_delay);
+        let half = full / 2;
+        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// What a job runs with.
+pub(crate) struct JobContext<'a> {
+    pub db: &'a DatabasePools,
+    pub settings: &'a ProviderSettings,
+    pub provider: &'a dyn Provider,
+    pub lease: &'a LeaseSettings,
+    /// Cancelled on shutdown: the runs stop between pages.
+    pub cancel: &'a CancellationToken,
+    /// `None`: a failed run is not retried (a run someone watches, as `tributary sync`).
+    pub retry: Option<&'a RetryPolicy>,
+    pub progress: &'a dyn ProgressSink,
+}
+
+/// Runs the claimed `job` and records its end. Returns the runs it made, if any.
+pub(crate) async fn run(context: &JobContext<'_>, job: &sync_job::Model) -> Option<SyncReport> {
+    match run_and_record(context, job).await {
+        Ok(report) => report,
+        Err(error) => {
+            tracing::error!(job_id = job.id, %error, "Recording the job's end failed.");
+            None
+        }
+    }
+}
+
+async fn run_and_record(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+) -> Result<Option<SyncReport>, DbErr> {
+    let db = context.db;
+    let Some(connection) = connection::Entity::find_by_id(job.connection_id)
+        .one(db.main())
+        .await?
+    else {
+        return skip(context, job, "the connection was removed").await;
+    };
+    if !connection.enabled {
+        return skip(context, job, "the connection is disabled").await;
+    }
+    if connection.paused_at.is_some() && job.kind != JobKind::Manual {
+        return skip(context, job, "the connection is paused").await;
+    }
+    let streams: Vec<StreamSettings> = if job.stream.is_empty() {
+        context.settings.streams.clone()
+    } else {
+        match context.settings.stream(&job.stream) {
+            Some(stream) => vec![stream.clone()],
+            None => {
+                let why = format!("the provider no longer syncs a stream {:?}", job.stream);
+                return skip(context, job, &why).await;
+            }
+        }
+    };
+    let options = RunOptions {
+        trigger: match job.kind {
+            JobKind::Manual => Trigger::Manual,
+            _ => Trigger::Schedule,
+        },
+        full: job.full,
+        cancel: context.cancel.child_token(),
+        stream: None,
+        lease: None,
+    };
+    let report = sync_provider(
+        db,
+        context.settings,
+        context.provider,
+        vec![connection.clone()],
+        &streams,
+        &options,
+        context.lease,
+        context.progress,
+    )
+    .await;
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            let outcome = format!("its runs could not be recorded: {error}");
+            queue::finish(db, job.id, JobStatus::Failed, outcome).await?;
+            return Ok(None);
+        }
+    };
+    record_end(context, job, &connection, &report).await?;
+    Ok(Some(report))
+}
+
+async fn skip(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+    why: &str,
+) -> Result<Option<SyncReport>, DbErr> {
+    tracing::info!(job_id = job.id, reason = why, "Job skipped.");
+    queue::finish(context.db, job.id, JobStatus::Skipped, why.to_string()).await?;
+    Ok(None)
+}
+
+/// Records how the job's runs ended.
+async fn record_end(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+    connection: &connection::Model,
+    report: &SyncReport,
+) -> Result<(), DbErr> {
+    let db = context.db;
+    let now = Utc::now();
+    if let Some(busy) = report.skipped.first() {
+        // A slot finds the connection's run going: that run serves it (a full pass stays
+        // owed in `connection_streams`). A run someone asked for, a retry or a re-queued
+        // job waits for the lease instead, or it would be lost.
+        let held = format!(
+            "a run of the connection was going (held by {})",
+            busy.holder
+        );
+        return match job.kind {
+            JobKind::Scheduled | JobKind::Full if job.attempt == 0 => {
+                queue::finish(db, job.id, JobStatus::Skipped, held).await
+            }
+            _ => {
+                let at = busy.until.filter(|until| *until > now).unwrap_or(now);
+                let at = at
+                    .checked_add_signed(chrono::TimeDelta::seconds(1))
+                    .unwrap_or(at);
+                queue::requeue(db, job.id, at, format!("waiting: {held}")).await
+            }
+        };
+    }
+    let runs: Vec<String> = report
+        .outcomes
+        .iter()
+        .map(|outcome| format!("run {} {}", outcome.run_id, outcome.status))
+        .collect();
+    let mut outcome = runs.join(", ");
+    let stopped = context.cancel.is_cancelled()
+        && report
+            .outcomes
+            .iter()
+            .any(|outcome| outcome.status == RunStatus::Interrupted);
+    if stopped {
+        if job.kind == JobKind::Scheduled || job.kind == JobKind::Full {
+            // The connection's next slot goes on from the checkpoint.
+            return queue::finish(db, job.id, JobStatus::Interrupted, outcome).await;
+        }
+        // Asked for: another instance (or this one, restarted) finishes it.
+        outcome.push_str("; re-queued: the instance shut down");
+        return queue::requeue(db, job.id, now, outcome).await;
+    }
+    let failed = report
+        .outcomes
+        .iter()
+        .any(|outcome| outcome.status == RunStatus::Failed);
+    if let (true, Some(policy)) = (failed, context.retry) {
+        if let Some(note) = retry(context, policy, job, connection, now).await? {
+            outcome.push_str("; ");
+            outcome.push_str(&note);
+        }
+    }
+    queue::finish(db, job.id, JobStatus::Done, outcome).await
+}
+
+/// Queues the retry of a job whose run failed, unless its tries are spent or the
+/// connection's next slot comes first (that slot is the retry). Returns what was decided.
+async fn retry(
+    context: &JobContext<'_>,
+    policy: &RetryPolicy,
+    job: &sync_job::Model,
+    connection: &connection::Model,
+    now: DateTime<Utc>,
+) -> Result<Option<String>, DbErr> {
+    let attempt = u32::try_from(job.attempt).unwrap_or(0).saturating_add(1);
+    if attempt > policy.retries {
+        return Ok(Some(format!(
+            "not retried: {} retries spent",
+            policy.retries
+        )));
+    }
+    let wait = policy.backoff(attempt, rand::random::<f64>());
+    let Some(at) = chrono::TimeDelta::from_std(wait)
+        .ok()
+        .and_then(|wait| now.checked_add_signed(wait))
+    else {
+        return Ok(None);
+    };
+    let schedule = connection
+        .schedule
+        .as_deref()
+        .unwrap_or(&context.settings.schedule);
+    if let Some(next) = next_slot(schedule, now) {
+        if next <= at {
+            return Ok(Some(format!("the slot at {next} retries it")));
+        }
+    }
+    queue::enqueue(
+        context.db,
+        &[NewJob {
+            connection_id: job.connection_id,
+            provider: job.provider.clone(),
+            stream: job.stream.clone(),
+            kind: JobKind::Retry,
+            slot_at: None,
+            not_before: at,
+            attempt: i32::try_from(attempt).unwrap_or(i32::MAX),
+            full: job.full,
+        }],
+    )
+    .await?;
+    tracing::info!(
+        job_id = job.id,
+        user_id = %connection.user_id,
+        provider = %connection.provider,
+        attempt,
+        at = %at,
+        "A run failed; retry queued."
+    );
+    Ok(Some(format!("retry {attempt} queued for {at}")))
+}
+
+/// Records how the jobs of a sync run on the spot ended (`tributary sync`: one claimed
+/// job per connection, see [`super::insert_claimed`]): skipped when the connection's run
+/// was going elsewhere, interrupted when stopped, else done, with their runs.
+pub(crate) async fn finish_on_the_spot(
+    db: &DatabasePools,
+    jobs: &[(connection::Model, i64)],
+    report: &SyncReport,
+) -> Result<(), DbErr> {
+    for (connection, job_id) in jobs {
+        let mine = |user: &str, provider: &str| {
+            user == connection.user_id && provider == connection.provider
+        };
+        let (status, outcome) = match report
+            .skipped
+            .iter()
+            .find(|skipped| mine(&skipped.user_id, &skipped.provider))
+        {
+            Some(skipped) => (
+                JobStatus::Skipped,
+                format!(
+                    "a run of the connection was going (held by {})",
+                    skipped.holder
+                ),
+            ),
+            None => {
+                let runs: Vec<_> = report
+                    .outcomes
+                    .iter()
+                    .filter(|outcome| mine(&outcome.user_id, &outcome.provider))
+                    .collect();
+                let status = if runs
+                    .iter()
+                    .any(|outcome| outcome.status == RunStatus::Interrupted)
+                {
+                    JobStatus::Interrupted
+                } else {
+                    JobStatus::Done
+                };
+                let runs: Vec<String> = runs
+                    .iter()
+                    .map(|outcome| format!("run {} {}", outcome.run_id, outcome.status))
+                    .collect();
+                (status, runs.join(", "))
+            }
+        };
+        queue::finish(db, *job_id, status, outcome).await?;
+    }
+    Ok(())
+}
+
+/// The schedule's next time after `now`.
+fn next_slot(schedule: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    parse_cron(schedule)
+        .ok()?
+        .find_next_occurrence(&now, false)
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RetryPolicy;
+    use std::time::Duration;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            retries: 5,
+            delay: Duration::from_secs(60),
+            max_delay: Duration::from_secs(600),
+        }
+    }
+
+    #[test]
+    fn the_backoff_doubles_per_attempt_within_its_upper_half() {
+        let policy = policy();
+        assert_eq!(policy.backoff(1, 0.0), Duration::from_secs(30));
+        assert_eq!(policy.backoff(1, 1.0), Duration::from_secs(60));
+        assert_eq!(policy.backoff(2, 0.0), Duration::from_secs(60));
+        assert_eq!(policy.backoff(3, 1.0), Duration::from_secs(240));
+    }
+
+    #[test]
+    fn the_backoff_stops_at_its_cap_whatever_the_attempt() {
+        let policy = policy();
+        assert_eq!(policy.backoff(5, 1.0), Duration::from_secs(600));
+        assert_eq!(policy.backoff(u32::MAX, 1.0), Duration::from_secs(600));
+        assert_eq!(policy.backoff(u32::MAX, 0.0), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn jitter_spreads_the_retries_of_one_outage() {
+        let policy = policy();
+        let waits: std::collections::BTreeSet<Duration> = (0..20)
+            .map(|i| policy.backoff(2, f64::from(i) / 20.0))
+            .collect();
+        assert_eq!(waits.len(), 20);
+        assert!(waits
+            .iter()
+            .all(|wait| *wait >= Duration::from_secs(60) && *wait <= Duration::from_secs(120)));
+    }
+}

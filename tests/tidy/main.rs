@@ -645,7 +645,7 @@ mod checker {
         let found = pipeline_problems(&[
             (
                 "src/pipeline/store/backend.rs",
-                "//! The seam.\n\nuse crate::pipeline::run::RunCounts;\n",
+                "//! The seam.\n\nuse super::super::run::RunCounts;\n",
             ),
             (
                 "src/pipeline/ground/mod.rs",

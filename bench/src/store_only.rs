@@ -95,7 +95,7 @@ pub async fn run_store_only(
             },
             error: message.as_deref(),
             listing_complete: false,
-            checkpoint: tributary::pipeline::store::CheckpointMove::Write(None),
+            checkpoint: tributary::pipeline::CheckpointMove::Write(None),
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,

@@ -17,7 +17,7 @@ pub(crate) mod records;
 pub(crate) mod replay;
 mod run;
 pub mod store;
-pub mod streams;
+pub(crate) mod streams;
 mod walk;
 
 use std::panic::AssertUnwindSafe;
@@ -36,12 +36,11 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 pub use crate::lease::Fence;
 
-pub use checkpoint::Checkpoint;
-use checkpoint::CheckpointMove;
+pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::RunCounts;
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
-pub use store::{PageContext, PageExpectation, PageStoreCounts};
+pub use store::{PageExpectation, PageStoreCounts};
 pub use streams::{open_stream, StreamScope};
 
 use checkpoint::stored_cursor;

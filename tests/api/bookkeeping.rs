@@ -4,7 +4,8 @@
 
 use sea_orm::{DbErr, EntityTrait, TransactionTrait};
 use tributary::entities::connection;
-use tributary::pipeline::store::{backend_for, CheckpointMove, PageBookkeeping};
+use tributary::pipeline::store::{backend_for, PageBookkeeping};
+use tributary::pipeline::CheckpointMove;
 use tributary::pipeline::{Checkpoint, RunCounts};
 use tributary_providers::PagePosition;
 

@@ -16,7 +16,7 @@ use tributary::config::{NotifyRuns, WriteMode};
 use tributary::entities::{
     change_batch, connection, notification_delivery, record, run_error, run_sighting, sync_run,
 };
-use tributary::pipeline::store::CheckpointMove;
+use tributary::pipeline::CheckpointMove;
 use tributary::pipeline::{
     sync_connection, Checkpoint, DeletionPass, Fence, NoProgress, PageExpectation, Run, RunCounts,
     RunEnd, RunOptions, RunPage, RunStatus, Trigger,

@@ -204,7 +204,10 @@ impl<'a> Run<'a> {
         self.counts.failed = self.counts.failed.saturating_add(1);
     }
 
-    /// Closes the run with its totals (see [`finish_run`]).
+    /// Closes the run in one transaction: its status and totals, and as `end` says, the
+    /// stream's checkpoint and cursor, the deletions a complete pass decided and its
+    /// notification. A run that lost its lease closes `interrupted` and commits nothing
+    /// else; a run whose row another process closed is left as they closed it.
     pub async fn close(self, end: RunEnd<'_>) -> Result<RunClosed, DbErr> {
         finish_run(
             self.db,

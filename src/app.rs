@@ -189,7 +189,7 @@ impl App {
 
 /// Loads `[secrets]` and the environment's keys; every key problem is an error here,
 /// before anything is written. Storing secrets in clear is warned about at every start.
-pub fn load_keyring(settings: &Settings) -> Result<Keyring, SecretsError> {
+pub(crate) fn load_keyring(settings: &Settings) -> Result<Keyring, SecretsError> {
     let keyring = Keyring::load(&settings.secrets, &|name| std::env::var(name).ok())?;
     if keyring.allows_plaintext() {
         tracing::warn!("[secrets] allow_plaintext = true and no key is configured: tokens are stored in the database in clear. This is unsafe; configure a key (see `tributary secrets generate-key`).");

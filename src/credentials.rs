@@ -250,7 +250,7 @@ impl std::fmt::Debug for RefreshedCredentials {
 
 /// Refuses a config that gives a literal secret (`token`, `refresh_token`) when it could
 /// not be stored: no key is configured and `allow_plaintext` is not set.
-pub fn check_storable(settings: &Settings, keyring: &Keyring) -> Result<(), ConfigError> {
+pub(crate) fn check_storable(settings: &Settings, keyring: &Keyring) -> Result<(), ConfigError> {
     for provider in settings.providers.values() {
         for (index, connection) in provider.connections.iter().enumerate() {
             let literal = [

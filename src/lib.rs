@@ -14,11 +14,11 @@
 //! - `lease`: at most one run of a connection at a time, across processes.
 //! - `jobs`: what should run; a schedule slot of a connection is one job across instances.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
-//!   one connection once, page by page, keyed on (user_id, provider, external_id).
+//!   one connection once, page by page, keyed on (user_id, provider, external_id), through
+//!   a [`pipeline::Run`]; replaying a run's failed records from their stored payloads.
 //! - `reconcile`: removing duplicates from before the unique index, with an audit log.
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
-//! - `replay`: re-ingesting a run's failed records from their stored payloads.
 //! - [`app`]: start-up, [`app::App::open`], for every face and the daemon alike.
 //! - [`daemon`]: `tributary daemon`: cron schedules, leases, graceful shutdown, systemd
 //!   notifications, `/healthz` and `/metrics`.
@@ -40,7 +40,6 @@ pub(crate) mod lease;
 pub mod ops;
 pub mod pipeline;
 pub(crate) mod reconcile;
-pub mod replay;
 pub mod secrets;
 pub mod sync;
 pub(crate) mod telemetry;

@@ -2,7 +2,7 @@
 //! sync could reach on the same machine at the same time.
 //!
 //! Every connection gets a run of its own, and U x R new records, already identified and
-//! hashed, go through [`store_page`] a page of 100 at a time, `concurrency` connections at
+//! hashed, go through [`Run::store`] a page of 100 at a time, `concurrency` connections at
 //! once, exactly as a first sync stores its pages (the same transactions, statements,
 //! bookkeeping and checkpoints). Nothing is fetched, parsed or hashed while the phase is
 //! timed (a page's records are only assembled from prepared parts), so the figure is what
@@ -28,11 +28,8 @@ use super::PROVIDER;
 use tributary::config::{StreamSettings, WriteMode};
 use tributary::db::DatabasePools;
 use tributary::entities::connection;
-use tributary::pipeline::run::{finish_run, start_run};
-use tributary::pipeline::store::store_page;
 use tributary::pipeline::{
-    open_stream, Checkpoint, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus,
-    StreamScope, Trigger,
+    Checkpoint, PageExpectation, Run, RunCounts, RunEnd, RunPage, RunStatus, Trigger,
 };
 
 /// Records per stored page, as the emulator serves them.
@@ -64,37 +61,32 @@ pub async fn run_store_only(
     let before = verify::fingerprint(db, PROVIDER).await?;
     let mut runs = Vec::with_capacity(connections.len());
     for connection in &connections {
-        let stream = open_stream(db, connection, &charges_stream(connection)).await?;
-        let run_id = start_run(db, connection, &stream, Trigger::Manual).await?;
-        runs.push((stream, run_id));
+        let stream = charges_stream(connection);
+        runs.push(Run::open(db, connection, &stream, Trigger::Manual, None).await?);
     }
 
     let started = Instant::now();
     // Unordered, as `sync_provider` runs connections: a run that finishes starts the next.
-    let stored: Vec<(&connection::Model, i64, RunCounts, Option<DbErr>)> =
-        stream::iter(connections.iter().zip(&runs))
-            .map(|(connection, (stream, run_id))| {
-                let payloads = &payloads;
-                async move {
-                    let target = Target {
-                        connection,
-                        stream,
-                        run_id: *run_id,
-                    };
-                    let (counts, error) = store_all(db, dataset, payloads, &target).await;
-                    (connection, *run_id, counts, error)
-                }
-            })
-            .buffer_unordered(concurrency)
-            .collect()
-            .await;
+    let stored: Vec<(Run<'_>, Option<DbErr>)> = stream::iter(runs)
+        .map(|mut run| {
+            let payloads = &payloads;
+            async move {
+                let error = store_all(dataset, payloads, &mut run).await;
+                (run, error)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
     let seconds = started.elapsed().as_secs_f64();
 
     // Every run is closed with the counters of the pages it committed, and every
     // checkpoint the phase left is cleared, also when a page failed: a database given with
     // --database-url is kept, and its next sync must not resume from this phase's
     // positions.
-    for ((connection, run_id, counts, error), (stream, _)) in stored.iter().zip(&runs) {
+    let mut totals: Vec<RunCounts> = Vec::with_capacity(stored.len());
+    let mut failure = None;
+    for (run, error) in stored {
         let message = error.as_ref().map(ToString::to_string);
         let end = RunEnd {
             status: match error {
@@ -103,19 +95,19 @@ pub async fn run_store_only(
             },
             error: message.as_deref(),
             listing_complete: false,
-            checkpoint: tributary::pipeline::store::CheckpointMove::Write(None),
+            checkpoint: tributary::pipeline::CheckpointMove::Write(None),
             watermark: None,
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
             full_passes_served: 0,
-            lease: None,
         };
-        finish_run(db, connection, stream, *run_id, counts, &end).await?;
+        totals.push(*run.counts());
+        run.close(end).await?;
+        failure = failure.or(error);
     }
-    if let Some(error) = stored.iter().find_map(|(.., error)| error.as_ref()) {
+    if let Some(error) = failure {
         anyhow::bail!("the store_only phase failed: {error}");
     }
-    let totals: Vec<RunCounts> = stored.into_iter().map(|(_, _, counts, _)| counts).collect();
     let after = verify::fingerprint(db, PROVIDER).await?;
     let total = u64::from(dataset.users) * dataset.records_per_user;
     let sum = |field: fn(&RunCounts) -> u64| totals.iter().map(field).sum::<u64>();
@@ -153,23 +145,14 @@ fn charges_stream(connection: &connection::Model) -> StreamSettings {
     }
 }
 
-/// The run one connection's pages belong to.
-struct Target<'a> {
-    connection: &'a connection::Model,
-    stream: &'a StreamScope,
-    run_id: i64,
-}
-
-/// Stores every record of one connection, page by page, each page committing its
-/// checkpoint as a first sync's would. Returns the counters as of the last page committed,
-/// and the error that stopped it, if one did.
+/// Stores every record of one connection through its `run`, page by page, each page
+/// committing its checkpoint as a first sync's would; the run keeps the counters of the
+/// pages committed. Returns the error that stopped it, if one did.
 async fn store_all(
-    db: &DatabasePools,
     dataset: &Dataset,
     payloads: &[(String, String)],
-    target: &Target<'_>,
-) -> (RunCounts, Option<DbErr>) {
-    let mut totals = RunCounts::default();
+    run: &mut Run<'_>,
+) -> Option<DbErr> {
     let mut start = 0;
     while start < dataset.records_per_user {
         let end = (start + PAGE_SIZE).min(dataset.records_per_user);
@@ -192,25 +175,19 @@ async fn store_all(
             since: None,
             watermark: None,
         });
-        let context = PageContext {
-            run_id: target.run_id,
-            connection: target.connection,
-            stream: target.stream,
+        let page = RunPage {
+            items,
             next_checkpoint: next.as_ref(),
             mode: WriteMode::Upsert,
-            leave_checkpoint: false,
             expect: PageExpectation::New,
-            sightings: false,
-            lease: None,
+            // As the pipeline does: the page counts as fetched once it is committed.
+            pages: 1,
+            ..RunPage::default()
         };
-        // As the pipeline does: the page's counters count once the page is committed.
-        let mut after = totals;
-        after.pages_fetched += 1;
-        if let Err(error) = store_page(db, &context, items, &mut after).await {
-            return (totals, Some(error));
+        if let Err(error) = run.store(page).await {
+            return Some(error);
         }
-        totals = after;
         start = end;
     }
-    (totals, None)
+    None
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::db::OlderInstances;
-use crate::replay::ReplayReport;
+use crate::ops::replay::ReplayReport;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {

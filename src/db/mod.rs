@@ -21,11 +21,13 @@ mod schema;
 mod wal_checkpoints;
 
 pub(crate) use instances::stale_before;
-pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
-pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};
+pub(crate) use instances::HEARTBEAT_EVERY;
+pub use instances::{schema_version, Instance, RELEASE};
+pub(crate) use migration_lock::MIGRATION_LOCK_WAIT;
+pub use migration_lock::{MigrationLock, MigrationLockError};
 pub(crate) use paths::{lock_path, sqlite_file};
 pub use pools::DatabasePools;
-pub use readers::{Reader, SqliteReaders};
+pub use readers::SqliteReaders;
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +249,7 @@ pub async fn connect_and_migrate(
 
 /// [`connect_and_migrate`], with `older` saying what to do about instances of an older
 /// schema; also returns the migrations it applied.
-pub async fn connect_and_migrate_with(
+pub(crate) async fn connect_and_migrate_with(
     settings: &DatabaseSettings,
     older: OlderInstances,
 ) -> Result<(DatabasePools, Vec<String>), DbSetupError> {
@@ -308,7 +310,7 @@ pub async fn migrate_waiting_at_most(
 
 /// [`migrate_waiting_at_most`], with `older` saying what to do about instances of an
 /// older schema that are alive; returns the migrations applied, in the order they ran.
-pub async fn migrate_with(
+pub(crate) async fn migrate_with(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,
     wait: Duration,

@@ -133,7 +133,7 @@ impl ChangeItem {
 }
 
 /// A cursor as the text readers pass back.
-pub fn as_text<S: serde::Serializer>(
+pub(crate) fn as_text<S: serde::Serializer>(
     cursor: &FeedCursor,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {

@@ -72,7 +72,7 @@ pub enum OpsError {
     #[error(transparent)]
     Sync(#[from] crate::sync::SyncError),
     #[error(transparent)]
-    Replay(crate::replay::ReplayError),
+    Replay(crate::pipeline::replay::ReplayError),
     /// The change feed cannot serve the cursor.
     #[error(transparent)]
     Feed(#[from] crate::pipeline::changes::FeedError),

@@ -3,9 +3,9 @@
 use super::OpsError;
 use crate::config::Settings;
 use crate::db::DatabasePools;
-use crate::replay::ReplayError;
+use crate::pipeline::replay::ReplayError;
 
-pub use crate::replay::ReplayReport;
+pub use crate::pipeline::replay::ReplayReport;
 
 /// Replays the open record-level errors of run `run_id` as a new run.
 pub async fn replay(
@@ -13,7 +13,7 @@ pub async fn replay(
     settings: &Settings,
     run_id: i64,
 ) -> Result<ReplayReport, OpsError> {
-    crate::replay::replay_run(db, settings, run_id)
+    crate::pipeline::replay::replay_run(db, settings, run_id)
         .await
         .map_err(|error| match error {
             ReplayError::NoSuchRun(id) => OpsError::NotFound {

@@ -1,9 +1,9 @@
 //! The one pipeline that stores every provider's records.
 //!
-//! [`sync_connection`] is the single-step entry point: it opens a `sync_runs` row, asks the
-//! provider for one page at a time, stores each page in one transaction
-//! ([`store::store_page`]), and closes the run with its status. Tests drive it directly;
-//! the CLI and the daemon call it for each connection.
+//! [`sync_connection`] is the single-step entry point: it opens a [`Run`] (a `sync_runs`
+//! row), asks the provider for one page at a time, has the run store each page in one
+//! transaction ([`Run::store`]), and closes the run with its status ([`Run::close`]).
+//! Tests drive it directly; the CLI and the daemon call it for each connection.
 
 pub mod changes;
 pub(crate) mod checkpoint;
@@ -14,9 +14,10 @@ mod ground;
 mod outbox;
 mod parents;
 pub(crate) mod records;
-pub mod run;
+pub(crate) mod replay;
+mod run;
 pub mod store;
-pub mod streams;
+pub(crate) mod streams;
 mod walk;
 
 use std::panic::AssertUnwindSafe;
@@ -35,12 +36,11 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 pub use crate::lease::Fence;
 
-pub use checkpoint::Checkpoint;
-use checkpoint::CheckpointMove;
+pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::RunCounts;
-pub use run::{RunClosed, RunEnd, RunOutcome, RunStatus, Trigger};
-pub use store::{PageContext, PageExpectation, PageStoreCounts};
+pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
+pub use store::{PageExpectation, PageStoreCounts};
 pub use streams::{open_stream, StreamScope};
 
 use checkpoint::stored_cursor;
@@ -91,32 +91,41 @@ pub async fn sync_connection(
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
-    let stream_settings = match &options.stream {
-        Some(stream) => stream.clone(),
+    let RunOptions {
+        trigger,
+        full,
+        cancel,
+        stream,
+        lease,
+    } = options;
+    let stream_settings = match stream {
+        Some(stream) => stream,
         None => settings.primary_stream(),
     };
-    let stream = open_stream(db, connection, &stream_settings).await?;
-    let run_id = run::start_run(db, connection, &stream, options.trigger).await?;
+    let lease = lease.as_ref();
+    let run = Run::open(db, connection, &stream_settings, trigger, lease).await?;
+    let run_id = run.id();
     let span = tracing::info_span!(
         "run",
         run_id,
         user_id = %connection.user_id,
         provider = %connection.provider,
-        stream = %stream.name()
+        stream = %stream_settings.name
     );
     async move {
+        let stream = run.stream();
         // A full pass the schedule owes the stream makes this run one, whoever asked.
         let owed = stream.state.full_passes_owed;
-        let full = options.full || owed > 0;
+        let full = full || owed > 0;
         tracing::info!(
-            trigger = %options.trigger,
+            trigger = %trigger,
             full,
             full_passes_owed = owed,
             "Run started."
         );
         let cursor = stored_cursor(&stream.state);
         let since = if full { None } else { cursor.clone() };
-        match deletions::remove_orphans(db, connection, run_id, options.lease.as_ref()).await {
+        match deletions::remove_orphans(db, connection, run_id, lease).await {
             Ok(Some(0)) => {}
             Ok(Some(removed)) => {
                 tracing::info!(removed, "Removed the sightings of an unfinished run.")
@@ -126,22 +135,20 @@ pub async fn sync_connection(
             ),
             Err(error) => tracing::warn!(%error, "Removing an unfinished run's sightings failed; the next run tries again."),
         }
-        let run = RunContext {
+        let context = RunContext {
             db,
             provider,
             settings,
             connection,
-            stream: &stream,
-            run_id,
             track_deletes: settings.deletions.track && since.is_none(),
             since,
-            cancel: options.cancel.child_token(),
+            cancel: cancel.child_token(),
             progress,
-            lease: options.lease.as_ref(),
         };
-        let mut committed = Committed::default();
-        let result = walk_within_timeout(&run, &mut committed).await;
-        let (status, error) = status_of(&result, &committed.counts);
+        let mut committed = Committed::new(run);
+        let result = walk_within_timeout(&context, &mut committed).await;
+        let counts = *committed.run.counts();
+        let (status, error) = status_of(&result, &counts);
         let listing_complete = result.is_ok();
         let end = RunEnd {
             status,
@@ -175,23 +182,22 @@ pub async fn sync_connection(
             },
             deletions: DeletionPass::for_run(
                 &deletions::WalkSeen {
-                    tracked: run.track_deletes,
+                    tracked: context.track_deletes,
                     listing_complete,
                     resumed: committed.resumed,
                     unkeyed: committed.unkeyed,
-                    parents_skipped: committed.counts.parents_skipped,
+                    parents_skipped: counts.parents_skipped,
                 },
                 settings.deletions.max_fraction,
             ),
-            lease: options.lease.as_ref(),
         };
-        let closed =
-            run::finish_run(db, connection, &stream, run_id, &committed.counts, &end).await?;
+        let stream_name = committed.run.stream().name().to_string();
+        let closed = committed.run.close(end).await?;
         let outcome = RunOutcome {
             run_id,
             user_id: connection.user_id.clone(),
             provider: connection.provider.clone(),
-            stream: stream.name().to_string(),
+            stream: stream_name,
             status: closed.status,
             counts: closed.counts,
             error: closed.error,
@@ -213,7 +219,7 @@ pub async fn sync_connection(
 /// is rolled back with its dropped transaction.
 async fn walk_within_timeout(
     run: &RunContext<'_>,
-    committed: &mut Committed,
+    committed: &mut Committed<'_>,
 ) -> Result<(), RunFault> {
     let timeout = run.settings.run_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));

@@ -1,4 +1,6 @@
-//! `sync_runs` bookkeeping: statuses, triggers, and opening and closing a run.
+//! A run: its `sync_runs` row opened `running`, the pages it stores with its running
+//! totals, and its close, which commits the stream's checkpoint and cursor, the
+//! deletions a complete pass decided and the notification in one transaction.
 
 use std::time::Duration;
 
@@ -10,14 +12,16 @@ use sea_orm::{
 };
 use serde::Serialize;
 
-use tributary_providers::Watermark;
+use tributary_providers::{PageItem, Watermark};
 
-use super::checkpoint::{checkpoint_column, CheckpointMove};
+use super::checkpoint::{checkpoint_column, Checkpoint, CheckpointMove};
 use super::deletions::{self, DeletionPass};
 use super::fence;
 use super::ground::{begin_page_transaction, counts_model, RunCounts};
-use super::streams::StreamScope;
-use crate::config::NotifyRuns;
+use super::store::{self, PageContext, PageExpectation, PageStoreCounts};
+use super::streams::{open_stream, StreamScope};
+use crate::config::{NotifyRuns, StreamSettings, WriteMode};
+use crate::db::DatabasePools;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, connection_stream, sync_run};
 use crate::lease::Fence;
@@ -61,8 +65,165 @@ impl RunOutcome {
     }
 }
 
+/// One run of one stream of one connection, from its `running` row to its close. It keeps
+/// the run's totals: each page it stores adds what it came to as the page commits, and
+/// [`Run::close`] stores them with the run's end. Every write of the run is fenced by its
+/// lease, when it holds one (see `fence.rs`).
+pub struct Run<'a> {
+    db: &'a DatabasePools,
+    connection: &'a connection::Model,
+    stream: StreamScope,
+    id: i64,
+    lease: Option<&'a Fence>,
+    counts: RunCounts,
+}
+
+/// A page for [`Run::store`]: its items, and what the store needs to know about it.
+#[derive(Debug, Default)]
+pub struct RunPage<'p> {
+    pub items: Vec<PageItem>,
+    /// Where the next page starts: committed as the stream's checkpoint with the page
+    /// (`None` on the last page).
+    pub next_checkpoint: Option<&'p Checkpoint>,
+    /// How the provider's records are written.
+    pub mode: WriteMode,
+    /// Leave the stream's checkpoint as it is (a replay's loose records, not a page of the
+    /// listing).
+    pub leave_checkpoint: bool,
+    /// What the page most likely holds, which picks a shortcut.
+    pub expect: PageExpectation,
+    /// Note the page's keys in `run_sightings` (a tracked full pass).
+    pub sightings: bool,
+    /// Pages the call counts as fetched: 1 for a page of the listing, 0 for loose records.
+    pub pages: u64,
+    /// The page's records whose watermark lay beyond the clock (counted with the page).
+    pub watermark_anomalies: u64,
+    /// The page's records the provider's filter dropped (counted with the page).
+    pub filtered: u64,
+}
+
+impl<'a> Run<'a> {
+    /// Opens stream `stream` of `connection` (see [`open_stream`]) and inserts the
+    /// `running` row of a new run of it. `lease`: the lease the caller holds on the
+    /// connection, which fences every write of the run (`None`: the run's writes are
+    /// conditional on its row being `running` only).
+    pub async fn open(
+        db: &'a DatabasePools,
+        connection: &'a connection::Model,
+        stream: &StreamSettings,
+        trigger: Trigger,
+        lease: Option<&'a Fence>,
+    ) -> Result<Run<'a>, DbErr> {
+        let stream = open_stream(db, connection, stream).await?;
+        let id = start_run(db, connection, &stream, trigger).await?;
+        Ok(Run {
+            db,
+            connection,
+            stream,
+            id,
+            lease,
+            counts: RunCounts::default(),
+        })
+    }
+
+    /// The run's id (its row in `sync_runs`).
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The run's totals so far: those of its committed pages, and of the pages stored
+    /// unchanged since, which ride its next commit.
+    pub fn counts(&self) -> &RunCounts {
+        &self.counts
+    }
+
+    /// The stream the run syncs, as it was when the run opened.
+    pub fn stream(&self) -> &StreamScope {
+        &self.stream
+    }
+
+    /// Stores one page in one transaction (see `store::store_page`) and adds its counts to
+    /// the run's totals, which that transaction saves to the run's row. A page that fails
+    /// adds nothing.
+    pub async fn store(&mut self, page: RunPage<'_>) -> Result<PageStoreCounts, DbErr> {
+        let context = self.context(&page);
+        let mut after = self.counts;
+        after.pages_fetched = after.pages_fetched.saturating_add(page.pages);
+        after.watermark_anomalies = after
+            .watermark_anomalies
+            .saturating_add(page.watermark_anomalies);
+        after.filtered = after.filtered.saturating_add(page.filtered);
+        let stored = store::store_page(self.db, &context, page.items, &mut after).await?;
+        self.counts = after;
+        Ok(stored)
+    }
+
+    /// What the store knows about `page` of this run.
+    fn context<'c>(&'c self, page: &RunPage<'c>) -> PageContext<'c> {
+        PageContext {
+            run_id: self.id,
+            connection: self.connection,
+            stream: &self.stream,
+            next_checkpoint: page.next_checkpoint,
+            mode: page.mode,
+            leave_checkpoint: page.leave_checkpoint,
+            expect: page.expect,
+            sightings: page.sightings,
+            lease: self.lease,
+        }
+    }
+
+    /// Keeps the report of a page that could not be read: its body is the only copy of
+    /// its records.
+    pub(crate) async fn record_page_error(
+        &self,
+        mode: WriteMode,
+        stage: tributary_providers::RecordStage,
+        message: &str,
+        body: &str,
+    ) -> Result<(), DbErr> {
+        let page = RunPage {
+            mode,
+            expect: PageExpectation::Unknown,
+            ..RunPage::default()
+        };
+        store::record_page_error(self.db, &self.context(&page), stage, message, body).await
+    }
+
+    /// Counts a page the walk passed over without storing it (a parent whose children the
+    /// API no longer lists); it rides the run's next commit.
+    pub(crate) fn count_skipped_parent(&mut self) {
+        self.counts.pages_fetched = self.counts.pages_fetched.saturating_add(1);
+        self.counts.parents_skipped = self.counts.parents_skipped.saturating_add(1);
+    }
+
+    /// Counts a record that failed before it could be stored (a replay's payload that no
+    /// longer keys); it rides the run's next commit.
+    pub(crate) fn count_unstored_failure(&mut self) {
+        self.counts.fetched = self.counts.fetched.saturating_add(1);
+        self.counts.failed = self.counts.failed.saturating_add(1);
+    }
+
+    /// Closes the run in one transaction: its status and totals, and as `end` says, the
+    /// stream's checkpoint and cursor, the deletions a complete pass decided and its
+    /// notification. A run that lost its lease closes `interrupted` and commits nothing
+    /// else; a run whose row another process closed is left as they closed it.
+    pub async fn close(self, end: RunEnd<'_>) -> Result<RunClosed, DbErr> {
+        finish_run(
+            self.db,
+            self.connection,
+            &self.stream,
+            self.id,
+            &self.counts,
+            &end,
+            self.lease,
+        )
+        .await
+    }
+}
+
 /// Inserts the `running` row for a new run of `stream` and returns its id.
-pub async fn start_run(
+async fn start_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
     stream: &StreamScope,
@@ -98,7 +259,7 @@ pub async fn start_run(
     Ok(row.id)
 }
 
-/// How a run ended, for [`finish_run`].
+/// How a run ended, for [`Run::close`].
 pub struct RunEnd<'a> {
     pub status: RunStatus,
     /// The run-level reason, for `failed` runs and runs stopped early.
@@ -118,9 +279,6 @@ pub struct RunEnd<'a> {
     /// The `full_sync_schedule` firings the run served: what the stream owed when it
     /// began, for a full pass whose listing completed (only with `listing_complete`).
     pub full_passes_served: i64,
-    /// The lease the run holds: the closing transaction commits only while the
-    /// connection's row still holds it (`None`: a run without a lease).
-    pub lease: Option<&'a Fence>,
 }
 
 /// How a run closed: its status, reason and counters as stored, which deciding
@@ -138,21 +296,22 @@ pub struct RunClosed {
 /// A run that notifies writes its delivery in that transaction too.
 ///
 /// The transaction is fenced like a page's: it locks the run's row while `running` and the
-/// connection's while it holds the run's lease first. A run that lost its lease commits
+/// connection's while it holds the run's `lease` first. A run that lost its lease commits
 /// none of it, and only its own row is closed, `interrupted` with the reason; a run whose
 /// row someone else closed (marked `interrupted` as abandoned) is left as they closed it.
-pub async fn finish_run(
+async fn finish_run(
     db: &DatabaseConnection,
     connection: &connection::Model,
     stream: &StreamScope,
     run_id: i64,
     counts: &RunCounts,
     end: &RunEnd<'_>,
+    lease: Option<&Fence>,
 ) -> Result<RunClosed, DbErr> {
     // The write lock first on SQLite: deciding deletions reads before it writes.
     let txn = begin_page_transaction(db).await?;
     let now = Utc::now();
-    if let Err(unheld) = fence::hold(&txn, run_id, connection.id, end.lease, now).await? {
+    if let Err(unheld) = fence::hold(&txn, run_id, connection.id, lease, now).await? {
         txn.rollback().await?;
         return close_unheld(db, run_id, counts, unheld, now).await;
     }

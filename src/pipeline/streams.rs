@@ -167,7 +167,7 @@ async fn find(
 }
 
 /// Every stream state of the connections with ids `connection_ids` (`connections list`).
-pub async fn states_of(
+pub(crate) async fn states_of(
     db: &impl ConnectionTrait,
     connection_ids: Vec<i64>,
 ) -> Result<Vec<connection_stream::Model>, DbErr> {

@@ -15,13 +15,12 @@ use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
 use super::credential_store::ConnectionCredentials;
 use super::ground::RunCounts;
 use super::parents::{self, Parent};
-use super::store::{self, PageContext, PageExpectation, PageStoreCounts};
-use super::streams::StreamScope;
+use super::run::{Run, RunPage};
+use super::store::{PageExpectation, PageStoreCounts};
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
 use crate::entities::connection;
-use crate::lease::Fence;
 
 /// Receives progress after each committed page (the CLI draws a progress bar from it).
 pub trait ProgressSink: Send + Sync {
@@ -71,9 +70,6 @@ pub(super) struct RunContext<'a> {
     pub provider: &'a dyn Provider,
     pub settings: &'a ProviderSettings,
     pub connection: &'a connection::Model,
-    /// The stream the run syncs.
-    pub stream: &'a StreamScope,
-    pub run_id: i64,
     /// The incremental watermark asked from (`None`: a full pass).
     pub since: Option<Watermark>,
     /// Stops the walk between pages or during a fetch (shutdown, lost lease, timeout).
@@ -82,15 +78,13 @@ pub(super) struct RunContext<'a> {
     /// The run is a full pass of a provider that tracks deletions: its pages note their
     /// keys, unless it resumes an earlier run's walk.
     pub track_deletes: bool,
-    /// The lease the run holds, which fences each of its commits.
-    pub lease: Option<&'a Fence>,
 }
 
 /// What a walk has committed so far. The caller keeps it, so that a run that stops early
 /// (or panics) still closes with the counters of the pages that committed.
-#[derive(Default)]
-pub(super) struct Committed {
-    pub counts: RunCounts,
+pub(super) struct Committed<'a> {
+    /// The run, which stores the pages and keeps their counters.
+    pub run: Run<'a>,
     /// The newest watermark of the pages committed.
     pub watermark: Option<Watermark>,
     /// The walk went on from an earlier run's checkpoint, so it did not see the pages
@@ -105,7 +99,19 @@ pub(super) struct Committed {
     pub walk_started: Option<chrono::DateTime<Utc>>,
 }
 
-impl Committed {
+impl<'a> Committed<'a> {
+    /// A walk of `run` that has committed nothing yet.
+    pub fn new(run: Run<'a>) -> Self {
+        Committed {
+            run,
+            watermark: None,
+            resumed: false,
+            unkeyed: 0,
+            deferred_checkpoint: None,
+            walk_started: None,
+        }
+    }
+
     /// The cursor a complete run leaves: the newest watermark of its pages and the
     /// cursor before, never past the walk's start. A record on a page read early may
     /// change before the walk reaches a later page holding a newer record (a listing not
@@ -144,10 +150,17 @@ enum AfterPage {
 /// parent record, in the parents' external id order.
 pub(super) async fn walk_listing(
     run: &RunContext<'_>,
-    committed: &mut Committed,
+    committed: &mut Committed<'_>,
 ) -> Result<(), RunFault> {
-    let mut walker = Walker::start(run)?;
-    let resume = resumable_checkpoint(&run.stream.state, run.since.as_ref());
+    let stream = committed.run.stream();
+    let mut walker = Walker::start(run, stream.name())?;
+    let resume = resumable_checkpoint(&stream.state, run.since.as_ref());
+    let parent_namespace = stream
+        .settings
+        .parent
+        .as_ref()
+        .map(|parent| parent.namespace.clone());
+    let last_complete = stream.state.last_success_run_id.unwrap_or(0);
     if let Some(checkpoint) = &resume {
         let position_text = checkpoint
             .position
@@ -161,13 +174,13 @@ pub(super) async fn walk_listing(
         .as_ref()
         .and_then(|checkpoint| checkpoint.walk_started)
         .or_else(|| Some(Utc::now()));
-    match &run.stream.settings.parent {
+    match parent_namespace {
         None => {
             let start = resume.and_then(|checkpoint| checkpoint.position);
             walker.begin(None, run.since.clone(), start);
             walker.walk(committed).await
         }
-        Some(parent) => {
+        Some(parent_namespace) => {
             let from = match resume {
                 Some(Checkpoint {
                     parent: Some(id),
@@ -181,7 +194,11 @@ pub(super) async fn walk_listing(
                 }) => Resume::After(id),
                 _ => Resume::Start,
             };
-            walk_children(&mut walker, &parent.namespace, from, committed).await
+            let children = Children {
+                parent_namespace: &parent_namespace,
+                last_complete,
+            };
+            walk_children(&mut walker, &children, from, committed).await
         }
     }
 }
@@ -195,13 +212,19 @@ enum Resume {
     After(String),
 }
 
+/// A child stream's parents: their namespace, and the stream's last complete run.
+struct Children<'c> {
+    parent_namespace: &'c str,
+    last_complete: i64,
+}
+
 /// Walks a child stream: each live parent's listing to its end, in external id order.
 /// A parent deleted since the checkpoint named it is skipped with its position.
 async fn walk_children(
     walker: &mut Walker<'_, '_>,
-    parent_namespace: &str,
+    children: &Children<'_>,
     resume: Resume,
-    committed: &mut Committed,
+    committed: &mut Committed<'_>,
 ) -> Result<(), RunFault> {
     let run = walker.run;
     let (mut from, mut resume_at) = match resume {
@@ -209,17 +232,17 @@ async fn walk_children(
         Resume::At(id, position) => (parents::From::At(id.clone()), Some((id, position))),
         Resume::After(id) => (parents::From::After(id), None),
     };
-    let last_complete = run.stream.state.last_success_run_id.unwrap_or(0);
+    let last_complete = children.last_complete;
     loop {
         let chunk = parents::next_chunk(
             run.db.main(),
             &run.connection.user_id,
-            parent_namespace,
+            children.parent_namespace,
             &from,
         )
         .await
         .map_err(|source| RunFault::Database {
-            page: committed.counts.pages_fetched,
+            page: committed.run.counts().pages_fetched,
             source,
         })?;
         let Some(last) = chunk.last() else {
@@ -246,6 +269,8 @@ async fn walk_children(
 /// The state of one walk between pages.
 struct Walker<'r, 'a> {
     run: &'r RunContext<'a>,
+    /// The stream's name, as the adapter is asked for its pages.
+    stream_name: String,
     credentials: ConnectionCredentials,
     /// The listing being walked: a child stream's parent and the watermark asked from.
     listing: Listing,
@@ -264,7 +289,7 @@ struct Walker<'r, 'a> {
 
 impl<'r, 'a> Walker<'r, 'a> {
     /// Resolves the connection's credentials.
-    fn start(run: &'r RunContext<'a>) -> Result<Self, RunFault> {
+    fn start(run: &'r RunContext<'a>, stream_name: &str) -> Result<Self, RunFault> {
         let connection = run.connection;
         let credentials = StoredCredentials::from_column(
             run.db.secrets(),
@@ -275,6 +300,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         .map_err(RunFault::Credentials)?;
         Ok(Walker {
             run,
+            stream_name: stream_name.to_string(),
             credentials: ConnectionCredentials::new(run.db, connection, credentials),
             listing: Listing::default(),
             position: None,
@@ -304,11 +330,11 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 
     /// Walks the current listing to its end.
-    async fn walk(&mut self, committed: &mut Committed) -> Result<(), RunFault> {
+    async fn walk(&mut self, committed: &mut Committed<'_>) -> Result<(), RunFault> {
         loop {
             self.check_before_fetch(committed)?;
-            let page_number = committed.counts.pages_fetched + 1;
-            let page = self.next_page(page_number).await?;
+            let page_number = committed.run.counts().pages_fetched + 1;
+            let page = self.next_page(page_number, &committed.run).await?;
             if let Some(position) = self.repeated_page(&page) {
                 return Err(RunFault::RepeatedPage {
                     page: page_number,
@@ -334,7 +360,7 @@ impl<'r, 'a> Walker<'r, 'a> {
 
     /// A parent whose children the API no longer lists: counted, said, and passed over.
     /// Nothing is committed for it; a run that resumes before it asks again.
-    fn parent_gone(&mut self, reason: &str, committed: &mut Committed) {
+    fn parent_gone(&mut self, reason: &str, committed: &mut Committed<'_>) {
         let parent = self
             .listing
             .parent
@@ -345,8 +371,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             reason,
             "Skipped a parent whose children cannot be listed."
         );
-        committed.counts.pages_fetched = committed.counts.pages_fetched.saturating_add(1);
-        committed.counts.parents_skipped = committed.counts.parents_skipped.saturating_add(1);
+        committed.run.count_skipped_parent();
     }
 
     /// The position of `page` when it holds the items of the page before, in the same
@@ -366,9 +391,10 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 
     /// The checks that stop a run before it asks for another page.
-    fn check_before_fetch(&mut self, committed: &Committed) -> Result<(), RunFault> {
+    fn check_before_fetch(&mut self, committed: &Committed<'_>) -> Result<(), RunFault> {
         let max_pages = self.run.settings.max_pages;
-        if committed.counts.pages_fetched >= max_pages {
+        let pages_fetched = committed.run.counts().pages_fetched;
+        if pages_fetched >= max_pages {
             return Err(RunFault::MaxPages { max_pages });
         }
         if let Some(current) = &self.position {
@@ -380,19 +406,20 @@ impl<'r, 'a> Walker<'r, 'a> {
         }
         if self.run.cancel.is_cancelled() {
             return Err(RunFault::Interrupted {
-                pages: committed.counts.pages_fetched,
+                pages: pages_fetched,
             });
         }
         Ok(())
     }
 
     /// The page at the current position: the one fetched ahead, or a fetch now.
-    async fn next_page(&mut self, page_number: u64) -> Result<Page, RunFault> {
+    async fn next_page(&mut self, page_number: u64, run: &Run<'_>) -> Result<Page, RunFault> {
         let fetched = match self.prefetched.take() {
             Some(fetched) => fetched,
             None => {
                 fetch_unless_cancelled(
                     self.run,
+                    &self.stream_name,
                     &self.credentials,
                     &self.listing,
                     self.position.as_ref(),
@@ -402,7 +429,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         };
         match fetched {
             Fetched::Answer(Ok(page)) => Ok(page.refusing_oversized_next()),
-            Fetched::Answer(Err(source)) => Err(self.fetch_failed(page_number, source).await),
+            Fetched::Answer(Err(source)) => Err(self.fetch_failed(page_number, source, run).await),
             Fetched::Cancelled => Err(RunFault::Interrupted {
                 pages: page_number - 1,
             }),
@@ -410,28 +437,16 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 
     /// The fault for a failed fetch; a body that came with it goes to the error report.
-    async fn fetch_failed(&self, page: u64, source: FetchError) -> RunFault {
+    async fn fetch_failed(&self, page: u64, source: FetchError, run: &Run<'_>) -> RunFault {
         if matches!(source, FetchError::RateLimited { .. }) {
             return RunFault::RateLimited { page, source };
         }
         if let Some(body) = source.body() {
             // The page's body is the only copy of its records: keep it in the report.
-            let context = PageContext {
-                run_id: self.run.run_id,
-                connection: self.run.connection,
-                stream: self.run.stream,
-                next_checkpoint: None,
-                mode: self.run.settings.write_mode,
-                leave_checkpoint: false,
-                expect: PageExpectation::Unknown,
-                sightings: false,
-                lease: self.run.lease,
-            };
             let message = format!("page {page}: {source}");
             let stage = source.stage();
-            if let Err(db_error) =
-                store::record_page_error(self.run.db, &context, stage, &message, body).await
-            {
+            let mode = self.run.settings.write_mode;
+            if let Err(db_error) = run.record_page_error(mode, stage, &message, body).await {
                 tracing::error!(error = %db_error, "Storing the page's error report failed.");
             }
         }
@@ -444,12 +459,12 @@ impl<'r, 'a> Walker<'r, 'a> {
         &mut self,
         page: Page,
         page_number: u64,
-        committed: &mut Committed,
+        committed: &mut Committed<'_>,
     ) -> Result<AfterPage, RunFault> {
         let run = self.run;
         if page.watermarks_ahead > 0 {
             tracing::warn!(
-                run_id = run.run_id,
+                run_id = committed.run.id(),
                 page = page_number,
                 count = page.watermarks_ahead,
                 "Watermarks beyond the clock skew were clamped to the fetch time."
@@ -457,18 +472,6 @@ impl<'r, 'a> Walker<'r, 'a> {
         }
         committed.watermark = newest(committed.watermark.take(), page.watermark.clone());
         let next_checkpoint = self.next_checkpoint(page.next.clone(), committed);
-        let context = PageContext {
-            run_id: run.run_id,
-            connection: run.connection,
-            stream: run.stream,
-            next_checkpoint: next_checkpoint.as_ref(),
-            mode: run.settings.write_mode,
-            // A page the listing cannot go on from leaves the checkpoint at itself.
-            leave_checkpoint: page.stop_after.is_some(),
-            expect: self.expectation(),
-            sightings: run.track_deletes && !committed.resumed,
-            lease: run.lease,
-        };
         let unkeyed = page
             .items
             .iter()
@@ -476,23 +479,34 @@ impl<'r, 'a> Walker<'r, 'a> {
                 |item| matches!(item, PageItem::Rejected(reject) if reject.external_id.is_none()),
             )
             .count() as u64;
-        let mut totals_after = committed.counts;
-        totals_after.pages_fetched += 1;
-        totals_after.watermark_anomalies = totals_after
-            .watermark_anomalies
-            .saturating_add(page.watermarks_ahead);
-        totals_after.filtered = totals_after.filtered.saturating_add(page.filtered);
+        let pages_after = committed.run.counts().pages_fetched.saturating_add(1);
         // Ask for the next page while this one is stored, unless the checks before the
         // next fetch are going to stop the run first.
         let ahead = page.next.as_ref().filter(|next| {
-            totals_after.pages_fetched < run.settings.max_pages
-                && !self.seen_positions.contains(*next)
+            pages_after < run.settings.max_pages && !self.seen_positions.contains(*next)
         });
-        let store = store::store_page(run.db, &context, page.items, &mut totals_after);
+        let sightings = run.track_deletes && !committed.resumed;
+        let store = committed.run.store(RunPage {
+            items: page.items,
+            next_checkpoint: next_checkpoint.as_ref(),
+            mode: run.settings.write_mode,
+            // A page the listing cannot go on from leaves the checkpoint at itself.
+            leave_checkpoint: page.stop_after.is_some(),
+            expect: self.expectation(),
+            sightings,
+            pages: 1,
+            watermark_anomalies: page.watermarks_ahead,
+            filtered: page.filtered,
+        });
         let stored = match ahead {
             Some(next) => {
-                let fetch_next =
-                    fetch_unless_cancelled(run, &self.credentials, &self.listing, Some(next));
+                let fetch_next = fetch_unless_cancelled(
+                    run,
+                    &self.stream_name,
+                    &self.credentials,
+                    &self.listing,
+                    Some(next),
+                );
                 let (stored, next_page) = tokio::join!(store, fetch_next);
                 self.prefetched = Some(next_page);
                 stored
@@ -503,7 +517,6 @@ impl<'r, 'a> Walker<'r, 'a> {
             page: page_number,
             source,
         })?;
-        committed.counts = totals_after;
         committed.unkeyed = committed.unkeyed.saturating_add(unkeyed);
         if !stored.deferred {
             committed.deferred_checkpoint = None;
@@ -524,7 +537,7 @@ impl<'r, 'a> Walker<'r, 'a> {
     fn next_checkpoint(
         &self,
         next: Option<PagePosition>,
-        committed: &Committed,
+        committed: &Committed<'_>,
     ) -> Option<Checkpoint> {
         let parent = self
             .listing
@@ -557,7 +570,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         }
     }
 
-    fn page_committed(&mut self, page: u64, stored: &PageStoreCounts, committed: &Committed) {
+    fn page_committed(&mut self, page: u64, stored: &PageStoreCounts, committed: &Committed<'_>) {
         if !stored.deferred {
             self.last_commit = Instant::now();
         }
@@ -573,7 +586,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         );
         self.run
             .progress
-            .page_committed(self.run.connection, &committed.counts);
+            .page_committed(self.run.connection, committed.run.counts());
     }
 }
 
@@ -625,13 +638,14 @@ fn page_fingerprint(items: &[PageItem]) -> Option<u64> {
 /// years ahead) must not carry the cursor past changes that happen after this fetch.
 async fn fetch_unless_cancelled(
     run: &RunContext<'_>,
+    stream: &str,
     credential_store: &ConnectionCredentials,
     listing: &Listing,
     position: Option<&PagePosition>,
 ) -> Fetched {
     let credentials = credential_store.current();
     let fetch_context = FetchContext {
-        stream: run.stream.name(),
+        stream,
         parent: listing.parent.as_ref().map(|parent| ParentRecord {
             external_id: &parent.external_id,
             payload: &parent.payload,

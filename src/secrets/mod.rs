@@ -18,5 +18,5 @@ pub use error::SecretsError;
 pub(crate) use error::HOW_TO_CONFIGURE;
 pub use key::{generate_key_file, SecretKey};
 pub use keyring::{KeySource, Keyring};
-pub use sealed::Binding;
+pub(crate) use sealed::Binding;
 pub(crate) use sealed::{sealed_key_id, sealed_prefix};

@@ -4,12 +4,12 @@
 
 use sea_orm::{DbErr, EntityTrait, TransactionTrait};
 use tributary::entities::connection;
-use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{backend_for, CheckpointMove, PageBookkeeping};
-use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary::pipeline::store::{backend_for, PageBookkeeping};
+use tributary::pipeline::CheckpointMove;
+use tributary::pipeline::{Checkpoint, RunCounts};
 use tributary_providers::PagePosition;
 
-use crate::helpers::{cursor_provider, primary_stream, spawn_app, TestApp};
+use crate::helpers::{cursor_provider, open_run, spawn_app, TestApp};
 
 async fn the_connection(app: &TestApp) -> connection::Model {
     connection::Entity::find()
@@ -37,11 +37,8 @@ async fn counters_and_checkpoint_are_saved_together_or_not_at_all() {
     app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
         .await;
     let connection = the_connection(&app).await;
-    let stream = primary_stream(&app.db, &connection).await;
-
-    let run_id = start_run(&app.db, &connection, &stream, Trigger::Manual)
-        .await
-        .expect("run");
+    let run = open_run(&app.db, &connection).await;
+    let (run_id, stream) = (run.id(), run.stream());
     let counts = RunCounts {
         pages_fetched: 3,
         fetched: 7,

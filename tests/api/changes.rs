@@ -20,14 +20,12 @@ use tributary::entities::{change, change_batch, change_clock, connection};
 use tributary::pipeline::changes::{
     self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedCursor, FeedError, FeedQuery,
 };
-use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
-use tributary::pipeline::{RunCounts, Trigger};
+use tributary::pipeline::{PageExpectation, PageStoreCounts, Run, RunPage};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::helpers::{
-    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, primary_stream,
+    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, open_run,
     proptest_config, read_feed, run, runtime, spawn_app, tributary, Backend, TestApp,
     LOCK_WAITS_POLL,
 };
@@ -1189,42 +1187,18 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
         .await
         .expect("connections");
     let (alice, bob) = (&connections[0], &connections[1]);
-    let (alice_stream, bob_stream) = (
-        primary_stream(&app.db, alice).await,
-        primary_stream(&app.db, bob).await,
-    );
-    let alice_run = start_run(&app.db, alice, &alice_stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let bob_run = start_run(&app.db, bob, &bob_stream, Trigger::Manual)
-        .await
-        .expect("run");
     let writers = pool(&app, 4).await;
-    let store = |run_id, connection, items: Vec<PageItem>| {
-        let writers = &writers;
-        let stream = if run_id == alice_run {
-            &alice_stream
-        } else {
-            &bob_stream
+    let mut alice_run = open_run(&writers, alice).await;
+    let mut bob_run = open_run(&writers, bob).await;
+    async fn store(run: &mut Run<'_>, items: Vec<PageItem>) -> PageStoreCounts {
+        let page = RunPage {
+            items,
+            mode: WriteMode::Upsert,
+            expect: PageExpectation::Unknown,
+            ..RunPage::default()
         };
-        async move {
-            let context = PageContext {
-                run_id,
-                connection,
-                stream,
-                next_checkpoint: None,
-                mode: WriteMode::Upsert,
-                leave_checkpoint: false,
-                expect: PageExpectation::Unknown,
-                sightings: false,
-                lease: None,
-            };
-            let mut totals = RunCounts::default();
-            store_page(writers, &context, items, &mut totals)
-                .await
-                .expect("stored")
-        }
-    };
+        run.store(page).await.expect("stored")
+    }
     let mut alice_page = page_of(&["a1", "a2"]);
     alice_page.push(PageItem::Rejected(RejectedRecord {
         external_id: None,
@@ -1236,8 +1210,8 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
     poller.limit = 10;
     if backend() == Backend::Sqlite {
         // One writer at a time: the pages commit in the order they began.
-        store(alice_run, alice, alice_page).await;
-        store(bob_run, bob, page_of(&["b1"])).await;
+        store(&mut alice_run, alice_page).await;
+        store(&mut bob_run, page_of(&["b1"])).await;
         poller.drain_to(3).await;
         assert_eq!(poller.seen, ids(&["a1", "a2", "b1"]));
         return;
@@ -1254,7 +1228,7 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
             );
             tokio::time::sleep(LOCK_WAITS_POLL).await;
         }
-        store(bob_run, bob, page_of(&["b1"])).await;
+        store(&mut bob_run, page_of(&["b1"])).await;
         if postgres {
             assert!(
                 poller.poll().await.is_empty(),
@@ -1266,7 +1240,7 @@ async fn a_page_that_began_first_and_commits_last_is_read_once_beside_the_page_t
         }
         gate.rollback().await.expect("gate opened");
     };
-    let (alice_counts, ()) = tokio::join!(store(alice_run, alice, alice_page), overtake);
+    let (alice_counts, ()) = tokio::join!(store(&mut alice_run, alice_page), overtake);
     assert_eq!((alice_counts.inserted, alice_counts.failed), (2, 1));
     poller.drain_to(3).await;
     match postgres {

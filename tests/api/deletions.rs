@@ -11,9 +11,9 @@ use tributary::config::Settings;
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{connection, connection_stream, record, run_sighting};
 use tributary::pipeline::changes::{self, Cursor, FeedChange};
-use tributary::pipeline::run::start_run;
-use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
-use tributary::pipeline::{NoProgress, RunCounts, RunOptions, RunOutcome, RunStatus, Trigger};
+use tributary::pipeline::{
+    NoProgress, PageExpectation, RunOptions, RunOutcome, RunPage, RunStatus,
+};
 use tributary::sync::{sync_matching, SyncFilter};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
@@ -22,8 +22,8 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::adapters::issue;
 use crate::helpers::{
-    backend, connections, cursor_provider, items, mount_cursor_pages, primary_stream, run,
-    spawn_app, tributary, Backend, TestApp,
+    backend, connections, cursor_provider, items, mount_cursor_pages, open_run, run, spawn_app,
+    tributary, Backend, TestApp,
 };
 
 /// alice's cursor provider `acme` with `track_deletes = true` and `extra` provider keys.
@@ -763,22 +763,8 @@ async fn a_run_killed_midway_marks_nothing_and_its_sightings_are_removed() {
         .expect("query")
         .expect("alice's connection");
     // A run that stored one page of a short listing, then died before it closed.
-    let stream = primary_stream(&app.db, &connection).await;
-
-    let killed = start_run(&app.db, &connection, &stream, Trigger::Manual)
-        .await
-        .expect("run started");
-    let context = PageContext {
-        run_id: killed,
-        connection: &connection,
-        stream: &stream,
-        next_checkpoint: None,
-        mode: tributary::config::WriteMode::Upsert,
-        leave_checkpoint: true,
-        expect: PageExpectation::Unknown,
-        sightings: true,
-        lease: None,
-    };
+    let mut killed_run = open_run(&app.db, &connection).await;
+    let killed = killed_run.id();
     let page: Vec<PageItem> = items("k", "alice", 0..2)
         .iter()
         .map(|item| {
@@ -790,7 +776,15 @@ async fn a_run_killed_midway_marks_nothing_and_its_sightings_are_removed() {
             })
         })
         .collect();
-    store_page(&app.db, &context, page, &mut RunCounts::default())
+    killed_run
+        .store(RunPage {
+            items: page,
+            mode: tributary::config::WriteMode::Upsert,
+            leave_checkpoint: true,
+            expect: PageExpectation::Unknown,
+            sightings: true,
+            ..RunPage::default()
+        })
         .await
         .expect("page stored");
     let orphaned = run_sighting::Entity::find()
@@ -854,29 +848,21 @@ async fn a_record_written_by_another_run_during_the_pass_is_not_marked_deleted()
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let stream = primary_stream(&app.db, &connection).await;
-
-        let other = start_run(&app.db, &connection, &stream, Trigger::Manual)
-            .await
-            .expect("run started");
-        let context = PageContext {
-            run_id: other,
-            connection: &connection,
-            stream: &stream,
-            next_checkpoint: None,
-            mode: tributary::config::WriteMode::Upsert,
-            leave_checkpoint: true,
-            expect: PageExpectation::Unknown,
-            sightings: false,
-            lease: None,
-        };
+        let mut other = open_run(&app.db, &connection).await;
         let payload = items("k", "alice", 10..11)[0].to_string();
         let page = vec![PageItem::Record(Record {
             external_id: "k10".to_string(),
             content_hash: sha256_hex(payload.as_bytes()),
             payload,
         })];
-        store_page(&app.db, &context, page, &mut RunCounts::default())
+        other
+            .store(RunPage {
+                items: page,
+                mode: tributary::config::WriteMode::Upsert,
+                leave_checkpoint: true,
+                expect: PageExpectation::Unknown,
+                ..RunPage::default()
+            })
             .await
             .expect("page stored");
     };

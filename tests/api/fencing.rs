@@ -16,18 +16,17 @@ use tributary::config::{NotifyRuns, WriteMode};
 use tributary::entities::{
     change_batch, connection, notification_delivery, record, run_error, run_sighting, sync_run,
 };
-use tributary::pipeline::run::{finish_run, start_run};
-use tributary::pipeline::store::{store_page, CheckpointMove};
+use tributary::pipeline::CheckpointMove;
 use tributary::pipeline::{
-    sync_connection, Checkpoint, DeletionPass, Fence, NoProgress, PageContext, PageExpectation,
-    RunCounts, RunEnd, RunOptions, RunStatus, StreamScope, Trigger,
+    sync_connection, Checkpoint, DeletionPass, Fence, NoProgress, PageExpectation, Run, RunCounts,
+    RunEnd, RunOptions, RunPage, RunStatus, Trigger,
 };
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, primary_stream, spawn_app, TestApp};
+use crate::helpers::{cursor_provider, open_run, records_stream, spawn_app, TestApp};
 
 /// The reason a run that lost its lease ends with (`pipeline::fence::LEASE_LOST`).
 const LEASE_LOST: &str = "the connection's lease was taken over by another process";
@@ -232,7 +231,6 @@ async fn a_sync_paused_past_its_lease_writes_nothing_after_another_took_it_over(
 /// holds `stale`, the row `current`.
 struct TakenOver {
     connection: connection::Model,
-    stream: StreamScope,
     stale: Fence,
     current: Fence,
 }
@@ -259,10 +257,8 @@ async fn taken_over(app: &TestApp) -> TakenOver {
         .await
         .expect("query")
         .expect("alice");
-    let stream = primary_stream(&app.db, &connection).await;
     TakenOver {
         connection,
-        stream,
         stale,
         current,
     }
@@ -290,24 +286,33 @@ fn records(ids: &[&str], version: u32) -> Vec<PageItem> {
         .collect()
 }
 
-fn context<'a>(
-    world: &'a TakenOver,
-    run_id: i64,
+/// A run of `world`'s connection under `lease`.
+async fn open<'a>(app: &'a TestApp, world: &'a TakenOver, lease: &'a Fence) -> Run<'a> {
+    let stream = records_stream(&world.connection);
+    Run::open(
+        &app.db,
+        &world.connection,
+        &stream,
+        Trigger::Manual,
+        Some(lease),
+    )
+    .await
+    .expect("run")
+}
+
+fn page(
+    items: Vec<PageItem>,
     expect: PageExpectation,
-    next: Option<&'a Checkpoint>,
+    next: Option<&Checkpoint>,
     sightings: bool,
-    lease: &'a Fence,
-) -> PageContext<'a> {
-    PageContext {
-        run_id,
-        connection: &world.connection,
-        stream: &world.stream,
+) -> RunPage<'_> {
+    RunPage {
+        items,
         next_checkpoint: next,
         mode: WriteMode::Upsert,
-        leave_checkpoint: false,
         expect,
         sightings,
-        lease: Some(lease),
+        ..RunPage::default()
     }
 }
 
@@ -325,19 +330,9 @@ fn next_page() -> Checkpoint {
 
 /// A run under the lease the row holds that stores `a` and `b` as new.
 async fn store_a_and_b(app: &TestApp, world: &TakenOver) {
-    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
-    let page = context(
-        world,
-        run_id,
-        PageExpectation::New,
-        None,
-        false,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+    let mut run = open(app, world, &world.current).await;
+    let items = records(&["a", "b"], 1);
+    run.store(page(items, PageExpectation::New, None, false))
         .await
         .expect("stored");
 }
@@ -362,9 +357,6 @@ async fn batches_of(app: &TestApp, run_id: i64) -> u64 {
 async fn a_page_under_a_stale_lease_commits_nothing_whichever_way_it_is_written() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
     let next = next_page();
     // The same holder as the row's, but an older claim of it: the generation tells them
     // apart.
@@ -372,15 +364,16 @@ async fn a_page_under_a_stale_lease_commits_nothing_whichever_way_it_is_written(
         holder: world.current.holder.clone(),
         generation: world.current.generation - 1,
     };
+    let mut refused_runs = Vec::new();
     for lease in [&world.stale, &older_claim] {
+        let mut run = open(&app, &world, lease).await;
         for expect in [
             PageExpectation::New,
             PageExpectation::Unknown,
             PageExpectation::Unchanged,
         ] {
-            let mut totals = RunCounts::default();
-            let page = context(&world, run_id, expect, Some(&next), true, lease);
-            let refused = store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals).await;
+            let items = records(&["a", "b"], 1);
+            let refused = run.store(page(items, expect, Some(&next), true)).await;
             let error = refused
                 .expect_err("a stale lease writes nothing")
                 .to_string();
@@ -388,32 +381,28 @@ async fn a_page_under_a_stale_lease_commits_nothing_whichever_way_it_is_written(
                 error.contains("no longer holds its connection's lease"),
                 "{expect:?}: {error}"
             );
-            assert_eq!(totals, RunCounts::default());
+            assert_eq!(*run.counts(), RunCounts::default());
         }
+        refused_runs.push(run.id());
     }
     assert!(app.records().await.is_empty(), "no record written");
     assert_eq!(app.stream_checkpoint().await, None, "no checkpoint moved");
-    assert_eq!(sightings_of(&app, run_id).await, 0, "no sighting noted");
-    assert_eq!(batches_of(&app, run_id).await, 0, "no change recorded");
-    assert!(app.run_errors(run_id).await.is_empty());
-    let row = app.run_row(run_id).await;
-    assert_eq!((row.pages_fetched, row.records_fetched), (0, 0));
+    for run_id in refused_runs {
+        assert_eq!(sightings_of(&app, run_id).await, 0, "no sighting noted");
+        assert_eq!(batches_of(&app, run_id).await, 0, "no change recorded");
+        assert!(app.run_errors(run_id).await.is_empty());
+        let row = app.run_row(run_id).await;
+        assert_eq!((row.pages_fetched, row.records_fetched), (0, 0));
+    }
 
     // Under the lease the row holds, the same page goes in.
-    let mut totals = RunCounts::default();
-    let page = context(
-        &world,
-        run_id,
-        PageExpectation::New,
-        Some(&next),
-        true,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+    let mut run = open(&app, &world, &world.current).await;
+    let items = records(&["a", "b"], 1);
+    run.store(page(items, PageExpectation::New, Some(&next), true))
         .await
         .expect("stored");
     assert_eq!(app.records().await.len(), 2);
-    assert_eq!(batches_of(&app, run_id).await, 1);
+    assert_eq!(batches_of(&app, run.id()).await, 1);
 }
 
 #[tokio::test]
@@ -423,63 +412,39 @@ async fn the_sightings_of_an_unchanged_page_under_a_stale_lease_are_not_noted() 
     store_a_and_b(&app, &world).await;
 
     // A page stored unchanged writes only its sightings, in a transaction of their own.
-    let second = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
     for (lease, noted) in [(&world.stale, 0), (&world.current, 2)] {
-        let mut totals = RunCounts::default();
-        let page = context(
-            &world,
-            second,
-            PageExpectation::Unchanged,
-            None,
-            true,
-            lease,
-        );
-        let stored = store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals).await;
+        let mut second = open(&app, &world, lease).await;
+        let items = records(&["a", "b"], 1);
+        let stored = second
+            .store(page(items, PageExpectation::Unchanged, None, true))
+            .await;
         assert_eq!(stored.is_ok(), noted > 0, "{stored:?}");
-        assert_eq!(sightings_of(&app, second).await, noted);
+        assert_eq!(sightings_of(&app, second.id()).await, noted);
     }
 }
 
 /// A tracked full pass of `a` and `b` that saw only `a`, closing as complete, notifying
-/// every run, with `lease`.
+/// every run; with `lease_lost`, another process takes the lease over before it closes.
 async fn close_complete_pass(
     app: &TestApp,
     world: &TakenOver,
-    lease: &Fence,
+    lease_lost: bool,
 ) -> (i64, tributary::pipeline::RunClosed) {
-    let first = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
-    let page = context(
-        world,
-        first,
-        PageExpectation::New,
-        None,
-        false,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
-        .await
-        .expect("stored");
-    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
+    store_a_and_b(app, world).await;
+    let mut run = open(app, world, &world.current).await;
     let next = next_page();
-    let page = context(
-        world,
-        run_id,
-        PageExpectation::Unknown,
-        Some(&next),
-        true,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a"], 2), &mut totals)
+    let items = records(&["a"], 2);
+    run.store(page(items, PageExpectation::Unknown, Some(&next), true))
         .await
         .expect("stored");
+    if lease_lost {
+        let taker = Fence {
+            holder: "third-host:303:0000f00d".to_string(),
+            generation: world.current.generation + 1,
+        };
+        lease_row(app, &world.connection, &taker).await;
+    }
+    let run_id = run.id();
     let end = RunEnd {
         status: RunStatus::Succeeded,
         error: None,
@@ -489,18 +454,8 @@ async fn close_complete_pass(
         notify: NotifyRuns::All,
         deletions: DeletionPass::Apply { max_fraction: 1.0 },
         full_passes_served: 0,
-        lease: Some(lease),
     };
-    let closed = finish_run(
-        &app.db,
-        &world.connection,
-        &world.stream,
-        run_id,
-        &totals,
-        &end,
-    )
-    .await
-    .expect("closed");
+    let closed = run.close(end).await.expect("closed");
     (run_id, closed)
 }
 
@@ -508,7 +463,7 @@ async fn close_complete_pass(
 async fn a_run_closing_under_a_stale_lease_commits_nothing_but_its_interruption() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let (run_id, closed) = close_complete_pass(&app, &world, &world.stale).await;
+    let (run_id, closed) = close_complete_pass(&app, &world, true).await;
 
     assert_eq!(closed.status, RunStatus::Interrupted);
     let row = app.run_row(run_id).await;
@@ -552,7 +507,7 @@ async fn a_run_closing_under_its_lease_marks_deletions_and_notifies() {
     // and the notification all commit, so what the test above finds missing is the fence.
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let (run_id, closed) = close_complete_pass(&app, &world, &world.current).await;
+    let (run_id, closed) = close_complete_pass(&app, &world, false).await;
     assert_eq!(closed.status, RunStatus::Succeeded);
     assert_eq!(app.run_row(run_id).await.records_deleted, 1);
     let stream = app.only_stream().await.expect("stream");
@@ -573,25 +528,18 @@ async fn a_run_closing_under_its_lease_marks_deletions_and_notifies() {
 async fn a_run_marked_interrupted_by_another_process_is_never_flipped_back() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
+    let mut run = open(&app, &world, &world.current).await;
+    let run_id = run.id();
     // Another process found the run abandoned and marked it, the lease still the run's.
     let mut marked: sync_run::ActiveModel = app.run_row(run_id).await.into();
     marked.status = Set(RunStatus::Interrupted);
     marked.error = Set(Some("marked by another process".to_string()));
     marked.update(&app.db).await.expect("marked");
 
-    let mut totals = RunCounts::default();
-    let page = context(
-        &world,
-        run_id,
-        PageExpectation::New,
-        None,
-        false,
-        &world.current,
-    );
-    let refused = store_page(&app.db, &page, records(&["a"], 1), &mut totals).await;
+    let items = records(&["a"], 1);
+    let refused = run
+        .store(page(items, PageExpectation::New, None, false))
+        .await;
     let error = refused
         .expect_err("a closed run writes nothing")
         .to_string();
@@ -607,18 +555,8 @@ async fn a_run_marked_interrupted_by_another_process_is_never_flipped_back() {
         notify: NotifyRuns::All,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
-        lease: Some(&world.current),
     };
-    let closed = finish_run(
-        &app.db,
-        &world.connection,
-        &world.stream,
-        run_id,
-        &totals,
-        &end,
-    )
-    .await
-    .expect("closed");
+    let closed = run.close(end).await.expect("closed");
     assert_eq!(closed.status, RunStatus::Interrupted);
     let row = app.run_row(run_id).await;
     assert_eq!(row.status, RunStatus::Interrupted);
@@ -710,9 +648,8 @@ async fn a_run_that_lost_its_lease_opens_no_further_stream_of_the_connection() {
 async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() {
     let app = spawn_app().await;
     let world = taken_over(&app).await;
-    let run_id = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
+    let run = open(&app, &world, &world.current).await;
+    let run_id = run.id();
     // `connections remove` while the run goes.
     connection::Entity::delete_by_id(world.connection.id)
         .exec(&app.db)
@@ -728,18 +665,9 @@ async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() 
         notify: NotifyRuns::All,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
-        lease: Some(&world.current),
     };
-    let closed = finish_run(
-        &app.db,
-        &world.connection,
-        &world.stream,
-        run_id,
-        &RunCounts::default(),
-        &end,
-    )
-    .await
-    .expect("closed");
+    assert_eq!(*run.counts(), RunCounts::default());
+    let closed = run.close(end).await.expect("closed");
     assert_eq!(closed.status, RunStatus::Interrupted);
     let row = app.run_row(run_id).await;
     assert_eq!(row.status, RunStatus::Interrupted);
@@ -760,19 +688,11 @@ async fn a_run_that_stalled_before_it_began_leaves_the_live_runs_sightings_alone
     let world = taken_over(&app).await;
     store_a_and_b(&app, &world).await;
     // The run of the process that took the connection over has noted its first page.
-    let live = start_run(&app.db, &world.connection, &world.stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let mut totals = RunCounts::default();
-    let page = context(
-        &world,
-        live,
-        PageExpectation::Unchanged,
-        None,
-        true,
-        &world.current,
-    );
-    store_page(&app.db, &page, records(&["a", "b"], 1), &mut totals)
+    let mut live_run = open(&app, &world, &world.current).await;
+    let live = live_run.id();
+    let items = records(&["a", "b"], 1);
+    live_run
+        .store(page(items, PageExpectation::Unchanged, None, true))
         .await
         .expect("noted");
     assert_eq!(sightings_of(&app, live).await, 2);
@@ -832,10 +752,7 @@ async fn failed_run_with_errors(app: &TestApp, count: usize) -> i64 {
         .await
         .expect("query")
         .expect("alice");
-    let stream = primary_stream(&app.db, &connection).await;
-    let run_id = start_run(&app.db, &connection, &stream, Trigger::Manual)
-        .await
-        .expect("run");
+    let run_id = open_run(&app.db, &connection).await.id();
     sync_run::Entity::update_many()
         .col_expr(
             sync_run::Column::Status,
@@ -890,7 +807,7 @@ async fn a_replay_longer_than_its_lease_renews_it() {
     let count = 3000;
     let failed = failed_run_with_errors(&app, count).await;
     let started = Instant::now();
-    let replay = tributary::replay::replay_run(&app.db, &settings, failed);
+    let replay = tributary::ops::replay::replay(&app.db, &settings, failed);
     let watch = async {
         // Until the replay ends: once it has taken the lease, the lease never lapses.
         let mut lapsed = 0u32;
@@ -939,7 +856,7 @@ async fn a_replay_that_loses_its_lease_stops_and_ends_interrupted() {
         .await;
     let count = 600;
     let failed = failed_run_with_errors(&app, count).await;
-    let replay = tributary::replay::replay_run(&app.db, &settings, failed);
+    let replay = tributary::ops::replay::replay(&app.db, &settings, failed);
     let take_over = async {
         wait_for(Duration::from_secs(60), "the replay under way", || async {
             open_errors(&app, failed).await < count as u64

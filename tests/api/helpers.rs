@@ -40,14 +40,36 @@ pub async fn primary_stream(
     db: &sea_orm::DatabaseConnection,
     connection: &connection::Model,
 ) -> tributary::pipeline::StreamScope {
-    let settings = tributary::config::StreamSettings {
+    tributary::pipeline::open_stream(db, connection, &records_stream(connection))
+        .await
+        .expect("stream opened")
+}
+
+/// The primary stream of `connection`, a `kind = "rest"` connection: `records`, whose
+/// records keep the provider's name.
+pub fn records_stream(connection: &connection::Model) -> tributary::config::StreamSettings {
+    tributary::config::StreamSettings {
         name: "records".to_string(),
         namespace: connection.provider.clone(),
         parent: None,
-    };
-    tributary::pipeline::open_stream(db, connection, &settings)
-        .await
-        .expect("stream opened")
+    }
+}
+
+/// Opens a manual run of `connection`'s primary stream (see [`records_stream`]) without a
+/// lease.
+pub async fn open_run<'a>(
+    db: &'a tributary::db::DatabasePools,
+    connection: &'a connection::Model,
+) -> tributary::pipeline::Run<'a> {
+    tributary::pipeline::Run::open(
+        db,
+        connection,
+        &records_stream(connection),
+        Trigger::Manual,
+        None,
+    )
+    .await
+    .expect("run started")
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -233,21 +255,22 @@ impl TestApp {
         outcomes.remove(0)
     }
 
-    /// Configures alice's connection at a cursor provider `acme` and opens a manual run
-    /// of it, for tests that drive the store directly.
-    pub async fn alice_with_a_run(&self) -> (connection::Model, i64) {
+    /// Configures alice's connection at a cursor provider `acme` and returns it.
+    pub async fn alice(&self) -> connection::Model {
         self.settings(&cursor_provider("acme", &self.api.uri(), &["alice"]))
             .await;
-        let connection = connection::Entity::find()
+        connection::Entity::find()
             .one(&self.db)
             .await
             .expect("connections")
-            .expect("one connection");
-        let stream = primary_stream(&self.db, &connection).await;
-        let run_id =
-            tributary::pipeline::run::start_run(&self.db, &connection, &stream, Trigger::Manual)
-                .await
-                .expect("run started");
+            .expect("one connection")
+    }
+
+    /// Configures alice's connection at a cursor provider `acme` and opens a manual run
+    /// of it, for tests that drive the store directly.
+    pub async fn alice_with_a_run(&self) -> (connection::Model, i64) {
+        let connection = self.alice().await;
+        let run_id = open_run(&self.db, &connection).await.id();
         (connection, run_id)
     }
 

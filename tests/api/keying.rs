@@ -5,14 +5,13 @@ use serde_json::json;
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{change, connection, record};
 use tributary::pipeline::changes;
-use tributary::pipeline::run::start_run;
 use tributary::pipeline::store::{backend_for, PageContext};
-use tributary::pipeline::{RunStatus, Trigger};
+use tributary::pipeline::RunStatus;
 use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{connections, cursor_provider, items, primary_stream, spawn_app};
+use crate::helpers::{connections, cursor_provider, items, open_run, primary_stream, spawn_app};
 
 /// Serves `data` as one page for requests carrying `token`.
 async fn serve_one_page(server: &wiremock::MockServer, token: &str, data: Vec<serde_json::Value>) {
@@ -171,9 +170,7 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         .unwrap();
     let stream = primary_stream(&app.db, &connection).await;
 
-    let racing_run = start_run(&app.db, &connection, &stream, Trigger::Manual)
-        .await
-        .unwrap();
+    let racing_run = open_run(&app.db, &connection).await.id();
     let context = PageContext {
         run_id: racing_run,
         connection: &connection,

@@ -5,12 +5,11 @@ use chrono::{Duration, Utc};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set};
 use serde_json::json;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::run::start_run;
-use tributary::pipeline::{RunStatus, Trigger};
+use tributary::pipeline::{Run, RunStatus, Trigger};
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, items, primary_stream, spawn_app};
+use crate::helpers::{cursor_provider, items, records_stream, spawn_app};
 
 #[tokio::test]
 async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_taken_over() {
@@ -32,11 +31,16 @@ async fn a_connection_leased_by_a_live_holder_is_skipped_and_an_expired_one_take
         .unwrap();
 
     // Another machine's process holds the lease and has a run going.
-    let stream = primary_stream(&app.db, &row).await;
-
-    let abandoned = start_run(&app.db, &row, &stream, Trigger::Schedule)
-        .await
-        .unwrap();
+    let abandoned = Run::open(
+        &app.db,
+        &row,
+        &records_stream(&row),
+        Trigger::Schedule,
+        None,
+    )
+    .await
+    .unwrap()
+    .id();
     let mut held: connection::ActiveModel = row.clone().into();
     held.lease_holder = Set(Some("other-host:4242:cafe".to_string()));
     held.lease_expires_at = Set(Some(Utc::now() + Duration::seconds(120)));

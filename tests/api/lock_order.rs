@@ -15,13 +15,12 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, TransactionTrait};
 use tributary::config::{DatabaseSettings, WriteMode};
 use tributary::entities::connection;
-use tributary::pipeline::store::{store_page, PageContext, PageExpectation, PageStoreCounts};
-use tributary::pipeline::{Checkpoint, RunCounts, Trigger};
+use tributary::pipeline::{Checkpoint, PageExpectation, PageStoreCounts, RunCounts, RunPage};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
 use crate::helpers::{
-    backend, cursor_provider, primary_stream, run, spawn_app, tributary, Backend, TestApp,
+    backend, cursor_provider, open_run, run, spawn_app, tributary, Backend, TestApp,
 };
 
 const KEYS: usize = 10;
@@ -89,13 +88,10 @@ async fn writer_pool(app: &TestApp) -> tributary::db::DatabasePools {
 #[tokio::test]
 async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_deadlock() {
     let app = spawn_app().await;
-    let (connection, run_new) = app.alice_with_a_run().await;
-    let stream = primary_stream(&app.db, &connection).await;
-
-    let run_usual =
-        tributary::pipeline::run::start_run(&app.db, &connection, &stream, Trigger::Manual)
-            .await
-            .expect("second run");
+    let connection = app.alice().await;
+    let pool = writer_pool(&app).await;
+    let mut run_new = open_run(&pool, &connection).await;
+    let mut run_usual = open_run(&pool, &connection).await;
     let next = Checkpoint {
         position: Some(PagePosition::Cursor {
             cursor: "p2".to_string(),
@@ -105,34 +101,26 @@ async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_d
         since: None,
         watermark: None,
     };
-    let context = |run_id, expect| PageContext {
-        run_id,
-        connection: &connection,
-        stream: &stream,
+    let page_of = |expect| RunPage {
+        items: page(),
         next_checkpoint: Some(&next),
         mode: WriteMode::Upsert,
-        leave_checkpoint: false,
         expect,
-        sightings: false,
-        lease: None,
+        ..RunPage::default()
     };
-    let usual_context = context(run_usual, PageExpectation::Unknown);
-    let new_context = context(run_new, PageExpectation::New);
-    let pool = writer_pool(&app).await;
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let metrics = recorder.handle();
     let _recording = metrics::set_default_local_recorder(&recorder);
-    let (mut usual_totals, mut new_totals) = (RunCounts::default(), RunCounts::default());
     let new_done = AtomicBool::new(false);
 
-    let gate = RunRowGate::close(&app, run_usual).await;
+    let gate = RunRowGate::close(&app, run_usual.id()).await;
     let gated = backend() != Backend::Sqlite;
     let waits = async |n| !gated || app.lock_waits().await >= n;
     let (start_new, mut new_may_start) = tokio::sync::watch::channel(false);
-    let usual = store_page(&pool, &usual_context, page(), &mut usual_totals);
+    let usual = run_usual.store(page_of(PageExpectation::Unknown));
     let all_new = async {
         let _ = new_may_start.wait_for(|start| *start).await;
-        let stored = store_page(&pool, &new_context, page(), &mut new_totals).await;
+        let stored = run_new.store(page_of(PageExpectation::New)).await;
         new_done.store(true, Ordering::SeqCst);
         stored
     };
@@ -168,8 +156,8 @@ async fn an_all_new_page_and_a_usual_page_of_one_connection_take_turns_without_d
         "{usual:?} {all_new:?}"
     );
     for (run_id, counts, totals) in [
-        (run_usual, &usual, &usual_totals),
-        (run_new, &all_new, &new_totals),
+        (run_usual.id(), &usual, run_usual.counts()),
+        (run_new.id(), &all_new, run_new.counts()),
     ] {
         assert_eq!(
             counts.inserted + counts.duplicate + counts.unchanged,
@@ -302,28 +290,17 @@ async fn removing_a_connection_while_its_page_is_stored_deletes_that_page_too() 
             .expect("connections")
             .expect("bob's connection")
     };
-    let stream = primary_stream(&app.db, &bob).await;
-
-    let run_id = tributary::pipeline::run::start_run(&app.db, &bob, &stream, Trigger::Manual)
-        .await
-        .expect("run");
-    let context = PageContext {
-        run_id,
-        connection: &bob,
-        stream: &stream,
-        next_checkpoint: None,
-        mode: WriteMode::Upsert,
-        leave_checkpoint: false,
-        expect: PageExpectation::Unknown,
-        sightings: false,
-        lease: None,
-    };
     let pool = writer_pool(&app).await;
-    let mut totals = RunCounts::default();
+    let mut run = open_run(&pool, &bob).await;
     let gated = backend() != Backend::Sqlite;
 
     let gate = InsertTrigger::close(&app).await;
-    let page = store_page(&pool, &context, page(), &mut totals);
+    let page = run.store(RunPage {
+        items: page(),
+        mode: WriteMode::Upsert,
+        expect: PageExpectation::Unknown,
+        ..RunPage::default()
+    });
     let remove = async {
         wait_until(
             "the page waits at the gate holding the connection's row",

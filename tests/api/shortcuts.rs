@@ -10,15 +10,14 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Sta
 use tributary::config::Settings;
 use tributary::config::WriteMode;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::store::{store_page, PageContext, PageExpectation};
-use tributary::pipeline::{Checkpoint, RunCounts, RunOutcome, RunStatus};
+use tributary::pipeline::{Checkpoint, PageExpectation, RunCounts, RunOutcome, RunPage, RunStatus};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 
 use serde_json::json;
 
 use crate::helpers::{
-    cursor_provider, mount_cursor_listing, mount_cursor_pages, primary_stream, spawn_app, TestApp,
+    cursor_provider, mount_cursor_listing, mount_cursor_pages, open_run, spawn_app, TestApp,
 };
 
 const PAGES: usize = 5;
@@ -203,7 +202,15 @@ async fn feed(app: &TestApp) -> (u64, u64, usize) {
 }
 
 async fn guessed_new_with_rows_gone(app: TestApp) {
-    let (connection, run_id) = app.alice_with_a_run().await;
+    let connection = app.alice().await;
+    let mut run = open_run(&app.db, &connection).await;
+    let run_id = run.id();
+    // A run whose row is gone.
+    let mut gone_run = open_run(&app.db, &connection).await;
+    sync_run::Entity::delete_by_id(gone_run.id())
+        .exec(&app.db)
+        .await
+        .expect("run row removed");
     let page = |ids: [&str; 2]| {
         ids.map(|id| {
             let payload = format!(r#"{{"id":"{id}"}}"#);
@@ -224,30 +231,18 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         since: None,
         watermark: None,
     };
-    let stream = primary_stream(&app.db, &connection).await;
-    let context = |run_id| PageContext {
-        run_id,
-        connection: &connection,
-        stream: &stream,
+    let page_of = |ids| RunPage {
+        items: page(ids),
         next_checkpoint: Some(&next),
         mode: WriteMode::Upsert,
-        leave_checkpoint: false,
         expect: PageExpectation::New,
-        sightings: false,
-        lease: None,
+        ..RunPage::default()
     };
 
-    let mut totals = RunCounts::default();
-    let gone = store_page(
-        &app.db,
-        &context(run_id + 1000),
-        page(["a", "b"]),
-        &mut totals,
-    )
-    .await;
+    let gone = gone_run.store(page_of(["a", "b"])).await;
     assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
     assert!(app.records().await.is_empty(), "no record written");
-    assert_eq!(totals, RunCounts::default());
+    assert_eq!(*gone_run.counts(), RunCounts::default());
     assert_eq!(feed(&app).await, (0, 0, 0), "no change, no batch, no seq");
     assert_eq!(
         app.stream_checkpoint().await,
@@ -255,11 +250,9 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         "the checkpoint did not move"
     );
 
-    let stored = store_page(&app.db, &context(run_id), page(["a", "b"]), &mut totals)
-        .await
-        .expect("stored");
+    let stored = run.store(page_of(["a", "b"])).await.expect("stored");
     assert_eq!(
-        (stored.inserted, totals.inserted, totals.fetched),
+        (stored.inserted, run.counts().inserted, run.counts().fetched),
         (2, 2, 2)
     );
     assert_eq!(app.records().await.len(), 2);
@@ -290,11 +283,11 @@ async fn guessed_new_with_rows_gone(app: TestApp) {
         .exec(&app.db)
         .await
         .expect("removed");
-    let before = totals;
-    let gone = store_page(&app.db, &context(run_id), page(["c", "d"]), &mut totals).await;
+    let before = *run.counts();
+    let gone = run.store(page_of(["c", "d"])).await;
     assert!(matches!(gone, Err(DbErr::RecordNotUpdated)), "{gone:?}");
     assert_eq!(app.records().await.len(), 2, "no record written");
-    assert_eq!(totals, before);
+    assert_eq!(*run.counts(), before);
     assert_eq!(
         feed(&app).await,
         (2, 1, 1),

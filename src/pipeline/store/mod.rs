@@ -34,14 +34,13 @@ use crate::entities::change::ChangeKind;
 use crate::pipeline::ground::begin_page_transaction;
 use crate::pipeline::ground::RunCounts;
 
+pub(crate) use crate::pipeline::checkpoint::CheckpointMove;
 pub use append::sweep_expired_keys;
 pub use backend::{
     ChangedRecord, Existing, NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError,
     Stored,
 };
 pub use context::{PageContext, PageExpectation};
-// The bench and the tests name a page's checkpoint move through the store.
-pub use crate::pipeline::checkpoint::CheckpointMove;
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
 use backend::{explain_unheld, KEY_LOOKUP, RECORD_UPDATE};
@@ -89,7 +88,7 @@ pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
 ///
 /// A shortcut that fails goes on to the usual way only when it failed for a reason the
 /// usual way handles ([`Refusal`]); any other error fails the page, logged and counted.
-pub async fn store_page(
+pub(crate) async fn store_page(
     db: &DatabasePools,
     context: &PageContext<'_>,
     items: Vec<PageItem>,

@@ -14,16 +14,16 @@ use sea_orm::sea_query::Expr;
 use sea_orm::Condition;
 use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 use serde::Serialize;
-use tributary_providers::PageItem;
+use tributary_providers::{build_provider, FetchError, PageItem};
 
+use super::checkpoint::CheckpointMove;
+use super::deletions::DeletionPass;
+use super::run::{Run, RunEnd, RunPage, RunStatus, Trigger};
+use super::store::ErrorScope;
 use crate::config::{Settings, StreamSettings};
 use crate::db::DatabasePools;
 use crate::entities::{connection, record, run_error, sync_run};
 use crate::lease::{claim, release, renewing, Holder};
-use crate::pipeline::run::{finish_run, start_run, RunEnd};
-use crate::pipeline::store::store_page;
-use crate::pipeline::store::ErrorScope;
-use crate::pipeline::{open_stream, PageContext, RunCounts, RunStatus, StreamScope, Trigger};
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -46,8 +46,11 @@ pub enum ReplayError {
         provider: String,
         holder: String,
     },
-    #[error(transparent)]
-    Provider(#[from] crate::sync::SyncError),
+    #[error("building provider {provider:?} failed: {source}")]
+    Provider {
+        provider: String,
+        source: FetchError,
+    },
     #[error("database error: {0}")]
     Database(#[from] DbErr),
 }
@@ -111,7 +114,13 @@ pub async fn replay_run(
         .clone()
         .unwrap_or_else(|| provider_settings.primary_stream().name);
     // The adapter keys and checks a stored payload as it would a fetched record.
-    let provider = crate::sync::build(provider_settings)?;
+    let provider =
+        build_provider(&provider_settings.adapter, &provider_settings.http).map_err(|source| {
+            ReplayError::Provider {
+                provider: provider_settings.name.clone(),
+                source,
+            }
+        })?;
     let connection = connection::Entity::find()
         .filter(connection::Column::UserId.eq(run.user_id.as_str()))
         .filter(connection::Column::Provider.eq(run.provider.as_str()))
@@ -135,23 +144,18 @@ pub async fn replay_run(
     };
     let stream_settings = stream_of(provider_settings, run.stream.as_deref());
     let lost = tokio_util::sync::CancellationToken::new();
-    let result = match open_stream(db, &connection, &stream_settings).await {
-        Ok(stream) => {
-            let target = ReplayTarget {
-                connection: &connection,
-                stream: &stream,
-                provider_settings,
-                provider: provider.as_ref(),
-                stream_name: &stream_name,
-                lease: &lease,
-                lost: &lost,
-            };
-            let ttl = settings.daemon.lease_ttl;
-            let work = replay_records(db, &target, records, &mut report);
-            renewing(db, &connection, &lease, ttl, &lost, work).await
-        }
-        Err(error) => Err(error),
+    let target = ReplayTarget {
+        connection: &connection,
+        stream: &stream_settings,
+        provider_settings,
+        provider: provider.as_ref(),
+        stream_name: &stream_name,
+        lease: &lease,
+        lost: &lost,
     };
+    let ttl = settings.daemon.lease_ttl;
+    let work = replay_records(db, &target, records, &mut report);
+    let result = renewing(db, &connection, &lease, ttl, &lost, work).await;
     let released = release(db, &connection, &holder).await;
     result?;
     released?;
@@ -178,7 +182,7 @@ fn stream_of(settings: &crate::config::ProviderSettings, stream: Option<&str>) -
 /// Where a replay stores its records.
 struct ReplayTarget<'a> {
     connection: &'a connection::Model,
-    stream: &'a StreamScope,
+    stream: &'a StreamSettings,
     provider_settings: &'a crate::config::ProviderSettings,
     provider: &'a dyn tributary_providers::Provider,
     /// The stream as the adapter names it.
@@ -204,21 +208,10 @@ async fn replay_records(
         lease,
         lost,
     } = *target;
-    let replay_run_id = start_run(db, connection, stream, Trigger::Replay).await?;
+    let mut run = Run::open(db, connection, stream, Trigger::Replay, Some(lease)).await?;
+    let replay_run_id = run.id();
     report.replay_run_id = Some(replay_run_id);
     let started = std::time::Instant::now();
-    let mut totals = RunCounts::default();
-    let context = PageContext {
-        run_id: replay_run_id,
-        connection,
-        stream,
-        next_checkpoint: None,
-        mode: provider_settings.write_mode,
-        leave_checkpoint: true,
-        expect: Default::default(),
-        sightings: false,
-        lease: Some(lease),
-    };
     let mut errors = errors.into_iter();
     let mut stopped = None;
     for error in errors.by_ref() {
@@ -236,8 +229,7 @@ async fn replay_records(
                 report
                     .still_failing
                     .push((error.id, format!("the stored payload is not JSON: {parse}")));
-                totals.fetched += 1;
-                totals.failed += 1;
+                run.count_unstored_failure();
                 continue;
             }
         };
@@ -247,29 +239,34 @@ async fn replay_records(
                 report
                     .still_failing
                     .push((error.id, rejected.message.to_string()));
-                totals.fetched += 1;
-                totals.failed += 1;
+                run.count_unstored_failure();
                 continue;
             }
         };
-        if changed_since(db, connection, stream, &record.external_id, error.run_id).await? {
+        let namespace = run.stream().namespace();
+        if changed_since(db, connection, namespace, &record.external_id, error.run_id).await? {
             close_error(db, error.id, replay_run_id).await?;
             report.superseded.push(error.id);
             continue;
         }
-        let stored =
-            match store_page(db, &context, vec![PageItem::Record(record)], &mut totals).await {
-                Ok(stored) => stored,
-                // Fenced out (the lease moved on) or the database failed: what is stored
-                // stays, the rest stays open, and the run closes saying why.
-                Err(failed) => {
-                    stopped = Some(failed.to_string());
-                    report
-                        .still_failing
-                        .push((error.id, NOT_REPLAYED.to_string()));
-                    break;
-                }
-            };
+        let page = RunPage {
+            items: vec![PageItem::Record(record)],
+            mode: provider_settings.write_mode,
+            leave_checkpoint: true,
+            ..RunPage::default()
+        };
+        let stored = match run.store(page).await {
+            Ok(stored) => stored,
+            // Fenced out (the lease moved on) or the database failed: what is stored
+            // stays, the rest stays open, and the run closes saying why.
+            Err(failed) => {
+                stopped = Some(failed.to_string());
+                report
+                    .still_failing
+                    .push((error.id, NOT_REPLAYED.to_string()));
+                break;
+            }
+        };
         if stored.failed == 0 {
             close_error(db, error.id, replay_run_id).await?;
             report.resolved.push(error.id);
@@ -296,14 +293,13 @@ async fn replay_records(
         // A replay is not a pass over the listing: the cursor, the checkpoint and the
         // connection's last success stay as they are.
         listing_complete: false,
-        checkpoint: crate::pipeline::store::CheckpointMove::Keep,
+        checkpoint: CheckpointMove::Keep,
         watermark: None,
         notify: provider_settings.notify,
-        deletions: crate::pipeline::DeletionPass::Off,
+        deletions: DeletionPass::Off,
         full_passes_served: 0,
-        lease: Some(lease),
     };
-    let closed = finish_run(db, connection, stream, replay_run_id, &totals, &end).await?;
+    let closed = run.close(end).await?;
     if stopped.is_some() {
         // A run that lost its lease closes `interrupted` with the reason saying so.
         report.stopped = closed.error.or(stopped);
@@ -328,13 +324,13 @@ const NOT_REPLAYED: &str = "not replayed: the replay stopped before this error";
 async fn changed_since(
     db: &DatabasePools,
     connection: &connection::Model,
-    stream: &StreamScope,
+    namespace: &str,
     external_id: &str,
     failed_run_id: i64,
 ) -> Result<bool, DbErr> {
     let newer = record::Entity::find()
         .filter(record::Column::UserId.eq(connection.user_id.as_str()))
-        .filter(record::Column::Provider.eq(stream.namespace()))
+        .filter(record::Column::Provider.eq(namespace))
         .filter(record::Column::ExternalId.eq(external_id))
         .filter(
             Condition::any()

@@ -368,7 +368,8 @@ async fn sync_leased(
                 sync_connection(db, provider, settings, connection, options, progress).await?;
             // A run ends `interrupted` only when it was stopped or lost the lease, which
             // its page may find before the renewal does: no further stream opens a run.
-            let interrupted = outcome.status == RunStatus::Interrupted;
+            // A run that yielded its turn leaves its siblings to the job it queues.
+            let interrupted = outcome.status == RunStatus::Interrupted || outcome.yielded;
             outcomes.push(outcome);
             if interrupted {
                 break;

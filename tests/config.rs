@@ -57,6 +57,7 @@ max_records_per_page = 5000
 max_concurrent_connections = 2
 requests_per_second = 5.0
 run_timeout = "10m"
+max_run_duration = "5m"
 
 [providers.acme.query]
 team = "core"
@@ -513,6 +514,11 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             ),
             "providers.acme.max_concurrent_connections",
             "between 1 and 256",
+        ),
+        (
+            with_line("max_run_duration", "max_run_duration = \"0s\""),
+            "providers.acme.max_run_duration",
+            "between 1s and 30days, got 0s",
         ),
         (
             with_line("run_timeout", "run_timeout = \"0s\""),

@@ -467,6 +467,7 @@ async fn run_phase(
         cancel: CancellationToken::new(),
         stream: None,
         lease: None,
+        yield_after: None,
     };
     let filter = SyncFilter {
         provider: Some(PROVIDER.to_string()),

@@ -62,6 +62,9 @@ pub(crate) mod limits {
         (1, tributary_providers::http::MAX_RECORDS_PER_PAGE);
     /// `max_concurrent_connections`.
     pub const MAX_CONCURRENT_CONNECTIONS: (usize, usize) = (1, 256);
+    /// `max_run_duration`.
+    pub const MAX_RUN_DURATION: (Duration, Duration) =
+        (Duration::from_secs(1), Duration::from_secs(30 * DAY));
     /// `run_timeout`.
     pub const RUN_TIMEOUT: (Duration, Duration) =
         (Duration::from_secs(1), Duration::from_secs(30 * DAY));
@@ -249,6 +252,9 @@ pub struct ProviderSettings {
     pub max_concurrent_connections: usize,
     /// The longest one run may take.
     pub run_timeout: Duration,
+    /// How long a run of the job queue goes on before it yields between pages, its
+    /// checkpoint kept and the rest queued behind the jobs already due.
+    pub max_run_duration: Duration,
     /// `mode` and `retention`: how records are written.
     pub write_mode: WriteMode,
     /// `[providers.NAME.http]`.
@@ -353,6 +359,8 @@ struct RawProviderSettings {
     max_concurrent_connections: usize,
     #[serde(default = "default_run_timeout", with = "humantime_serde")]
     run_timeout: Duration,
+    #[serde(default = "default_max_run_duration", with = "humantime_serde")]
+    max_run_duration: Duration,
     requests_per_second: Option<f64>,
     #[serde(default = "default_max_records_per_page")]
     max_records_per_page: usize,
@@ -403,6 +411,9 @@ fn default_max_concurrent_connections() -> usize {
 }
 fn default_run_timeout() -> Duration {
     Duration::from_secs(60 * 60)
+}
+fn default_max_run_duration() -> Duration {
+    Duration::from_secs(10 * 60)
 }
 
 impl Settings {
@@ -609,6 +620,8 @@ fn parse_provider(
     count_in(raw.max_concurrent_connections, min, max).map_err(at("max_concurrent_connections"))?;
     let (min, max) = limits::RUN_TIMEOUT;
     duration_in(raw.run_timeout, min, max).map_err(at("run_timeout"))?;
+    let (min, max) = limits::MAX_RUN_DURATION;
+    duration_in(raw.max_run_duration, min, max).map_err(at("max_run_duration"))?;
 
     let write_mode = match (raw.mode.as_deref(), raw.retention) {
         (None | Some("upsert"), None) => WriteMode::Upsert,
@@ -733,6 +746,7 @@ fn parse_provider(
         max_pages: raw.max_pages,
         max_concurrent_connections: raw.max_concurrent_connections,
         run_timeout: raw.run_timeout,
+        max_run_duration: raw.max_run_duration,
         write_mode,
         http,
         connections,

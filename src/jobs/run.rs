@@ -110,6 +110,7 @@ async fn run_and_record(
         cancel: context.cancel.child_token(),
         stream: None,
         lease: None,
+        yield_after: Some(context.settings.max_run_duration),
     };
     let report = sync_provider(
         db,
@@ -193,6 +194,26 @@ async fn record_end(
         // Asked for: another instance (or this one, restarted) finishes it.
         outcome.push_str("; re-queued: the instance shut down");
         return queue::requeue(db, job.id, now, outcome).await;
+    }
+    if report.outcomes.iter().any(|outcome| outcome.yielded) {
+        // Behind the jobs already due: their `not_before` is earlier.
+        let rest = queue::enqueue(
+            db,
+            &[NewJob {
+                connection_id: job.connection_id,
+                provider: job.provider.clone(),
+                stream: job.stream.clone(),
+                kind: JobKind::Resume,
+                slot_at: None,
+                not_before: now,
+                attempt: job.attempt,
+                full: job.full,
+            }],
+        )
+        .await?;
+        if rest > 0 {
+            outcome.push_str("; yielded after max_run_duration, the rest queued");
+        }
     }
     let failed = report
         .outcomes

@@ -135,7 +135,7 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
 
 /// When a connection next runs on its schedule.
 #[derive(Clone, Debug, Serialize)]
-pub struct NextDue {
+pub(crate) struct NextDue {
     pub provider: String,
     pub user_id: String,
     /// Its own schedule, or its provider's.
@@ -150,7 +150,7 @@ pub struct NextDue {
 
 /// Every enabled connection of a configured, enabled provider with its next slot and its
 /// queued jobs, by provider and user.
-pub async fn next_due(
+pub(crate) async fn next_due(
     db: &DatabaseConnection,
     settings: &crate::config::Settings,
 ) -> Result<Vec<NextDue>, OpsError> {

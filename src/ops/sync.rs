@@ -39,7 +39,7 @@ pub async fn now(
 
 /// A job queued by [`queue`].
 #[derive(Clone, Debug, Serialize)]
-pub struct Queued {
+pub(crate) struct Queued {
     pub job_id: i64,
     pub user_id: String,
     pub provider: String,
@@ -49,7 +49,7 @@ pub struct Queued {
 
 /// Queues a manual job for every enabled connection that matches `filter`, for the
 /// first free instance's worker (a running daemon); they start before scheduled jobs.
-pub async fn queue(
+pub(crate) async fn queue(
     db: &DatabasePools,
     settings: &Settings,
     filter: &SyncFilter,

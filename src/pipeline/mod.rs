@@ -62,6 +62,11 @@ pub struct RunOptions {
     /// conditional on the connection's row still holding it. `None`: the caller holds no
     /// lease, and the run's writes are conditional on its row being `running` only.
     pub lease: Option<Fence>,
+    /// Stop between pages once the run has taken this long, after at least one page, and
+    /// end `partial` with the checkpoint kept (`max_run_duration`, for runs of the queue:
+    /// a long first sync gives other connections' due jobs their turn). `None`: no limit
+    /// but `run_timeout`.
+    pub yield_after: Option<std::time::Duration>,
 }
 
 impl RunOptions {
@@ -73,6 +78,7 @@ impl RunOptions {
             cancel: CancellationToken::new(),
             stream: None,
             lease: None,
+            yield_after: None,
         }
     }
 }
@@ -97,6 +103,7 @@ pub async fn sync_connection(
         cancel,
         stream,
         lease,
+        yield_after,
     } = options;
     let stream_settings = match stream {
         Some(stream) => stream,
@@ -144,6 +151,7 @@ pub async fn sync_connection(
             since,
             cancel: cancel.child_token(),
             progress,
+            yield_at: yield_after.and_then(|after| started.checked_add(after)),
         };
         let mut committed = Committed::new(run);
         let result = walk_within_timeout(&context, &mut committed).await;
@@ -201,6 +209,7 @@ pub async fn sync_connection(
             status: closed.status,
             counts: closed.counts,
             error: closed.error,
+            yielded: matches!(result, Err(RunFault::Yielded { .. })),
             panicked: matches!(result, Err(RunFault::Panicked { .. })),
             elapsed: started.elapsed(),
         };
@@ -251,6 +260,8 @@ fn status_of(result: &Result<(), RunFault>, counts: &RunCounts) -> (RunStatus, O
         Ok(()) => (RunStatus::Succeeded, None),
         // A rate limit never fails a run: it stops early and resumes next time.
         Err(fault @ RunFault::RateLimited { .. }) => (RunStatus::Partial, Some(fault.to_string())),
+        // Nor does yielding its turn: the next job goes on from the checkpoint.
+        Err(fault @ RunFault::Yielded { .. }) => (RunStatus::Partial, Some(fault.to_string())),
         Err(fault @ RunFault::Interrupted { .. }) => {
             (RunStatus::Interrupted, Some(fault.to_string()))
         }

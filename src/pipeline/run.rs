@@ -40,6 +40,10 @@ pub struct RunOutcome {
     /// The run ended by a panic (its status is `failed`, the message in `error`).
     #[serde(skip)]
     pub panicked: bool,
+    /// The run stopped after `max_run_duration` to give other jobs their turn (its status
+    /// is `partial`); the rest is owed from its checkpoint.
+    #[serde(skip)]
+    pub yielded: bool,
     #[serde(skip)]
     pub elapsed: Duration,
 }

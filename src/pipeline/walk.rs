@@ -60,6 +60,8 @@ pub(super) enum RunFault {
     Timeout { timeout: Duration },
     #[error("interrupted after {pages} page(s) (shutdown or lost lease); the next run resumes from the checkpoint")]
     Interrupted { pages: u64 },
+    #[error("yielded after {pages} page(s), past max_run_duration, so that other connections' due runs start; the next run goes on from the checkpoint")]
+    Yielded { pages: u64 },
     #[error("the run panicked, a bug in tributary: {message}; committed pages are kept and the next run resumes from the checkpoint")]
     Panicked { message: String },
 }
@@ -78,6 +80,8 @@ pub(super) struct RunContext<'a> {
     /// The run is a full pass of a provider that tracks deletions: its pages note their
     /// keys, unless it resumes an earlier run's walk.
     pub track_deletes: bool,
+    /// When the walk gives way between pages (see `RunOptions::yield_after`).
+    pub yield_at: Option<std::time::Instant>,
 }
 
 /// What a walk has committed so far. The caller keeps it, so that a run that stops early
@@ -406,6 +410,17 @@ impl<'r, 'a> Walker<'r, 'a> {
         }
         if self.run.cancel.is_cancelled() {
             return Err(RunFault::Interrupted {
+                pages: pages_fetched,
+            });
+        }
+        // After a page at least, so that every run makes progress.
+        if pages_fetched > 0
+            && self
+                .run
+                .yield_at
+                .is_some_and(|at| std::time::Instant::now() >= at)
+        {
+            return Err(RunFault::Yielded {
                 pages: pages_fetched,
             });
         }

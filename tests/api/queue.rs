@@ -324,3 +324,100 @@ async fn a_sync_run_here_is_a_manual_job_and_the_queue_is_listed() {
     );
     assert_eq!(jobs(&app).await.len(), 2, "nothing queued");
 }
+
+#[tokio::test]
+async fn a_long_run_yields_to_the_jobs_due_and_its_rest_goes_on_from_the_checkpoint() {
+    let app = spawn_app().await;
+    // Alice's listing takes five slow pages; bob's is one.
+    mount_cursor_listing(&app.api, "alice", "alice", 5, 2, Duration::from_millis(400)).await;
+    mount_cursor_listing(&app.api, "bob", "bob", 1, 1, Duration::ZERO).await;
+    let providers = yearly(&app, &["alice", "bob"]).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nmax_concurrent_connections = 1\nmax_run_duration = \"1s\"\n",
+        1,
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let alices = queue_manual(&config, "alice");
+    // Bob's slot falls due while alice's first sync is going.
+    let bob = connection_of(&app, "bob").await;
+    let due = chrono::Utc::now() + chrono::Duration::milliseconds(300);
+    sync_job::ActiveModel {
+        connection_id: Set(bob.id),
+        provider: Set("acme".to_string()),
+        stream: Set(String::new()),
+        kind: Set(JobKind::Scheduled),
+        slot_at: Set(Some(due)),
+        status: Set(JobStatus::Queued),
+        priority: Set(JobKind::Scheduled.priority()),
+        not_before: Set(Some(due)),
+        created_at: Set(due),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .unwrap();
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "alice synced whole", || async {
+        app.record_ids().await.len() == 11
+    })
+    .await;
+    eventually(Duration::from_secs(10), "every job done", || async {
+        jobs(&app)
+            .await
+            .iter()
+            .all(|job| job.status == JobStatus::Done)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap();
+    // Alice yields after her first pages; bob, due meanwhile, goes next; alice's rest
+    // follows, yielding again as often as it takes.
+    let (yielded, rest) = runs.split_at(2);
+    assert_eq!(
+        (yielded[0].user_id.as_str(), yielded[0].status),
+        ("alice", RunStatus::Partial),
+        "{runs:?}"
+    );
+    assert_eq!(
+        (yielded[1].user_id.as_str(), yielded[1].status),
+        ("bob", RunStatus::Succeeded),
+        "{runs:?}"
+    );
+    assert!(rest.iter().all(|run| run.user_id == "alice"), "{runs:?}");
+    assert_eq!(
+        rest.last().map(|run| run.status),
+        Some(RunStatus::Succeeded)
+    );
+    for run in runs.iter().filter(|run| run.status == RunStatus::Partial) {
+        let reason = run.error.as_deref().unwrap_or_default();
+        assert!(reason.contains("past max_run_duration"), "{reason}");
+        assert!(run.pages_fetched >= 1, "{runs:?}");
+    }
+    let alice_pages: i64 = runs
+        .iter()
+        .filter(|run| run.user_id == "alice")
+        .map(|run| run.pages_fetched)
+        .sum();
+    assert_eq!(alice_pages, 5, "each went on from the checkpoint: {runs:?}");
+    let jobs = jobs(&app).await;
+    let first = jobs
+        .iter()
+        .find(|job| job.id == alices)
+        .expect("alice's job");
+    let outcome = first.outcome.as_deref().unwrap_or_default();
+    assert!(
+        outcome.ends_with("; yielded after max_run_duration, the rest queued"),
+        "{outcome}"
+    );
+    let rest = jobs.last().expect("the rest");
+    assert_eq!(
+        (rest.kind, rest.connection_id),
+        (JobKind::Resume, first.connection_id)
+    );
+}

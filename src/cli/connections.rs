@@ -95,9 +95,12 @@ pub enum ConnectionsCommand {
             required_unless_present = "provider_schedule"
         )]
         cron: Option<String>,
-        /// Follow the provider's `schedule` again.
+        /// Follow the provider's `schedule` again (with `--stream`: the connection's).
         #[arg(long)]
         provider_schedule: bool,
+        /// Only this stream of the connection; its other streams keep their schedule.
+        #[arg(long)]
+        stream: Option<String>,
     },
     /// Remove a connection added with `connections add`. Its records stay unless
     /// `--delete-records` is given; its run history stays.
@@ -226,6 +229,22 @@ async fn run(
         }
         ConnectionsCommand::Enable { target } => set_enabled(db, settings, target, true).await,
         ConnectionsCommand::Disable { target } => set_enabled(db, settings, target, false).await,
+        ConnectionsCommand::Schedule {
+            target,
+            cron,
+            stream: Some(stream),
+            ..
+        } => {
+            let target: ops::Target = target.into();
+            ops::set_stream_schedule(db, settings, &target, &stream, cron.as_deref()).await?;
+            match cron {
+                Some(cron) => {
+                    println!("{target} syncs stream {stream} on its own schedule {cron:?}.")
+                }
+                None => println!("{target} syncs stream {stream} on the connection's schedule."),
+            }
+            Ok(())
+        }
         ConnectionsCommand::Schedule { target, cron, .. } => {
             let target: ops::Target = target.into();
             ops::set_schedule(db, &target, cron.as_deref()).await?;

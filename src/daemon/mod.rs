@@ -16,6 +16,7 @@ mod single_instance;
 pub(crate) mod systemd;
 mod worker;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tributary_providers::Provider;
 use crate::config::{parse_cron, ConfigError, ProviderSettings, Settings};
 use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::sync_job::JobKind;
+use crate::entities::{connection, stream_schedule};
 use crate::jobs::NewJob;
 use crate::lease::{sweep_abandoned_runs, Holder};
 use crate::pipeline::streams::owe_full_pass;
@@ -407,15 +409,71 @@ async fn fire(job: &ProviderJob) {
     } else {
         JobKind::Scheduled
     };
-    queue_slot(job, connections, slot, kind, unrecorded).await;
+    let overridden = match stream_overrides(&job.db, Some(provider)).await {
+        Ok(overridden) => overridden,
+        Err(error) => {
+            tracing::error!(%provider, %error, "Reading the streams' own schedules failed; firing skipped.");
+            return;
+        }
+    };
+    let jobs = slot_jobs(&job.settings, connections, &overridden);
+    queue_slot(job, jobs, slot, kind, unrecorded).await;
 }
 
-/// Queues slot `slot` of each of `connections` as a job, unless an instance queued it
+/// The streams with a schedule of their own, by connection (of `provider` only, or all).
+async fn stream_overrides(
+    db: &DatabasePools,
+    provider: Option<&str>,
+) -> Result<HashMap<i64, Vec<stream_schedule::Model>>, sea_orm::DbErr> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let mut query = stream_schedule::Entity::find();
+    if let Some(provider) = provider {
+        let connections = sea_orm::sea_query::Query::select()
+            .column(connection::Column::Id)
+            .from(connection::Entity)
+            .and_where(connection::Column::Provider.eq(provider))
+            .to_owned();
+        query = query.filter(stream_schedule::Column::ConnectionId.in_subquery(connections));
+    }
+    let mut by_connection: HashMap<i64, Vec<stream_schedule::Model>> = HashMap::new();
+    for row in query.all(db.main()).await? {
+        by_connection
+            .entry(row.connection_id)
+            .or_default()
+            .push(row);
+    }
+    Ok(by_connection)
+}
+
+/// What a slot of the connections' schedule runs of each: every stream (`""`), or, for a
+/// connection some of whose streams have a schedule of their own, each of the others.
+fn slot_jobs(
+    settings: &ProviderSettings,
+    connections: Vec<connection::Model>,
+    overridden: &HashMap<i64, Vec<stream_schedule::Model>>,
+) -> Vec<(connection::Model, String)> {
+    let mut jobs = Vec::with_capacity(connections.len());
+    for connection in connections {
+        match overridden.get(&connection.id) {
+            None => jobs.push((connection, String::new())),
+            Some(own) => {
+                for stream in &settings.streams {
+                    if !own.iter().any(|row| row.stream == stream.name) {
+                        jobs.push((connection.clone(), stream.name.clone()));
+                    }
+                }
+            }
+        }
+    }
+    jobs
+}
+
+/// Queues slot `slot` of each `(connection, stream)` as a job, unless an instance queued it
 /// already, and wakes the worker. `full` asks for full passes (a firing that could not
 /// note the ones owed); `kind` says whether the slot is a full pass's.
 async fn queue_slot(
     job: &ProviderJob,
-    mut connections: Vec<crate::entities::connection::Model>,
+    mut connections: Vec<(connection::Model, String)>,
     slot: chrono::DateTime<chrono::Utc>,
     kind: JobKind,
     full: bool,
@@ -431,10 +489,10 @@ async fn queue_slot(
     connections.rotate_left(turn % len);
     let jobs: Vec<NewJob> = connections
         .iter()
-        .map(|connection| NewJob {
+        .map(|(connection, stream)| NewJob {
             connection_id: connection.id,
             provider: provider.clone(),
-            stream: String::new(),
+            stream: stream.clone(),
             kind,
             slot_at: Some(slot),
             not_before: slot,
@@ -466,19 +524,31 @@ async fn queue_slot(
 struct Overrides {
     db: DatabasePools,
     jobs: std::collections::HashMap<String, Arc<ProviderJob>>,
-    seen: std::sync::Mutex<std::collections::HashMap<i64, chrono::DateTime<chrono::Utc>>>,
+    /// By connection and stream (`""`: the connection's own schedule).
+    seen: std::sync::Mutex<HashMap<(i64, String), chrono::DateTime<chrono::Utc>>>,
 }
 
-/// Every second: the enabled, unpaused connections with a schedule of their own whose
-/// slot has come since the last tick are queued, each as a slot job like a provider's
-/// firing. A connection seen for the first time (the daemon started, or its schedule was
-/// just set) waits for its next slot.
+/// Every second: the enabled, unpaused connections and streams with a schedule of their
+/// own whose slot has come since the last tick are queued, each as a slot job like a
+/// provider's firing. One seen for the first time (the daemon started, or its schedule
+/// was just set) waits for its next slot.
 async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
-    use crate::entities::connection;
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     let now = chrono::Utc::now();
+    let streams = match stream_overrides(&overrides.db, None).await {
+        Ok(streams) => streams,
+        Err(error) => {
+            tracing::warn!(%error, "Reading the streams' own schedules failed; retrying at the next tick.");
+            return;
+        }
+    };
+    let ids: Vec<i64> = streams.keys().copied().collect();
     let rows = connection::Entity::find()
-        .filter(connection::Column::Schedule.is_not_null())
+        .filter(
+            sea_orm::Condition::any()
+                .add(connection::Column::Schedule.is_not_null())
+                .add(connection::Column::Id.is_in(ids)),
+        )
         .filter(connection::Column::Enabled.eq(true))
         .filter(connection::Column::PausedAt.is_null())
         .all(overrides.db.main())
@@ -494,27 +564,53 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
         let Some(job) = overrides.jobs.get(&row.provider) else {
             continue;
         };
-        let Some(cron) = row
+        let mut due = Vec::new();
+        if let Some(cron) = row
             .schedule
             .as_deref()
             .and_then(|expression| parse_cron(expression).ok())
-        else {
-            continue;
-        };
-        let slot = slot_of(&cron, now);
-        let due = {
-            let mut seen = overrides
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            seen.insert(row.id, slot).is_some_and(|last| last < slot)
-        };
-        if due && !job.cancel.is_cancelled() {
-            let job = job.clone();
-            tracker.spawn(async move {
-                queue_slot(&job, vec![row], slot, JobKind::Scheduled, false).await
-            });
+        {
+            let slot = slot_of(&cron, now);
+            if overrides.first_since(row.id, "", slot) {
+                due.push((slot_jobs(&job.settings, vec![row.clone()], &streams), slot));
+            }
         }
+        for own in streams.get(&row.id).into_iter().flatten() {
+            let Ok(cron) = parse_cron(&own.schedule) else {
+                continue;
+            };
+            let slot = slot_of(&cron, now);
+            if overrides.first_since(row.id, &own.stream, slot) {
+                due.push((vec![(row.clone(), own.stream.clone())], slot));
+            }
+        }
+        for (jobs, slot) in due {
+            if jobs.is_empty() || job.cancel.is_cancelled() {
+                continue;
+            }
+            let job = job.clone();
+            tracker.spawn(
+                async move { queue_slot(&job, jobs, slot, JobKind::Scheduled, false).await },
+            );
+        }
+    }
+}
+
+impl Overrides {
+    /// Notes `slot` as the latest of the connection's (or one stream's) own schedule;
+    /// whether it is a new one since an earlier tick.
+    fn first_since(
+        &self,
+        connection_id: i64,
+        stream: &str,
+        slot: chrono::DateTime<chrono::Utc>,
+    ) -> bool {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.insert((connection_id, stream.to_string()), slot)
+            .is_some_and(|last| last < slot)
     }
 }
 

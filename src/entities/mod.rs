@@ -12,6 +12,7 @@ pub mod processed_key;
 pub mod record;
 pub mod run_error;
 pub mod run_sighting;
+pub(crate) mod stream_schedule;
 pub mod sync_job;
 pub mod sync_run;
 

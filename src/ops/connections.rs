@@ -285,27 +285,99 @@ pub async fn set_schedule(
     schedule: Option<&str>,
 ) -> Result<(), OpsError> {
     if let Some(expression) = schedule {
-        let invalid = |message: String| OpsError::Invalid {
-            field: "schedule",
-            message,
-        };
-        if expression.len() > MAX_SCHEDULE_BYTES {
-            return Err(invalid(format!(
-                "at most {MAX_SCHEDULE_BYTES} bytes, got {}",
-                expression.len()
-            )));
-        }
-        crate::config::parse_cron(expression).map_err(|message| {
-            invalid(format!(
-                "{expression:?} is not a cron expression with seconds: {message}"
-            ))
-        })?;
+        check_schedule(expression)?;
     }
     let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
     let mut active: connection::ActiveModel = row.into();
     active.schedule = Set(schedule.map(str::to_string));
     active.updated_at = Set(Utc::now());
     active.update(db).await?;
+    Ok(())
+}
+
+/// Gives one stream of a connection a schedule of its own (as [`set_schedule`] does for
+/// the connection), or with `None` puts it back on its connection's. The connection's
+/// other streams keep theirs. The stream must be one its provider syncs.
+pub(crate) async fn set_stream_schedule(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    target: &Target,
+    stream: &str,
+    schedule: Option<&str>,
+) -> Result<(), OpsError> {
+    use crate::entities::stream_schedule;
+    use sea_orm::sea_query::OnConflict;
+    if let Some(expression) = schedule {
+        check_schedule(expression)?;
+    }
+    let provider = settings
+        .providers
+        .get(&target.provider)
+        .ok_or_else(|| not_found(target))?;
+    if provider.stream(stream).is_none() {
+        let known: Vec<&str> = provider.streams.iter().map(|s| s.name.as_str()).collect();
+        return Err(OpsError::Invalid {
+            field: "stream",
+            message: format!(
+                "provider {:?} syncs no stream named {stream:?}; it syncs {}",
+                target.provider,
+                known.join(", ")
+            ),
+        });
+    }
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    match schedule {
+        Some(expression) => {
+            let now = Utc::now();
+            stream_schedule::Entity::insert(stream_schedule::ActiveModel {
+                connection_id: Set(row.id),
+                stream: Set(stream.to_string()),
+                schedule: Set(expression.to_string()),
+                updated_at: Set(now),
+                ..Default::default()
+            })
+            .on_conflict(
+                OnConflict::columns([
+                    stream_schedule::Column::ConnectionId,
+                    stream_schedule::Column::Stream,
+                ])
+                .update_columns([
+                    stream_schedule::Column::Schedule,
+                    stream_schedule::Column::UpdatedAt,
+                ])
+                .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+        }
+        None => {
+            stream_schedule::Entity::delete_many()
+                .filter(stream_schedule::Column::ConnectionId.eq(row.id))
+                .filter(stream_schedule::Column::Stream.eq(stream))
+                .exec(db)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a schedule that is too long or not a cron expression with seconds.
+fn check_schedule(expression: &str) -> Result<(), OpsError> {
+    let invalid = |message: String| OpsError::Invalid {
+        field: "schedule",
+        message,
+    };
+    if expression.len() > MAX_SCHEDULE_BYTES {
+        return Err(invalid(format!(
+            "at most {MAX_SCHEDULE_BYTES} bytes, got {}",
+            expression.len()
+        )));
+    }
+    crate::config::parse_cron(expression).map_err(|message| {
+        invalid(format!(
+            "{expression:?} is not a cron expression with seconds: {message}"
+        ))
+    })?;
     Ok(())
 }
 

@@ -1037,3 +1037,102 @@ async fn a_full_pass_that_skipped_a_parent_marks_none_of_its_records_deleted() {
         "nothing marked deleted"
     );
 }
+
+#[tokio::test]
+async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_its_own() {
+    use crate::daemon::{daemon_table, eventually, Daemon};
+    use std::time::Duration;
+    let app = spawn_app().await;
+    mount_repos(
+        &app.api,
+        json!([repo(7, "octo/widgets", "2026-11-02T10:00:00Z")]),
+    )
+    .await;
+    mount_issues(&app.api, json!([issue(7, "2026-11-03T10:00:00Z")])).await;
+    let providers = github(&app, r#"["issues", "repos"]"#)
+        .replace("schedule = \"0 * * * * *\"", "schedule = \"* * * * * *\"");
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let schedule = |args: &[&str]| {
+        let mut all = vec![
+            "connections",
+            "schedule",
+            "--provider",
+            "gh",
+            "--user",
+            "alice",
+        ];
+        all.extend_from_slice(args);
+        crate::helpers::run(crate::helpers::tributary(&config).args(&all))
+    };
+    let unknown = schedule(&["--stream", "wikis", "--cron", "* * * * * *"]);
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("provider \"gh\" syncs no stream named \"wikis\"; it syncs issues, repos"),
+        "{}",
+        unknown.stderr
+    );
+    let bad = schedule(&["--stream", "repos", "--cron", "hourly"]);
+    assert!(
+        bad.stderr.contains("\"hourly\" is not a cron expression"),
+        "{}",
+        bad.stderr
+    );
+    // Repos once a year: the provider's every-second slots run issues alone.
+    let yearly = schedule(&["--stream", "repos", "--cron", "0 0 0 1 1 *"]);
+    assert_eq!(yearly.code, 0, "{}", yearly.stderr);
+    assert_eq!(
+        yearly.stdout.trim(),
+        "alice@gh syncs stream repos on its own schedule \"0 0 0 1 1 *\"."
+    );
+    let streams_run = || async {
+        let mut streams: Vec<String> = sync_run::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|run| run.stream)
+            .collect();
+        streams.sort();
+        streams.dedup();
+        streams
+    };
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "issues synced", || async {
+        requests_to(&app.api, "/issues").await >= 2
+    })
+    .await;
+    assert_eq!(streams_run().await, ["issues"]);
+    assert_eq!(requests_to(&app.api, "/user/repos").await, 0);
+
+    // Now issues once a year and repos back on the connection's every second.
+    let back = schedule(&["--stream", "repos", "--provider-schedule"]);
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    let issues_yearly = schedule(&["--stream", "issues", "--cron", "0 0 0 1 1 *"]);
+    assert_eq!(issues_yearly.code, 0, "{}", issues_yearly.stderr);
+    eventually(Duration::from_secs(30), "repos synced", || async {
+        requests_to(&app.api, "/user/repos").await >= 2
+    })
+    .await;
+    let issues_before = requests_to(&app.api, "/issues").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(streams_run().await, ["issues", "repos"]);
+    assert_eq!(
+        requests_to(&app.api, "/issues").await,
+        issues_before,
+        "issues follows its own yearly schedule"
+    );
+    let jobs = tributary::entities::sync_job::Entity::find()
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert!(
+        jobs.iter()
+            .all(|job| job.stream == "issues" || job.stream == "repos"),
+        "{jobs:?}"
+    );
+}

@@ -20,6 +20,7 @@
 //! - [`sync`]: choosing the connections a command or a schedule syncs and running them
 //!   with bounded concurrency.
 //! - [`app`]: start-up, [`app::App::open`], for every face and the daemon alike.
+//! - `api`: the HTTP API the daemon serves on `[api] listen`, over the operations.
 //! - [`daemon`]: `tributary daemon`: cron schedules, leases, graceful shutdown, systemd
 //!   notifications, `/healthz` and `/metrics`.
 //! - [`cli`]: the `tributary` commands, and `tributary demo` with its emulated API.
@@ -27,6 +28,7 @@
 //! Adapters live in the `tributary-providers` crate and never touch the database; the
 //! schema lives in the `tributary-migrations` crate, the benchmark in `tributary-bench`. Only [`pipeline`] writes `records`.
 
+pub(crate) mod api;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -144,6 +144,11 @@ query = { include = "requester" }
 [[providers.desk.connections]]
 user_id = "alice"
 token = "key:X"
+
+[api]
+listen = "127.0.0.1:8080"
+max_body_bytes = 1048576
+request_timeout = "30s"
 "#
     .to_string()
 }
@@ -425,6 +430,13 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             &format!("run_timeout = \"10m\"\nmode = \"append\"\nretention = \"{retention}\""),
         )
     };
+    // `[api]`'s line, not `[providers.acme.http]`'s of the same name.
+    let api_body_limit = |value: &str| {
+        full_config().replace(
+            "max_body_bytes = 1048576\nrequest_timeout",
+            &format!("max_body_bytes = {value}\nrequest_timeout"),
+        )
+    };
     let cases: Vec<(String, &str, &str)> = vec![
         (
             with_line("max_connections", "max_connections = 0"),
@@ -544,6 +556,41 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("retention", "retention = \"300000y\""),
             "changes.retention",
             "between 1h and 100years",
+        ),
+        (
+            api_body_limit("10"),
+            "api.max_body_bytes",
+            "between 1024 and 67108864, got 10",
+        ),
+        (
+            api_body_limit("100000000"),
+            "api.max_body_bytes",
+            "between 1024 and 67108864, got 100000000",
+        ),
+        (
+            with_line("request_timeout", "request_timeout = \"0s\""),
+            "api.request_timeout",
+            "between 100ms and 10m, got 0s",
+        ),
+        (
+            with_line("request_timeout", "request_timeout = \"1h\""),
+            "api.request_timeout",
+            "between 100ms and 10m, got 1h",
+        ),
+        (
+            with_line("request_timeout", "request_timeout = \"30s\"\nport = 8080"),
+            "api.port",
+            "unknown field `port`",
+        ),
+        (
+            full_config().replace("listen = \"127.0.0.1:8080\"\n", ""),
+            "api.listen",
+            "missing: expected a socket address",
+        ),
+        (
+            full_config().replace("listen = \"127.0.0.1:8080\"", "listen = \"localhost\""),
+            "api.listen",
+            "invalid socket address",
         ),
         (
             with_line("sweep_schedule", "sweep_schedule = \"every day\""),

@@ -166,6 +166,7 @@ async fn run(
             let query = ConnectionsQuery {
                 provider,
                 user_id: user,
+                enabled: None,
                 after,
                 limit,
             };

@@ -4,6 +4,7 @@
 //! and check-config, `demo/`). `open.rs` opens the database as a command needs it. This
 //! is the only module that prints.
 
+mod api_keys;
 mod changes;
 mod connections;
 mod daemon;
@@ -118,6 +119,9 @@ pub enum Command {
     /// Manage connections besides config.toml.
     #[command(subcommand)]
     Connections(connections::ConnectionsCommand),
+    /// The HTTP API's keys ([api]): create one (shown once), list them, revoke one.
+    #[command(subcommand)]
+    ApiKeys(api_keys::ApiKeysCommand),
     /// The key that seals stored credentials: generate one, rotate to it, see which
     /// rows use which key.
     #[command(subcommand)]
@@ -282,6 +286,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(args) => reconcile::run(config, args).await,
         Command::Connections(command) => connections::command(config, command).await,
         Command::Secrets(command) => secrets::run(config, command).await,
+        Command::ApiKeys(command) => api_keys::run(config, command).await,
         Command::Demo(args) => demo::run(config, args).await,
     }
 }

@@ -13,12 +13,14 @@ use tributary_providers::bounds::{count_in, duration_in};
 use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
+mod api;
 mod notify;
 mod redact;
 mod streams;
 #[cfg(test)]
 mod tests;
-pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
+pub use api::ApiSettings;
+pub use notify::{NotifyRuns, NotifySettings};
 pub use redact::redact_url;
 pub use streams::{namespace, ParentStream, StreamSettings};
 
@@ -102,7 +104,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// The file it was read from.
     pub path: PathBuf,
@@ -115,6 +117,8 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
     /// `[changes]`: the change feed's retention.
     pub changes: ChangesSettings,
+    /// `[api]`: the HTTP API; `None` when the table is absent.
+    pub api: Option<ApiSettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -390,6 +394,7 @@ struct RawSettings {
     notify: Option<toml::Value>,
     #[serde(default)]
     changes: ChangesSettings,
+    api: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -501,6 +506,14 @@ impl Settings {
             ),
             None => None,
         };
+        let api = match raw.api {
+            Some(value) => Some(
+                deserialize_at("api", value)
+                    .and_then(api::parse)
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
         let notify_runs = notify
             .as_ref()
             .map_or(NotifyRuns::None, NotifySettings::runs);
@@ -554,6 +567,7 @@ impl Settings {
             secrets: raw.secrets,
             notify,
             changes: raw.changes,
+            api,
             providers,
         })
     }

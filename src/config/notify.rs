@@ -8,7 +8,7 @@ use tributary_providers::bounds::duration_in;
 use url::Url;
 
 /// The shortest signing secret accepted: a shorter one could be guessed from signatures.
-pub const MIN_SECRET_BYTES: usize = 16;
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
 
 /// The ranges of the `[notify]` durations.
 pub mod limits {

@@ -66,6 +66,8 @@ pub enum DaemonError {
     Notifier(#[from] notify::NotifierError),
     #[error("installing the metrics recorder failed: {0}")]
     Metrics(String),
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiError),
     #[error("listening on {listen} ([daemon] listen) failed: {source}")]
     Listen {
         listen: std::net::SocketAddr,
@@ -260,6 +262,13 @@ pub async fn run_with(
         }
         None => None,
     };
+    let api = match &settings.api {
+        Some(api) => {
+            let settings = Arc::new(settings.clone());
+            Some(crate::api::serve(api, db.clone(), settings, cancel.clone()).await?)
+        }
+        None => None,
+    };
     let watchdog = systemd::spawn_watchdog();
     systemd::ready();
     tracing::info!(providers = scheduled, "Daemon ready.");
@@ -291,6 +300,9 @@ pub async fn run_with(
     }
     if let Some(endpoints) = endpoints {
         let _ = endpoints.await;
+    }
+    if let Some(api) = api {
+        let _ = api.await;
     }
     tracing::info!("Daemon stopped.");
     Ok(())

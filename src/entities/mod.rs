@@ -1,6 +1,8 @@
 //! SeaORM entities, one per table. The column names are a contract with operators; see
 //! the migrations crate for the schema itself.
 
+pub(crate) mod api_audit;
+pub(crate) mod api_key;
 pub mod change;
 pub mod change_batch;
 pub mod change_clock;

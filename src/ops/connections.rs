@@ -43,6 +43,8 @@ impl std::fmt::Display for Target {
 pub struct ConnectionsQuery {
     pub provider: Option<String>,
     pub user_id: Option<String>,
+    /// Only enabled connections (`true`) or only disabled ones.
+    pub enabled: Option<bool>,
     /// Only connections after this connection's id in that order (the `next` of the page
     /// before).
     pub after: Option<i64>,
@@ -88,6 +90,9 @@ pub async fn list(
     if let Some(user_id) = &query.user_id {
         select = select.filter(connection::Column::UserId.eq(user_id.as_str()));
     }
+    if let Some(enabled) = query.enabled {
+        select = select.filter(connection::Column::Enabled.eq(enabled));
+    }
     if let Some(after) = query.after {
         let Some(last) = connection::Entity::find_by_id(after).one(db).await? else {
             return Err(OpsError::Invalid {
@@ -112,13 +117,56 @@ pub async fn list(
         .all(db)
         .await?;
     let rows = Page::from_rows(rows, limit, |row| row.id);
-    let ids = rows.items.iter().map(|row| row.id).collect();
+    Ok(Page {
+        items: views_of(db, settings, rows.items).await?,
+        next: rows.next,
+    })
+}
+
+/// One connection, as one view per stream.
+pub(crate) async fn get(
+    db: &DatabasePools,
+    settings: &Settings,
+    id: i64,
+) -> Result<Vec<ConnectionView>, OpsError> {
+    let row = connection::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| OpsError::NotFound {
+            what: format!("connection with id {id}"),
+            hint: "; `tributary connections list` lists them",
+        })?;
+    views_of(db, settings, vec![row]).await
+}
+
+/// Which connection has id `id`.
+pub(crate) async fn target_of(db: &DatabaseConnection, id: i64) -> Result<Target, OpsError> {
+    let row = connection::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| OpsError::NotFound {
+            what: format!("connection with id {id}"),
+            hint: "; `tributary connections list` lists them",
+        })?;
+    Ok(Target {
+        provider: row.provider,
+        user_id: row.user_id,
+    })
+}
+
+/// `rows` as views, one per stream, in their order.
+async fn views_of(
+    db: &DatabasePools,
+    settings: &Settings,
+    rows: Vec<connection::Model>,
+) -> Result<Vec<ConnectionView>, OpsError> {
+    let ids = rows.iter().map(|row| row.id).collect();
     let mut states: HashMap<i64, Vec<connection_stream::Model>> = HashMap::new();
     for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
         states.entry(state.connection_id).or_default().push(state);
     }
     let mut views = Vec::new();
-    for row in rows.items {
+    for row in rows {
         let credentials =
             StoredCredentials::describe_column(db.secrets(), row.binding(), &row.credentials);
         let defined_in = defined_in(settings, &row);
@@ -141,10 +189,7 @@ pub async fn list(
             });
         }
     }
-    Ok(Page {
-        items: views,
-        next: rows.next,
-    })
+    Ok(views)
 }
 
 /// A connection to add, with its secrets (sealed with the pools' key before they are

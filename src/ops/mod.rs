@@ -6,6 +6,7 @@
 //! key to ask for the page after it (absent on the last page). Keys are row ids, so a
 //! page boundary never moves when rows are added.
 
+pub(crate) mod api_keys;
 pub mod changes;
 pub mod connections;
 pub mod errors;

@@ -5,7 +5,7 @@
 //!   ARCHITECTURE.md's "Layers" table allows, and each row allows only rows above it; so
 //!   does each sub-module of `pipeline` by the "Pipeline layers" table, and no file of
 //!   `src/` imports, through others, a file that imports it.
-//! - Only `cli` prints, and `cli` never queries the database: it calls `ops`.
+//! - Only `cli` prints, and neither `cli` nor `api` queries the database: they call `ops`.
 //! - Only `pipeline` writes `records`.
 //! - The providers crate cannot reach the database.
 //! - Every crate lays a module with sub-modules out as `NAME/mod.rs`.
@@ -235,8 +235,8 @@ fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
         if !matches!(top, Some("pipeline" | "entities")) {
             problems.extend(records_writes(&file.path, &scan));
         }
-        if top == Some("cli") {
-            problems.extend(database_access(&file.path, &scan));
+        if let Some(face @ ("cli" | "api")) = top {
+            problems.extend(database_access(face, &file.path, &scan));
         }
         scanned.push((file.path.as_str(), module, scan));
     }
@@ -388,9 +388,9 @@ fn records_writes(path: &str, scan: &scan::Scan) -> Vec<String> {
     problems
 }
 
-/// Database access in `cli`: a path through a database crate, an entity's `Entity`, or
-/// SQL text. `cli` calls `ops`, which return data.
-fn database_access(path: &str, scan: &scan::Scan) -> Vec<String> {
+/// Database access in a face (`cli`, `api`): a path through a database crate, an entity's
+/// `Entity`, or SQL text. The faces call `ops`, which return data.
+fn database_access(face: &str, path: &str, scan: &scan::Scan) -> Vec<String> {
     let mut problems = Vec::new();
     for (line, segments) in &scan.paths {
         let through_crate = segments
@@ -398,7 +398,7 @@ fn database_access(path: &str, scan: &scan::Scan) -> Vec<String> {
             .is_some_and(|first| DATABASE_PATHS.contains(&first.as_str()));
         if through_crate || segments.iter().any(|segment| segment == "Entity") {
             problems.push(format!(
-                "{path}:{line}: `{}` queries the database in `cli` (call an operation in `ops`)",
+                "{path}:{line}: `{}` queries the database in `{face}` (call an operation in `ops`)",
                 segments.join("::")
             ));
         }
@@ -411,7 +411,7 @@ fn database_access(path: &str, scan: &scan::Scan) -> Vec<String> {
         let sql = words.iter().any(|w| w == "select") && words.iter().any(|w| w == "from");
         if sql {
             problems.push(format!(
-                "{path}:{line}: SQL in `cli` (call an operation in `ops`)"
+                "{path}:{line}: SQL in `{face}` (call an operation in `ops`)"
             ));
         }
     }
@@ -775,6 +775,12 @@ mod checker {
         assert!(found[1].starts_with("src/cli/runs.rs:3: `sync_run::Entity::find`"));
         assert!(found[2].starts_with("src/cli/runs.rs:4: SQL in `cli`"));
         assert!(problems(&[("src/db.rs", "fn f() { sync_run::Entity::find(); }\n")]).is_empty());
+        let found = problems(&[("src/api/runs.rs", "fn f() { sync_run::Entity::find(); }\n")]);
+        assert!(
+            found.iter().any(|problem| problem
+                .contains("runs.rs:1: `sync_run::Entity::find` queries the database in `api`")),
+            "{found:?}"
+        );
     }
 
     #[test]

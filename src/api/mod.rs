@@ -1,0 +1,188 @@
+//! The HTTP API the daemon serves on `[api] listen`: versioned routes under `/v1`, each a
+//! thin function that reads its input, calls an operation in `ops` and returns its data
+//! as JSON; errors as RFC 9457 problems; bearer keys checked on every request; the OpenAPI
+//! document generated from the handlers at `/v1/openapi.json`.
+//!
+//! Layers, outermost first: problems (any error answer becomes `application/problem+json`),
+//! the audit of write requests, the request timeout (503), the body limit (413), the
+//! routes. Nothing another instance needs is held in memory: every request reads its key's
+//! row, so instances behind one load balancer answer alike.
+
+mod auth;
+mod connections;
+mod input;
+mod problem;
+mod runs;
+mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::config::{ApiSettings, Settings};
+use crate::db::DatabasePools;
+use problem::Problem;
+use state::ApiState;
+
+/// Why the API could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("listening on {listen} ([api] listen) failed: {source}")]
+    Listen {
+        listen: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "tributary",
+        description = "The API of a tributary daemon: its connections and their runs. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
+    ),
+    modifiers(&BearerScheme),
+    components(schemas(Problem)),
+    tags(
+        (name = "connections", description = "Users' accounts at providers and their streams"),
+        (name = "runs", description = "The run history"),
+        (name = "meta", description = "This document"),
+    )
+)]
+struct ApiDoc;
+
+/// The `bearer` security scheme every route but the document names.
+struct BearerScheme;
+
+impl utoipa::Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("trb_<prefix>_<secret>")
+                    .description(Some(
+                        "An API key from `tributary api-keys create`, as `Authorization: Bearer <key>`",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The routes and the document that describes them, from the same list.
+fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    OpenApiRouter::with_openapi(doc)
+        .routes(routes!(connections::list_connections))
+        .routes(routes!(
+            connections::get_connection,
+            connections::change_connection
+        ))
+        .routes(routes!(runs::list_runs))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(openapi_json))
+        .split_for_parts()
+}
+
+/// The OpenAPI document, as `/v1/openapi.json` serves it.
+pub(crate) fn openapi_document() -> String {
+    routes().1.to_pretty_json().unwrap_or_default()
+}
+
+/// This document: the API's routes, parameters, answers and security scheme (OpenAPI 3.1).
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
+)]
+async fn openapi_json(State(state): State<ApiState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        state.openapi.as_str().to_string(),
+    )
+}
+
+/// The whole service: routes and layers.
+fn app(api: &ApiSettings, state: ApiState) -> Router {
+    let (router, _) = routes();
+    router
+        .layer(RequestBodyLimitLayer::new(api.max_body_bytes))
+        // The body limit above is the one that counts; axum's own (2 MiB) would refuse
+        // first when `max_body_bytes` is larger.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            api.request_timeout,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::audit_writes,
+        ))
+        .layer(axum::middleware::from_fn(problem::problems_everywhere))
+        .with_state(state)
+}
+
+/// Binds `[api] listen` and serves until `shutdown` is cancelled; requests in flight are
+/// answered first (each within `request_timeout`).
+pub(crate) async fn serve(
+    api: &ApiSettings,
+    db: DatabasePools,
+    settings: Arc<Settings>,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, ApiError> {
+    let listen = api.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| ApiError::Listen { listen, source })?;
+    let state = ApiState {
+        db,
+        settings,
+        openapi: Arc::new(openapi_document()),
+    };
+    let app = app(api, state);
+    tracing::info!(%listen, "Serving the API.");
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "The API stopped.");
+        }
+        tracing::info!("The API stopped serving.");
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The committed document is the one the code generates, so that a change to the
+    /// API shows in review. `TRIBUTARY_BLESS=1` rewrites it.
+    #[test]
+    fn the_committed_openapi_document_is_the_generated_one() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json");
+        let generated = format!("{}\n", super::openapi_document());
+        if std::env::var_os("TRIBUTARY_BLESS").is_some() {
+            std::fs::write(&path, &generated).expect("docs/openapi.json written");
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/openapi.json differs from the generated document; rerun with TRIBUTARY_BLESS=1"
+        );
+    }
+}

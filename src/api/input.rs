@@ -71,22 +71,17 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     }
 }
 
-/// The field an error is about: its path, or for an unknown field the name the message
-/// quotes (serde reports it before the path reaches it).
+/// The field an error is about: its path, or when the path is the whole input, the name
+/// an unknown-field message quotes.
 fn field_of(path: &str, message: &str) -> String {
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        if let Some((name, _)) = rest.split_once('`') {
-            let name = tributary_providers::quote::truncated(name, 64);
-            return match path {
-                "." | "" => name,
-                parent => format!("{parent}.{name}"),
-            };
-        }
+    if path != "." {
+        return tributary_providers::quote::truncated(path, 64);
     }
-    match path {
-        "." => String::new(),
-        path => path.to_string(),
-    }
+    message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| tributary_providers::quote::truncated(name, 64))
+        .unwrap_or_default()
 }
 
 /// The opaque cursor of a list: the operation's row id, with the list's name, in

@@ -19,6 +19,7 @@ mod fault_scenarios;
 mod faults;
 mod fencing;
 mod helpers;
+mod http;
 mod keying;
 mod leases;
 mod lock_order;

@@ -1,0 +1,571 @@
+//! The HTTP API of a real `tributary daemon` process, driven by a real client: keys and
+//! scopes, paged lists, problems for every error, the audit of writes and the OpenAPI
+//! document.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use sea_orm::{ConnectionTrait, EntityTrait, Statement};
+use serde_json::Value;
+use tributary::entities::connection;
+
+use crate::daemon::{daemon_table, free_port, Daemon};
+use crate::helpers::{
+    backend, cursor_provider, mount_cursor_listing, run, spawn_app, tributary, Backend, TestApp,
+};
+
+/// A daemon serving the API on a free port, its config and its base URL.
+struct Served {
+    daemon: Daemon,
+    config: std::path::PathBuf,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Served {
+    /// Starts a daemon over `providers` with `[api]` on a free port and a body limit of
+    /// 1 KiB, and waits until the API answers.
+    async fn start(app: &TestApp, providers: &str) -> Served {
+        let port = free_port();
+        let config = app.write_config(&format!(
+            "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{providers}",
+            daemon_table(None)
+        ));
+        let daemon = Daemon::start_with(
+            &config,
+            app.dir.path().join("daemon.log"),
+            &["--log", "debug"],
+            &[],
+        );
+        let served = Served {
+            daemon,
+            config,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let answered = served
+                .client
+                .get(format!("{}/v1/openapi.json", served.base))
+                .send()
+                .await;
+            if matches!(&answered, Ok(response) if response.status() == StatusCode::OK) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the API did not answer: {answered:?}\n{}",
+                served.daemon.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        served
+    }
+
+    /// `tributary api-keys create --name NAME --scope ...`: the key it printed.
+    fn create_key(&self, name: &str, scopes: &[&str]) -> String {
+        let mut command = tributary(&self.config);
+        command.args(["api-keys", "create", "--name", name]);
+        for scope in scopes {
+            command.args(["--scope", scope]);
+        }
+        let output = run(&mut command);
+        assert_eq!(output.code, 0, "{}{}", output.stdout, output.stderr);
+        output
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("trb_"))
+            .unwrap_or_else(|| panic!("no key printed: {}", output.stdout))
+            .to_string()
+    }
+
+    /// A request with `key` as its bearer token (none when `None`); the status, the
+    /// headers and the body as JSON.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some((content_type, body)) = body {
+            request = request.header("content-type", content_type).body(body);
+        }
+        let response = request.send().await.expect("the API answers");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("a body");
+        let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, headers, json)
+    }
+
+    async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
+        let (status, headers, json) = self.call(Method::GET, path, Some(key), None).await;
+        if !status.is_success() {
+            assert_problem(status, &headers, &json);
+        }
+        (status, json)
+    }
+}
+
+/// An answer is an RFC 9457 problem of its status.
+fn assert_problem(status: StatusCode, headers: &reqwest::header::HeaderMap, json: &Value) {
+    assert_eq!(
+        headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/problem+json"),
+        "{status} {json}"
+    );
+    assert_eq!(json["status"], status.as_u16(), "{json}");
+    assert!(
+        json["type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("urn:tributary:problem:")),
+        "{json}"
+    );
+    assert!(json["title"].is_string(), "{json}");
+}
+
+/// Every text column of `api_keys` and `api_audit`, row by row.
+async fn key_and_audit_text(app: &TestApp) -> Vec<String> {
+    let mut text = Vec::new();
+    for row in query(
+        &app,
+        "SELECT name, prefix, secret_hash, scopes FROM api_keys",
+    )
+    .await
+    {
+        for column in ["name", "prefix", "secret_hash", "scopes"] {
+            text.push(row.try_get::<String>("", column).expect(column));
+        }
+    }
+    for row in audit_rows(app).await {
+        text.push(format!("{row:?}"));
+    }
+    text
+}
+
+/// `api_audit`'s rows in order: key id, method, path, status.
+async fn audit_rows(app: &TestApp) -> Vec<(Option<i64>, String, String, i32)> {
+    query(
+        app,
+        "SELECT key_id, method, path, status FROM api_audit ORDER BY id",
+    )
+    .await
+    .iter()
+    .map(|row| {
+        (
+            row.try_get("", "key_id").expect("key_id"),
+            row.try_get("", "method").expect("method"),
+            row.try_get("", "path").expect("path"),
+            row.try_get("", "status").expect("status"),
+        )
+    })
+    .collect()
+}
+
+async fn query(app: &TestApp, sql: &str) -> Vec<sea_orm::QueryResult> {
+    let backend = app.db.get_database_backend();
+    app.db
+        .query_all_raw(Statement::from_string(backend, sql.to_string()))
+        .await
+        .expect("query")
+}
+
+async fn three_connections(app: &TestApp) -> String {
+    cursor_provider("acme", &app.api.uri(), &["alice", "bob", "carol"])
+}
+
+#[tokio::test]
+async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() {
+    let app = spawn_app().await;
+    let providers = three_connections(&app).await;
+    let served = Served::start(&app, &providers).await;
+    let reader = served.create_key("reader", &["connections:read"]);
+    let records = served.create_key("records", &["records:read"]);
+    let admin = served.create_key("admin", &["admin"]);
+
+    let (status, headers, json) = served
+        .call(Method::GET, "/v1/connections", None, None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{json}");
+    assert_problem(status, &headers, &json);
+    assert!(
+        headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("Bearer")),
+        "{headers:?}"
+    );
+    let (prefix, _) = reader
+        .strip_prefix("trb_")
+        .and_then(|rest| rest.split_once('_'))
+        .expect("trb_<prefix>_<secret>");
+    let wrong_secret = format!("trb_{prefix}_{}", "A".repeat(43));
+    for wrong in ["nonsense", "trb_zz_x", wrong_secret.as_str()] {
+        let (status, headers, json) = served
+            .call(Method::GET, "/v1/connections", Some(wrong), None)
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong}: {json}");
+        assert_problem(status, &headers, &json);
+        assert!(headers.contains_key("www-authenticate"), "{headers:?}");
+    }
+
+    let (status, json) = served.get("/v1/connections", &records).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{json}");
+    assert!(
+        json["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("connections:read")),
+        "{json}"
+    );
+    for key in [&reader, &admin] {
+        let (status, json) = served.get("/v1/connections", key).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+        assert_eq!(json["items"].as_array().map(Vec::len), Some(3), "{json}");
+    }
+
+    let listed = run(tributary(&served.config).args(["api-keys", "list", "--json"]));
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let keys: Value = serde_json::from_str(&listed.stdout).expect("JSON list");
+    let reader_row = keys
+        .as_array()
+        .and_then(|keys| keys.iter().find(|k| k["name"] == "reader"))
+        .expect("reader listed");
+    assert_eq!(reader_row["prefix"], prefix);
+    assert_eq!(
+        reader_row["scopes"],
+        serde_json::json!(["connections:read"])
+    );
+    assert!(reader_row["last_used_at"].is_string(), "{reader_row}");
+    assert!(reader_row["revoked_at"].is_null(), "{reader_row}");
+
+    let revoked = run(tributary(&served.config).args(["api-keys", "revoke", "--name", "reader"]));
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    let (status, json) = served.get("/v1/connections", &reader).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{json}");
+    assert!(
+        json["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("revoked")),
+        "{json}"
+    );
+
+    // The keys are nowhere in clear: not in the listing, the log, the tables or the file.
+    let secret_of = |key: &str| -> String {
+        let (_, secret) = key
+            .strip_prefix("trb_")
+            .and_then(|rest| rest.split_once('_'))
+            .expect("trb_<prefix>_<secret>");
+        assert_eq!(secret.len(), 43, "{key}");
+        secret.to_string()
+    };
+    let tables = key_and_audit_text(&app).await;
+    assert!(tables.iter().any(|text| text == prefix), "{tables:?}");
+    let log = served.daemon.log();
+    assert!(log.contains("Serving the API."), "{log}");
+    for key in [&reader, &records, &admin] {
+        let secret = secret_of(key);
+        assert!(!listed.stdout.contains(&secret), "{}", listed.stdout);
+        assert!(!log.contains(&secret), "the key is in the daemon's log");
+        assert!(
+            tables.iter().all(|row| !row.contains(&secret)),
+            "the key is in a table"
+        );
+    }
+    if backend() == Backend::Sqlite {
+        let secret = secret_of(&reader);
+        for file in std::fs::read_dir(app.dir.path()).expect("dir").flatten() {
+            let bytes = std::fs::read(file.path()).unwrap_or_default();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "the key is in {}",
+                file.path().display()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_problem_naming_it() {
+    let app = spawn_app().await;
+    for user in ["alice", "bob", "carol"] {
+        mount_cursor_listing(&app.api, user, &format!("{user}_"), 1, 2, Duration::ZERO).await;
+    }
+    let providers = three_connections(&app).await;
+    let settings = app.settings(&providers).await;
+    app.sync(&settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["connections:read"]);
+
+    // Three connections, two a page, the second page by the first's `next`.
+    let (status, first) = served.get("/v1/connections?limit=2", &key).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let users = |page: &Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|c| c["user_id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(users(&first), ["alice", "bob"]);
+    let next = first["next"].as_str().expect("a next page");
+    let (status, second) = served
+        .get(&format!("/v1/connections?limit=2&cursor={next}"), &key)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(users(&second), ["carol"]);
+    assert!(second["next"].is_null(), "{second}");
+    let alice = &first["items"][0];
+    assert_eq!(alice["provider"], "acme");
+    assert_eq!(alice["streams"][0]["name"], "records");
+    assert!(
+        alice["streams"][0]["last_success_run_id"].is_i64(),
+        "{alice}"
+    );
+    assert!(
+        !first.to_string().contains("token-alice"),
+        "a secret in the list: {first}"
+    );
+
+    let (_, filtered) = served
+        .get(
+            "/v1/connections?provider=acme&user_id=bob&enabled=true",
+            &key,
+        )
+        .await;
+    assert_eq!(users(&filtered), ["bob"]);
+    let (_, none) = served.get("/v1/connections?enabled=false", &key).await;
+    assert_eq!(users(&none), Vec::<String>::new());
+
+    let id = alice["id"].as_i64().expect("id");
+    let (status, one) = served.get(&format!("/v1/connections/{id}"), &key).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["user_id"], "alice");
+
+    // Runs, newest first, two a page, the rest by the first page's `next`.
+    let (status, runs) = served.get("/v1/runs?limit=2", &key).await;
+    assert_eq!(status, StatusCode::OK, "{runs}");
+    let next = runs["next"].as_str().expect("more runs");
+    let (_, older) = served
+        .get(&format!("/v1/runs?limit=2&cursor={next}"), &key)
+        .await;
+    assert!(older["next"].is_null(), "{older}");
+    let listed: Vec<&Value> = runs["items"]
+        .as_array()
+        .into_iter()
+        .chain(older["items"].as_array())
+        .flatten()
+        .collect();
+    let ids: Vec<i64> = listed.iter().filter_map(|run| run["id"].as_i64()).collect();
+    assert_eq!(ids.len(), 3, "{runs}\n{older}");
+    assert!(
+        ids.windows(2).all(|w| w[0] > w[1]),
+        "not newest first: {ids:?}"
+    );
+    let mut run_users: Vec<&str> = listed
+        .iter()
+        .filter_map(|run| run["user_id"].as_str())
+        .collect();
+    run_users.sort();
+    assert_eq!(run_users, ["alice", "bob", "carol"]);
+    assert!(
+        listed.iter().all(|run| run["status"] == "succeeded"),
+        "{runs}"
+    );
+    let (status, run_json) = served.get(&format!("/v1/runs/{}", ids[2]), &key).await;
+    assert_eq!(status, StatusCode::OK, "{run_json}");
+    assert_eq!(run_json["id"], ids[2], "{run_json}");
+    assert_eq!(run_json["records_inserted"], 2, "{run_json}");
+
+    // Problems: unknown ids and routes, bad parameters named.
+    for (path, status, field) in [
+        ("/v1/connections/999999", StatusCode::NOT_FOUND, None),
+        ("/v1/runs/999999", StatusCode::NOT_FOUND, None),
+        ("/v1/nothing", StatusCode::NOT_FOUND, None),
+        ("/v2/connections", StatusCode::NOT_FOUND, None),
+        ("/v1/connections/abc", StatusCode::BAD_REQUEST, Some("id")),
+        (
+            "/v1/connections?limit=abc",
+            StatusCode::BAD_REQUEST,
+            Some("limit"),
+        ),
+        (
+            "/v1/connections?limit=-1",
+            StatusCode::BAD_REQUEST,
+            Some("limit"),
+        ),
+        (
+            "/v1/connections?limit=0",
+            StatusCode::BAD_REQUEST,
+            Some("limit"),
+        ),
+        (
+            "/v1/runs?limit=100000",
+            StatusCode::BAD_REQUEST,
+            Some("limit"),
+        ),
+        (
+            "/v1/connections?enabled=maybe",
+            StatusCode::BAD_REQUEST,
+            Some("enabled"),
+        ),
+        (
+            "/v1/connections?token=x",
+            StatusCode::BAD_REQUEST,
+            Some("token"),
+        ),
+        (
+            "/v1/connections?cursor=bm9wZQ",
+            StatusCode::BAD_REQUEST,
+            Some("cursor"),
+        ),
+        (
+            &format!(
+                "/v1/runs?cursor={}",
+                first["next"].as_str().unwrap_or_default()
+            ),
+            StatusCode::BAD_REQUEST,
+            Some("cursor"),
+        ),
+    ] {
+        let (got, json) = served.get(path, &key).await;
+        assert_eq!(got, status, "{path}: {json}");
+        assert_eq!(json["field"].as_str(), field, "{path}: {json}");
+        assert!(json["detail"].is_string(), "{path}: {json}");
+    }
+    let (status, headers, json) = served
+        .call(Method::DELETE, "/v1/runs", Some(&key), None)
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{json}");
+    assert_problem(status, &headers, &json);
+}
+
+#[tokio::test]
+async fn a_write_is_audited_and_bad_or_oversized_bodies_are_refused_before_any_change() {
+    let app = spawn_app().await;
+    let providers = three_connections(&app).await;
+    let served = Served::start(&app, &providers).await;
+    let writer = served.create_key("writer", &["connections:read", "connections:write"]);
+    let reader = served.create_key("reader", &["connections:read"]);
+    let (_, page) = served.get("/v1/connections?user_id=alice", &writer).await;
+    let id = page["items"][0]["id"].as_i64().expect("alice's id");
+    let path = format!("/v1/connections/{id}");
+    let json_body = |text: &str| Some(("application/json", text.as_bytes().to_vec()));
+
+    let (status, headers, json) = served
+        .call(
+            Method::PATCH,
+            &path,
+            Some(&reader),
+            json_body(r#"{"paused": true}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{json}");
+    assert_problem(status, &headers, &json);
+
+    for (body, field) in [
+        (r#"{"paused": true, "token": "x"}"#, Some("token")),
+        (r#"{"paused": "yes"}"#, Some("paused")),
+        (r#"{"paused": tru"#, Some("paused")),
+        ("not json", None),
+    ] {
+        let (status, headers, json) = served
+            .call(Method::PATCH, &path, Some(&writer), json_body(body))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {json}");
+        assert_problem(status, &headers, &json);
+        assert_eq!(json["field"].as_str(), field, "{body}: {json}");
+    }
+    let oversized = format!(r#"{{"paused": true, "pad": "{}"}}"#, "x".repeat(4096));
+    let (status, headers, json) = served
+        .call(Method::PATCH, &path, Some(&writer), json_body(&oversized))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{json}");
+    assert_problem(status, &headers, &json);
+    let (status, _, json) = served
+        .call(
+            Method::PATCH,
+            &path,
+            Some(&writer),
+            Some(("text/plain", b"paused".to_vec())),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{json}");
+    let row = connection::Entity::find_by_id(id)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("alice");
+    assert!(row.paused_at.is_none(), "a refused write changed the row");
+
+    let (status, _, json) = served
+        .call(
+            Method::PATCH,
+            &path,
+            Some(&writer),
+            json_body(r#"{"paused": true}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert!(json["paused_at"].is_string(), "{json}");
+    let row = connection::Entity::find_by_id(id)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("alice");
+    assert!(row.paused_at.is_some(), "the pause was not stored");
+
+    // Every write request left its row: the refused ones too, with their status.
+    let audit = audit_rows(&app).await;
+    let statuses: Vec<i32> = audit.iter().map(|row| row.3).collect();
+    assert_eq!(
+        statuses,
+        [403, 400, 400, 400, 400, 413, 415, 200],
+        "{audit:#?}"
+    );
+    let keys = query(&app, "SELECT id, name FROM api_keys ORDER BY id").await;
+    let writer_id: i64 = keys[0].try_get("", "id").expect("id");
+    let reader_id: i64 = keys[1].try_get("", "id").expect("id");
+    assert_eq!(
+        audit.last(),
+        Some(&(Some(writer_id), "PATCH".to_string(), path.clone(), 200))
+    );
+    assert_eq!(audit[0].0, Some(reader_id), "{audit:#?}");
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route_and_the_bearer_scheme() {
+    let app = spawn_app().await;
+    let served = Served::start(&app, &three_connections(&app).await).await;
+    let (status, _, doc) = served
+        .call(Method::GET, "/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["openapi"], "3.1.0");
+    for (path, method) in [
+        ("/v1/connections", "get"),
+        ("/v1/connections/{id}", "get"),
+        ("/v1/connections/{id}", "patch"),
+        ("/v1/runs", "get"),
+        ("/v1/runs/{id}", "get"),
+        ("/v1/openapi.json", "get"),
+    ] {
+        assert!(doc["paths"][path][method].is_object(), "{method} {path}");
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert!(doc["components"]["schemas"]["Problem"].is_object());
+    let limit = doc["paths"]["/v1/connections"]["get"]["parameters"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "limit"))
+        .expect("limit documented");
+    assert_eq!(limit["in"], "query");
+}

@@ -120,7 +120,11 @@ async fn openapi_json(State(state): State<ApiState>) -> impl IntoResponse {
 
 /// The whole service: routes and layers.
 fn app(api: &ApiSettings, state: ApiState) -> Router {
-    let (router, _) = routes();
+    layered(routes().0, api, state)
+}
+
+/// `router` with the layers every route has.
+fn layered(router: Router<ApiState>, api: &ApiSettings, state: ApiState) -> Router {
     router
         .layer(RequestBodyLimitLayer::new(api.max_body_bytes))
         // The body limit above is the one that counts; axum's own (2 MiB) would refuse
@@ -170,6 +174,88 @@ pub(crate) async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use axum::routing::{get, post};
+    use axum::Router;
+
+    use super::state::ApiState;
+
+    /// A slow request is answered 503 at `request_timeout`, a large body 413, both as
+    /// problems.
+    #[tokio::test]
+    async fn a_slow_request_and_a_large_body_are_answered_as_problems() {
+        let db = sea_orm::Database::connect("sqlite::memory:")
+            .await
+            .expect("in-memory database");
+        let settings = crate::config::Settings::parse(
+            std::path::Path::new("config.toml"),
+            "[database]\nurl = \"sqlite::memory:\"\n[api]\nlisten = \"127.0.0.1:0\"\nmax_body_bytes = 1024\nrequest_timeout = \"200ms\"\n",
+            None,
+            &|_| true,
+        )
+        .expect("settings");
+        let api = settings.api.clone().expect("[api]");
+        let state = ApiState {
+            db: crate::db::DatabasePools::single(db),
+            settings: Arc::new(settings),
+            openapi: Arc::default(),
+        };
+        let router = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .route("/echo", post(|body: String| async move { body }));
+        let app = super::layered(router, &api, state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = reqwest::Client::new();
+
+        let started = std::time::Instant::now();
+        let slow = client
+            .get(format!("{base}/slow"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(slow.status(), 503);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(slow.headers()["content-type"], super::problem::PROBLEM_JSON);
+        let problem: serde_json::Value = slow.json().await.expect("JSON");
+        assert_eq!(problem["status"], 503);
+        assert!(problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("request_timeout")));
+
+        let large = client
+            .post(format!("{base}/echo"))
+            .body(vec![b'x'; 2048])
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(large.status(), 413);
+        let problem: serde_json::Value = large.json().await.expect("JSON");
+        assert_eq!(problem["type"], "urn:tributary:problem:body-too-large");
+        let small = client
+            .post(format!("{base}/echo"))
+            .body(vec![b'x'; 512])
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(small.status(), 200);
+    }
+
     /// The committed document is the one the code generates, so that a change to the
     /// API shows in review. `TRIBUTARY_BLESS=1` rewrites it.
     #[test]

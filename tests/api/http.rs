@@ -188,6 +188,32 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     let reader = served.create_key("reader", &["connections:read"]);
     let records = served.create_key("records", &["records:read"]);
     let admin = served.create_key("admin", &["admin"]);
+    let again = run(tributary(&served.config)
+        .args(["api-keys", "create", "--name", "reader", "--scope", "admin"]));
+    assert_ne!(again.code, 0);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+    let unknown = run(tributary(&served.config).args([
+        "api-keys",
+        "create",
+        "--name",
+        "other",
+        "--scope",
+        "records:write",
+    ]));
+    assert_ne!(unknown.code, 0);
+    assert!(
+        unknown.stderr.contains("unknown scope"),
+        "{}",
+        unknown.stderr
+    );
+    let missing =
+        run(tributary(&served.config).args(["api-keys", "revoke", "--prefix", "0123456789ab"]));
+    assert_ne!(missing.code, 0);
+    assert!(
+        missing.stderr.contains("no API key with prefix"),
+        "{}",
+        missing.stderr
+    );
 
     let (status, headers, json) = served
         .call(Method::GET, "/v1/connections", None, None)
@@ -540,7 +566,7 @@ async fn a_write_is_audited_and_bad_or_oversized_bodies_are_refused_before_any_c
 }
 
 #[tokio::test]
-async fn the_openapi_document_describes_every_route_and_the_bearer_scheme() {
+async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_daemon() {
     let app = spawn_app().await;
     let served = Served::start(&app, &three_connections(&app).await).await;
     let (status, _, doc) = served
@@ -568,4 +594,25 @@ async fn the_openapi_document_describes_every_route_and_the_bearer_scheme() {
         .and_then(|ps| ps.iter().find(|p| p["name"] == "limit"))
         .expect("limit documented");
     assert_eq!(limit["in"], "query");
+
+    // SIGTERM stops the API with the daemon, cleanly.
+    let mut served = served;
+    served.daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(
+        served.daemon.wait(Duration::from_secs(15)),
+        0,
+        "{}",
+        served.daemon.log()
+    );
+    let log = served.daemon.log();
+    assert!(log.contains("The API stopped serving."), "{log}");
+    assert!(
+        served
+            .client
+            .get(format!("{}/v1/openapi.json", served.base))
+            .send()
+            .await
+            .is_err(),
+        "the API still answers"
+    );
 }

@@ -12,7 +12,7 @@ use axum::response::Response;
 
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::api_keys::{self, AuditEntry, Caller, KeyError, Scope};
+use crate::ops::api_keys::{self, AuditEntry, KeyError, Scope};
 
 /// A scope a route needs, as a type, so that a handler states it in its signature.
 pub(crate) trait Needs {
@@ -33,8 +33,6 @@ impl Needs for ConnectionsWrite {
 /// are 401 with a bearer challenge, a key without the scope 403. Taken first in a
 /// handler's arguments, so that nothing else is read for a refused caller.
 pub(crate) struct Authorized<N> {
-    #[allow(dead_code)]
-    pub caller: Caller,
     needs: PhantomData<N>,
 }
 
@@ -76,10 +74,7 @@ impl<N: Needs> FromRequestParts<ApiState> for Authorized<N> {
                 format!("the key {:?} lacks the scope {}", caller.name, N::SCOPE),
             ));
         }
-        Ok(Authorized {
-            caller,
-            needs: PhantomData,
-        })
+        Ok(Authorized { needs: PhantomData })
     }
 }
 

@@ -26,14 +26,22 @@ impl Served {
     /// Starts a daemon over `providers` with `[api]` on a free port and a body limit of
     /// 1 KiB, and waits until the API answers.
     async fn start(app: &TestApp, providers: &str) -> Served {
+        Served::start_named(app, providers, "daemon").await
+    }
+
+    /// [`Served::start`] with its config and log named after `name`, so that several
+    /// instances can share the test's folder.
+    async fn start_named(app: &TestApp, providers: &str, name: &str) -> Served {
         let port = free_port();
-        let config = app.write_config(&format!(
+        let config = app.dir.path().join(format!("{name}.toml"));
+        let text = app.config_text(&format!(
             "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{providers}",
             daemon_table(None)
         ));
+        std::fs::write(&config, text).expect("config written");
         let daemon = Daemon::start_with(
             &config,
-            app.dir.path().join("daemon.log"),
+            app.dir.path().join(format!("{name}.log")),
             &["--log", "debug"],
             &[],
         );
@@ -134,7 +142,7 @@ fn assert_problem(status: StatusCode, headers: &reqwest::header::HeaderMap, json
 async fn key_and_audit_text(app: &TestApp) -> Vec<String> {
     let mut text = Vec::new();
     for row in query(
-        &app,
+        app,
         "SELECT name, prefix, secret_hash, scopes FROM api_keys",
     )
     .await
@@ -404,6 +412,12 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
         listed.iter().all(|run| run["status"] == "succeeded"),
         "{runs}"
     );
+    // The CLI and the API return the same runs, from the same operation.
+    let cli = run(tributary(&served.config).args(["runs", "--json"]));
+    assert_eq!(cli.code, 0, "{}", cli.stderr);
+    let cli_runs: Value = serde_json::from_str(&cli.stdout).expect("runs --json");
+    let api_runs: Vec<Value> = listed.iter().map(|run| (*run).clone()).collect();
+    assert_eq!(cli_runs, Value::Array(api_runs));
     let (status, run_json) = served.get(&format!("/v1/runs/{}", ids[2]), &key).await;
     assert_eq!(status, StatusCode::OK, "{run_json}");
     assert_eq!(run_json["id"], ids[2], "{run_json}");
@@ -470,6 +484,30 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
         .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{json}");
     assert_problem(status, &headers, &json);
+}
+
+/// Two instances on one server database: a key revoked through one is refused by both
+/// at their next request, since every request reads the key's row.
+#[tokio::test]
+async fn a_revoked_key_is_refused_by_every_instance_at_the_next_request() {
+    if backend() == Backend::Sqlite {
+        return; // One daemon per SQLite file.
+    }
+    let app = spawn_app().await;
+    let providers = three_connections(&app).await;
+    let first = Served::start_named(&app, &providers, "first").await;
+    let second = Served::start_named(&app, &providers, "second").await;
+    let key = first.create_key("shared", &["connections:read"]);
+    for instance in [&first, &second] {
+        let (status, json) = instance.get("/v1/connections", &key).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+    }
+    let revoked = run(tributary(&first.config).args(["api-keys", "revoke", "--name", "shared"]));
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    for instance in [&first, &second] {
+        let (status, json) = instance.get("/v1/connections", &key).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{json}");
+    }
 }
 
 #[tokio::test]

@@ -107,7 +107,6 @@ pub(crate) struct ListParams {
 #[utoipa::path(
     get,
     path = "/v1/connections",
-    tag = "connections",
     params(ListParams),
     security(("bearer" = ["connections:read"])),
     responses(
@@ -145,7 +144,6 @@ pub(crate) async fn list_connections(
 #[utoipa::path(
     get,
     path = "/v1/connections/{id}",
-    tag = "connections",
     params(("id" = i64, Path, description = "The connection's id")),
     security(("bearer" = ["connections:read"])),
     responses(
@@ -177,7 +175,6 @@ pub(crate) struct ConnectionChange {
 #[utoipa::path(
     patch,
     path = "/v1/connections/{id}",
-    tag = "connections",
     params(("id" = i64, Path, description = "The connection's id")),
     request_body = ConnectionChange,
     security(("bearer" = ["connections:write"])),

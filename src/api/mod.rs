@@ -21,14 +21,13 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
+use axum::routing::MethodRouter;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 use crate::config::{ApiSettings, Settings};
 use crate::db::DatabasePools;
@@ -53,7 +52,15 @@ pub enum ApiError {
         description = "The API of a tributary daemon: its connections and their runs. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
     ),
     modifiers(&BearerScheme),
-    components(schemas(Problem)),
+    components(schemas(
+        Problem,
+        connections::Connection,
+        connections::StreamState,
+        connections::ConnectionPage,
+        connections::ConnectionChange,
+        runs::Run,
+        runs::RunPage,
+    )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
@@ -83,20 +90,49 @@ impl utoipa::Modify for BearerScheme {
     }
 }
 
-/// The routes and the document that describes them, from the same list.
+/// The routes and the document that describes them, from the same list: each route is
+/// registered at the path its `#[utoipa::path]` names, and that operation added to the
+/// document.
 fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
+    use axum::routing::{get, patch};
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-    OpenApiRouter::with_openapi(doc)
-        .routes(routes!(connections::list_connections))
-        .routes(routes!(
-            connections::get_connection,
-            connections::change_connection
-        ))
-        .routes(routes!(runs::list_runs))
-        .routes(routes!(runs::get_run))
-        .routes(routes!(openapi_json))
-        .split_for_parts()
+    let router = Routes {
+        router: Router::new(),
+        doc,
+    }
+    .add::<connections::__path_list_connections>("connections", get(connections::list_connections))
+    .add::<connections::__path_get_connection>("connections", get(connections::get_connection))
+    .add::<connections::__path_change_connection>(
+        "connections",
+        patch(connections::change_connection),
+    )
+    .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
+    .add::<runs::__path_get_run>("runs", get(runs::get_run))
+    .add::<__path_openapi_json>("meta", get(openapi_json));
+    (router.router, router.doc)
+}
+
+/// A router and its document, built together.
+struct Routes {
+    router: Router<ApiState>,
+    doc: utoipa::openapi::OpenApi,
+}
+
+impl Routes {
+    /// Serves `handler` at `P`'s path and documents `P`'s operation there, under `tag`.
+    fn add<P: utoipa::Path>(mut self, tag: &str, handler: MethodRouter<ApiState>) -> Routes {
+        let path = P::path();
+        let mut operation = P::operation();
+        operation.tags = Some(vec![tag.to_string()]);
+        self.doc
+            .paths
+            .add_path_operation(&path, P::methods(), operation);
+        Routes {
+            router: self.router.route(&path, handler),
+            doc: self.doc,
+        }
+    }
 }
 
 /// The OpenAPI document, as `/v1/openapi.json` serves it.
@@ -108,7 +144,6 @@ pub(crate) fn openapi_document() -> String {
 #[utoipa::path(
     get,
     path = "/v1/openapi.json",
-    tag = "meta",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
 )]
 async fn openapi_json(State(state): State<ApiState>) -> impl IntoResponse {
@@ -181,6 +216,40 @@ mod tests {
     use axum::Router;
 
     use super::state::ApiState;
+
+    /// Every `$ref` of the document names a schema it holds.
+    #[test]
+    fn every_reference_of_the_document_resolves() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&super::openapi_document()).expect("JSON");
+        let mut refs = Vec::new();
+        collect_refs(&doc, &mut refs);
+        assert!(!refs.is_empty());
+        for reference in refs {
+            let name = reference
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("unexpected reference {reference}"));
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "{reference} does not resolve"
+            );
+        }
+    }
+
+    fn collect_refs(value: &serde_json::Value, refs: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value.as_str()) {
+                        ("$ref", Some(reference)) => refs.push(reference.to_string()),
+                        _ => collect_refs(value, refs),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect_refs(v, refs)),
+            _ => {}
+        }
+    }
 
     /// A slow request is answered 503 at `request_timeout`, a large body 413, both as
     /// problems.

@@ -102,7 +102,6 @@ pub(crate) struct ListParams {
 #[utoipa::path(
     get,
     path = "/v1/runs",
-    tag = "runs",
     params(ListParams),
     security(("bearer" = ["connections:read"])),
     responses(
@@ -140,7 +139,6 @@ pub(crate) async fn list_runs(
 #[utoipa::path(
     get,
     path = "/v1/runs/{id}",
-    tag = "runs",
     params(("id" = i64, Path, description = "The run's id")),
     security(("bearer" = ["connections:read"])),
     responses(

@@ -632,6 +632,20 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
         .and_then(|ps| ps.iter().find(|p| p["name"] == "limit"))
         .expect("limit documented");
     assert_eq!(limit["in"], "query");
+    // Every documented operation is served: without a key it is refused, not missing.
+    for (path, operations) in doc["paths"].as_object().expect("paths") {
+        for method in operations.as_object().expect("operations").keys() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            let (status, _, json) = served
+                .call(method.clone(), &path.replace("{id}", "1"), None, None)
+                .await;
+            let expected = match path.as_str() {
+                "/v1/openapi.json" => StatusCode::OK,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            assert_eq!(status, expected, "{method} {path}: {json}");
+        }
+    }
 
     // SIGTERM stops the API with the daemon, cleanly.
     let mut served = served;

@@ -255,19 +255,21 @@ mod tests {
     /// problems.
     #[tokio::test]
     async fn a_slow_request_and_a_large_body_are_answered_as_problems() {
-        let db = sea_orm::Database::connect("sqlite::memory:")
-            .await
-            .expect("in-memory database");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("api.db").display());
         let settings = crate::config::Settings::parse(
             std::path::Path::new("config.toml"),
-            "[database]\nurl = \"sqlite::memory:\"\n[api]\nlisten = \"127.0.0.1:0\"\nmax_body_bytes = 1024\nrequest_timeout = \"200ms\"\n",
+            &format!("[database]\nurl = \"{url}\"\n[api]\nlisten = \"127.0.0.1:0\"\nmax_body_bytes = 1024\nrequest_timeout = \"200ms\"\n"),
             None,
             &|_| true,
         )
         .expect("settings");
+        let db = crate::db::connect_and_migrate(&settings.database)
+            .await
+            .expect("migrated database");
         let api = settings.api.clone().expect("[api]");
         let state = ApiState {
-            db: crate::db::DatabasePools::single(db),
+            db,
             settings: Arc::new(settings),
             openapi: Arc::default(),
         };

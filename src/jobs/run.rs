@@ -78,6 +78,12 @@ async fn run_and_record(
     job: &sync_job::Model,
 ) -> Result<Option<SyncReport>, DbErr> {
     let db = context.db;
+    if let Some(later) = queue::later_slot(db, job).await? {
+        // A backed-up queue runs a connection's latest slot only: its run serves the
+        // earlier ones, as one run of a busy connection serves a slot it overlaps.
+        let why = format!("superseded by the slot at {later}, queued behind it");
+        return skip(context, job, &why).await;
+    }
     let Some(connection) = connection::Entity::find_by_id(job.connection_id)
         .one(db.main())
         .await?

@@ -24,6 +24,7 @@ mod m20261203_000020_sync_jobs;
 mod m20261203_000021_paused;
 mod m20261203_000022_schedule_override;
 mod m20261204_000023_job_queue;
+mod m20261204_000040_rate_budgets;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000021_paused::Migration),
             Box::new(m20261203_000022_schedule_override::Migration),
             Box::new(m20261204_000023_job_queue::Migration),
+            Box::new(m20261204_000040_rate_budgets::Migration),
         ]
     }
 }

@@ -15,7 +15,7 @@ use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
-use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
+use crate::helpers::{cursor_provider, items, run, spawn_app, tributary, TestApp};
 
 /// Records per page of the mock listing.
 const PER_PAGE: usize = 2;
@@ -459,4 +459,44 @@ async fn windows_that_ended_are_swept_when_a_new_one_opens() {
         .map(|row| row.scope)
         .collect();
     assert_eq!(scopes, ["provider:acme"]);
+}
+
+#[tokio::test]
+async fn the_cli_shows_a_deferred_run_and_when_it_resumes_and_exits_zero() {
+    let app = spawn_app().await;
+    let api = LimitedApi::new(5, 2);
+    api.mount(&app).await;
+    away_from_a_window_end(3600).await;
+    let budget = "app = [{ requests = 2, per = \"1h\" }]";
+    let config = app.write_config(&provider(&app, &["alice"], budget, "0s"));
+    let resume_at = window_end(Utc::now(), 3600);
+
+    let sync = run(tributary(&config).args(["sync", "--quiet"]));
+
+    assert_eq!(
+        sync.code, 0,
+        "a deferred run is no failure: {}",
+        sync.stderr
+    );
+    let stamp = resume_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert!(
+        sync.stdout.contains("alice@acme deferred")
+            && sync.stdout.contains(&format!("resume_at={stamp}")),
+        "{}",
+        sync.stdout
+    );
+    let runs = run(tributary(&config).args(["runs", "--wide"]));
+    assert_eq!(runs.code, 0, "{}", runs.stderr);
+    let shown = resume_at.format("%Y-%m-%d %H:%M:%S").to_string();
+    assert!(
+        runs.stdout.contains("resume at (UTC)")
+            && runs.stdout.contains("deferred")
+            && runs.stdout.contains(&shown),
+        "{}",
+        runs.stdout
+    );
+    let json = run(tributary(&config).args(["runs", "--json"]));
+    let rows: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(rows[0]["status"], "deferred", "{rows}");
+    assert_eq!(api.refused(), 0);
 }

@@ -765,28 +765,6 @@ fn bad_request_budgets_are_refused_naming_the_key() {
 }
 
 #[test]
-fn request_budgets_are_read_shortest_window_first_and_absent_without_a_window() {
-    let parse = |text: &str| Settings::parse(std::path::Path::new("c.toml"), text, None, &|_| true);
-    let settings = parse(&full_config()).unwrap();
-    let budget = settings.providers["acme"]
-        .budget
-        .clone()
-        .expect("acme's budget");
-    let windows: Vec<(u64, u64)> = budget
-        .app
-        .iter()
-        .map(|window| (window.requests, window.per.as_secs()))
-        .collect();
-    assert_eq!(windows, [(100, 900), (1000, 86_400)]);
-    assert_eq!(budget.connection.len(), 1);
-    assert!(budget.learn_from_headers);
-    assert!(settings.providers["gh"].budget.is_none());
-    let empty = with_line("app", "app = []")
-        .replace("connection = [{ requests = 5000, per = \"1h\" }]", "");
-    assert!(parse(&empty).unwrap().providers["acme"].budget.is_none());
-}
-
-#[test]
 fn max_records_per_page_is_read_from_the_provider_table_with_its_default() {
     let parse = |text: &str| Settings::parse(std::path::Path::new("c.toml"), text, None, &|_| true);
     let settings = parse(&full_config()).unwrap();

@@ -19,7 +19,7 @@ mod redact;
 mod streams;
 #[cfg(test)]
 mod tests;
-pub use budget::{BudgetSettings, BudgetWindow};
+pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
 pub use redact::redact_url;
 pub use streams::{namespace, ParentStream, StreamSettings};
@@ -277,7 +277,7 @@ pub struct ProviderSettings {
     /// see deletions.
     pub full_sync_schedule: Option<String>,
     /// `[providers.NAME.budget]`, shared by every instance; `None` when it sets no window.
-    pub budget: Option<BudgetSettings>,
+    pub(crate) budget: Option<BudgetSettings>,
 }
 
 impl ProviderSettings {

@@ -411,8 +411,8 @@ async fn finish_run(
     Ok(closed)
 }
 
-/// Notes on a closed `deferred` run when it may resume (a statement of its own after
-/// [`finish_run`], taken only by deferred runs).
+/// Notes on a closed `deferred` run when it may resume: a statement of its own after
+/// the run closed, taken only by deferred runs, so the closing transaction is unchanged.
 pub(crate) async fn note_resume_at(
     db: &DatabaseConnection,
     run_id: i64,

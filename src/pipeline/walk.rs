@@ -2,9 +2,8 @@
 //! the checkpoint it committed, until the listing ends or the run has to stop.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sea_orm::DbErr;

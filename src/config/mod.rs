@@ -13,11 +13,13 @@ use tributary_providers::bounds::{count_in, duration_in};
 use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
+mod budget;
 mod notify;
 mod redact;
 mod streams;
 #[cfg(test)]
 mod tests;
+pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
 pub use redact::redact_url;
 pub use streams::{namespace, ParentStream, StreamSettings};
@@ -274,6 +276,8 @@ pub struct ProviderSettings {
     /// are full passes (the cursor ignored), which is when an incremental provider can
     /// see deletions.
     pub full_sync_schedule: Option<String>,
+    /// `[providers.NAME.budget]`, shared by every instance; `None` when it sets no window.
+    pub(crate) budget: Option<BudgetSettings>,
 }
 
 impl ProviderSettings {
@@ -373,6 +377,7 @@ struct RawProviderSettings {
     full_sync_schedule: Option<String>,
     streams: Option<toml::Value>,
     http: Option<toml::Value>,
+    budget: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
     #[serde(flatten)]
@@ -668,6 +673,15 @@ fn parse_provider(
     http.metrics_label = name.to_string();
     http.validate()
         .map_err(|message| (key_of_message(&prefix, &["http".into()], &message), message))?;
+    let budget = match raw.budget {
+        Some(value) => {
+            let budget = deserialize_at(&format!("{prefix}.budget"), value)?;
+            let budget = budget::checked(budget)
+                .map_err(|(key, message)| (format!("{prefix}.{key}"), message))?;
+            Some(budget).filter(|budget| !budget.is_empty())
+        }
+        None => None,
+    };
 
     let mut adapter_table = raw.adapter;
     // `preset = "NAME"` expands into the preset's keys, the table's own keys winning.
@@ -755,6 +769,7 @@ fn parse_provider(
         notify: NotifyRuns::None,
         deletions,
         full_sync_schedule: raw.full_sync_schedule,
+        budget,
     })
 }
 

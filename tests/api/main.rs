@@ -6,6 +6,7 @@ mod adapters;
 mod bad_input;
 mod big_pages;
 mod bookkeeping;
+mod budgets;
 mod changes;
 mod cli;
 mod clock;

@@ -505,3 +505,75 @@ async fn the_cli_shows_a_deferred_run_and_when_it_resumes_and_exits_zero() {
     assert_eq!(rows[0]["status"], "deferred", "{rows}");
     assert_eq!(api.refused(), 0);
 }
+
+#[tokio::test]
+async fn a_daemons_deferred_run_goes_on_as_a_queued_job_when_its_window_reopens() {
+    use crate::daemon::{daemon_table, eventually, Daemon};
+    use sea_orm::{EntityTrait, QueryOrder};
+    use std::time::Duration;
+    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    let app = spawn_app().await;
+    // The API itself would refuse past 100; the budget lets 2 requests through per 2 s.
+    let api = LimitedApi::new(4, 100);
+    api.mount(&app).await;
+    let providers = provider(
+        &app,
+        &["alice"],
+        "app = [{ requests = 2, per = \"2s\" }]",
+        "0s",
+    )
+    .replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let queued = crate::helpers::run(
+        crate::helpers::tributary(&config).args(["sync", "--queue", "--user", "alice"]),
+    );
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "alice synced whole", || async {
+        app.records().await.len() == 4 * PER_PAGE
+    })
+    .await;
+    eventually(Duration::from_secs(10), "every job done", || async {
+        sync_job::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .iter()
+            .all(|job| job.status == JobStatus::Done)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert_eq!(api.refused(), 0, "no request past the budget was sent");
+    assert_eq!(api.total(), 4, "each page fetched once");
+    let runs = crate::daemon::runs_of(&app, "alice").await;
+    let (last, deferred) = runs.split_last().expect("runs");
+    assert_eq!(last.status, RunStatus::Succeeded, "{runs:?}");
+    assert!(!deferred.is_empty(), "{runs:?}");
+    assert!(
+        deferred.iter().all(|run| run.status == RunStatus::Deferred),
+        "{runs:?}"
+    );
+    let jobs = sync_job::Entity::find()
+        .order_by_asc(sync_job::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), runs.len(), "{jobs:?}");
+    for ((job, run), next) in jobs.iter().zip(&runs).zip(jobs.iter().skip(1)) {
+        let resume_at = run.resume_at.expect("a deferred run says when it resumes");
+        let outcome = job.outcome.as_deref().unwrap_or_default();
+        assert!(
+            outcome.ends_with(&format!(
+                "; deferred: the request budget is spent, the rest queued for {resume_at}"
+            )),
+            "{outcome}"
+        );
+        assert_eq!(next.kind, JobKind::Resume);
+        assert!(next.not_before >= Some(resume_at), "{next:?}");
+    }
+}

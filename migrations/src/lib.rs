@@ -23,6 +23,7 @@ mod m20261203_000011_feed_database_id;
 mod m20261203_000020_sync_jobs;
 mod m20261203_000021_paused;
 mod m20261203_000022_schedule_override;
+mod m20261204_000030_retention;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -49,6 +50,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000020_sync_jobs::Migration),
             Box::new(m20261203_000021_paused::Migration),
             Box::new(m20261203_000022_schedule_override::Migration),
+            Box::new(m20261204_000030_retention::Migration),
         ]
     }
 }

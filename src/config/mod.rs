@@ -15,11 +15,13 @@ use tributary_providers::{HttpSettings, ProviderConfig};
 
 mod notify;
 mod redact;
+mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
 pub use redact::redact_url;
+pub use retention::{limits as retention_limits, RetentionSettings};
 pub use streams::{namespace, ParentStream, StreamSettings};
 
 /// What `Debug` output shows in place of a secret.
@@ -105,6 +107,8 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
     /// `[changes]`: the change feed's retention.
     pub changes: ChangesSettings,
+    /// `[retention]`: how long the history tables keep their rows.
+    pub retention: RetentionSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -361,6 +365,7 @@ struct RawSettings {
     notify: Option<toml::Value>,
     #[serde(default)]
     changes: ChangesSettings,
+    retention: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -495,6 +500,14 @@ impl Settings {
             .map_err(|message| invalid("changes.retention".into(), message))?;
         validate_cron(&raw.changes.sweep_schedule)
             .map_err(|message| invalid("changes.sweep_schedule".into(), message))?;
+        let raw_retention = match raw.retention {
+            Some(value) => deserialize_at("retention", value),
+            None => Ok(retention::RawRetentionSettings::default()),
+        };
+        let keep_delivered = notify.as_ref().and_then(|notify| notify.keep_delivered);
+        let retention = raw_retention
+            .and_then(|raw| retention::parse(raw, keep_delivered, validate_cron))
+            .map_err(|(key, message)| invalid(key, message))?;
         Ok(Settings {
             path: path_buf,
             database,
@@ -502,6 +515,7 @@ impl Settings {
             secrets: raw.secrets,
             notify,
             changes: raw.changes,
+            retention,
             providers,
         })
     }

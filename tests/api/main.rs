@@ -35,6 +35,7 @@ mod presets;
 mod race;
 mod redaction;
 mod rest_incremental;
+mod retention;
 mod scripted;
 mod secrets;
 mod shortcuts;

@@ -15,6 +15,9 @@ use tributary::entities::run_sighting;
 use tributary::entities::sync_run::{self, RunStatus, Trigger};
 use tributary::retention::{sweep, Swept};
 
+use nix::sys::signal::Signal;
+
+use crate::daemon::{eventually, Daemon};
 use crate::helpers::{cursor_provider, items, mount_cursor_pages, spawn_app, Backend, TestApp};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -424,4 +427,43 @@ async fn a_sync_commits_its_page_while_a_sweep_of_a_large_history_goes_on() {
     assert_eq!(swept.runs, 100_000, "{swept:?}");
     assert!(swept.largest_batch <= 1_000);
     assert_eq!(app.records().await.len(), 5);
+}
+
+#[tokio::test]
+async fn the_daemon_sweeps_on_its_schedule_and_logs_what_it_deleted() {
+    let app = spawn_app().await;
+    for _ in 0..3 {
+        run_at(
+            &app,
+            "zed",
+            Some("issues"),
+            RunStatus::Succeeded,
+            days_ago(100),
+        )
+        .await;
+    }
+    let config = app.write_config(&format!(
+        "[retention]\nsweep_schedule = \"* * * * * *\"\n{}",
+        cursor_provider("acme", &app.api.uri(), &["alice"])
+    ));
+    let mut daemon = Daemon::start_with(
+        &config,
+        app.dir.path().join("daemon.log"),
+        &["--log", "info"],
+        &[],
+    );
+
+    eventually(Duration::from_secs(30), "the sweep", || async {
+        run_ids(&app).await.len() == 1
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the sweep's log line", || async {
+        daemon
+            .log()
+            .contains("Retention sweep deleted old history.")
+    })
+    .await;
+    assert!(daemon.log().contains("runs=2"), "{}", daemon.log());
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
 }

@@ -85,10 +85,10 @@ pub async fn sweep(
                 table: "run_errors",
                 age_column: "created_at",
                 cutoff,
-                select: "t.created_at < ? AND t.resolved_by_run_id IS NOT NULL",
-                select_values: vec![cutoff.into()],
-                delete: "resolved_by_run_id IS NOT NULL",
-                delete_values: Vec::new(),
+                select: "t.resolved_by_run_id IS NOT NULL",
+                select_values: Vec::new(),
+                delete: "created_at < ? AND resolved_by_run_id IS NOT NULL",
+                delete_values: vec![cutoff.into()],
             })
             .await?;
     }
@@ -98,11 +98,11 @@ pub async fn sweep(
                 table: "run_errors",
                 age_column: "created_at",
                 cutoff,
-                select: "t.created_at < ? AND t.resolved_by_run_id IS NULL",
-                select_values: vec![cutoff.into()],
+                select: "t.resolved_by_run_id IS NULL",
+                select_values: Vec::new(),
                 // A replay may have resolved it since: then the resolved retention holds.
-                delete: "resolved_by_run_id IS NULL",
-                delete_values: Vec::new(),
+                delete: "created_at < ? AND resolved_by_run_id IS NULL",
+                delete_values: vec![cutoff.into()],
             })
             .await?;
     }
@@ -187,9 +187,7 @@ pub(crate) fn scheduled(
 /// The runs to delete: old, ended, not the last of their connection and stream (a null
 /// stream, from before streams, is a stream of its own), without errors, and not the
 /// replay that resolved an error. Each check is a scalar subquery of one index lookup,
-/// which no planner turns into a join over the whole table (as `EXISTS` may become). The
-/// age is left to the delete: below the walk's end nearly every run is old, and a filter
-/// on it tempts PostgreSQL into reading every old run through its index and sorting.
+/// which no planner turns into a join over the whole table (as `EXISTS` may become).
 const RUNS_SELECT: &str = "t.status <> ? \
     AND t.id < CASE WHEN t.stream IS NULL \
         THEN (SELECT l.id FROM sync_runs l WHERE l.user_id = t.user_id \
@@ -217,7 +215,9 @@ fn before(now: DateTime<Utc>, keep: Duration) -> Option<DateTime<Utc>> {
 }
 
 /// One table's walk: the rows matching `select` (on alias `t`), deleted in batches by
-/// id, each delete also requiring `delete`.
+/// id, each delete also requiring `delete`. The age goes in `delete` where an index on
+/// it exists: below the walk's end nearly every row is old, and a filter on an indexed
+/// age tempts PostgreSQL into reading every old row through that index and sorting them.
 struct Walk<'a> {
     table: &'a str,
     /// The indexed column whose first value at or after `cutoff` ends the walk.

@@ -337,8 +337,11 @@ pub fn table(report: &RetentionReport) -> String {
         ("sweep time", format!("{:.1} s", report.sweep_seconds)),
         ("runs/s", format!("{:.0}", report.runs_per_sec)),
         (
-            "batches (delete statements)",
-            format!("{} of at most {}", report.batches, report.batch_size),
+            "delete statements",
+            format!(
+                "{}, at most {} rows each",
+                report.batches, report.batch_size
+            ),
         ),
         ("statements", report.statements.to_string()),
         (

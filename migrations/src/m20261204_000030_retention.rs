@@ -14,7 +14,14 @@ impl MigrationName for Migration {
 
 /// `(name, table, columns)` of every index this migration creates.
 const INDEXES: &[(&str, &str, &[&str])] = &[
-    // `runs --user --provider [--stream]`, and the sweep's "a later run of the same
+    // `runs --user --provider`, newest first: without it PostgreSQL walks the whole
+    // primary key backwards for a connection with few runs.
+    (
+        "sync_runs_user_provider_id",
+        "sync_runs",
+        &["user_id", "provider", "id"],
+    ),
+    // `runs --user --provider --stream`, and the sweep's "a later run of the same
     // connection and stream exists".
     (
         "sync_runs_user_provider_stream_id",

@@ -43,6 +43,14 @@ retry_delay = "1m"
 retention = "30d"
 sweep_schedule = "0 */10 * * * *"
 
+[retention]
+runs = "90d"
+resolved_errors = "30d"
+open_errors = "1year"
+deliveries = "30d"
+batch_size = 1000
+sweep_schedule = "0 37 * * * *"
+
 [providers.acme]
 kind = "rest"
 base_url = "https://api.example.com/v2"
@@ -554,6 +562,46 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("sweep_schedule", "sweep_schedule = \"every day\""),
             "changes.sweep_schedule",
             "not a valid cron expression",
+        ),
+        (
+            with_line("runs", "runs = \"10m\""),
+            "retention.runs",
+            "between 1h and 100years, got 10m",
+        ),
+        (
+            with_line("resolved_errors", "resolved_errors = \"300000y\""),
+            "retention.resolved_errors",
+            "between 1h and 100years",
+        ),
+        (
+            with_line("open_errors", "open_errors = \"0s\""),
+            "retention.open_errors",
+            "between 1h and 100years, got 0s",
+        ),
+        (
+            with_line("deliveries", "deliveries = \"59m\""),
+            "retention.deliveries",
+            "between 1h and 100years, got 59m",
+        ),
+        (
+            with_line("batch_size", "batch_size = 0"),
+            "retention.batch_size",
+            "between 1 and 10000, got 0",
+        ),
+        (
+            with_line("batch_size", "batch_size = 10001"),
+            "retention.batch_size",
+            "between 1 and 10000, got 10001",
+        ),
+        (
+            full_config().replace("0 37 * * * *", "hourly"),
+            "retention.sweep_schedule",
+            "not a valid cron expression",
+        ),
+        (
+            with_line("runs", "runs = \"90d\"\nkeep = \"1d\""),
+            "retention.keep",
+            "unknown field `keep`",
         ),
         (
             with_line("requests_per_second", "requests_per_second = 1e9"),

@@ -16,12 +16,14 @@ use tributary_providers::{HttpSettings, ProviderConfig};
 mod budget;
 mod notify;
 mod redact;
+mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
 pub use redact::redact_url;
+pub use retention::RetentionSettings;
 pub use streams::{namespace, ParentStream, StreamSettings};
 
 /// What `Debug` output shows in place of a secret.
@@ -117,6 +119,8 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
     /// `[changes]`: the change feed's retention.
     pub changes: ChangesSettings,
+    /// `[retention]`: how long the history tables keep their rows.
+    pub retention: RetentionSettings,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -326,7 +330,7 @@ impl Default for DeletionSettings {
 
 /// `max_delete_fraction` when not given: a listing that lost half the records is more
 /// likely an API's bad day than half the records deleted.
-pub const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
+pub(crate) const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
 
 /// One `[[providers.NAME.connections]]` entry: a user's account at the provider.
 #[derive(Clone, Debug, Deserialize)]
@@ -395,6 +399,7 @@ struct RawSettings {
     notify: Option<toml::Value>,
     #[serde(default)]
     changes: ChangesSettings,
+    retention: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -552,6 +557,14 @@ impl Settings {
             .map_err(|message| invalid("changes.retention".into(), message))?;
         validate_cron(&raw.changes.sweep_schedule)
             .map_err(|message| invalid("changes.sweep_schedule".into(), message))?;
+        let raw_retention = match raw.retention {
+            Some(value) => deserialize_at("retention", value),
+            None => Ok(retention::RawRetentionSettings::default()),
+        };
+        let keep_delivered = notify.as_ref().and_then(|notify| notify.keep_delivered);
+        let retention = raw_retention
+            .and_then(|raw| retention::parse(raw, keep_delivered, validate_cron))
+            .map_err(|(key, message)| invalid(key, message))?;
         Ok(Settings {
             path: path_buf,
             database,
@@ -559,6 +572,7 @@ impl Settings {
             secrets: raw.secrets,
             notify,
             changes: raw.changes,
+            retention,
             providers,
         })
     }
@@ -885,7 +899,7 @@ fn validate_cron(expression: &str) -> Result<(), String> {
 }
 
 /// Parses a cron expression with seconds, as the daemon's scheduler does.
-pub fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
+pub(crate) fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
         .build()

@@ -350,6 +350,12 @@ async fn schedule_sweeps(
         .add(sweep)
         .await
         .map_err(scheduler_error("scheduling the change feed's sweep"))?;
+    let retention = crate::retention::scheduled(db.clone(), settings.retention.clone())
+        .map_err(scheduler_error("scheduling the history's retention sweep"))?;
+    scheduler
+        .add(retention)
+        .await
+        .map_err(scheduler_error("scheduling the history's retention sweep"))?;
     Ok(())
 }
 

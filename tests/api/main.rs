@@ -37,6 +37,7 @@ mod queue;
 mod race;
 mod redaction;
 mod rest_incremental;
+mod retention;
 mod scripted;
 mod secrets;
 mod shortcuts;

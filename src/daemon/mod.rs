@@ -362,11 +362,18 @@ async fn fire(job: &ProviderJob) {
         .full_sync
         .as_ref()
         .is_some_and(|full_sync| full_sync.take_due(chrono::Utc::now()));
-    let connections = match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
-        Ok(connections) => connections,
-        Err(error) => {
-            tracing::error!(%provider, %error, "Listing connections failed; firing skipped.");
-            return;
+    let mut backoff = Backoff::until(next_slot(&job.schedule, slot));
+    let connections = loop {
+        match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
+            Ok(connections) => break connections,
+            Err(error) => {
+                if !backoff
+                    .wait(&job.cancel, provider, slot, &error, "Listing connections")
+                    .await
+                {
+                    return;
+                }
+            }
         }
     };
     tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
@@ -407,18 +414,20 @@ async fn fire(job: &ProviderJob) {
     } else {
         JobKind::Scheduled
     };
-    queue_slot(job, connections, slot, kind, unrecorded).await;
+    queue_slot(job, connections, slot, kind, unrecorded, backoff).await;
 }
 
 /// Queues slot `slot` of each of `connections` as a job, unless an instance queued it
 /// already, and wakes the worker. `full` asks for full passes (a firing that could not
-/// note the ones owed); `kind` says whether the slot is a full pass's.
+/// note the ones owed); `kind` says whether the slot is a full pass's. A database that
+/// cannot be reached is tried again within `backoff`.
 async fn queue_slot(
     job: &ProviderJob,
     mut connections: Vec<crate::entities::connection::Model>,
     slot: chrono::DateTime<chrono::Utc>,
     kind: JobKind,
     full: bool,
+    mut backoff: Backoff,
 ) {
     let provider = &job.settings.name;
     if connections.is_empty() {
@@ -442,24 +451,122 @@ async fn queue_slot(
             full,
         })
         .collect();
-    match crate::jobs::enqueue(&job.db, &jobs).await {
-        Ok(queued) => {
-            let taken = u64::try_from(jobs.len())
-                .unwrap_or(u64::MAX)
-                .saturating_sub(queued);
-            if taken > 0 {
-                tracing::debug!(%provider, %slot, connections = taken, "Slot taken by another instance.");
+    let queued = loop {
+        // Idempotent: a try that failed after its insert committed only finds its rows.
+        match crate::jobs::enqueue(&job.db, &jobs).await {
+            Ok(queued) => break queued,
+            Err(error) => {
+                if !backoff
+                    .wait(
+                        &job.cancel,
+                        provider,
+                        slot,
+                        &error,
+                        "Queueing the slot's jobs",
+                    )
+                    .await
+                {
+                    return;
+                }
             }
-            tracing::debug!(%provider, %slot, jobs = queued, "Slot queued.");
-            job.wake.notify_one();
         }
-        Err(error) => tracing::error!(
+    };
+    let taken = u64::try_from(jobs.len())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(queued);
+    if taken > 0 {
+        tracing::debug!(%provider, %slot, connections = taken, "Slot taken by another instance.");
+    }
+    if backoff.tries > 0 {
+        tracing::info!(%provider, %slot, jobs = queued, tries = backoff.tries, "Slot queued once the database answered again.");
+    } else {
+        tracing::debug!(%provider, %slot, jobs = queued, "Slot queued.");
+    }
+    job.wake.notify_one();
+}
+
+/// The first wait before a firing tries its database again; it doubles per try.
+const FIRING_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest wait between two tries of a firing.
+const FIRING_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How a firing whose database cannot be reached (a restart, a failover) tries again:
+/// waits from [`FIRING_RETRY_FIRST`] doubling to [`FIRING_RETRY_MAX`], until the daemon
+/// shuts down or the schedule's next slot comes. Past that slot its own firing queues the
+/// connections' next job, which serves them as the lost one would have: queueing the
+/// older slot then would only run each connection twice in a row.
+struct Backoff {
+    /// No try starts at or after this.
+    until: chrono::DateTime<chrono::Utc>,
+    next_wait: std::time::Duration,
+    /// Failed tries so far.
+    tries: u32,
+}
+
+impl Backoff {
+    fn until(until: chrono::DateTime<chrono::Utc>) -> Backoff {
+        Backoff {
+            until,
+            next_wait: FIRING_RETRY_FIRST,
+            tries: 0,
+        }
+    }
+
+    /// After a failed try of `what`: logs it and waits for the next try. Returns false
+    /// (and logs why) when no try is left.
+    async fn wait(
+        &mut self,
+        cancel: &CancellationToken,
+        provider: &str,
+        slot: chrono::DateTime<chrono::Utc>,
+        error: &(dyn std::fmt::Display + Sync),
+        what: &str,
+    ) -> bool {
+        self.tries = self.tries.saturating_add(1);
+        let wait = self.next_wait;
+        self.next_wait = self.next_wait.saturating_mul(2).min(FIRING_RETRY_MAX);
+        let retry_at = chrono::TimeDelta::from_std(wait)
+            .ok()
+            .and_then(|wait| chrono::Utc::now().checked_add_signed(wait));
+        if cancel.is_cancelled() || retry_at.is_none_or(|at| at >= self.until) {
+            tracing::error!(
+                %provider,
+                %slot,
+                %error,
+                tries = self.tries,
+                "{what} failed; the slot is given up and its connections wait for the next one."
+            );
+            return false;
+        }
+        tracing::warn!(
             %provider,
             %slot,
             %error,
-            "Queueing the slot's jobs failed; its connections wait for their next slot."
-        ),
+            tries = self.tries,
+            retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "{what} failed; trying again."
+        );
+        tokio::select! {
+            () = cancel.cancelled() => {
+                tracing::warn!(%provider, %slot, "Shutting down; the slot is left to the other instances.");
+                false
+            }
+            () = tokio::time::sleep(wait) => true,
+        }
     }
+}
+
+/// The schedule's first time after `slot` (a year on if it has none, so that a firing
+/// still gives up some day).
+fn next_slot(
+    schedule: &croner::Cron,
+    slot: chrono::DateTime<chrono::Utc>,
+) -> chrono::DateTime<chrono::Utc> {
+    schedule
+        .find_next_occurrence(&slot, false)
+        .ok()
+        .or_else(|| slot.checked_add_signed(chrono::TimeDelta::days(365)))
+        .unwrap_or(slot)
 }
 
 /// The connections with a schedule of their own, and the slot each was last seen at.
@@ -511,8 +618,9 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
         };
         if due && !job.cancel.is_cancelled() {
             let job = job.clone();
+            let backoff = Backoff::until(next_slot(&cron, slot));
             tracker.spawn(async move {
-                queue_slot(&job, vec![row], slot, JobKind::Scheduled, false).await
+                queue_slot(&job, vec![row], slot, JobKind::Scheduled, false, backoff).await
             });
         }
     }

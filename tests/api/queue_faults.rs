@@ -1,0 +1,191 @@
+//! The job queue under faults, with real daemons: a database cut off over a slot, clocks
+//! of instances apart by more than a schedule's period, and three daemons under load on
+//! one server. Each slot of each connection is one job and one run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+use sea_orm::{EntityTrait, QueryOrder};
+use tributary::entities::sync_job::{self, JobStatus};
+use tributary::entities::{connection, sync_run};
+
+use crate::daemon::{daemon_table, eventually, Daemon};
+use crate::db_proxy::DbProxy;
+use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend, TestApp};
+
+/// `acme` with `users`, each listing `pages` pages of one record answered after `delay`,
+/// on `schedule`.
+async fn acme(
+    app: &TestApp,
+    users: &[String],
+    pages: usize,
+    delay: Duration,
+    schedule: &str,
+) -> String {
+    for user in users {
+        mount_cursor_listing(&app.api, user, user, pages, 1, delay).await;
+    }
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    cursor_provider("acme", &app.api.uri(), &names).replace(
+        "schedule = \"0 */15 * * * *\"",
+        &format!("schedule = \"{schedule}\""),
+    )
+}
+
+fn users(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("user{i:02}")).collect()
+}
+
+async fn all_jobs(app: &TestApp) -> Vec<sync_job::Model> {
+    sync_job::Entity::find()
+        .order_by_asc(sync_job::Column::Id)
+        .all(&app.db)
+        .await
+        .expect("sync_jobs")
+}
+
+async fn all_runs(app: &TestApp) -> Vec<sync_run::Model> {
+    sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::Id)
+        .all(&app.db)
+        .await
+        .expect("sync_runs")
+}
+
+/// The first time at least `ahead` from now that is a multiple of `period` seconds.
+fn next_slot_after(ahead: Duration, period: i64) -> DateTime<Utc> {
+    let from = Utc::now() + chrono::TimeDelta::from_std(ahead).expect("a delta");
+    let seconds = from.timestamp();
+    let next = seconds - seconds.rem_euclid(period) + period;
+    DateTime::from_timestamp(next, 0).expect("a time")
+}
+
+async fn sleep_until(at: DateTime<Utc>) {
+    tokio::time::sleep((at - Utc::now()).to_std().unwrap_or_default()).await;
+}
+
+/// The run ids a job's outcome names (`run 12 succeeded, run 13 failed`).
+fn runs_named(job: &sync_job::Model) -> Vec<i64> {
+    let outcome = job.outcome.as_deref().unwrap_or_default();
+    outcome
+        .split(|c: char| c == ',' || c == ';')
+        .filter_map(|part| part.trim().strip_prefix("run "))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// Every slot job is unique by its key, every run belongs to exactly one job, and every
+/// job that ran names its runs; returns each (connection, slot)'s job.
+fn one_job_and_one_run_per_slot(
+    jobs: &[sync_job::Model],
+    runs: &[sync_run::Model],
+    logs: &str,
+) -> BTreeMap<(i64, DateTime<Utc>), sync_job::Model> {
+    let mut by_slot = BTreeMap::new();
+    for job in jobs {
+        let slot = job.slot_at.expect("only slot jobs are queued here");
+        let key = (job.connection_id, slot);
+        if let Some(earlier) = by_slot.insert(key, job.clone()) {
+            panic!("two jobs of one slot: {earlier:?} and {job:?}\n{logs}");
+        }
+    }
+    let mut run_of = BTreeMap::new();
+    for job in jobs {
+        let named = runs_named(job);
+        match job.status {
+            JobStatus::Done => assert_eq!(named.len(), 1, "a done job ran once: {job:?}\n{logs}"),
+            // Never claimed, or stopped by the shutdown at the test's end.
+            JobStatus::Skipped | JobStatus::Queued => {
+                assert!(named.is_empty(), "{job:?}\n{logs}")
+            }
+            JobStatus::Interrupted => assert!(named.len() <= 1, "{job:?}\n{logs}"),
+            status => panic!("a job left {status:?}: {job:?}\n{logs}"),
+        }
+        for run in named {
+            if let Some(other) = run_of.insert(run, job.id) {
+                panic!("run {run} named by jobs {other} and {}\n{logs}", job.id);
+            }
+        }
+    }
+    let run_ids: BTreeSet<i64> = runs.iter().map(|run| run.id).collect();
+    let named: BTreeSet<i64> = run_of.keys().copied().collect();
+    assert_eq!(run_ids, named, "every run is one job's run\n{logs}");
+    by_slot
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_fired_while_the_database_is_cut_off_is_queued_once_it_is_back() {
+    if backend() == Backend::Sqlite {
+        // SQLite is a file this process opens: there is no server to restart and no
+        // session to lose.
+        return;
+    }
+    let app = spawn_app().await;
+    let users = users(3);
+    let providers = acme(&app, &users, 1, Duration::ZERO, "*/10 * * * * *").await;
+    app.settings(&providers).await;
+    // The daemon reaches the database through the proxy; the test's reads go direct.
+    let proxy = DbProxy::start(&app.database_url).await;
+    let config = app.dir.path().join("config.toml");
+    let text = app
+        .config_text(&format!("{}{providers}", daemon_table(None)))
+        .replacen(&app.database_url, &proxy.url(&app.database_url), 1);
+    std::fs::write(&config, text).expect("config written");
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "the daemon ready", || async {
+        daemon.log().contains("Daemon ready.")
+    })
+    .await;
+
+    // Cut off from a second before the slot until four seconds after it.
+    let slot = next_slot_after(Duration::from_secs(2), 10);
+    sleep_until(slot - chrono::TimeDelta::seconds(1)).await;
+    proxy.cut();
+    sleep_until(slot + chrono::TimeDelta::seconds(4)).await;
+    proxy.restore();
+    eventually(
+        Duration::from_secs(20),
+        "the slot's jobs done once the database is back",
+        || async {
+            all_jobs(&app)
+                .await
+                .iter()
+                .filter(|job| job.slot_at == Some(slot) && job.status == JobStatus::Done)
+                .count()
+                == users.len()
+        },
+    )
+    .await;
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+
+    let log = daemon.log();
+    let jobs = all_jobs(&app).await;
+    let runs = all_runs(&app).await;
+    let by_slot = one_job_and_one_run_per_slot(&jobs, &runs, &log);
+    let connections = connection::Entity::find().all(&app.db).await.unwrap();
+    for connection in &connections {
+        let job = by_slot
+            .get(&(connection.id, slot))
+            .unwrap_or_else(|| panic!("{}: no job of the slot\n{log}", connection.user_id));
+        assert_eq!(job.status, JobStatus::Done, "{job:?}");
+        let run = runs_named(job)[0];
+        let run = runs.iter().find(|r| r.id == run).expect("the job's run");
+        assert_eq!(run.user_id, connection.user_id);
+        assert!(
+            run.started_at >= slot + chrono::TimeDelta::seconds(4),
+            "the slot ran once the database was back: {run:?}"
+        );
+    }
+    assert!(
+        log.contains("failed; trying again."),
+        "the firing tried the database again:\n{log}"
+    );
+    assert!(
+        log.contains("Slot queued once the database answered again."),
+        "{log}"
+    );
+    assert!(!log.contains("the slot is given up"), "{log}");
+}

@@ -189,3 +189,126 @@ async fn a_slot_fired_while_the_database_is_cut_off_is_queued_once_it_is_back() 
     );
     assert!(!log.contains("the slot is given up"), "{log}");
 }
+
+/// Each connection's runs, by start, never overlap: the lease kept one at a time.
+fn no_two_runs_of_a_connection_overlap(runs: &[sync_run::Model], logs: &str) {
+    let mut by_user: BTreeMap<&str, Vec<&sync_run::Model>> = BTreeMap::new();
+    for run in runs {
+        by_user.entry(run.user_id.as_str()).or_default().push(run);
+    }
+    for (user, mut runs) in by_user {
+        runs.sort_by_key(|run| run.started_at);
+        for pair in runs.windows(2) {
+            let ended = pair[0].finished_at.expect("every run finished");
+            assert!(
+                ended <= pair[1].started_at,
+                "{user}: overlapping runs {pair:#?}\n{logs}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_under_load_run_each_slot_of_each_connection_once() {
+    if backend() == Backend::Sqlite {
+        // One daemon per SQLite file (see `daemon::several_daemons_share_the_work_...`).
+        return;
+    }
+    const PERIOD: i64 = 3;
+    let app = spawn_app().await;
+    let users = users(32);
+    // Two pages of one record, each answered after 150 ms: a run takes about half a
+    // second, so the 32 connections keep the three daemons busy for part of each slot.
+    let providers = acme(&app, &users, 2, Duration::from_millis(150), "*/3 * * * * *")
+        .await
+        .replace(
+            "kind = \"rest\"\n",
+            "kind = \"rest\"\nmax_concurrent_connections = 8\n",
+        );
+    app.settings(&providers).await;
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    let mut daemons: Vec<Daemon> = (0..3)
+        .map(|i| Daemon::start(&config, app.dir.path().join(format!("daemon{i}.log"))))
+        .collect();
+    let logs = |daemons: &[Daemon]| {
+        daemons
+            .iter()
+            .enumerate()
+            .map(|(i, daemon)| format!("--- daemon {i} (pid {})\n{}", daemon.pid(), daemon.log()))
+            .collect::<String>()
+    };
+    eventually(Duration::from_secs(30), "three daemons ready", || async {
+        daemons
+            .iter()
+            .all(|daemon| daemon.log().contains("Daemon ready."))
+    })
+    .await;
+
+    // Five slots watched, all three daemons firing each.
+    let first = next_slot_after(Duration::ZERO, PERIOD);
+    let slots: Vec<DateTime<Utc>> = (0..5)
+        .map(|i| first + chrono::TimeDelta::seconds(i * PERIOD))
+        .collect();
+    let last = *slots.last().expect("slots");
+    sleep_until(last).await;
+    eventually(
+        Duration::from_secs(15),
+        "the last slot's jobs ended",
+        || async {
+            let jobs = all_jobs(&app).await;
+            let ended = jobs
+                .iter()
+                .filter(|job| job.slot_at == Some(last))
+                .filter(|job| matches!(job.status, JobStatus::Done | JobStatus::Skipped))
+                .count();
+            ended == users.len()
+        },
+    )
+    .await;
+    for daemon in &daemons {
+        daemon.signal(Signal::SIGTERM);
+    }
+    for daemon in &mut daemons {
+        assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+    }
+
+    let logs = logs(&daemons);
+    let jobs = all_jobs(&app).await;
+    let runs = all_runs(&app).await;
+    let by_slot = one_job_and_one_run_per_slot(&jobs, &runs, &logs);
+    no_two_runs_of_a_connection_overlap(&runs, &logs);
+    let connections = connection::Entity::find().all(&app.db).await.unwrap();
+    let mut holders = BTreeSet::new();
+    for connection in &connections {
+        let mut ran = 0;
+        for slot in &slots {
+            let job = by_slot
+                .get(&(connection.id, *slot))
+                .unwrap_or_else(|| panic!("{}: no job of slot {slot}\n{logs}", connection.user_id));
+            match job.status {
+                JobStatus::Done => ran += 1,
+                // Missed only because the connection's run of an earlier slot was going.
+                JobStatus::Skipped => assert!(
+                    job.outcome.as_deref().is_some_and(
+                        |outcome| outcome.contains("a run of the connection was going")
+                    ),
+                    "{job:?}"
+                ),
+                _ => panic!("{job:?}"),
+            }
+            if let Some(holder) = &job.holder {
+                holders.insert(holder.split(':').nth(1).unwrap_or_default().to_string());
+            }
+        }
+        assert!(
+            ran >= slots.len() - 1,
+            "{} ran in {ran} of {} slots\n{logs}",
+            connection.user_id,
+            slots.len()
+        );
+    }
+    assert!(
+        holders.len() >= 2,
+        "the daemons shared the work: {holders:?}"
+    );
+}

@@ -119,6 +119,8 @@ pub async fn run_with(
     crate::db::require_key_index(&db).await?;
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
+    // Before anything compares a time of another instance's (the sweep below does).
+    sync_clock(db.main(), true).await;
     let abandoned = sweep_abandoned_runs(&db)
         .await
         .map_err(DaemonError::Abandoned)?;
@@ -133,6 +135,17 @@ pub async fn run_with(
     let panics = Arc::new(RunPanics::default());
     let tracker = TaskTracker::new();
     let scheduling = Arc::new(AtomicBool::new(false));
+    tracker.spawn({
+        let (db, cancel) = (db.main().clone(), cancel.clone());
+        async move {
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(crate::db::SYNC_CLOCK_EVERY) => sync_clock(&db, false).await,
+                }
+            }
+        }
+    });
     let scheduler = JobScheduler::new()
         .await
         .map_err(scheduler_error("creating the scheduler"))?;
@@ -292,6 +305,21 @@ pub async fn run_with(
     }
     tracing::info!("Daemon stopped.");
     Ok(())
+}
+
+/// Measures this machine's clock against the database's, which leases, heartbeats and
+/// due times follow (`db::clock`); `warn`: says so when they are a second or more apart.
+async fn sync_clock(db: &sea_orm::DatabaseConnection, warn: bool) {
+    match crate::db::sync_clock(db).await {
+        Ok(offset) if warn && offset.abs() >= chrono::TimeDelta::seconds(1) => tracing::warn!(
+            offset_ms = offset.num_milliseconds(),
+            "This machine's clock is off the database's; leases, heartbeats and due times follow the database's."
+        ),
+        Ok(offset) => tracing::debug!(offset_ms = offset.num_milliseconds(), "Database clock read."),
+        Err(error) => {
+            tracing::warn!(%error, "Reading the database's clock failed; keeping the last offset.")
+        }
+    }
 }
 
 /// Schedules the sweeps: the change feed's expired changes, and the expired processed

@@ -11,6 +11,7 @@ use schema::SchemaState;
 
 use crate::config::{redact_url, DatabaseSettings};
 
+mod clock;
 mod instances;
 mod migration_lock;
 pub(crate) mod parameters;
@@ -20,6 +21,7 @@ mod readers;
 mod schema;
 mod wal_checkpoints;
 
+pub use clock::{now, sync_clock, SYNC_CLOCK_EVERY};
 pub(crate) use instances::stale_before;
 pub use instances::{schema_version, Instance, HEARTBEAT_EVERY, RELEASE, STALE_AFTER};
 pub use migration_lock::{MigrationLock, MigrationLockError, MIGRATION_LOCK_WAIT};

@@ -70,7 +70,7 @@ async fn sleep_until(at: DateTime<Utc>) {
 fn runs_named(job: &sync_job::Model) -> Vec<i64> {
     let outcome = job.outcome.as_deref().unwrap_or_default();
     outcome
-        .split(|c: char| c == ',' || c == ';')
+        .split([',', ';'])
         .filter_map(|part| part.trim().strip_prefix("run "))
         .filter_map(|rest| rest.split(' ').next()?.parse().ok())
         .collect()
@@ -311,4 +311,179 @@ async fn three_daemons_under_load_run_each_slot_of_each_connection_once() {
         holders.len() >= 2,
         "the daemons shared the work: {holders:?}"
     );
+}
+
+/// libfaketime, which fakes the clock of the process it is preloaded into (Debian package
+/// `faketime`; `TRIBUTARY_TEST_LIBFAKETIME` names another path). Fails, never skips, when
+/// it is missing: the clock-skew test would otherwise pass without testing anything.
+fn libfaketime() -> String {
+    let path = std::env::var("TRIBUTARY_TEST_LIBFAKETIME").unwrap_or_else(|_| {
+        format!(
+            "/usr/lib/{}-linux-gnu/faketime/libfaketime.so.1",
+            std::env::consts::ARCH
+        )
+    });
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "libfaketime is missing at {path}: install the Debian package `faketime` \
+         (apt-get install faketime) or set TRIBUTARY_TEST_LIBFAKETIME"
+    );
+    // It must also work: `date` under it is half a minute ahead.
+    let date = std::process::Command::new("date")
+        .arg("+%s")
+        .env("LD_PRELOAD", &path)
+        .env("FAKETIME", "+30s")
+        .output()
+        .expect("date runs");
+    let faked: i64 = String::from_utf8_lossy(&date.stdout)
+        .trim()
+        .parse()
+        .expect("date prints seconds");
+    let ahead = faked - Utc::now().timestamp();
+    assert!(
+        (28..=32).contains(&ahead),
+        "libfaketime at {path} did not move the clock 30 s ahead ({ahead} s)"
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_clock_is_30_s_ahead_runs_no_slot_twice() {
+    if backend() == Backend::Sqlite {
+        // One daemon per SQLite file: no two instances to disagree.
+        return;
+    }
+    let libfaketime = libfaketime();
+    const PERIOD: i64 = 5;
+    let app = spawn_app().await;
+    let users = users(3);
+    // Runs of about 1.5 s, one at a time per daemon: the daemon ahead cannot run every
+    // slot early on its own, so the other runs some too, while the daemon ahead already
+    // claims later slots of the same connections.
+    let providers = acme(&app, &users, 2, Duration::from_millis(700), "*/5 * * * * *").await;
+    app.settings(&providers).await;
+    let config = app.write_config(&format!(
+        "{}max_concurrent_runs = 1\n{providers}",
+        daemon_table(None)
+    ));
+    let mut daemons = vec![
+        Daemon::start(&config, app.dir.path().join("on_time.log")),
+        Daemon::start_with(
+            &config,
+            app.dir.path().join("ahead.log"),
+            &["--log", "info"],
+            &[
+                ("LD_PRELOAD", libfaketime.as_str()),
+                ("FAKETIME", "+30s"),
+                // tokio's timers keep the real monotonic clock.
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ],
+        ),
+    ];
+    let logs = |daemons: &[Daemon]| {
+        ["on time", "30 s ahead"]
+            .iter()
+            .zip(daemons)
+            .map(|(name, daemon)| {
+                format!("--- daemon {name} (pid {})\n{}", daemon.pid(), daemon.log())
+            })
+            .collect::<String>()
+    };
+    eventually(Duration::from_secs(30), "both daemons ready", || async {
+        daemons
+            .iter()
+            .all(|daemon| daemon.log().contains("Daemon ready."))
+    })
+    .await;
+    // Forty seconds: more than the skew, so the on-time daemon fires every slot the
+    // daemon ahead fired half a minute before.
+    let first = next_slot_after(Duration::ZERO, PERIOD);
+    let last = first + chrono::TimeDelta::seconds(8 * PERIOD);
+    sleep_until(last).await;
+    eventually(
+        Duration::from_secs(30),
+        "the jobs of the on-time slots ended",
+        || async {
+            all_jobs(&app).await.iter().all(|job| {
+                job.slot_at.is_some_and(|slot| slot > last)
+                    || matches!(job.status, JobStatus::Done | JobStatus::Skipped)
+            })
+        },
+    )
+    .await;
+    for daemon in &daemons {
+        daemon.signal(Signal::SIGTERM);
+    }
+    for daemon in &mut daemons {
+        assert_eq!(daemon.wait(Duration::from_secs(20)), 0, "{}", daemon.log());
+    }
+
+    let logs = logs(&daemons);
+    let jobs = all_jobs(&app).await;
+    let runs = all_runs(&app).await;
+    let by_slot = one_job_and_one_run_per_slot(&jobs, &runs, &logs);
+    // (Runs' own times are each daemon's clock, so their overlaps cannot be compared
+    // here: a run cut short by the other daemon taking its lease shows in the logs.)
+    for lease_taken in [
+        "lost its connection's lease",
+        "Runs left running by a stopped process were marked interrupted",
+    ] {
+        assert!(
+            !logs.contains(lease_taken),
+            "no daemon took the lease of the other's run as if it had expired\n{logs}"
+        );
+    }
+    let end = Utc::now();
+    for job in &jobs {
+        assert!(
+            job.started_at.is_none_or(|started| started <= end),
+            "claims are stamped by the database's clock, not 30 s ahead: {job:?}\n{logs}"
+        );
+    }
+    let connections = connection::Entity::find().all(&app.db).await.unwrap();
+    let mut slot = first;
+    while slot <= last {
+        for connection in &connections {
+            let job = by_slot
+                .get(&(connection.id, slot))
+                .unwrap_or_else(|| panic!("{}: no job of slot {slot}\n{logs}", connection.user_id));
+            assert!(
+                matches!(job.status, JobStatus::Done | JobStatus::Skipped),
+                "{job:?}\n{logs}"
+            );
+        }
+        slot += chrono::TimeDelta::seconds(PERIOD);
+    }
+    for job in jobs
+        .iter()
+        .filter(|job| job.slot_at.is_some_and(|slot| slot <= last))
+    {
+        assert!(
+            !job.outcome
+                .as_deref()
+                .unwrap_or_default()
+                .contains("interrupted")
+                && !job
+                    .outcome
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("failed"),
+            "{job:?}\n{logs}"
+        );
+    }
+}
+
+/// The database's clock is read on every backend; this machine's and the server's agree.
+#[tokio::test]
+async fn the_offset_from_the_database_clock_is_measured_on_every_backend() {
+    let app = spawn_app().await;
+    let offset = tributary::db::sync_clock(&app.db)
+        .await
+        .expect("the database's clock read");
+    assert!(
+        offset.abs() < chrono::TimeDelta::seconds(1),
+        "the test database runs on this machine: {offset}"
+    );
+    let skew = tributary::db::now() - Utc::now();
+    assert!(skew.abs() < chrono::TimeDelta::seconds(1), "{skew}");
 }

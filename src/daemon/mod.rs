@@ -696,6 +696,40 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_firing_tries_its_database_again_until_the_next_slot_or_shutdown() {
+        let every_ten = parse_cron("*/10 * * * * *").unwrap();
+        let slot = at("2026-12-02T01:10:00Z");
+        assert_eq!(
+            super::next_slot(&every_ten, slot),
+            at("2026-12-02T01:10:10Z")
+        );
+
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let until = chrono::Utc::now() + chrono::TimeDelta::milliseconds(600);
+        let mut backoff = super::Backoff::until(until);
+        // 250 ms fits before the next slot; the 500 ms after it would not.
+        assert!(
+            backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
+        );
+        assert!(
+            !backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
+        );
+        assert_eq!(backoff.tries, 2);
+
+        let mut backoff = super::Backoff::until(at("2100-01-01T00:00:00Z"));
+        cancel.cancel();
+        assert!(
+            !backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
+        );
+    }
+
     #[test]
     fn the_first_firing_at_or_after_each_full_sync_time_is_a_full_pass() {
         // Hourly firings at :00 and a nightly full pass at 03:30: they never share a second.

@@ -21,7 +21,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
-pub use notify::{NotifyRuns, NotifySettings, MIN_SECRET_BYTES};
+pub use notify::{NotifyRuns, NotifySettings};
 pub use redact::redact_url;
 pub use retention::RetentionSettings;
 pub use streams::{namespace, ParentStream, StreamSettings};

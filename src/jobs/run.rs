@@ -159,7 +159,7 @@ async fn record_end(
     report: &SyncReport,
 ) -> Result<(), DbErr> {
     let db = context.db;
-    let now = Utc::now();
+    let now = crate::db::now();
     if let Some(busy) = report.skipped.first() {
         // A slot finds the connection's run going: that run serves it (a full pass stays
         // owed in `connection_streams`). A run someone asked for, a retry or a re-queued

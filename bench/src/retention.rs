@@ -3,7 +3,7 @@
 //! A fresh database gets N runs older than the retention, spread over 1,000 connections,
 //! in one `INSERT ... SELECT` (`generate_series` on PostgreSQL, a recursive CTE on SQLite;
 //! PostgreSQL then analyzes the table, as autovacuum does after a load). A page writer
-//! then commits a page of 10 new records every 20 ms through `store_page`, first alone
+//! then commits a page of 10 new records every 20 ms through `Run::store`, first alone
 //! for a few seconds (its baseline), then while [`tributary::retention::sweep`] deletes
 //! every old run but each connection's last. The report gives the sweep's rows per
 //! second, its batches and its longest statement, and the page writer's commit times
@@ -11,7 +11,6 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,10 +20,8 @@ use serde::Serialize;
 use tributary::config::{NotifyRuns, RetentionSettings, Settings, StreamSettings, WriteMode};
 use tributary::db::DatabasePools;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::run::{finish_run, start_run};
-use tributary::pipeline::store::{store_page, CheckpointMove};
 use tributary::pipeline::{
-    open_stream, DeletionPass, PageContext, PageExpectation, RunCounts, RunEnd, RunStatus, Trigger,
+    CheckpointMove, DeletionPass, PageExpectation, Run, RunEnd, RunPage, RunStatus, Trigger,
 };
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
@@ -118,27 +115,30 @@ pub async fn run_retention(
     let seed_seconds = started.elapsed().as_secs_f64();
     eprintln!("seeded {runs} runs in {seed_seconds:.1} s");
 
-    let writer = Writer::open(&db).await?;
-    let alone = writer.write_for(&db, BASELINE).await?;
+    let connection = connection::Entity::find()
+        .one(&*db)
+        .await?
+        .context("the writer's connection")?;
+    let writer = Writer::open(&db, &connection).await?;
+    let alone = writer.write_for(BASELINE).await?;
 
     let settings = RetentionSettings {
         runs: RETENTION,
         batch_size,
         ..RetentionSettings::default()
     };
-    let sweeping = Arc::new(AtomicBool::new(true));
-    let pages = {
-        let (db, sweeping) = (db.clone(), Arc::clone(&sweeping));
-        let writer = writer.clone();
-        tokio::spawn(async move { writer.write_while(&db, &sweeping).await })
-    };
+    let sweeping = AtomicBool::new(true);
     let started = Instant::now();
-    let swept = tributary::retention::sweep(&db, &settings, Utc::now()).await;
-    let sweep_seconds = started.elapsed().as_secs_f64();
-    sweeping.store(false, Ordering::SeqCst);
-    let during = pages.await.context("the page writer panicked")??;
+    let sweep = async {
+        let swept = tributary::retention::sweep(&db, &settings, Utc::now()).await;
+        let seconds = started.elapsed().as_secs_f64();
+        sweeping.store(false, Ordering::SeqCst);
+        (swept, seconds)
+    };
+    let ((swept, sweep_seconds), during) = tokio::join!(sweep, writer.write_while(&sweeping));
+    let during = during?;
     let swept = swept?;
-    writer.finish(&db).await?;
+    writer.finish().await?;
 
     let left = sync_run::Entity::find().count(&**app.db()).await?;
     let expected_swept = runs.saturating_sub(CONNECTIONS.min(runs));
@@ -211,37 +211,30 @@ async fn seed(db: &DatabasePools, runs: u64) -> anyhow::Result<()> {
 }
 
 /// The connection whose pages are timed, with a run of its own.
-#[derive(Clone)]
-struct Writer {
-    connection: connection::Model,
-    stream: tributary::pipeline::StreamScope,
-    run_id: i64,
-    written: Arc<std::sync::atomic::AtomicU64>,
+struct Writer<'a> {
+    run: tokio::sync::Mutex<Run<'a>>,
+    written: std::sync::atomic::AtomicU64,
 }
 
-impl Writer {
-    async fn open(db: &DatabasePools) -> anyhow::Result<Writer> {
-        let connection = connection::Entity::find()
-            .one(&**db)
-            .await?
-            .context("the writer's connection")?;
+impl<'a> Writer<'a> {
+    async fn open(
+        db: &'a DatabasePools,
+        connection: &'a connection::Model,
+    ) -> anyhow::Result<Writer<'a>> {
         let settings = StreamSettings {
             name: "charges".to_string(),
             namespace: connection.provider.clone(),
             parent: None,
         };
-        let stream = open_stream(db, &connection, &settings).await?;
-        let run_id = start_run(db, &connection, &stream, Trigger::Manual).await?;
+        let run = Run::open(db, connection, &settings, Trigger::Manual, None).await?;
         Ok(Writer {
-            connection,
-            stream,
-            run_id,
-            written: Arc::default(),
+            run: tokio::sync::Mutex::new(run),
+            written: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Commits one page of new records; returns how long it took.
-    async fn page(&self, db: &DatabasePools) -> anyhow::Result<Duration> {
+    async fn page(&self) -> anyhow::Result<Duration> {
         let first = self
             .written
             .fetch_add(PAGE_RECORDS as u64, Ordering::SeqCst);
@@ -255,51 +248,41 @@ impl Writer {
                 })
             })
             .collect();
-        let context = PageContext {
-            run_id: self.run_id,
-            connection: &self.connection,
-            stream: &self.stream,
+        let page = RunPage {
+            items,
             next_checkpoint: None,
             mode: WriteMode::Upsert,
             leave_checkpoint: true,
             expect: PageExpectation::New,
-            sightings: false,
-            lease: None,
+            pages: 1,
+            ..RunPage::default()
         };
-        let mut counts = RunCounts::default();
+        let mut run = self.run.lock().await;
         let started = Instant::now();
-        store_page(db, &context, items, &mut counts).await?;
+        run.store(page).await?;
         Ok(started.elapsed())
     }
 
-    async fn write_for(
-        &self,
-        db: &DatabasePools,
-        period: Duration,
-    ) -> anyhow::Result<Vec<Duration>> {
+    async fn write_for(&self, period: Duration) -> anyhow::Result<Vec<Duration>> {
         let until = Instant::now() + period;
         let mut samples = Vec::new();
         while Instant::now() < until {
-            samples.push(self.page(db).await?);
+            samples.push(self.page().await?);
             tokio::time::sleep(PAGE_EVERY).await;
         }
         Ok(samples)
     }
 
-    async fn write_while(
-        &self,
-        db: &DatabasePools,
-        going: &AtomicBool,
-    ) -> anyhow::Result<Vec<Duration>> {
+    async fn write_while(&self, going: &AtomicBool) -> anyhow::Result<Vec<Duration>> {
         let mut samples = Vec::new();
         while going.load(Ordering::SeqCst) {
-            samples.push(self.page(db).await?);
+            samples.push(self.page().await?);
             tokio::time::sleep(PAGE_EVERY).await;
         }
         Ok(samples)
     }
 
-    async fn finish(&self, db: &DatabasePools) -> anyhow::Result<()> {
+    async fn finish(self) -> anyhow::Result<()> {
         let end = RunEnd {
             status: RunStatus::Succeeded,
             error: None,
@@ -309,18 +292,8 @@ impl Writer {
             notify: NotifyRuns::None,
             deletions: DeletionPass::Off,
             full_passes_served: 0,
-            lease: None,
         };
-        let counts = RunCounts::default();
-        finish_run(
-            db,
-            &self.connection,
-            &self.stream,
-            self.run_id,
-            &counts,
-            &end,
-        )
-        .await?;
+        self.run.into_inner().close(end).await?;
         Ok(())
     }
 }

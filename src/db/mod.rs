@@ -21,8 +21,8 @@ mod readers;
 mod schema;
 mod wal_checkpoints;
 
-pub use clock::{now, sync_clock};
 pub(crate) use clock::SYNC_CLOCK_EVERY;
+pub use clock::{now, sync_clock};
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;
 pub use instances::{schema_version, Instance, RELEASE};

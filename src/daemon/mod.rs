@@ -537,11 +537,7 @@ async fn queue_slot(
     if connections.is_empty() {
         return;
     }
-    // Claimed in insertion order within a slot: the order turns from slot to slot, so no
-    // connection is always the last to start.
-    let turn = usize::try_from(slot.timestamp().rem_euclid(7919)).unwrap_or(0);
-    let len = connections.len();
-    connections.rotate_left(turn % len);
+    rotate_for(&mut connections, slot);
     let jobs: Vec<NewJob> = connections
         .iter()
         .map(|(connection, stream)| NewJob {
@@ -769,6 +765,24 @@ impl Overrides {
     }
 }
 
+/// Turns `items` by an amount drawn from `slot`: jobs of one slot are claimed in the
+/// order they were queued, and this order changes from slot to slot (the same on every
+/// instance), so that no connection is always the last to start.
+fn rotate_for<T>(items: &mut [T], slot: chrono::DateTime<chrono::Utc>) {
+    if items.is_empty() {
+        return;
+    }
+    // splitmix64's finaliser: consecutive slots, whatever their period, give unrelated
+    // turns (a plain remainder repeats whenever the period divides by the count).
+    let mut z =
+        u64::from_ne_bytes(slot.timestamp().to_ne_bytes()).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let turn = usize::try_from(z % u64::try_from(items.len()).unwrap_or(1)).unwrap_or(0);
+    items.rotate_left(turn);
+}
+
 /// The slot a firing at `now` serves: the schedule's latest time at or before it, in
 /// whole seconds, so that every instance firing it computes the same value whatever its
 /// delay (croner keeps the fraction of the time it searches from).
@@ -791,6 +805,31 @@ mod tests {
 
     fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn every_connection_is_sometimes_first_in_a_slot_whatever_the_period() {
+        for period in [60, 15 * 60, 3600] {
+            let mut first = std::collections::BTreeSet::new();
+            for n in 0..40 {
+                let slot = at("2026-12-02T00:00:00Z") + chrono::Duration::seconds(period * n);
+                let mut connections = vec![0, 1, 2, 3];
+                super::rotate_for(&mut connections, slot);
+                assert_eq!(
+                    {
+                        let mut sorted = connections.clone();
+                        sorted.sort();
+                        sorted
+                    },
+                    [0, 1, 2, 3],
+                    "a rotation"
+                );
+                first.insert(connections[0]);
+            }
+            assert_eq!(first.len(), 4, "period {period}s: {first:?}");
+        }
+        let mut none: Vec<u8> = Vec::new();
+        super::rotate_for(&mut none, at("2026-12-02T00:00:00Z"));
     }
 
     #[test]

@@ -500,3 +500,43 @@ async fn latest_slot_only(max_concurrent_connections: usize) {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_instance_runs_at_most_max_concurrent_runs_jobs_at_once_over_all_providers() {
+    let app = spawn_app().await;
+    for user in ["alice", "bob"] {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::from_millis(300)).await;
+    }
+    // Two providers on the same API, each allowed four runs at once.
+    let providers = [
+        yearly(&app, &["alice", "bob"]),
+        yearly(&app, &["alice", "bob"]).replace("acme", "beta"),
+    ]
+    .join("\n");
+    let config = app.write_config(&format!(
+        "{}max_concurrent_runs = 1\n{providers}",
+        daemon_table(None)
+    ));
+    app.settings(&providers).await;
+    let queued = run(tributary(&config).args(["sync", "--queue"]));
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    assert_eq!(queued.stdout.lines().count(), 4, "{}", queued.stdout);
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "the four jobs done", || async {
+        let jobs = jobs(&app).await;
+        jobs.len() == 4 && jobs.iter().all(|job| job.status == JobStatus::Done)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::StartedAt)
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    for pair in runs.windows(2) {
+        let ended = pair[0].finished_at.expect("finished");
+        assert!(pair[1].started_at >= ended, "two runs at once: {:?}", pair);
+    }
+}

@@ -69,7 +69,8 @@ pub async fn claim(
     holder: &Holder,
     ttl: Duration,
 ) -> Result<Result<Fence, Busy>, DbErr> {
-    let now = Utc::now();
+    // The database's clock: the lease's other holders compare theirs with it.
+    let now = crate::db::now();
     let mut free = Condition::any()
         .add(connection::Column::LeaseHolder.is_null())
         .add(connection::Column::LeaseExpiresAt.lt(now));
@@ -126,7 +127,8 @@ pub async fn renew(
     fence: &Fence,
     ttl: Duration,
 ) -> Result<bool, DbErr> {
-    let now = Utc::now();
+    // The database's clock: the lease's other holders compare theirs with it.
+    let now = crate::db::now();
     let renewed = connection::Entity::update_many()
         .col_expr(
             connection::Column::LeaseExpiresAt,
@@ -228,7 +230,8 @@ pub async fn interrupt_runs_of(db: &DatabaseConnection, holder: &Holder) -> Resu
 /// Marks `interrupted` every run still `running` whose connection's lease is free or
 /// expired: their processes are gone. Returns how many were marked.
 pub async fn sweep_abandoned_runs(db: &DatabaseConnection) -> Result<u64, DbErr> {
-    let now = Utc::now();
+    // The database's clock: the lease's other holders compare theirs with it.
+    let now = crate::db::now();
     let connections = connection::Entity::find().all(db).await?;
     let mut marked = 0;
     for connection in connections {
@@ -248,7 +251,8 @@ async fn mark_abandoned_runs(
     db: &impl ConnectionTrait,
     connection: &connection::Model,
 ) -> Result<u64, DbErr> {
-    let now = Utc::now();
+    // The database's clock: the lease's other holders compare theirs with it.
+    let now = crate::db::now();
     let result = sync_run::Entity::update_many()
         .col_expr(
             sync_run::Column::Status,

@@ -13,6 +13,7 @@
 //!   ones, and keeping their credentials sealed.
 //! - `lease`: at most one run of a connection at a time, across processes.
 //! - `jobs`: what should run; a schedule slot of a connection is one job across instances.
+//! - [`retention`]: deleting the history `[retention]` no longer keeps, in small batches.
 //! - [`pipeline`]: the one pipeline that stores records: [`pipeline::sync_connection`] runs
 //!   one connection once, page by page, keyed on (user_id, provider, external_id), through
 //!   a [`pipeline::Run`]; replaying a run's failed records from their stored payloads.
@@ -42,6 +43,7 @@ pub(crate) mod lease;
 pub mod ops;
 pub mod pipeline;
 pub(crate) mod reconcile;
+pub mod retention;
 pub mod secrets;
 pub mod sync;
 pub(crate) mod telemetry;

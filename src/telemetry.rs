@@ -46,7 +46,7 @@ pub fn install_prometheus() -> Result<PrometheusHandle, String> {
 pub struct RunFinished<'a> {
     pub provider: &'a str,
     pub stream: &'a str,
-    /// The final status (`succeeded`, `partial`, `failed`, `interrupted`).
+    /// The final status (`succeeded`, `partial`, `failed`, `interrupted`, `deferred`).
     pub status: String,
     pub inserted: u64,
     pub updated: u64,

@@ -43,6 +43,14 @@ retry_delay = "1m"
 retention = "30d"
 sweep_schedule = "0 */10 * * * *"
 
+[retention]
+runs = "90d"
+resolved_errors = "30d"
+open_errors = "1year"
+deliveries = "30d"
+batch_size = 1000
+sweep_schedule = "0 37 * * * *"
+
 [providers.acme]
 kind = "rest"
 base_url = "https://api.example.com/v2"
@@ -81,6 +89,11 @@ retry_max_delay = "30s"
 max_rate_limit_wait = "5m"
 max_body_bytes = 1048576
 user_agent = "tributary-test"
+
+[providers.acme.budget]
+app = [{ requests = 1000, per = "1d" }, { requests = 100, per = "15m" }]
+connection = [{ requests = 5000, per = "1h" }]
+learn_from_headers = true
 
 [[providers.acme.connections]]
 user_id = "alice"
@@ -598,6 +611,46 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             "not a valid cron expression",
         ),
         (
+            with_line("runs", "runs = \"10m\""),
+            "retention.runs",
+            "between 1h and 100years, got 10m",
+        ),
+        (
+            with_line("resolved_errors", "resolved_errors = \"300000y\""),
+            "retention.resolved_errors",
+            "between 1h and 100years",
+        ),
+        (
+            with_line("open_errors", "open_errors = \"0s\""),
+            "retention.open_errors",
+            "between 1h and 100years, got 0s",
+        ),
+        (
+            with_line("deliveries", "deliveries = \"59m\""),
+            "retention.deliveries",
+            "between 1h and 100years, got 59m",
+        ),
+        (
+            with_line("batch_size", "batch_size = 0"),
+            "retention.batch_size",
+            "between 1 and 10000, got 0",
+        ),
+        (
+            with_line("batch_size", "batch_size = 10001"),
+            "retention.batch_size",
+            "between 1 and 10000, got 10001",
+        ),
+        (
+            full_config().replace("0 37 * * * *", "hourly"),
+            "retention.sweep_schedule",
+            "not a valid cron expression",
+        ),
+        (
+            with_line("runs", "runs = \"90d\"\nkeep = \"1d\""),
+            "retention.keep",
+            "unknown field `keep`",
+        ),
+        (
             with_line("requests_per_second", "requests_per_second = 1e9"),
             "providers.acme",
             "requests_per_second must be between",
@@ -742,6 +795,66 @@ fn preset_requirements_match_header_names_in_any_case_and_refuse_empty_values() 
                 && stderr.contains(&format!("key `{key}`"))
                 && stderr.contains("is empty"),
             "{key}: {stderr}"
+        );
+    }
+}
+
+/// A request budget of zero, a window out of range or given twice, or a key the table
+/// does not have: `check-config` refuses it, naming the key.
+#[test]
+fn bad_request_budgets_are_refused_naming_the_key() {
+    let app = |windows: &str| with_line("app", &format!("app = [{windows}]"));
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            app("{ requests = 0, per = \"15m\" }"),
+            "providers.acme.budget.app[0].requests",
+            "between 1 and 1000000000, got 0",
+        ),
+        (
+            app("{ requests = 100, per = \"15m\" }, { requests = 10, per = \"0s\" }"),
+            "providers.acme.budget.app[1].per",
+            "between 1s and 7days, got 0s",
+        ),
+        (
+            app("{ requests = 100, per = \"30days\" }"),
+            "providers.acme.budget.app[0].per",
+            "between 1s and 7days",
+        ),
+        (
+            app("{ requests = 100, per = \"1500ms\" }"),
+            "providers.acme.budget.app[0].per",
+            "must be whole seconds",
+        ),
+        (
+            app("{ requests = 100, per = \"15m\" }, { requests = 50, per = \"900s\" }"),
+            "providers.acme.budget.app",
+            "two windows per 900s",
+        ),
+        (
+            app("{ requests = -1, per = \"15m\" }"),
+            "providers.acme.budget.app[0].requests",
+            "invalid value",
+        ),
+        (
+            with_line(
+                "connection",
+                "connection = [{ requests = 5000, per = \"1h\", burst = 10 }]",
+            ),
+            "providers.acme.budget.connection[0].burst",
+            "unknown field `burst`",
+        ),
+        (
+            with_line("learn_from_headers", "learn_headers = true"),
+            "providers.acme.budget.learn_headers",
+            "unknown field `learn_headers`",
+        ),
+    ];
+    for (text, key, message) in &cases {
+        let (code, stderr) = check_config_command(text);
+        assert_eq!(code, Some(2), "{key}: {stderr}");
+        assert!(
+            stderr.contains(&format!("key `{key}`")) && stderr.contains(message),
+            "{key}: expected {message:?} in {stderr}"
         );
     }
 }

@@ -16,6 +16,7 @@ pub mod emulator;
 pub mod matrix;
 pub mod repeats;
 pub mod report;
+pub mod retention;
 pub mod store_only;
 pub mod verify;
 
@@ -105,6 +106,13 @@ pub struct BenchArgs {
     /// Repeatable; checked like any config.
     #[arg(long = "provider-option", value_name = "KEY=VALUE", value_parser = provider_option)]
     pub provider_options: Vec<(String, String)>,
+    /// Run the retention scenario instead: seed this many old runs into a fresh database
+    /// (--database) and sweep them while a writer commits pages.
+    #[arg(long, value_name = "RUNS", conflicts_with = "matrix", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub retention_runs: Option<u64>,
+    /// With --retention-runs: the sweep's batch size.
+    #[arg(long, requires = "retention_runs", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub retention_batch: u64,
 }
 
 /// `KEY=VALUE`, split at the first `=`.
@@ -137,6 +145,9 @@ pub struct ScaleOptions {
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.matrix {
         return matrix::run(&args).await;
+    }
+    if let Some(runs) = args.retention_runs {
+        return run_retention_scenario(&args, runs).await;
     }
     anyhow::ensure!(args.users >= 1, "--users must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
@@ -178,6 +189,31 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("check failed: {failure}");
     }
     Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The `--retention-runs` scenario in a scratch database, removed afterwards.
+async fn run_retention_scenario(args: &BenchArgs, runs: u64) -> anyhow::Result<ExitCode> {
+    let scratch = match &args.database_url {
+        Some(url) => Scratch::Given(url.clone()),
+        None => Scratch::create(args.database, false).await?,
+    };
+    let batch_size = usize::try_from(args.retention_batch)?;
+    let result = retention::run_retention(&scratch.url(), runs, batch_size).await;
+    scratch.remove().await;
+    let report = result?;
+    println!("{}", retention::table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let failed: Vec<&Check> = report.checks.iter().filter(|check| !check.passed).collect();
+    for check in &failed {
+        eprintln!("check failed: {}: {}", check.name, check.detail);
+    }
+    Ok(if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

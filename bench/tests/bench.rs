@@ -262,3 +262,41 @@ async fn on_postgresql_the_first_sync_over_tls_is_compared_with_one_without() {
         "the first sync over TLS took {ratio:.2}x as long: {tls}"
     );
 }
+
+#[tokio::test]
+async fn the_retention_scenario_sweeps_every_run_but_each_connections_last() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = scratch_database_url(dir.path()).await;
+    let json = dir.path().join("retention.json");
+    let output = Command::cargo_bin("tributary-bench")
+        .expect("binary built")
+        .env_remove("RUST_LOG")
+        .args(["--retention-runs", "3000", "--retention-batch", "250"])
+        .arg("--database-url")
+        .arg(&database_url)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    if scratch::backend() == scratch::Backend::Mysql {
+        assert!(!output.status.success(), "{stdout}");
+        assert!(stderr.contains("runs on SQLite and PostgreSQL"), "{stderr}");
+        return;
+    }
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written")).unwrap();
+    // 1,000 connections of 3 runs each keep their last.
+    assert_eq!(report["swept_runs"], 2000, "{report}");
+    assert_eq!(report["batches"], 8, "{report}");
+    let checks = report["checks"].as_array().expect("checks");
+    assert!(
+        checks.iter().all(|check| check["passed"] == true),
+        "{report}"
+    );
+    assert!(report["pages_during_sweep"]["pages"].as_u64().is_some());
+}

@@ -25,6 +25,8 @@ mod m20261203_000021_paused;
 mod m20261203_000022_schedule_override;
 mod m20261204_000023_job_queue;
 mod m20261204_000024_stream_schedules;
+mod m20261204_000030_retention;
+mod m20261204_000040_rate_budgets;
 mod m20261204_000050_api_keys;
 
 /// All migrations, oldest first.
@@ -54,6 +56,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000022_schedule_override::Migration),
             Box::new(m20261204_000023_job_queue::Migration),
             Box::new(m20261204_000024_stream_schedules::Migration),
+            Box::new(m20261204_000030_retention::Migration),
+            Box::new(m20261204_000040_rate_budgets::Migration),
             Box::new(m20261204_000050_api_keys::Migration),
         ]
     }

@@ -203,6 +203,7 @@ pub fn print_runs(runs: &[sync_run::Model], shape: RunsShape) -> anyhow::Result<
         "parents skipped",
         "filtered",
         "ahead",
+        "resume at (UTC)",
         "error",
     ];
     let json = shape == RunsShape::Json;
@@ -228,6 +229,9 @@ pub fn print_runs(runs: &[sync_run::Model], shape: RunsShape) -> anyhow::Result<
             run.parents_skipped.to_string(),
             run.records_filtered.to_string(),
             run.watermark_anomalies.to_string(),
+            run.resume_at
+                .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_default(),
             shorten(run.error.as_deref().unwrap_or("")),
         ]
     })

@@ -127,7 +127,8 @@ fn print_queued(queued: &[crate::ops::sync::Queued], json: bool) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-/// 0 when every run succeeded or was partial, 1 when any failed or was interrupted.
+/// 0 when every run succeeded, was partial or deferred (a spent request budget), 1 when
+/// any failed or was interrupted.
 fn exit_for(outcomes: &[RunOutcome]) -> ExitCode {
     if outcomes
         .iter()
@@ -165,6 +166,12 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
     }
     if c.filtered > 0 {
         line.push_str(&format!(" filtered={}", c.filtered));
+    }
+    if let Some(resume_at) = &outcome.resume_at {
+        line.push_str(&format!(
+            " resume_at={}",
+            resume_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
     }
     if let Some(error) = &outcome.error {
         line.push_str(&format!(": {error}"));

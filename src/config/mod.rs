@@ -14,14 +14,18 @@ use tributary_providers::http::DEFAULT_MAX_RECORDS_PER_PAGE;
 use tributary_providers::{HttpSettings, ProviderConfig};
 
 mod api;
+mod budget;
 mod notify;
 mod redact;
+mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
 pub use api::ApiSettings;
+pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings};
 pub use redact::redact_url;
+pub use retention::RetentionSettings;
 pub use streams::{namespace, ParentStream, StreamSettings};
 
 /// What `Debug` output shows in place of a secret.
@@ -117,6 +121,8 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
     /// `[changes]`: the change feed's retention.
     pub changes: ChangesSettings,
+    /// `[retention]`: how long the history tables keep their rows.
+    pub retention: RetentionSettings,
     /// `[api]`: the HTTP API; `None` when the table is absent.
     pub api: Option<ApiSettings>,
     /// Providers by name, in name order.
@@ -278,6 +284,8 @@ pub struct ProviderSettings {
     /// are full passes (the cursor ignored), which is when an incremental provider can
     /// see deletions.
     pub full_sync_schedule: Option<String>,
+    /// `[providers.NAME.budget]`, shared by every instance; `None` when it sets no window.
+    pub(crate) budget: Option<BudgetSettings>,
 }
 
 impl ProviderSettings {
@@ -326,7 +334,7 @@ impl Default for DeletionSettings {
 
 /// `max_delete_fraction` when not given: a listing that lost half the records is more
 /// likely an API's bad day than half the records deleted.
-pub const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
+pub(crate) const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
 
 /// One `[[providers.NAME.connections]]` entry: a user's account at the provider.
 #[derive(Clone, Debug, Deserialize)]
@@ -377,6 +385,7 @@ struct RawProviderSettings {
     full_sync_schedule: Option<String>,
     streams: Option<toml::Value>,
     http: Option<toml::Value>,
+    budget: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
     #[serde(flatten)]
@@ -394,6 +403,7 @@ struct RawSettings {
     notify: Option<toml::Value>,
     #[serde(default)]
     changes: ChangesSettings,
+    retention: Option<toml::Value>,
     api: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
@@ -560,6 +570,14 @@ impl Settings {
             .map_err(|message| invalid("changes.retention".into(), message))?;
         validate_cron(&raw.changes.sweep_schedule)
             .map_err(|message| invalid("changes.sweep_schedule".into(), message))?;
+        let raw_retention = match raw.retention {
+            Some(value) => deserialize_at("retention", value),
+            None => Ok(retention::RawRetentionSettings::default()),
+        };
+        let keep_delivered = notify.as_ref().and_then(|notify| notify.keep_delivered);
+        let retention = raw_retention
+            .and_then(|raw| retention::parse(raw, keep_delivered, validate_cron))
+            .map_err(|(key, message)| invalid(key, message))?;
         Ok(Settings {
             path: path_buf,
             database,
@@ -567,6 +585,7 @@ impl Settings {
             secrets: raw.secrets,
             notify,
             changes: raw.changes,
+            retention,
             api,
             providers,
         })
@@ -682,6 +701,15 @@ fn parse_provider(
     http.metrics_label = name.to_string();
     http.validate()
         .map_err(|message| (key_of_message(&prefix, &["http".into()], &message), message))?;
+    let budget = match raw.budget {
+        Some(value) => {
+            let budget = deserialize_at(&format!("{prefix}.budget"), value)?;
+            let budget = budget::checked(budget)
+                .map_err(|(key, message)| (format!("{prefix}.{key}"), message))?;
+            Some(budget).filter(|budget| !budget.is_empty())
+        }
+        None => None,
+    };
 
     let mut adapter_table = raw.adapter;
     // `preset = "NAME"` expands into the preset's keys, the table's own keys winning.
@@ -769,6 +797,7 @@ fn parse_provider(
         notify: NotifyRuns::None,
         deletions,
         full_sync_schedule: raw.full_sync_schedule,
+        budget,
     })
 }
 
@@ -884,7 +913,7 @@ fn validate_cron(expression: &str) -> Result<(), String> {
 }
 
 /// Parses a cron expression with seconds, as the daemon's scheduler does.
-pub fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
+pub(crate) fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
         .build()

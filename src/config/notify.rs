@@ -70,8 +70,8 @@ pub struct NotifySettings {
     pub retry_max_delay: Duration,
     /// How often the daemon looks for deliveries that are due.
     pub poll_interval: Duration,
-    /// How long a delivered delivery is kept; failed ones are kept until removed.
-    pub keep_delivered: Duration,
+    /// The older name of `[retention] deliveries`, when given.
+    pub keep_delivered: Option<Duration>,
     /// The most deliveries a daemon has in flight at once, each of another connection.
     pub max_concurrent_deliveries: usize,
 }
@@ -141,8 +141,8 @@ pub(super) struct RawNotifySettings {
     retry_max_delay: Duration,
     #[serde(default = "default_poll_interval", with = "humantime_serde")]
     poll_interval: Duration,
-    #[serde(default = "default_keep_delivered", with = "humantime_serde")]
-    keep_delivered: Duration,
+    #[serde(default, with = "humantime_serde")]
+    keep_delivered: Option<Duration>,
     #[serde(default = "default_max_concurrent_deliveries")]
     max_concurrent_deliveries: usize,
 }
@@ -161,9 +161,6 @@ fn default_retry_max_delay() -> Duration {
 }
 fn default_poll_interval() -> Duration {
     Duration::from_secs(1)
-}
-fn default_keep_delivered() -> Duration {
-    Duration::from_secs(30 * 24 * 60 * 60)
 }
 fn default_max_concurrent_deliveries() -> usize {
     8
@@ -205,10 +202,13 @@ pub(super) fn parse(
         ),
         ("retry_max_delay", raw.retry_max_delay, limits::RETRY_DELAY),
         ("poll_interval", raw.poll_interval, limits::POLL_INTERVAL),
-        ("keep_delivered", raw.keep_delivered, limits::KEEP_DELIVERED),
     ];
     for (key, value, (min, max)) in ranges {
         duration_in(value, min, max).map_err(at(key))?;
+    }
+    if let Some(keep_delivered) = raw.keep_delivered {
+        let (min, max) = limits::KEEP_DELIVERED;
+        duration_in(keep_delivered, min, max).map_err(at("keep_delivered"))?;
     }
     let (min, max) = limits::CONCURRENT_DELIVERIES;
     tributary_providers::bounds::count_in(raw.max_concurrent_deliveries, min, max)

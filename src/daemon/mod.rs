@@ -123,6 +123,8 @@ pub async fn run_with(
     crate::db::require_key_index(&db).await?;
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
+    // Before anything compares a time of another instance's (the sweep below does).
+    sync_clock(db.main(), true).await;
     let abandoned = sweep_abandoned_runs(&db)
         .await
         .map_err(DaemonError::Abandoned)?;
@@ -137,6 +139,17 @@ pub async fn run_with(
     let panics = Arc::new(RunPanics::default());
     let tracker = TaskTracker::new();
     let scheduling = Arc::new(AtomicBool::new(false));
+    tracker.spawn({
+        let (db, cancel) = (db.main().clone(), cancel.clone());
+        async move {
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(crate::db::SYNC_CLOCK_EVERY) => sync_clock(&db, false).await,
+                }
+            }
+        }
+    });
     let scheduler = JobScheduler::new()
         .await
         .map_err(scheduler_error("creating the scheduler"))?;
@@ -308,6 +321,21 @@ pub async fn run_with(
     Ok(())
 }
 
+/// Measures this machine's clock against the database's, which leases, heartbeats and
+/// due times follow (`db::clock`); `warn`: says so when they are a second or more apart.
+async fn sync_clock(db: &sea_orm::DatabaseConnection, warn: bool) {
+    match crate::db::sync_clock(db).await {
+        Ok(offset) if warn && offset.abs() >= chrono::TimeDelta::seconds(1) => tracing::warn!(
+            offset_ms = offset.num_milliseconds(),
+            "This machine's clock is off the database's; leases, heartbeats and due times follow the database's."
+        ),
+        Ok(offset) => tracing::debug!(offset_ms = offset.num_milliseconds(), "Database clock read."),
+        Err(error) => {
+            tracing::warn!(%error, "Reading the database's clock failed; keeping the last offset.")
+        }
+    }
+}
+
 /// Schedules the sweeps: the change feed's expired changes, and the expired processed
 /// keys when an append-only provider exists.
 async fn schedule_sweeps(
@@ -362,6 +390,12 @@ async fn schedule_sweeps(
         .add(sweep)
         .await
         .map_err(scheduler_error("scheduling the change feed's sweep"))?;
+    let retention = crate::retention::scheduled(db.clone(), settings.retention.clone())
+        .map_err(scheduler_error("scheduling the history's retention sweep"))?;
+    scheduler
+        .add(retention)
+        .await
+        .map_err(scheduler_error("scheduling the history's retention sweep"))?;
     Ok(())
 }
 
@@ -376,11 +410,18 @@ async fn fire(job: &ProviderJob) {
         .full_sync
         .as_ref()
         .is_some_and(|full_sync| full_sync.take_due(chrono::Utc::now()));
-    let connections = match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
-        Ok(connections) => connections,
-        Err(error) => {
-            tracing::error!(%provider, %error, "Listing connections failed; firing skipped.");
-            return;
+    let mut backoff = Backoff::until(next_slot(&job.schedule, slot));
+    let connections = loop {
+        match enabled_connections(&job.db, provider, &SyncFilter::default()).await {
+            Ok(connections) => break connections,
+            Err(error) => {
+                if !backoff
+                    .wait(&job.cancel, provider, slot, &error, "Listing connections")
+                    .await
+                {
+                    return;
+                }
+            }
         }
     };
     tracing::debug!(%provider, connections = connections.len(), full, "Schedule fired.");
@@ -421,15 +462,27 @@ async fn fire(job: &ProviderJob) {
     } else {
         JobKind::Scheduled
     };
-    let overridden = match stream_overrides(&job.db, Some(provider)).await {
-        Ok(overridden) => overridden,
-        Err(error) => {
-            tracing::error!(%provider, %error, "Reading the streams' own schedules failed; firing skipped.");
-            return;
+    let overridden = loop {
+        match stream_overrides(&job.db, Some(provider)).await {
+            Ok(overridden) => break overridden,
+            Err(error) => {
+                if !backoff
+                    .wait(
+                        &job.cancel,
+                        provider,
+                        slot,
+                        &error,
+                        "Reading the streams' own schedules",
+                    )
+                    .await
+                {
+                    return;
+                }
+            }
         }
     };
     let jobs = slot_jobs(&job.settings, connections, &overridden);
-    queue_slot(job, jobs, slot, kind, unrecorded).await;
+    queue_slot(job, jobs, slot, kind, unrecorded, backoff).await;
 }
 
 /// The streams with a schedule of their own, by connection (of `provider` only, or all).
@@ -482,23 +535,21 @@ fn slot_jobs(
 
 /// Queues slot `slot` of each `(connection, stream)` as a job, unless an instance queued it
 /// already, and wakes the worker. `full` asks for full passes (a firing that could not
-/// note the ones owed); `kind` says whether the slot is a full pass's.
+/// note the ones owed); `kind` says whether the slot is a full pass's. A database that
+/// cannot be reached is tried again within `backoff`.
 async fn queue_slot(
     job: &ProviderJob,
     mut connections: Vec<(connection::Model, String)>,
     slot: chrono::DateTime<chrono::Utc>,
     kind: JobKind,
     full: bool,
+    mut backoff: Backoff,
 ) {
     let provider = &job.settings.name;
     if connections.is_empty() {
         return;
     }
-    // Claimed in insertion order within a slot: the order turns from slot to slot, so no
-    // connection is always the last to start.
-    let turn = usize::try_from(slot.timestamp().rem_euclid(7919)).unwrap_or(0);
-    let len = connections.len();
-    connections.rotate_left(turn % len);
+    rotate_for(&mut connections, slot);
     let jobs: Vec<NewJob> = connections
         .iter()
         .map(|(connection, stream)| NewJob {
@@ -512,24 +563,122 @@ async fn queue_slot(
             full,
         })
         .collect();
-    match crate::jobs::enqueue(&job.db, &jobs).await {
-        Ok(queued) => {
-            let taken = u64::try_from(jobs.len())
-                .unwrap_or(u64::MAX)
-                .saturating_sub(queued);
-            if taken > 0 {
-                tracing::debug!(%provider, %slot, connections = taken, "Slot taken by another instance.");
+    let queued = loop {
+        // Idempotent: a try that failed after its insert committed only finds its rows.
+        match crate::jobs::enqueue(&job.db, &jobs).await {
+            Ok(queued) => break queued,
+            Err(error) => {
+                if !backoff
+                    .wait(
+                        &job.cancel,
+                        provider,
+                        slot,
+                        &error,
+                        "Queueing the slot's jobs",
+                    )
+                    .await
+                {
+                    return;
+                }
             }
-            tracing::debug!(%provider, %slot, jobs = queued, "Slot queued.");
-            job.wake.notify_one();
         }
-        Err(error) => tracing::error!(
+    };
+    let taken = u64::try_from(jobs.len())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(queued);
+    if taken > 0 {
+        tracing::debug!(%provider, %slot, connections = taken, "Slot taken by another instance.");
+    }
+    if backoff.tries > 0 {
+        tracing::info!(%provider, %slot, jobs = queued, tries = backoff.tries, "Slot queued once the database answered again.");
+    } else {
+        tracing::debug!(%provider, %slot, jobs = queued, "Slot queued.");
+    }
+    job.wake.notify_one();
+}
+
+/// The first wait before a firing tries its database again; it doubles per try.
+const FIRING_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest wait between two tries of a firing.
+const FIRING_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How a firing whose database cannot be reached (a restart, a failover) tries again:
+/// waits from [`FIRING_RETRY_FIRST`] doubling to [`FIRING_RETRY_MAX`], until the daemon
+/// shuts down or the schedule's next slot comes. Past that slot its own firing queues the
+/// connections' next job, which serves them as the lost one would have: queueing the
+/// older slot then would only run each connection twice in a row.
+struct Backoff {
+    /// No try starts at or after this.
+    until: chrono::DateTime<chrono::Utc>,
+    next_wait: std::time::Duration,
+    /// Failed tries so far.
+    tries: u32,
+}
+
+impl Backoff {
+    fn until(until: chrono::DateTime<chrono::Utc>) -> Backoff {
+        Backoff {
+            until,
+            next_wait: FIRING_RETRY_FIRST,
+            tries: 0,
+        }
+    }
+
+    /// After a failed try of `what`: logs it and waits for the next try. Returns false
+    /// (and logs why) when no try is left.
+    async fn wait(
+        &mut self,
+        cancel: &CancellationToken,
+        provider: &str,
+        slot: chrono::DateTime<chrono::Utc>,
+        error: &(dyn std::fmt::Display + Sync),
+        what: &str,
+    ) -> bool {
+        self.tries = self.tries.saturating_add(1);
+        let wait = self.next_wait;
+        self.next_wait = self.next_wait.saturating_mul(2).min(FIRING_RETRY_MAX);
+        let retry_at = chrono::TimeDelta::from_std(wait)
+            .ok()
+            .and_then(|wait| chrono::Utc::now().checked_add_signed(wait));
+        if cancel.is_cancelled() || retry_at.is_none_or(|at| at >= self.until) {
+            tracing::error!(
+                %provider,
+                %slot,
+                %error,
+                tries = self.tries,
+                "{what} failed; the slot is given up and its connections wait for the next one."
+            );
+            return false;
+        }
+        tracing::warn!(
             %provider,
             %slot,
             %error,
-            "Queueing the slot's jobs failed; its connections wait for their next slot."
-        ),
+            tries = self.tries,
+            retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "{what} failed; trying again."
+        );
+        tokio::select! {
+            () = cancel.cancelled() => {
+                tracing::warn!(%provider, %slot, "Shutting down; the slot is left to the other instances.");
+                false
+            }
+            () = tokio::time::sleep(wait) => true,
+        }
     }
+}
+
+/// The schedule's first time after `slot` (a year on if it has none, so that a firing
+/// still gives up some day).
+fn next_slot(
+    schedule: &croner::Cron,
+    slot: chrono::DateTime<chrono::Utc>,
+) -> chrono::DateTime<chrono::Utc> {
+    schedule
+        .find_next_occurrence(&slot, false)
+        .ok()
+        .or_else(|| slot.checked_add_signed(chrono::TimeDelta::days(365)))
+        .unwrap_or(slot)
 }
 
 /// The connections with a schedule of their own, and the slot each was last seen at.
@@ -584,7 +733,8 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
         {
             let slot = slot_of(&cron, now);
             if overrides.first_since(row.id, "", slot) {
-                due.push((slot_jobs(&job.settings, vec![row.clone()], &streams), slot));
+                let jobs = slot_jobs(&job.settings, vec![row.clone()], &streams);
+                due.push((jobs, slot, Backoff::until(next_slot(&cron, slot))));
             }
         }
         for own in streams.get(&row.id).into_iter().flatten() {
@@ -593,17 +743,18 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
             };
             let slot = slot_of(&cron, now);
             if overrides.first_since(row.id, &own.stream, slot) {
-                due.push((vec![(row.clone(), own.stream.clone())], slot));
+                let backoff = Backoff::until(next_slot(&cron, slot));
+                due.push((vec![(row.clone(), own.stream.clone())], slot, backoff));
             }
         }
-        for (jobs, slot) in due {
+        for (jobs, slot, backoff) in due {
             if jobs.is_empty() || job.cancel.is_cancelled() {
                 continue;
             }
             let job = job.clone();
-            tracker.spawn(
-                async move { queue_slot(&job, jobs, slot, JobKind::Scheduled, false).await },
-            );
+            tracker.spawn(async move {
+                queue_slot(&job, jobs, slot, JobKind::Scheduled, false, backoff).await
+            });
         }
     }
 }
@@ -624,6 +775,24 @@ impl Overrides {
         seen.insert((connection_id, stream.to_string()), slot)
             .is_some_and(|last| last < slot)
     }
+}
+
+/// Turns `items` by an amount drawn from `slot`: jobs of one slot are claimed in the
+/// order they were queued, and this order changes from slot to slot (the same on every
+/// instance), so that no connection is always the last to start.
+fn rotate_for<T>(items: &mut [T], slot: chrono::DateTime<chrono::Utc>) {
+    if items.is_empty() {
+        return;
+    }
+    // splitmix64's finaliser: consecutive slots, whatever their period, give unrelated
+    // turns (a plain remainder repeats whenever the period divides by the count).
+    let mut z =
+        u64::from_ne_bytes(slot.timestamp().to_ne_bytes()).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let turn = usize::try_from(z % u64::try_from(items.len()).unwrap_or(1)).unwrap_or(0);
+    items.rotate_left(turn);
 }
 
 /// The slot a firing at `now` serves: the schedule's latest time at or before it, in
@@ -651,6 +820,31 @@ mod tests {
     }
 
     #[test]
+    fn every_connection_is_sometimes_first_in_a_slot_whatever_the_period() {
+        for period in [60, 15 * 60, 3600] {
+            let mut first = std::collections::BTreeSet::new();
+            for n in 0..40 {
+                let slot = at("2026-12-02T00:00:00Z") + chrono::Duration::seconds(period * n);
+                let mut connections = vec![0, 1, 2, 3];
+                super::rotate_for(&mut connections, slot);
+                assert_eq!(
+                    {
+                        let mut sorted = connections.clone();
+                        sorted.sort();
+                        sorted
+                    },
+                    [0, 1, 2, 3],
+                    "a rotation"
+                );
+                first.insert(connections[0]);
+            }
+            assert_eq!(first.len(), 4, "period {period}s: {first:?}");
+        }
+        let mut none: Vec<u8> = Vec::new();
+        super::rotate_for(&mut none, at("2026-12-02T00:00:00Z"));
+    }
+
+    #[test]
     fn instances_firing_a_slot_at_different_moments_compute_the_same_slot() {
         let every_six = parse_cron("*/6 * * * * *").unwrap();
         let slot = at("2026-12-02T01:10:06Z");
@@ -665,6 +859,40 @@ mod tests {
         assert_eq!(
             super::slot_of(&every_six, at("2026-12-02T01:10:12.001Z")),
             at("2026-12-02T01:10:12Z")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_firing_tries_its_database_again_until_the_next_slot_or_shutdown() {
+        let every_ten = parse_cron("*/10 * * * * *").unwrap();
+        let slot = at("2026-12-02T01:10:00Z");
+        assert_eq!(
+            super::next_slot(&every_ten, slot),
+            at("2026-12-02T01:10:10Z")
+        );
+
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let until = chrono::Utc::now() + chrono::TimeDelta::milliseconds(600);
+        let mut backoff = super::Backoff::until(until);
+        // 250 ms fits before the next slot; the 500 ms after it would not.
+        assert!(
+            backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
+        );
+        assert!(
+            !backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
+        );
+        assert_eq!(backoff.tries, 2);
+
+        let mut backoff = super::Backoff::until(at("2100-01-01T00:00:00Z"));
+        cancel.cancel();
+        assert!(
+            !backoff
+                .wait(&cancel, "acme", slot, &"down", "Listing")
+                .await
         );
     }
 

@@ -117,7 +117,7 @@ async fn requeue_orphans(worker: &Worker) {
         .rsplit_once(':')
         .map_or(worker.holder.as_str(), |(prefix, _)| prefix);
     let own = format!("{own}:");
-    match crate::jobs::requeue_orphans(&worker.db, &own, chrono::Utc::now()).await {
+    match crate::jobs::requeue_orphans(&worker.db, &own, crate::db::now()).await {
         Ok(0) => {}
         Ok(jobs) => tracing::warn!(
             jobs,
@@ -157,7 +157,8 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
             name,
             &worker.holder,
             u64::try_from(room).unwrap_or(u64::MAX),
-            chrono::Utc::now(),
+            // Due by the database's clock, which every instance shares.
+            crate::db::now(),
         )
         .await;
         let claimed = match claimed {

@@ -72,7 +72,7 @@ impl Instance {
         command: &str,
     ) -> Result<Instance, DbErr> {
         sweep(db).await?;
-        let now = Utc::now();
+        let now = super::clock::now();
         let row = instance::Model {
             id: 0,
             holder: holder.to_string(),
@@ -98,7 +98,7 @@ impl Instance {
     /// row swept meanwhile (this process was stopped past [`STALE_AFTER`]) is written
     /// again.
     pub async fn heartbeat(&mut self, db: &DatabaseConnection) -> Result<(), DbErr> {
-        let now = Utc::now();
+        let now = super::clock::now();
         let refreshed = instance::Entity::update_many()
             .col_expr(instance::Column::HeartbeatAt, Expr::value(now))
             .filter(instance::Column::Holder.eq(self.row.holder.as_str()))
@@ -136,7 +136,7 @@ async fn insert(db: &DatabaseConnection, row: &instance::Model) -> Result<instan
 /// Deletes the rows whose heartbeat is stale: their processes are gone.
 pub async fn sweep(db: &DatabaseConnection) -> Result<(), DbErr> {
     let swept = instance::Entity::delete_many()
-        .filter(instance::Column::HeartbeatAt.lt(stale_before(Utc::now())))
+        .filter(instance::Column::HeartbeatAt.lt(stale_before(super::clock::now())))
         .exec(db)
         .await?
         .rows_affected;
@@ -157,7 +157,7 @@ pub(crate) async fn alive_under_older_schema(
     db: &DatabaseConnection,
     schema: &SchemaState,
 ) -> Result<Vec<String>, DbErr> {
-    let now = Utc::now();
+    let now = super::clock::now();
     let fresh = stale_before(now);
     let ours = schema_version();
     let mut alive = Vec::new();

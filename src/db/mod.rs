@@ -11,6 +11,7 @@ use schema::SchemaState;
 
 use crate::config::{redact_url, DatabaseSettings};
 
+mod clock;
 mod instances;
 mod migration_lock;
 pub(crate) mod parameters;
@@ -20,6 +21,8 @@ mod readers;
 mod schema;
 mod wal_checkpoints;
 
+pub(crate) use clock::SYNC_CLOCK_EVERY;
+pub use clock::{now, sync_clock};
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;
 pub use instances::{schema_version, Instance, RELEASE};

@@ -11,6 +11,7 @@ pub mod connection_stream;
 pub mod instance;
 pub mod notification_delivery;
 pub mod processed_key;
+pub(crate) mod rate_budget;
 pub mod record;
 pub mod run_error;
 pub mod run_sighting;

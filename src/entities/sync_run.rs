@@ -40,6 +40,8 @@ pub struct Model {
     /// The run-level failure, else null.
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,
+    /// For a `deferred` run: when the spent request budget reopens and it may resume.
+    pub resume_at: Option<DateTimeUtc>,
 }
 
 /// What started a run.
@@ -75,6 +77,10 @@ pub enum RunStatus {
     /// Stopped by a shutdown or a crash before it finished.
     #[sea_orm(string_value = "interrupted")]
     Interrupted,
+    /// Stopped between pages because a request budget was spent; it may resume at
+    /// `resume_at`, from its checkpoint. Never a failure.
+    #[sea_orm(string_value = "deferred")]
+    Deferred,
 }
 
 super::display_as_stored!(Trigger, RunStatus);

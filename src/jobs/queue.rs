@@ -153,6 +153,7 @@ pub(crate) async fn claim(
         due = due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
     }
     let mut jobs = due.all(&txn).await?;
+    let superseded = supersede(&txn, &mut jobs, now).await?;
     if jobs.is_empty() {
         txn.commit().await?;
         return Ok(jobs);
@@ -173,12 +174,87 @@ pub(crate) async fn claim(
         return Ok(Vec::new());
     }
     txn.commit().await?;
+    if superseded > 0 {
+        tracing::info!(
+            provider,
+            jobs = superseded,
+            "Slots of a backed-up queue skipped: a later slot of their connection runs."
+        );
+    }
     for job in &mut jobs {
         job.status = JobStatus::Running;
         job.holder = Some(holder.to_string());
         job.started_at = Some(now);
     }
     Ok(jobs)
+}
+
+/// For a scheduled job, the slot of a later scheduled job of the same connection and
+/// stream queued and due, if there is one.
+pub(crate) async fn later_slot(
+    db: &DatabaseConnection,
+    job: &sync_job::Model,
+) -> Result<Option<DateTime<Utc>>, DbErr> {
+    let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) else {
+        return Ok(None);
+    };
+    let later = sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(job.connection_id))
+        .filter(sync_job::Column::Stream.eq(job.stream.as_str()))
+        .filter(sync_job::Column::Kind.eq(JobKind::Scheduled))
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .filter(sync_job::Column::SlotAt.gt(slot))
+        .filter(sync_job::Column::NotBefore.lte(Utc::now()))
+        .order_by_desc(sync_job::Column::SlotAt)
+        .one(db)
+        .await?;
+    Ok(later.and_then(|job| job.slot_at))
+}
+
+/// Of the scheduled jobs among `jobs` that share a connection and stream, keeps the latest
+/// slot's and marks the others skipped, superseded by it: its run serves them, as one
+/// run of a busy connection serves the slots it overlaps. Returns how many.
+async fn supersede(
+    txn: &impl sea_orm::ConnectionTrait,
+    jobs: &mut Vec<sync_job::Model>,
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    use std::collections::HashMap;
+    let mut latest: HashMap<(i64, &str), DateTime<Utc>> = HashMap::new();
+    for job in jobs.iter() {
+        if let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) {
+            let entry = latest
+                .entry((job.connection_id, job.stream.as_str()))
+                .or_insert(slot);
+            *entry = std::cmp::max(*entry, slot);
+        }
+    }
+    let mut superseded: Vec<(i64, DateTime<Utc>)> = Vec::new();
+    for job in jobs.iter() {
+        if let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) {
+            if let Some(later) = latest.get(&(job.connection_id, job.stream.as_str())) {
+                if *later > slot {
+                    superseded.push((job.id, *later));
+                }
+            }
+        }
+    }
+    for (id, later) in &superseded {
+        sync_job::Entity::update_many()
+            .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Skipped))
+            .col_expr(
+                sync_job::Column::Outcome,
+                Expr::value(format!(
+                    "superseded by the slot at {later}, queued behind it"
+                )),
+            )
+            .col_expr(sync_job::Column::FinishedAt, Expr::value(now))
+            .filter(sync_job::Column::Id.eq(*id))
+            .exec(txn)
+            .await?;
+    }
+    jobs.retain(|job| !superseded.iter().any(|(id, _)| *id == job.id));
+    Ok(u64::try_from(superseded.len()).unwrap_or(u64::MAX))
 }
 
 /// Records how job `job_id` ended.

@@ -78,6 +78,12 @@ async fn run_and_record(
     job: &sync_job::Model,
 ) -> Result<Option<SyncReport>, DbErr> {
     let db = context.db;
+    if let Some(later) = queue::later_slot(db, job).await? {
+        // A backed-up queue runs a connection's latest slot only: its run serves the
+        // earlier ones, as one run of a busy connection serves a slot it overlaps.
+        let why = format!("superseded by the slot at {later}, queued behind it");
+        return skip(context, job, &why).await;
+    }
     let Some(connection) = connection::Entity::find_by_id(job.connection_id)
         .one(db.main())
         .await?
@@ -153,7 +159,7 @@ async fn record_end(
     report: &SyncReport,
 ) -> Result<(), DbErr> {
     let db = context.db;
-    let now = Utc::now();
+    let now = crate::db::now();
     if let Some(busy) = report.skipped.first() {
         // A slot finds the connection's run going: that run serves it (a full pass stays
         // owed in `connection_streams`). A run someone asked for, a retry or a re-queued
@@ -195,9 +201,17 @@ async fn record_end(
         outcome.push_str("; re-queued: the instance shut down");
         return queue::requeue(db, job.id, now, outcome).await;
     }
-    if report.outcomes.iter().any(|outcome| outcome.yielded) {
-        // Behind the jobs already due: their `not_before` is earlier.
-        let rest = queue::enqueue(
+    // A run that yielded its turn goes on now, behind the jobs already due (their
+    // `not_before` is earlier); one whose request budget is spent, when it reopens.
+    let deferred_to = report
+        .outcomes
+        .iter()
+        .filter(|outcome| outcome.status == RunStatus::Deferred)
+        .filter_map(|outcome| outcome.resume_at)
+        .max();
+    let yielded = report.outcomes.iter().any(|outcome| outcome.yielded);
+    if let Some(resume_at) = deferred_to.or(yielded.then_some(now)) {
+        queue::enqueue(
             db,
             &[NewJob {
                 connection_id: job.connection_id,
@@ -205,14 +219,17 @@ async fn record_end(
                 stream: job.stream.clone(),
                 kind: JobKind::Resume,
                 slot_at: None,
-                not_before: now,
+                not_before: resume_at.max(now),
                 attempt: job.attempt,
                 full: job.full,
             }],
         )
         .await?;
-        if rest > 0 {
-            outcome.push_str("; yielded after max_run_duration, the rest queued");
+        match deferred_to {
+            Some(at) => outcome.push_str(&format!(
+                "; deferred: the request budget is spent, the rest queued for {at}"
+            )),
+            None => outcome.push_str("; yielded after max_run_duration, the rest queued"),
         }
     }
     let failed = report

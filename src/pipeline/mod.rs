@@ -5,6 +5,7 @@
 //! transaction ([`Run::store`]), and closes the run with its status ([`Run::close`]).
 //! Tests drive it directly; the CLI and the daemon call it for each connection.
 
+mod budget;
 pub mod changes;
 pub(crate) mod checkpoint;
 pub mod credential_store;
@@ -152,11 +153,16 @@ pub async fn sync_connection(
             cancel: cancel.child_token(),
             progress,
             yield_at: yield_after.and_then(|after| started.checked_add(after)),
+            budget: budget::TableBudget::for_connection(db, settings, connection),
         };
         let mut committed = Committed::new(run);
         let result = walk_within_timeout(&context, &mut committed).await;
         let counts = *committed.run.counts();
         let (status, error) = status_of(&result, &counts);
+        let resume_at = match &result {
+            Err(RunFault::Deferred { resume_at, .. }) => Some(*resume_at),
+            _ => None,
+        };
         let listing_complete = result.is_ok();
         let end = RunEnd {
             status,
@@ -201,6 +207,11 @@ pub async fn sync_connection(
         };
         let stream_name = committed.run.stream().name().to_string();
         let closed = committed.run.close(end).await?;
+        // Only a run that closed deferred (not one whose lease was lost meanwhile).
+        let resume_at = resume_at.filter(|_| closed.status == RunStatus::Deferred);
+        if let Some(resume_at) = resume_at {
+            run::note_resume_at(db, run_id, resume_at).await?;
+        }
         let outcome = RunOutcome {
             run_id,
             user_id: connection.user_id.clone(),
@@ -211,6 +222,7 @@ pub async fn sync_connection(
             error: closed.error,
             yielded: matches!(result, Err(RunFault::Yielded { .. })),
             panicked: matches!(result, Err(RunFault::Panicked { .. })),
+            resume_at,
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
@@ -262,6 +274,8 @@ fn status_of(result: &Result<(), RunFault>, counts: &RunCounts) -> (RunStatus, O
         Err(fault @ RunFault::RateLimited { .. }) => (RunStatus::Partial, Some(fault.to_string())),
         // Nor does yielding its turn: the next job goes on from the checkpoint.
         Err(fault @ RunFault::Yielded { .. }) => (RunStatus::Partial, Some(fault.to_string())),
+        // Nor does a spent request budget: it stops before the request, until it reopens.
+        Err(fault @ RunFault::Deferred { .. }) => (RunStatus::Deferred, Some(fault.to_string())),
         Err(fault @ RunFault::Interrupted { .. }) => {
             (RunStatus::Interrupted, Some(fault.to_string()))
         }

@@ -44,6 +44,8 @@ pub struct RunOutcome {
     /// is `partial`); the rest is owed from its checkpoint.
     #[serde(skip)]
     pub yielded: bool,
+    /// For a `deferred` run: when the spent request budget reopens, so it may resume.
+    pub resume_at: Option<chrono::DateTime<Utc>>,
     #[serde(skip)]
     pub elapsed: Duration,
 }
@@ -407,6 +409,22 @@ async fn finish_run(
         tracing::debug!(run_id, delivery_id, "Notification queued.");
     }
     Ok(closed)
+}
+
+/// Notes on a closed `deferred` run when it may resume: a statement of its own after
+/// the run closed, taken only by deferred runs, so the closing transaction is unchanged.
+pub(crate) async fn note_resume_at(
+    db: &DatabaseConnection,
+    run_id: i64,
+    resume_at: chrono::DateTime<Utc>,
+) -> Result<(), DbErr> {
+    sync_run::Entity::update_many()
+        .col_expr(sync_run::Column::ResumeAt, Expr::value(resume_at))
+        .filter(sync_run::Column::Id.eq(run_id))
+        .filter(sync_run::Column::Status.eq(RunStatus::Deferred))
+        .exec(db)
+        .await?;
+    Ok(())
 }
 
 /// Takes the `served` firings off what the stream owes; firings noted since the run

@@ -2,11 +2,13 @@
 //! the checkpoint it committed, until the listing ends or the run has to stop.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
+use tributary_providers::http::{with_budget, RequestBudget};
 use tributary_providers::{
     FetchContext, FetchError, Page, PageItem, PagePosition, ParentRecord, Provider, Watermark,
 };
@@ -44,6 +46,12 @@ pub(super) enum RunFault {
     Fetch { page: u64, source: FetchError },
     #[error("stopped early at page {page}: {source}; the next run resumes from the checkpoint")]
     RateLimited { page: u64, source: FetchError },
+    #[error("deferred at page {page}: {source}; the run resumes from the checkpoint then")]
+    Deferred {
+        page: u64,
+        source: FetchError,
+        resume_at: DateTime<Utc>,
+    },
     #[error("page {page}: {reason}; its records were stored, and the next run starts again at this page")]
     ListingStopped { page: u64, reason: String },
     #[error("pagination returned to a page already fetched in this run ({position}); stopped to avoid a loop")]
@@ -82,6 +90,8 @@ pub(super) struct RunContext<'a> {
     pub track_deletes: bool,
     /// When the walk gives way between pages (see `RunOptions::yield_after`).
     pub yield_at: Option<std::time::Instant>,
+    /// The request budgets every fetch of the run takes from (`None`: none configured).
+    pub budget: Option<Arc<dyn RequestBudget>>,
 }
 
 /// What a walk has committed so far. The caller keeps it, so that a run that stops early
@@ -456,6 +466,14 @@ impl<'r, 'a> Walker<'r, 'a> {
         if matches!(source, FetchError::RateLimited { .. }) {
             return RunFault::RateLimited { page, source };
         }
+        if let FetchError::BudgetSpent { reopens_at, .. } = &source {
+            let resume_at = *reopens_at;
+            return RunFault::Deferred {
+                page,
+                source,
+                resume_at,
+            };
+        }
         if let Some(body) = source.body() {
             // The page's body is the only copy of its records: keep it in the report.
             let message = format!("page {page}: {source}");
@@ -670,8 +688,15 @@ async fn fetch_unless_cancelled(
         credential_store,
     };
     let asked_at = Utc::now();
+    let fetch = run.provider.fetch_page(&fetch_context, position);
+    let fetch = async {
+        match &run.budget {
+            Some(budget) => with_budget(Arc::clone(budget), fetch).await,
+            None => fetch.await,
+        }
+    };
     tokio::select! {
-        fetched = run.provider.fetch_page(&fetch_context, position) => Fetched::Answer(fetched.map(|mut page| {
+        fetched = fetch => Fetched::Answer(fetched.map(|mut page| {
             page.watermark = page.watermark.map(|watermark| watermark.at_most(asked_at));
             page
         })),

@@ -18,12 +18,13 @@ const TRIGGERS: [(Trigger, &str); 3] = [
     (Trigger::Replay, "replay"),
 ];
 
-const STATUSES: [(RunStatus, &str); 5] = [
+const STATUSES: [(RunStatus, &str); 6] = [
     (RunStatus::Running, "running"),
     (RunStatus::Succeeded, "succeeded"),
     (RunStatus::Partial, "partial"),
     (RunStatus::Failed, "failed"),
     (RunStatus::Interrupted, "interrupted"),
+    (RunStatus::Deferred, "deferred"),
 ];
 
 const STAGES: [(Stage, &str); 4] = [

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use nix::sys::signal::Signal;
-use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, QuerySelect, Set};
+use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
 use secrecy::SecretString;
 use serde_json::Value;
 use sha2::Sha256;
@@ -751,56 +751,6 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
             assert!(!text.contains(v1), "a signature leaked:\n{text}");
         }
     }
-}
-
-#[tokio::test]
-async fn deliveries_delivered_longer_than_keep_delivered_ago_are_deleted_failed_ones_kept() {
-    let app = crate::helpers::spawn_app().await;
-    let receiver = MockServer::start().await;
-    answer(&receiver, 200).await;
-    let users = ["alice", "bob", "carol"];
-    let settings = notifying(&app, &receiver, &users, "keep_delivered = \"1day\"").await;
-    mount_records(&app, items("k", "u", 0..1)).await;
-    app.sync(&settings).await;
-    let worker = notifier(&app, &settings);
-    deliver_until(&app, &worker, Duration::from_secs(20), all_settled).await;
-    let mut rows = deliveries(&app).await;
-    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
-    let two_days_ago = chrono::Utc::now() - chrono::TimeDelta::days(2);
-    // Alice's was delivered two days ago, bob's was given up as long ago, carol's is new.
-    notification_delivery::ActiveModel {
-        id: Set(rows[0].id),
-        delivered_at: Set(Some(two_days_ago)),
-        ..Default::default()
-    }
-    .update(&app.db)
-    .await
-    .expect("aged");
-    notification_delivery::ActiveModel {
-        id: Set(rows[1].id),
-        status: Set(DeliveryStatus::Failed),
-        delivered_at: Set(None),
-        created_at: Set(two_days_ago),
-        ..Default::default()
-    }
-    .update(&app.db)
-    .await
-    .expect("given up");
-
-    assert_eq!(worker.sweep_delivered().await.expect("sweep"), 1);
-    let mut left: Vec<(String, DeliveryStatus)> = deliveries(&app)
-        .await
-        .into_iter()
-        .map(|d| (d.user_id, d.status))
-        .collect();
-    left.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(
-        left,
-        vec![
-            ("bob".to_string(), DeliveryStatus::Failed),
-            ("carol".to_string(), DeliveryStatus::Delivered),
-        ]
-    );
 }
 
 #[tokio::test]

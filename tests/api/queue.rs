@@ -421,3 +421,122 @@ async fn a_long_run_yields_to_the_jobs_due_and_its_rest_goes_on_from_the_checkpo
         (JobKind::Resume, first.connection_id)
     );
 }
+
+#[tokio::test]
+async fn a_backed_up_queue_runs_a_connections_latest_slot_only() {
+    // Claimed together, the earlier slots are skipped as they are claimed.
+    latest_slot_only(4).await;
+}
+
+#[tokio::test]
+async fn a_slot_claimed_alone_is_skipped_when_a_later_one_is_due() {
+    // One claim at a time: the earliest slot is claimed alone, and finds the later one
+    // due as it starts.
+    latest_slot_only(1).await;
+}
+
+async fn latest_slot_only(max_concurrent_connections: usize) {
+    let app = spawn_app().await;
+    mount_cursor_listing(&app.api, "alice", "alice", 1, 1, Duration::ZERO).await;
+    let providers = yearly(&app, &["alice"]).replacen(
+        "kind = \"rest\"\n",
+        &format!("kind = \"rest\"\nmax_concurrent_connections = {max_concurrent_connections}\n"),
+        1,
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let alice = connection_of(&app, "alice").await;
+    // Three slots queued while no instance ran (the queue backed up).
+    let now = chrono::Utc::now();
+    let slots: Vec<_> = [3, 2, 1]
+        .iter()
+        .map(|minutes| {
+            use chrono::Timelike;
+            let at = now - chrono::Duration::minutes(*minutes);
+            at.with_nanosecond(0).unwrap_or(at)
+        })
+        .collect();
+    for slot in &slots {
+        sync_job::ActiveModel {
+            connection_id: Set(alice.id),
+            provider: Set("acme".to_string()),
+            stream: Set(String::new()),
+            kind: Set(JobKind::Scheduled),
+            slot_at: Set(Some(*slot)),
+            status: Set(JobStatus::Queued),
+            priority: Set(JobKind::Scheduled.priority()),
+            not_before: Set(Some(*slot)),
+            created_at: Set(*slot),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(20), "every job ended", || async {
+        jobs(&app)
+            .await
+            .iter()
+            .all(|job| job.status != JobStatus::Queued && job.status != JobStatus::Running)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = runs_of(&app, "alice").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let ended: Vec<(JobStatus, String)> = jobs(&app)
+        .await
+        .into_iter()
+        .map(|job| (job.status, job.outcome.unwrap_or_default()))
+        .collect();
+    let superseded = format!("superseded by the slot at {}, queued behind it", slots[2]);
+    assert_eq!(
+        ended,
+        [
+            (JobStatus::Skipped, superseded.clone()),
+            (JobStatus::Skipped, superseded),
+            (JobStatus::Done, format!("run {} succeeded", runs[0].id)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_instance_runs_at_most_max_concurrent_runs_jobs_at_once_over_all_providers() {
+    let app = spawn_app().await;
+    for user in ["alice", "bob"] {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::from_millis(300)).await;
+    }
+    // Two providers on the same API, each allowed four runs at once.
+    let providers = [
+        yearly(&app, &["alice", "bob"]),
+        yearly(&app, &["alice", "bob"]).replace("acme", "beta"),
+    ]
+    .join("\n");
+    let config = app.write_config(&format!(
+        "{}max_concurrent_runs = 1\n{providers}",
+        daemon_table(None)
+    ));
+    app.settings(&providers).await;
+    let queued = run(tributary(&config).args(["sync", "--queue"]));
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    assert_eq!(queued.stdout.lines().count(), 4, "{}", queued.stdout);
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "the four jobs done", || async {
+        let jobs = jobs(&app).await;
+        jobs.len() == 4 && jobs.iter().all(|job| job.status == JobStatus::Done)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let runs = sync_run::Entity::find()
+        .order_by_asc(sync_run::Column::StartedAt)
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    for pair in runs.windows(2) {
+        let ended = pair[0].finished_at.expect("finished");
+        assert!(pair[1].started_at >= ended, "two runs at once: {:?}", pair);
+    }
+}

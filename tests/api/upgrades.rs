@@ -289,14 +289,16 @@ async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_l
     assert!(!recorded(&app, &newest).await, "nothing was migrated");
 
     // The lease alone is a sign too.
-    sync_run::Entity::update(sync_run::ActiveModel {
-        id: Set(run_id),
-        status: Set(tributary::pipeline::RunStatus::Interrupted),
-        ..Default::default()
-    })
-    .exec(&app.db)
-    .await
-    .expect("run ended");
+    // Not through the entity's model either: the newest migration adds a run column.
+    sync_run::Entity::update_many()
+        .col_expr(
+            sync_run::Column::Status,
+            sea_orm::sea_query::Expr::value(tributary::pipeline::RunStatus::Interrupted),
+        )
+        .filter(sync_run::Column::Id.eq(run_id))
+        .exec(&app.db)
+        .await
+        .expect("run ended");
     let refused = run(tributary(&config).arg("migrate"));
     assert_eq!(refused.code, 4, "{}", refused.stderr);
     assert!(

@@ -69,6 +69,25 @@ pub enum FetchError {
         /// The configured `http.max_rate_limit_wait` it exceeded.
         limit: Duration,
     },
+    /// A request budget (`budget` in the provider's table) is spent until later than
+    /// `http.max_rate_limit_wait` from now; the request was not sent.
+    #[error(
+        "the request budget of {scope} is spent until {}; nothing was sent past it",
+        reopens_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    )]
+    BudgetSpent {
+        /// What the budget belongs to, e.g. `provider strava` or `connection 7`.
+        scope: String,
+        /// When the spent window ends and the run may resume.
+        reopens_at: chrono::DateTime<chrono::Utc>,
+    },
+    /// The request budget could not be read (its database is unreachable); the request
+    /// was not sent.
+    #[error("the request budget could not be read: {message}")]
+    BudgetUnavailable {
+        /// Why, from the budget's store.
+        message: String,
+    },
     /// The API answered with an unsuccessful status (after the retries, for 5xx and 429).
     #[error("{url} answered HTTP {status} after {}: {message}", attempts_text(*attempts))]
     Status {
@@ -280,7 +299,9 @@ impl FetchError {
             FetchError::PositionMismatch { message } => FetchError::PositionMismatch {
                 message: clean(message),
             },
-            rate_limited @ FetchError::RateLimited { .. } => rate_limited,
+            unchanged @ (FetchError::RateLimited { .. }
+            | FetchError::BudgetSpent { .. }
+            | FetchError::BudgetUnavailable { .. }) => unchanged,
             FetchError::RefusedWithRotation { error, kept } => FetchError::RefusedWithRotation {
                 error: Box::new(error.redact_secret(secret)),
                 kept,

@@ -19,6 +19,7 @@
 //! forbids a retry, a JSON error body) changes these rules for its own requests with a
 //! [`ResponsePolicy`] rather than a retry loop of its own.
 
+mod budget;
 mod error;
 mod policy;
 mod settings;
@@ -37,6 +38,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::value::RawValue;
 use url::Url;
 
+pub use budget::{reported_windows, with_budget, BudgetRefusal, ReportedWindow, RequestBudget};
 use error::excerpt;
 pub(crate) use error::{cap_body, display_url, display_url_hiding, display_url_text};
 pub use error::{
@@ -306,6 +308,10 @@ impl HttpClient {
                 )
                 .body(form.expose_secret().to_string());
         }
+        let shared_budget = budget::current();
+        if let Some(shared) = &shared_budget {
+            self.take_from(shared.as_ref()).await?;
+        }
         if let Some(budget) = &self.budget {
             budget.until_ready().await;
         }
@@ -319,6 +325,12 @@ impl HttpClient {
             .increment(1);
         let mut response = sent.map_err(|err| transport("sending the request failed", err))?;
         policy.observe(response.status(), response.headers());
+        if let Some(shared) = &shared_budget {
+            let reported = reported_windows(response.headers());
+            if !reported.is_empty() {
+                shared.learn(&reported).await;
+            }
+        }
         if !response.status().is_success() {
             return Err(self.status_failure(response, policy, shown, attempt).await);
         }
@@ -373,6 +385,42 @@ impl HttpClient {
             }),
             Unread::Refused(error) => Failure::fatal(error),
         })
+    }
+
+    /// Takes one request from the shared budget, waiting for a spent window that reopens
+    /// within `max_rate_limit_wait`; a later one ends the fetch unsent
+    /// ([`FetchError::BudgetSpent`]), as does a budget that cannot be read.
+    async fn take_from(&self, shared: &dyn RequestBudget) -> Result<(), Failure> {
+        let max_wait = self.settings.max_rate_limit_wait;
+        let deadline = chrono::Utc::now()
+            + chrono::Duration::from_std(max_wait).unwrap_or(chrono::Duration::MAX);
+        loop {
+            match shared.take().await {
+                Ok(()) => return Ok(()),
+                Err(BudgetRefusal::Spent { scope, reopens_at }) if reopens_at > deadline => {
+                    return Err(Failure::fatal(FetchError::BudgetSpent {
+                        scope,
+                        reopens_at,
+                    }));
+                }
+                Err(BudgetRefusal::Spent { scope, reopens_at }) => {
+                    let wait = (reopens_at - chrono::Utc::now())
+                        .to_std()
+                        .unwrap_or(Duration::ZERO);
+                    let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                    tracing::info!(
+                        scope,
+                        wait_ms,
+                        "Request budget spent; waiting for its window to reopen."
+                    );
+                    self.record_rate_limit_wait();
+                    tokio::time::sleep(wait).await;
+                }
+                Err(BudgetRefusal::Unavailable { message }) => {
+                    return Err(Failure::fatal(FetchError::BudgetUnavailable { message }));
+                }
+            }
+        }
     }
 
     /// The failure for an unsuccessful status: the client's verdict, as `policy` amends it,

@@ -177,3 +177,31 @@ fn debug_shows_the_url_redacted() {
     let shown = format!("{notify:?}");
     assert!(!shown.contains("abc123"), "{shown}");
 }
+
+/// `keep_delivered`, from before `[retention]`, is still read as `retention.deliveries`;
+/// giving both is refused, naming the older key.
+#[test]
+fn keep_delivered_is_the_older_name_of_the_deliveries_retention() {
+    let settings = parse(&format!("{BASE}\nkeep_delivered = \"10m\""), &|_| true).expect("valid");
+    assert_eq!(settings.retention.deliveries, Duration::from_secs(600));
+    let default = parse(BASE, &|_| true).expect("valid");
+    assert_eq!(
+        default.retention.deliveries,
+        Duration::from_secs(30 * 86_400)
+    );
+
+    let both = format!(
+        "[database]\nurl = \"sqlite://t.db\"\n[retention]\ndeliveries = \"7d\"\n\
+         [notify]\n{BASE}\nkeep_delivered = \"1d\"\n"
+    );
+    match Settings::parse(Path::new("config.toml"), &both, None, &|_| true) {
+        Err(ConfigError::Invalid { key, message, .. }) => {
+            assert_eq!(key, "notify.keep_delivered");
+            assert!(
+                message.contains("set only retention.deliveries"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

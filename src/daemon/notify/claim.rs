@@ -116,16 +116,3 @@ pub(super) async fn settle(
         .rows_affected;
     Ok(settled == 1)
 }
-
-/// Deletes the deliveries delivered before `before`; returns how many.
-pub(super) async fn sweep_delivered(
-    db: &DatabaseConnection,
-    before: DateTime<Utc>,
-) -> Result<u64, DbErr> {
-    Ok(Entity::delete_many()
-        .filter(Column::Status.eq(DeliveryStatus::Delivered))
-        .filter(Column::DeliveredAt.lt(before))
-        .exec(db)
-        .await?
-        .rows_affected)
-}

@@ -28,15 +28,13 @@ use crate::config::NotifySettings;
 use crate::entities::notification_delivery::Model as Delivery;
 
 use claim::Settle;
-pub use signature::{signature, DELIVERY_HEADER, SIGNATURE_HEADER};
+pub use signature::signature;
 
 /// The most deliveries one pass reads.
 const PASS_SIZE: u64 = 64;
 /// How long past the request's timeout a claim lasts, so that settling the attempt after
 /// the answer fits in it too.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
-/// How often the worker deletes deliveries older than `keep_delivered`.
-const SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// The worker could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -139,7 +137,6 @@ impl Notifier {
         let interval = notifier.settings.poll_interval;
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut swept: Option<std::time::Instant> = None;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
@@ -151,16 +148,6 @@ impl Notifier {
             }
             if let Err(error) = notifier.start_due(&mut in_flight).await {
                 tracing::warn!(%error, "Reading the notification outbox failed; trying again.");
-            }
-            if swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
-                swept = Some(std::time::Instant::now());
-                match notifier.sweep_delivered().await {
-                    Ok(0) => {}
-                    Ok(deleted) => {
-                        tracing::info!(deleted, "Deleted deliveries past keep_delivered.")
-                    }
-                    Err(error) => tracing::warn!(%error, "Deleting old deliveries failed."),
-                }
             }
         }
         while let Some(joined) = in_flight.attempts.join_next_with_id().await {
@@ -199,19 +186,6 @@ impl Notifier {
             in_flight.connections.insert(task.id(), connection);
         }
         Ok(())
-    }
-
-    /// Deletes the deliveries delivered longer than `keep_delivered` ago; returns how
-    /// many. Failed ones stay until an operator removes them.
-    pub async fn sweep_delivered(&self) -> Result<u64, DbErr> {
-        let before = TimeDelta::from_std(self.settings.keep_delivered)
-            .ok()
-            .and_then(|keep| Utc::now().checked_sub_signed(keep));
-        match before {
-            Some(before) => claim::sweep_delivered(&self.db, before).await,
-            // Further back than the calendar goes: nothing is that old.
-            None => Ok(0),
-        }
     }
 
     /// One attempt at `delivery`: claim it, POST it, record the answer.

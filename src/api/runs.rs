@@ -25,7 +25,7 @@ pub(crate) struct Run {
     pub stream: Option<String>,
     /// `manual`, `schedule` or `replay`.
     pub trigger: String,
-    /// `running`, `succeeded`, `partial`, `failed` or `interrupted`.
+    /// `running`, `succeeded`, `partial`, `failed`, `interrupted` or `deferred`.
     pub status: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -44,6 +44,8 @@ pub(crate) struct Run {
     pub records_filtered: i64,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// For a `deferred` run: when its spent request budget reopens and it may resume.
+    pub resume_at: Option<DateTime<Utc>>,
 }
 
 impl From<sync_run::Model> for Run {
@@ -71,6 +73,7 @@ impl From<sync_run::Model> for Run {
             parents_skipped: run.parents_skipped,
             records_filtered: run.records_filtered,
             error: run.error,
+            resume_at: run.resume_at,
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use tributary_providers::bounds::{count_in, duration_in};
 
 /// The ranges of the `[api]` values.
-pub mod limits {
+pub(crate) mod limits {
     use std::time::Duration;
 
     /// `api.max_body_bytes`: from 1 KiB (a small JSON body) to 64 MiB.
@@ -19,7 +19,7 @@ pub mod limits {
 
 /// `[api]`.
 #[derive(Clone, Debug)]
-pub struct ApiSettings {
+pub(crate) struct ApiSettings {
     /// The address the API listens on, e.g. "127.0.0.1:8080". Bind it to loopback and put
     /// a reverse proxy with TLS in front (docs/operations.md).
     pub listen: SocketAddr,

@@ -21,7 +21,7 @@ mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
-pub use api::ApiSettings;
+pub(crate) use api::ApiSettings;
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings};
 pub use redact::redact_url;
@@ -124,7 +124,7 @@ pub struct Settings {
     /// `[retention]`: how long the history tables keep their rows.
     pub retention: RetentionSettings,
     /// `[api]`: the HTTP API; `None` when the table is absent.
-    pub api: Option<ApiSettings>,
+    pub(crate) api: Option<ApiSettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }

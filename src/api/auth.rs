@@ -29,6 +29,11 @@ impl Needs for ConnectionsWrite {
     const SCOPE: Scope = Scope::ConnectionsWrite;
 }
 
+pub(crate) struct SyncsWrite;
+impl Needs for SyncsWrite {
+    const SCOPE: Scope = Scope::SyncsWrite;
+}
+
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
 /// are 401 with a bearer challenge, a key without the scope 403. Taken first in a
 /// handler's arguments, so that nothing else is read for a refused caller.

@@ -14,6 +14,7 @@ mod input;
 mod problem;
 mod runs;
 mod state;
+mod syncs;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,10 +61,13 @@ pub enum ApiError {
         connections::ConnectionChange,
         runs::Run,
         runs::RunPage,
+        syncs::SyncRequest,
+        syncs::SyncJob,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
+        (name = "syncs", description = "Runs asked for now, queued as jobs"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -94,7 +98,7 @@ impl utoipa::Modify for BearerScheme {
 /// registered at the path its `#[utoipa::path]` names, and that operation added to the
 /// document.
 fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
-    use axum::routing::{get, patch};
+    use axum::routing::{get, patch, post};
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let router = Routes {
@@ -107,6 +111,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         "connections",
         patch(connections::change_connection),
     )
+    .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
     .add::<__path_openapi_json>("meta", get(openapi_json));

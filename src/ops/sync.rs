@@ -70,6 +70,68 @@ pub(crate) async fn queue(
     Ok(queued)
 }
 
+/// Queues a manual job for connection `id` (one `stream`, or every stream the provider
+/// syncs), for the first free instance; it starts before scheduled jobs.
+pub(crate) async fn queue_connection(
+    db: &DatabasePools,
+    settings: &Settings,
+    id: i64,
+    stream: Option<&str>,
+    full: bool,
+) -> Result<Queued, OpsError> {
+    use crate::entities::connection;
+    use sea_orm::EntityTrait;
+    let row = connection::Entity::find_by_id(id)
+        .one(db.main())
+        .await?
+        .ok_or_else(|| OpsError::NotFound {
+            what: format!("connection with id {id}"),
+            hint: "; `tributary connections list` lists them",
+        })?;
+    let provider = settings
+        .providers
+        .get(&row.provider)
+        .filter(|provider| provider.enabled)
+        .ok_or_else(|| {
+            OpsError::Conflict(format!(
+                "provider {:?} is not configured or is disabled; its connections do not sync",
+                row.provider
+            ))
+        })?;
+    if !row.enabled {
+        return Err(OpsError::Conflict(format!(
+            "connection {id} is disabled; enable it first"
+        )));
+    }
+    if let Some(name) = stream {
+        if provider.stream(name).is_none() {
+            let known: Vec<&str> = provider.streams.iter().map(|s| s.name.as_str()).collect();
+            return Err(OpsError::Invalid {
+                field: "stream",
+                message: format!(
+                    "provider {:?} syncs no stream named {:?}; it syncs {}",
+                    row.provider,
+                    tributary_providers::quote::truncated(name, 64),
+                    known.join(", ")
+                ),
+            });
+        }
+    }
+    let filter = SyncFilter {
+        provider: Some(row.provider.clone()),
+        user_id: Some(row.user_id.clone()),
+        stream: stream.map(str::to_string),
+    };
+    let job = manual_job(&row, &filter, full, chrono::Utc::now());
+    let job_id = crate::jobs::insert_queued(db, &job).await?;
+    Ok(Queued {
+        job_id,
+        user_id: row.user_id,
+        provider: row.provider,
+        stream: job.stream,
+    })
+}
+
 fn manual_job(
     connection: &crate::entities::connection::Model,
     filter: &SyncFilter,

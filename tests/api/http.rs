@@ -668,3 +668,100 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
         "the API still answers"
     );
 }
+
+#[tokio::test]
+async fn a_sync_asked_for_is_queued_as_a_job_that_the_daemon_runs() {
+    use tributary::entities::sync_job::{self, JobKind, JobStatus};
+    let app = spawn_app().await;
+    crate::helpers::mount_cursor_listing(&app.api, "alice", "alice", 1, 1, Duration::ZERO).await;
+    // Synced once a year: only the job asked for runs.
+    let providers = three_connections(&app).await.replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    );
+    let served = Served::start(&app, &providers).await;
+    let syncs = served.create_key("syncer", &["syncs:write"]);
+    let reader = served.create_key("reader", &["connections:read"]);
+    let alice: i64 = query(&app, "SELECT id FROM connections WHERE user_id = 'alice'").await[0]
+        .try_get_by_index(0)
+        .expect("alice's id");
+    let json = |text: &str| Some(("application/json", text.as_bytes().to_vec()));
+    let path = format!("/v1/connections/{alice}/syncs");
+
+    let (status, headers, body) = served
+        .call(Method::POST, &path, Some(&reader), json("{}"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_problem(status, &headers, &body);
+    let (status, headers, body) = served
+        .call(
+            Method::POST,
+            &path,
+            Some(&syncs),
+            json(r#"{"stream": "wikis"}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_problem(status, &headers, &body);
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("syncs no stream named \"wikis\"")),
+        "{body}"
+    );
+    let (status, _, body) = served
+        .call(
+            Method::POST,
+            "/v1/connections/999999/syncs",
+            Some(&syncs),
+            json("{}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _, body) = served
+        .call(Method::POST, &path, Some(&syncs), json(r#"{"fast": true}"#))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let jobs = || async { sync_job::Entity::find().all(&app.db).await.expect("jobs") };
+    assert!(
+        jobs().await.is_empty(),
+        "nothing queued by a refused request"
+    );
+
+    let (status, _, body) = served
+        .call(Method::POST, &path, Some(&syncs), json(r#"{"full": true}"#))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["connection_id"], alice);
+    assert_eq!(
+        (&body["user_id"], &body["status"], &body["full"]),
+        (&"alice".into(), &"queued".into(), &true.into())
+    );
+    let job_id = body["job_id"].as_i64().expect("a job id");
+    crate::daemon::eventually(Duration::from_secs(20), "the job run", || async {
+        jobs()
+            .await
+            .iter()
+            .any(|job| job.id == job_id && job.status == JobStatus::Done)
+    })
+    .await;
+    let job = jobs()
+        .await
+        .into_iter()
+        .find(|job| job.id == job_id)
+        .expect("the job");
+    assert_eq!((job.kind, job.full), (JobKind::Manual, true));
+    let runs = crate::daemon::runs_of(&app, "alice").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].status, tributary::pipeline::RunStatus::Succeeded);
+    assert_eq!(app.record_ids().await, ["alice0"]);
+    let audit = audit_rows(&app).await;
+    assert!(
+        audit
+            .iter()
+            .any(|(_, method, audited, status)| method == "POST"
+                && *audited == path
+                && *status == 202),
+        "{audit:?}"
+    );
+}

@@ -154,8 +154,20 @@ pub(crate) async fn next_due(
     db: &DatabaseConnection,
     settings: &crate::config::Settings,
 ) -> Result<Vec<NextDue>, OpsError> {
-    use sea_orm::PaginatorTrait;
     let now = chrono::Utc::now();
+    // One grouped count for every connection, not a query per connection.
+    let queued_by_connection: HashMap<i64, u64> = sync_job::Entity::find()
+        .select_only()
+        .column(sync_job::Column::ConnectionId)
+        .column_as(sync_job::Column::Id.count(), "queued")
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .group_by(sync_job::Column::ConnectionId)
+        .into_tuple::<(i64, i64)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|(id, count)| (id, u64::try_from(count).unwrap_or(0)))
+        .collect();
     let connections = connection::Entity::find()
         .filter(connection::Column::Enabled.eq(true))
         .order_by_asc(connection::Column::Provider)
@@ -182,11 +194,7 @@ pub(crate) async fn next_due(
                 .ok()
                 .and_then(|cron| cron.find_next_occurrence(&now, false).ok())
         };
-        let queued = sync_job::Entity::find()
-            .filter(sync_job::Column::ConnectionId.eq(row.id))
-            .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-            .count(db)
-            .await?;
+        let queued = queued_by_connection.get(&row.id).copied().unwrap_or(0);
         due.push(NextDue {
             provider: row.provider,
             user_id: row.user_id,

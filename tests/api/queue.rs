@@ -39,6 +39,26 @@ async fn jobs(app: &TestApp) -> Vec<sync_job::Model> {
         .unwrap()
 }
 
+/// Queues a scheduled job of `acme` for connection `connection_id` at `slot`, as a
+/// firing of the provider's schedule would.
+async fn queue_slot_job(app: &TestApp, connection_id: i64, slot: chrono::DateTime<chrono::Utc>) {
+    sync_job::ActiveModel {
+        connection_id: Set(connection_id),
+        provider: Set("acme".to_string()),
+        stream: Set(String::new()),
+        kind: Set(JobKind::Scheduled),
+        slot_at: Set(Some(slot)),
+        status: Set(JobStatus::Queued),
+        priority: Set(JobKind::Scheduled.priority()),
+        not_before: Set(Some(slot)),
+        created_at: Set(slot),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .unwrap();
+}
+
 /// Queues `user`'s connection through `tributary sync --queue`; returns the job's id.
 fn queue_manual(config: &std::path::Path, user: &str) -> i64 {
     let queued = run(tributary(config).args(["sync", "--queue", "--user", user, "--json"]));
@@ -66,21 +86,7 @@ async fn a_queued_manual_run_starts_before_scheduled_jobs_that_were_due_earlier(
     let earlier = chrono::Utc::now() - chrono::Duration::minutes(1);
     for user in ["alice", "bob"] {
         let connection = connection_of(&app, user).await;
-        sync_job::ActiveModel {
-            connection_id: Set(connection.id),
-            provider: Set("acme".to_string()),
-            stream: Set(String::new()),
-            kind: Set(JobKind::Scheduled),
-            slot_at: Set(Some(earlier)),
-            status: Set(JobStatus::Queued),
-            priority: Set(JobKind::Scheduled.priority()),
-            not_before: Set(Some(earlier)),
-            created_at: Set(earlier),
-            ..Default::default()
-        }
-        .insert(&app.db)
-        .await
-        .unwrap();
+        queue_slot_job(&app, connection.id, earlier).await;
     }
     let manual = queue_manual(&config, "carol");
     let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
@@ -342,21 +348,7 @@ async fn a_long_run_yields_to_the_jobs_due_and_its_rest_goes_on_from_the_checkpo
     // Bob's slot falls due while alice's first sync is going.
     let bob = connection_of(&app, "bob").await;
     let due = chrono::Utc::now() + chrono::Duration::milliseconds(300);
-    sync_job::ActiveModel {
-        connection_id: Set(bob.id),
-        provider: Set("acme".to_string()),
-        stream: Set(String::new()),
-        kind: Set(JobKind::Scheduled),
-        slot_at: Set(Some(due)),
-        status: Set(JobStatus::Queued),
-        priority: Set(JobKind::Scheduled.priority()),
-        not_before: Set(Some(due)),
-        created_at: Set(due),
-        ..Default::default()
-    }
-    .insert(&app.db)
-    .await
-    .unwrap();
+    queue_slot_job(&app, bob.id, due).await;
     let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
     eventually(Duration::from_secs(30), "alice synced whole", || async {
         app.record_ids().await.len() == 11
@@ -457,21 +449,7 @@ async fn latest_slot_only(max_concurrent_connections: usize) {
         })
         .collect();
     for slot in &slots {
-        sync_job::ActiveModel {
-            connection_id: Set(alice.id),
-            provider: Set("acme".to_string()),
-            stream: Set(String::new()),
-            kind: Set(JobKind::Scheduled),
-            slot_at: Set(Some(*slot)),
-            status: Set(JobStatus::Queued),
-            priority: Set(JobKind::Scheduled.priority()),
-            not_before: Set(Some(*slot)),
-            created_at: Set(*slot),
-            ..Default::default()
-        }
-        .insert(&app.db)
-        .await
-        .unwrap();
+        queue_slot_job(&app, alice.id, *slot).await;
     }
     let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
     eventually(Duration::from_secs(20), "every job ended", || async {

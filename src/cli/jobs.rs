@@ -1,10 +1,10 @@
 //! `tributary jobs`: the sync jobs, newest first: which slot of which connection, who ran
-//! it, and how it ended.
+//! it, and how it ended; `tributary jobs cancel ID` cancels one.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 
 use crate::app::{Access, App};
 use crate::config::Settings;
@@ -15,6 +15,8 @@ use super::history::{print_rows, shorten};
 
 #[derive(Debug, Args)]
 pub struct JobsArgs {
+    #[command(subcommand)]
+    action: Option<JobsAction>,
     /// Only jobs in this state.
     #[arg(long, value_enum)]
     status: Option<StatusArg>,
@@ -39,6 +41,19 @@ pub struct JobsArgs {
     next: bool,
 }
 
+#[derive(Debug, Subcommand)]
+enum JobsAction {
+    /// Cancel a job: a queued one at once (it never runs); a running one's instance, any
+    /// instance, stops its run between pages, keeping the pages it committed.
+    Cancel {
+        /// The job's id (`tributary jobs` lists them).
+        job_id: i64,
+        /// Print the job as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum StatusArg {
     Queued,
@@ -49,11 +64,16 @@ enum StatusArg {
     Skipped,
     Failed,
     Interrupted,
+    Cancelled,
 }
 
 /// `tributary jobs`.
 pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
+    if let Some(JobsAction::Cancel { job_id, json }) = args.action {
+        let app = App::open(settings, Access::Migrated).await?;
+        return cancel(&app, job_id, json).await;
+    }
     let app = App::open(settings, Access::Read).await?;
     if args.next {
         return next_due(&app, args.json).await;
@@ -68,6 +88,7 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
             StatusArg::Skipped => Some(JobStatus::Skipped),
             StatusArg::Failed => Some(JobStatus::Failed),
             StatusArg::Interrupted => Some(JobStatus::Interrupted),
+            StatusArg::Cancelled => Some(JobStatus::Cancelled),
         }),
         provider: args.provider,
         user_id: args.user,
@@ -105,6 +126,22 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
     })?;
     if let (Some(next), false) = (page.next, args.json) {
         println!("More jobs: add --before {next} for the next page.");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tributary jobs cancel ID`.
+async fn cancel(app: &App, job_id: i64, json: bool) -> anyhow::Result<ExitCode> {
+    let job = crate::ops::jobs::cancel(app.db(), job_id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&job)?);
+    } else if job.status == JobStatus::Cancelled {
+        println!("Job {job_id} is cancelled; it never ran.");
+    } else {
+        println!(
+            "Job {job_id} is running on {}; its run stops between pages and the job ends cancelled.",
+            job.holder.as_deref().unwrap_or("another instance")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,8 @@
 //! The daemon's worker: claims due jobs from `sync_jobs`, the most urgent first, as many
 //! as its bounds allow (`[daemon] max_concurrent_runs` in all, each provider's
-//! `max_concurrent_connections`), runs each under its connection's lease, and re-queues
-//! the jobs of instances that stopped.
+//! `max_concurrent_connections`), runs each under its connection's lease, stops the runs
+//! of jobs someone asked to cancel (`sync_jobs.cancel_requested_at`, read at every poll),
+//! and re-queues the jobs of instances that stopped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +39,9 @@ pub(super) struct Worker {
     /// Which provider's jobs are claimed first next: turns round, so that no provider
     /// always waits for the others' claims.
     turn: AtomicUsize,
+    /// The jobs running here, each with the token that stops its runs: the cancel
+    /// requests in the database are matched against these ids.
+    running_jobs: Mutex<HashMap<i64, CancellationToken>>,
 }
 
 impl Worker {
@@ -61,7 +65,25 @@ impl Worker {
             running: AtomicUsize::new(0),
             by_provider: Mutex::default(),
             turn: AtomicUsize::new(0),
+            running_jobs: Mutex::default(),
         }
+    }
+
+    /// A token for job `job_id`'s runs, stopped by a shutdown or by a cancel request.
+    fn job_started(&self, job_id: i64) -> CancellationToken {
+        let token = self.cancel.child_token();
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(job_id, token.clone());
+        token
+    }
+
+    fn job_ended(&self, job_id: i64) {
+        self.running_jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job_id);
     }
 
     fn running_of(&self, provider: &str) -> usize {
@@ -101,6 +123,7 @@ pub(super) async fn work(worker: Arc<Worker>, tracker: TaskTracker) {
             orphans_checked = Some(tokio::time::Instant::now());
             requeue_orphans(&worker).await;
         }
+        stop_cancelled(&worker).await;
         claim_and_start(&worker, &tracker).await;
         tokio::select! {
             () = worker.cancel.cancelled() => return,
@@ -124,6 +147,36 @@ async fn requeue_orphans(worker: &Worker) {
             "Jobs of instances that stopped were put back in the queue."
         ),
         Err(error) => tracing::warn!(%error, "Looking for jobs of stopped instances failed."),
+    }
+}
+
+/// Stops the runs of the jobs running here that someone asked to cancel, whichever
+/// instance took the request: one query for all of them, at every poll.
+async fn stop_cancelled(worker: &Worker) {
+    let ids: Vec<i64> = worker
+        .running_jobs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(_, token)| !token.is_cancelled())
+        .map(|(id, _)| *id)
+        .collect();
+    let requested = match crate::jobs::cancel_requested(&worker.db, ids).await {
+        Ok(requested) => requested,
+        Err(error) => {
+            tracing::warn!(%error, "Reading the jobs asked to cancel failed; trying again at the next poll.");
+            return;
+        }
+    };
+    let running = worker
+        .running_jobs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for job_id in requested {
+        if let Some(token) = running.get(&job_id) {
+            tracing::info!(job_id, "Job asked to cancel; its run stops between pages.");
+            token.cancel();
+        }
     }
 }
 
@@ -170,6 +223,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
         };
         for claimed_job in claimed {
             worker.count(name, true);
+            let cancel = worker.job_started(claimed_job.id);
             let (worker, provider_job) = (worker.clone(), job.clone());
             tracker.spawn(async move {
                 tracing::debug!(
@@ -183,7 +237,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
                     settings: &provider_job.settings,
                     provider: provider_job.provider.as_ref(),
                     lease: &provider_job.lease,
-                    cancel: &worker.cancel,
+                    cancel: &cancel,
                     retry: Some(&worker.retry),
                     progress: &NoProgress,
                 };
@@ -192,6 +246,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
                         provider_job.panics.note(outcome);
                     }
                 }
+                worker.job_ended(claimed_job.id);
                 worker.count(&claimed_job.provider, false);
                 worker.wake.notify_one();
             });

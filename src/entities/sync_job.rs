@@ -36,6 +36,9 @@ pub struct Model {
     /// What its runs did, or why it did not run.
     #[sea_orm(column_type = "Text")]
     pub outcome: Option<String>,
+    /// When someone asked a running job to stop: its instance's worker reads this and
+    /// stops the run between pages; the job then ends `cancelled`.
+    pub cancel_requested_at: Option<DateTimeUtc>,
 }
 
 /// Why a job exists.
@@ -97,6 +100,10 @@ pub enum JobStatus {
     /// of the connection goes on from its checkpoint.
     #[sea_orm(string_value = "interrupted")]
     Interrupted,
+    /// Cancelled on request: before it ran, or its run stopped between pages (the pages
+    /// it committed are kept, and the next run goes on from the checkpoint). Never retried.
+    #[sea_orm(string_value = "cancelled")]
+    Cancelled,
 }
 
 super::display_as_stored!(JobKind, JobStatus);

@@ -7,6 +7,7 @@ mod queue;
 mod run;
 
 pub(crate) use queue::{
-    claim, enqueue, insert_claimed, insert_queued, requeue_orphans, sweep_finished, NewJob,
+    cancel, cancel_requested, claim, enqueue, insert_claimed, insert_queued, requeue_orphans,
+    sweep_finished, CancelOutcome, NewJob,
 };
 pub(crate) use run::{finish_on_the_spot, run, JobContext, RetryPolicy};

@@ -60,6 +60,7 @@ impl NewJob {
             started_at: Set(holder.map(|_| now)),
             finished_at: Set(None),
             outcome: Set(None),
+            cancel_requested_at: Set(None),
         }
     }
 }
@@ -274,22 +275,117 @@ pub(crate) async fn finish(
     Ok(())
 }
 
-/// Puts job `job_id` back in the queue, due at `not_before`, saying why.
+/// Puts job `job_id` back in the queue, due at `not_before`, saying why; a job someone
+/// asked to cancel meanwhile ends `cancelled` instead.
 pub(crate) async fn requeue(
     db: &DatabaseConnection,
     job_id: i64,
     not_before: DateTime<Utc>,
     outcome: String,
 ) -> Result<(), DbErr> {
-    sync_job::Entity::update_many()
+    let requeued = sync_job::Entity::update_many()
         .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Queued))
         .col_expr(sync_job::Column::Holder, Expr::value(None::<String>))
         .col_expr(sync_job::Column::NotBefore, Expr::value(not_before))
-        .col_expr(sync_job::Column::Outcome, Expr::value(outcome))
+        .col_expr(sync_job::Column::Outcome, Expr::value(outcome.clone()))
         .filter(sync_job::Column::Id.eq(job_id))
+        .filter(sync_job::Column::CancelRequestedAt.is_null())
         .exec(db)
-        .await?;
+        .await?
+        .rows_affected;
+    if requeued == 0 {
+        let outcome = format!("cancelled on request; {outcome}");
+        finish(db, job_id, JobStatus::Cancelled, outcome).await?;
+    }
     Ok(())
+}
+
+/// What asking to cancel a job did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CancelOutcome {
+    /// It was queued: it is `cancelled` now and never runs.
+    Cancelled,
+    /// It is running: its instance stops its run between pages (at its next poll).
+    Requested,
+    /// It had ended already, with this status.
+    Ended(JobStatus),
+    NotFound,
+}
+
+/// Cancels job `job_id`: at once when it is queued, else, when it is running, by asking
+/// its instance through `cancel_requested_at`. Each step is one conditional `UPDATE`,
+/// so a claim racing the cancel either wins (the run is asked to stop) or finds the job
+/// cancelled.
+pub(crate) async fn cancel(
+    db: &DatabaseConnection,
+    job_id: i64,
+    now: DateTime<Utc>,
+) -> Result<CancelOutcome, DbErr> {
+    // A job can go from running back to queued (its run waits for the lease) between
+    // the two statements; a few turns settle it.
+    for _ in 0..3 {
+        let cancelled = sync_job::Entity::update_many()
+            .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Cancelled))
+            .col_expr(sync_job::Column::CancelRequestedAt, Expr::value(now))
+            .col_expr(sync_job::Column::FinishedAt, Expr::value(now))
+            .col_expr(
+                sync_job::Column::Outcome,
+                Expr::value("cancelled on request before it ran"),
+            )
+            .filter(sync_job::Column::Id.eq(job_id))
+            .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+            .exec(db)
+            .await?
+            .rows_affected;
+        if cancelled > 0 {
+            return Ok(CancelOutcome::Cancelled);
+        }
+        // The first request's time is kept: asking twice changes nothing.
+        sync_job::Entity::update_many()
+            .col_expr(sync_job::Column::CancelRequestedAt, Expr::value(now))
+            .filter(sync_job::Column::Id.eq(job_id))
+            .filter(sync_job::Column::Status.eq(JobStatus::Running))
+            .filter(sync_job::Column::CancelRequestedAt.is_null())
+            .exec(db)
+            .await?;
+        let Some(job) = sync_job::Entity::find_by_id(job_id).one(db).await? else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        match job.status {
+            JobStatus::Running if job.cancel_requested_at.is_some() => {
+                return Ok(CancelOutcome::Requested)
+            }
+            JobStatus::Running | JobStatus::Queued => continue,
+            ended => return Ok(CancelOutcome::Ended(ended)),
+        }
+    }
+    Ok(CancelOutcome::Requested)
+}
+
+/// Of `job_ids` (the jobs this instance runs), those someone asked to cancel.
+pub(crate) async fn cancel_requested(
+    db: &DatabaseConnection,
+    job_ids: Vec<i64>,
+) -> Result<Vec<i64>, DbErr> {
+    if job_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sync_job::Entity::find()
+        .select_only()
+        .column(sync_job::Column::Id)
+        .filter(sync_job::Column::Id.is_in(job_ids))
+        .filter(sync_job::Column::CancelRequestedAt.is_not_null())
+        .into_tuple::<i64>()
+        .all(db)
+        .await
+}
+
+/// Whether someone asked to cancel job `job_id`.
+pub(crate) async fn is_cancel_requested(
+    db: &DatabaseConnection,
+    job_id: i64,
+) -> Result<bool, DbErr> {
+    Ok(!cancel_requested(db, vec![job_id]).await?.is_empty())
 }
 
 /// Re-queues the running jobs whose instance is gone (a worker killed mid-job, its
@@ -327,7 +423,21 @@ pub(crate) async fn requeue_orphans(
     if orphans.is_empty() {
         return Ok(0);
     }
-    Ok(sync_job::Entity::update_many()
+    // Asked to stop: the instance is gone, so is the run; nothing is re-queued.
+    let cancelled = sync_job::Entity::update_many()
+        .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Cancelled))
+        .col_expr(sync_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(
+            sync_job::Column::Outcome,
+            Expr::value("cancelled on request; its instance stopped before the run did"),
+        )
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
+        .filter(sync_job::Column::Id.is_in(orphans.clone()))
+        .filter(sync_job::Column::CancelRequestedAt.is_not_null())
+        .exec(db)
+        .await?
+        .rows_affected;
+    let requeued = sync_job::Entity::update_many()
         .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Queued))
         .col_expr(sync_job::Column::Holder, Expr::value(None::<String>))
         .col_expr(sync_job::Column::NotBefore, Expr::value(now))
@@ -340,7 +450,8 @@ pub(crate) async fn requeue_orphans(
         .filter(sync_job::Column::Id.is_in(orphans))
         .exec(db)
         .await?
-        .rows_affected)
+        .rows_affected;
+    Ok(cancelled.saturating_add(requeued))
 }
 
 /// Deletes the jobs that finished before `before`; returns how many.

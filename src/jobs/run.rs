@@ -55,7 +55,8 @@ pub(crate) struct JobContext<'a> {
     pub settings: &'a ProviderSettings,
     pub provider: &'a dyn Provider,
     pub lease: &'a LeaseSettings,
-    /// Cancelled on shutdown: the runs stop between pages.
+    /// Cancelled on shutdown or when someone asks to cancel the job: the runs stop
+    /// between pages.
     pub cancel: &'a CancellationToken,
     /// `None`: a failed run is not retried (a run someone watches, as `tributary sync`).
     pub retry: Option<&'a RetryPolicy>,
@@ -192,6 +193,16 @@ async fn record_end(
             .outcomes
             .iter()
             .any(|outcome| outcome.status == RunStatus::Interrupted);
+    let stopped_before_a_run = context.cancel.is_cancelled() && report.outcomes.is_empty();
+    if (stopped || stopped_before_a_run) && queue::is_cancel_requested(db, job.id).await? {
+        // Asked to stop: no retry, no resume job; the next run of the stream goes on
+        // from the checkpoint its committed pages left.
+        if !outcome.is_empty() {
+            outcome.push_str("; ");
+        }
+        outcome.push_str("cancelled on request, its committed pages kept");
+        return queue::finish(db, job.id, JobStatus::Cancelled, outcome).await;
+    }
     if stopped {
         if job.kind == JobKind::Scheduled || job.kind == JobKind::Full {
             // The connection's next slot goes on from the checkpoint.

@@ -31,6 +31,7 @@ pub struct JobsQuery {
 #[derive(Clone, Debug, Serialize)]
 pub struct JobView {
     pub id: i64,
+    pub connection_id: i64,
     pub provider: String,
     pub user_id: String,
     /// The stream it runs; empty for every stream the provider syncs.
@@ -49,6 +50,34 @@ pub struct JobView {
     pub started_at: Option<chrono::DateTime<chrono::Utc>>,
     pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
     pub outcome: Option<String>,
+    /// When someone asked to cancel it (a running job stops between pages).
+    pub cancel_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl JobView {
+    pub(super) fn of(job: sync_job::Model, owner: Option<(String, String)>) -> JobView {
+        let (provider, user_id) = owner.unwrap_or_default();
+        JobView {
+            id: job.id,
+            connection_id: job.connection_id,
+            provider,
+            user_id,
+            stream: job.stream,
+            kind: job.kind,
+            slot_at: job.slot_at,
+            not_before: job.not_before,
+            priority: job.priority,
+            attempt: job.attempt,
+            full: job.full,
+            status: job.status,
+            holder: job.holder,
+            created_at: job.created_at,
+            started_at: job.started_at,
+            finished_at: job.finished_at,
+            outcome: job.outcome,
+            cancel_requested_at: job.cancel_requested_at,
+        }
+    }
 }
 
 /// The newest jobs that match `query`.
@@ -85,10 +114,28 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
         .all(db)
         .await?;
     let page = Page::from_rows(rows, limit, |job| job.id);
-    let mut ids: Vec<i64> = page.items.iter().map(|job| job.connection_id).collect();
+    let owners = owners_of(db, page.items.iter().map(|job| job.connection_id).collect()).await?;
+    Ok(Page {
+        items: page
+            .items
+            .into_iter()
+            .map(|job| {
+                let owner = owners.get(&job.connection_id).cloned();
+                JobView::of(job, owner)
+            })
+            .collect(),
+        next: page.next,
+    })
+}
+
+/// The provider and user of each of these connections.
+async fn owners_of(
+    db: &DatabaseConnection,
+    mut ids: Vec<i64>,
+) -> Result<HashMap<i64, (String, String)>, OpsError> {
     ids.sort_unstable();
     ids.dedup();
-    let owners: HashMap<i64, (String, String)> = connection::Entity::find()
+    Ok(connection::Entity::find()
         .select_only()
         .columns([
             connection::Column::Id,
@@ -101,36 +148,41 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
         .await?
         .into_iter()
         .map(|(id, provider, user_id)| (id, (provider, user_id)))
-        .collect();
-    Ok(Page {
-        items: page
-            .items
-            .into_iter()
-            .map(|job| {
-                let (provider, user_id) =
-                    owners.get(&job.connection_id).cloned().unwrap_or_default();
-                JobView {
-                    id: job.id,
-                    provider,
-                    user_id,
-                    stream: job.stream,
-                    kind: job.kind,
-                    slot_at: job.slot_at,
-                    not_before: job.not_before,
-                    priority: job.priority,
-                    attempt: job.attempt,
-                    full: job.full,
-                    status: job.status,
-                    holder: job.holder,
-                    created_at: job.created_at,
-                    started_at: job.started_at,
-                    finished_at: job.finished_at,
-                    outcome: job.outcome,
-                }
-            })
-            .collect(),
-        next: page.next,
-    })
+        .collect())
+}
+
+/// Job `id`.
+pub(crate) async fn get(db: &DatabaseConnection, id: i64) -> Result<JobView, OpsError> {
+    let job = sync_job::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let owner = owners_of(db, vec![job.connection_id])
+        .await?
+        .remove(&job.connection_id);
+    Ok(JobView::of(job, owner))
+}
+
+fn not_found(id: i64) -> OpsError {
+    OpsError::NotFound {
+        what: format!("job with id {id}"),
+        hint: "; `tributary jobs` lists them",
+    }
+}
+
+/// Cancels job `id`: a queued job at once (it never runs); a running job's instance is
+/// asked through the database and stops its run between pages, keeping the pages it
+/// committed, and the job ends `cancelled`, never retried. A job that ended already is a
+/// conflict. Returns the job as it stands after the request.
+pub(crate) async fn cancel(db: &DatabaseConnection, id: i64) -> Result<JobView, OpsError> {
+    use crate::jobs::CancelOutcome;
+    match crate::jobs::cancel(db, id, crate::db::now()).await? {
+        CancelOutcome::Cancelled | CancelOutcome::Requested => get(db, id).await,
+        CancelOutcome::Ended(status) => Err(OpsError::Conflict(format!(
+            "job {id} has ended ({status}); only a queued or running job can be cancelled"
+        ))),
+        CancelOutcome::NotFound => Err(not_found(id)),
+    }
 }
 
 /// When a connection next runs on its schedule.

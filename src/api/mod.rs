@@ -11,6 +11,7 @@
 mod auth;
 mod connections;
 mod input;
+mod jobs;
 mod problem;
 mod runs;
 mod state;
@@ -63,11 +64,16 @@ pub enum ApiError {
         runs::RunPage,
         syncs::SyncRequest,
         syncs::SyncJob,
+        syncs::SyncStatus,
+        syncs::StreamSyncs,
+        syncs::RunBrief,
+        jobs::Job,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
-        (name = "syncs", description = "Runs asked for now, queued as jobs"),
+        (name = "syncs", description = "Where a connection's syncs stand; runs asked for now, queued as jobs"),
+        (name = "jobs", description = "Sync jobs: their status, and cancelling them"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -98,7 +104,7 @@ impl utoipa::Modify for BearerScheme {
 /// registered at the path its `#[utoipa::path]` names, and that operation added to the
 /// document.
 fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
-    use axum::routing::{get, patch, post};
+    use axum::routing::{delete, get, patch, post};
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let router = Routes {
@@ -112,6 +118,9 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         patch(connections::change_connection),
     )
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
+    .add::<syncs::__path_sync_status>("syncs", get(syncs::sync_status))
+    .add::<jobs::__path_get_job>("jobs", get(jobs::get_job))
+    .add::<jobs::__path_cancel_job>("jobs", delete(jobs::cancel_job))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
     .add::<__path_openapi_json>("meta", get(openapi_json));
@@ -125,11 +134,18 @@ struct Routes {
 }
 
 impl Routes {
-    /// Serves `handler` at `P`'s path and documents `P`'s operation there, under `tag`.
+    /// Serves `handler` at `P`'s path and documents `P`'s operation there, under `tag`;
+    /// an operation that takes a key also answers 429 past the key's rate limit.
     fn add<P: utoipa::Path>(mut self, tag: &str, handler: MethodRouter<ApiState>) -> Routes {
         let path = P::path();
         let mut operation = P::operation();
         operation.tags = Some(vec![tag.to_string()]);
+        if operation.security.is_some() {
+            operation
+                .responses
+                .responses
+                .insert("429".to_string(), utoipa::openapi::RefOr::T(rate_limited()));
+        }
         self.doc
             .paths
             .add_path_operation(&path, P::methods(), operation);
@@ -138,6 +154,33 @@ impl Routes {
             doc: self.doc,
         }
     }
+}
+
+/// The 429 answer of every route that takes a key.
+fn rate_limited() -> utoipa::openapi::Response {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description("The key made its `[api] rate_limit` requests of this window")
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                )
+                .description(Some("Seconds until the key's window reopens"))
+                .build(),
+        )
+        .content(
+            problem::PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
 }
 
 /// The OpenAPI document, as `/v1/openapi.json` serves it.

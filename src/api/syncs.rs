@@ -1,16 +1,20 @@
-//! `/v1/connections/{id}/syncs`: a run of a connection asked for now, queued as a job that
-//! the first free instance claims, before scheduled ones.
+//! `/v1/connections/{id}/syncs`: where a connection's syncs stand, stream by stream, and a
+//! run asked for now, queued as a job that the first free instance claims, before
+//! scheduled ones.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{Authorized, SyncsWrite};
+use super::auth::{Authorized, ConnectionsRead, SyncsWrite};
 use super::connections::path_id;
 use super::input::Json;
+use super::jobs::Job;
 use super::problem::Problem;
 use super::state::ApiState;
+use crate::ops::sync_status as status;
 
 /// What to sync; absent fields take their defaults.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -83,4 +87,147 @@ pub(crate) async fn trigger_sync(
             status: "queued",
         }),
     ))
+}
+
+/// A run, briefly (`/v1/runs/{id}` has all its counters).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunBrief {
+    pub id: i64,
+    /// `manual`, `schedule` or `replay`.
+    pub trigger: String,
+    /// `running`, `succeeded`, `partial`, `failed`, `interrupted` or `deferred`.
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Refreshed with every page the run commits.
+    pub heartbeat_at: DateTime<Utc>,
+    pub pages_fetched: i64,
+    pub records_fetched: i64,
+    pub records_failed: i64,
+    /// Why it failed or stopped early.
+    pub error: Option<String>,
+}
+
+impl From<status::RunBrief> for RunBrief {
+    fn from(run: status::RunBrief) -> RunBrief {
+        RunBrief {
+            id: run.id,
+            trigger: run.trigger.to_string(),
+            status: run.status.to_string(),
+            started_at: run.started_at,
+            finished_at: run.finished_at,
+            heartbeat_at: run.heartbeat_at,
+            pages_fetched: run.pages_fetched,
+            records_fetched: run.records_fetched,
+            records_failed: run.records_failed,
+            error: run.error,
+        }
+    }
+}
+
+/// Where one stream's syncs stand.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StreamSyncs {
+    /// The stream; absent for a connection whose provider config.toml no longer has.
+    pub stream: Option<String>,
+    /// `healthy`, `never_synced`, `degraded` (the last run's records partly failed) or
+    /// `failing` (the last run failed).
+    pub health: String,
+    /// The run going now.
+    pub running: Option<RunBrief>,
+    /// The running job that covers the stream.
+    pub running_job_id: Option<i64>,
+    /// The latest run that ended.
+    pub last_run: Option<RunBrief>,
+    /// Failed runs since the last one that did not fail (counted over the latest 20).
+    pub failures_in_a_row: u32,
+    pub last_success_run_id: Option<i64>,
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// The cron expression (with seconds) that applies.
+    pub schedule: Option<String>,
+    /// `stream`, `connection` or `provider`: whose schedule it is.
+    pub schedule_from: String,
+    /// The schedule's next slot; absent while paused or disabled.
+    pub next_slot: Option<DateTime<Utc>>,
+    /// Where the next incremental run starts.
+    pub cursor: Option<String>,
+    /// Whether a run stopped midway and the next one goes on from its checkpoint.
+    pub unfinished_run: bool,
+    /// Full passes the provider's `full_sync_schedule` still owes it.
+    pub full_passes_owed: i64,
+}
+
+/// Where a connection's syncs stand.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SyncStatus {
+    pub connection_id: i64,
+    pub provider: String,
+    pub user_id: String,
+    pub enabled: bool,
+    /// Since when it is paused (left out of its schedules); absent when it is not.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// The worst of its streams': `healthy`, `never_synced`, `degraded` or `failing`.
+    pub health: String,
+    /// Its running and queued jobs, running first, then the most urgent (at most 100).
+    pub jobs: Vec<Job>,
+    pub streams: Vec<StreamSyncs>,
+}
+
+impl From<status::SyncStatus> for SyncStatus {
+    fn from(status: status::SyncStatus) -> SyncStatus {
+        SyncStatus {
+            connection_id: status.connection_id,
+            provider: status.provider,
+            user_id: status.user_id,
+            enabled: status.enabled,
+            paused_at: status.paused_at,
+            health: status.health.to_string(),
+            jobs: status.jobs.into_iter().map(Job::from).collect(),
+            streams: status
+                .streams
+                .into_iter()
+                .map(|stream| StreamSyncs {
+                    stream: stream.stream,
+                    health: stream.health.to_string(),
+                    running: stream.running.map(RunBrief::from),
+                    running_job_id: stream.running_job_id,
+                    last_run: stream.last_run.map(RunBrief::from),
+                    failures_in_a_row: stream.failures_in_a_row,
+                    last_success_run_id: stream.last_success_run_id,
+                    last_success_at: stream.last_success_at,
+                    schedule: stream.schedule,
+                    schedule_from: stream.schedule_from.to_string(),
+                    next_slot: stream.next_slot,
+                    cursor: stream.cursor,
+                    unfinished_run: stream.unfinished_run,
+                    full_passes_owed: stream.full_passes_owed,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Where a connection's syncs stand: per stream the run going and its job, the last run
+/// and its outcome, the next slot, the cursor and the health; the jobs waiting.
+#[utoipa::path(
+    get,
+    path = "/v1/connections/{id}/syncs",
+    params(("id" = i64, Path, description = "The connection's id")),
+    security(("bearer" = ["connections:read"])),
+    responses(
+        (status = 200, description = "The connection's syncs", body = SyncStatus),
+        (status = 400, description = "The id is not a number", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks connections:read", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No connection has this id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn sync_status(
+    _caller: Authorized<ConnectionsRead>,
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<SyncStatus>, Problem> {
+    let id = path_id(&id)?;
+    let status = status::status(&state.db, &state.settings, id).await?;
+    Ok(axum::Json(SyncStatus::from(status)))
 }

@@ -38,6 +38,16 @@ pub enum ConnectionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Show where a connection's syncs stand, stream by stream: the run going and its job,
+    /// the last run and its outcome, the next slot, the cursor, the health; the jobs
+    /// waiting.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON (as `GET /v1/connections/{id}/syncs` answers) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Add a connection. Secrets come from an environment variable or from standard input
     /// (one per line: the token, then the refresh token), never from the command line.
     Add {
@@ -138,6 +148,7 @@ pub async fn command(config: &Path, command: ConnectionsCommand) -> anyhow::Resu
     // no credentials.
     let access = match &command {
         ConnectionsCommand::List { .. } => Access::Describe,
+        ConnectionsCommand::Status { .. } => Access::Read,
         ConnectionsCommand::Pause { .. }
         | ConnectionsCommand::Resume { .. }
         | ConnectionsCommand::Schedule { .. } => Access::Migrated,
@@ -176,6 +187,10 @@ async fn run(
                 println!("More connections: add --after {next} for the next page.");
             }
             Ok(())
+        }
+        ConnectionsCommand::Status { target, json } => {
+            let status = crate::ops::sync_status::status_of(db, settings, &target.into()).await?;
+            print_status(&status, json)
         }
         ConnectionsCommand::Add {
             target,
@@ -311,6 +326,91 @@ impl From<Target> for ops::Target {
             user_id: target.user,
         }
     }
+}
+
+/// `connections status`: a line for the connection, a table of its streams, a table of
+/// its waiting and running jobs.
+fn print_status(status: &crate::ops::sync_status::SyncStatus, json: bool) -> anyhow::Result<()> {
+    use super::history::{print_rows, shorten};
+    if json {
+        println!("{}", serde_json::to_string_pretty(status)?);
+        return Ok(());
+    }
+    let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_default()
+    };
+    let state = match (status.enabled, status.paused_at) {
+        (false, _) => "disabled".to_string(),
+        (true, Some(at)) => format!("paused since {}", time(Some(at))),
+        (true, None) => "enabled".to_string(),
+    };
+    println!(
+        "{}@{} (connection {}): {state}, {}.",
+        status.user_id, status.provider, status.connection_id, status.health
+    );
+    let header = [
+        "stream",
+        "health",
+        "running (run/job)",
+        "last run",
+        "next slot (UTC)",
+        "schedule",
+        "cursor",
+    ];
+    print_rows(&status.streams, false, None, &header, |stream| {
+        vec![
+            stream.stream.clone().unwrap_or_default(),
+            match stream.failures_in_a_row {
+                0 => stream.health.to_string(),
+                n => format!("{} ({n} failed in a row)", stream.health),
+            },
+            match (&stream.running, stream.running_job_id) {
+                (Some(run), Some(job)) => format!("run {} / job {job}", run.id),
+                (Some(run), None) => format!("run {}", run.id),
+                (None, _) => String::new(),
+            },
+            stream
+                .last_run
+                .as_ref()
+                .map(|run| {
+                    let ended = time(run.finished_at);
+                    match &run.error {
+                        Some(error) => {
+                            shorten(&format!("{} {} {ended}: {error}", run.id, run.status))
+                        }
+                        None => format!("{} {} {ended}", run.id, run.status),
+                    }
+                })
+                .unwrap_or_default(),
+            time(stream.next_slot),
+            stream
+                .schedule
+                .as_ref()
+                .map(|schedule| format!("{schedule} ({})", stream.schedule_from))
+                .unwrap_or_default(),
+            shorten(stream.cursor.as_deref().unwrap_or("")),
+        ]
+    })?;
+    let header = ["job", "kind", "stream", "status", "due (UTC)"];
+    print_rows(
+        &status.jobs,
+        false,
+        Some("No jobs waiting or running."),
+        &header,
+        |job| {
+            vec![
+                job.id.to_string(),
+                job.kind.to_string(),
+                job.stream.clone(),
+                match job.cancel_requested_at {
+                    Some(_) => format!("{} (cancel asked)", job.status),
+                    None => job.status.to_string(),
+                },
+                time(job.not_before),
+            ]
+        },
+    )
 }
 
 fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()> {

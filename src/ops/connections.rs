@@ -139,6 +139,14 @@ pub(crate) async fn get(
     views_of(db, settings, vec![row]).await
 }
 
+/// The id of connection `target`.
+pub(crate) async fn id_of(db: &DatabaseConnection, target: &Target) -> Result<i64, OpsError> {
+    find(db, target)
+        .await?
+        .map(|row| row.id)
+        .ok_or_else(|| not_found(target))
+}
+
 /// Which connection has id `id`.
 pub(crate) async fn target_of(db: &DatabaseConnection, id: i64) -> Result<Target, OpsError> {
     let row = connection::Entity::find_by_id(id)
@@ -465,19 +473,19 @@ fn not_found(target: &Target) -> OpsError {
 }
 
 /// One stream's state as a list shows it.
-struct StreamState {
-    name: Option<String>,
-    cursor: Option<String>,
-    checkpoint: Option<String>,
-    last_success_run_id: Option<i64>,
-    last_success_at: Option<DateTime<Utc>>,
+pub(super) struct StreamState {
+    pub name: Option<String>,
+    pub cursor: Option<String>,
+    pub checkpoint: Option<String>,
+    pub last_success_run_id: Option<i64>,
+    pub last_success_at: Option<DateTime<Utc>>,
 }
 
 /// The streams of connection `row` to show, given its stream states `own`: the configured
 /// ones in their order, then any other stream that has state. A stream that never ran shows
 /// nothing, except the primary stream, which shows the state the connection kept from
 /// before streams until its first run takes it over.
-fn stream_states(
+pub(super) fn stream_states(
     settings: &Settings,
     row: &connection::Model,
     own: Vec<connection_stream::Model>,

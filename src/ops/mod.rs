@@ -16,6 +16,7 @@ pub mod replay;
 pub mod runs;
 pub mod secrets;
 pub mod sync;
+pub(crate) mod sync_status;
 
 use sea_orm::DbErr;
 use serde::Serialize;

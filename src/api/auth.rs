@@ -12,7 +12,7 @@ use axum::response::Response;
 
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::api_keys::{self, AuditEntry, KeyError, Scope};
+use crate::ops::api_keys::{self, Admission, AuditEntry, KeyError, Scope};
 
 /// A scope a route needs, as a type, so that a handler states it in its signature.
 pub(crate) trait Needs {
@@ -35,8 +35,9 @@ impl Needs for SyncsWrite {
 }
 
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
-/// are 401 with a bearer challenge, a key without the scope 403. Taken first in a
-/// handler's arguments, so that nothing else is read for a refused caller.
+/// are 401 with a bearer challenge, a key past its `[api] rate_limit` 429 with
+/// `Retry-After`, a key without the scope 403. Taken first in a handler's arguments, so
+/// that nothing else is read for a refused caller.
 pub(crate) struct Authorized<N> {
     needs: PhantomData<N>,
 }
@@ -72,6 +73,30 @@ impl<N: Needs> FromRequestParts<ApiState> for Authorized<N> {
         };
         if let Some(slot) = parts.extensions.get::<AuditSlot>() {
             let _ = slot.0.set(caller.key_id);
+        }
+        if let Some(api) = &state.settings.api {
+            let window = &api.rate_limit;
+            match api_keys::admit(state.db.main(), caller.key_id, window).await {
+                Ok(Admission::Admitted) => {}
+                Ok(Admission::Limited { retry_after }) => {
+                    return Err(Problem::rate_limited(
+                        retry_after,
+                        format!(
+                            "the key {:?} made its {} requests of this {}-second window ([api] rate_limit); retry after {retry_after} s",
+                            caller.name,
+                            window.requests,
+                            window.per.as_secs()
+                        ),
+                    ));
+                }
+                Err(error) => {
+                    tracing::error!(%error, "Counting an API request against its key's rate limit failed.");
+                    return Err(Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the request could not be counted; try again",
+                    ));
+                }
+            }
         }
         if !caller.allows(N::SCOPE) {
             return Err(Problem::new(

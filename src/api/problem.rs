@@ -35,6 +35,10 @@ pub(crate) struct Problem {
     /// Set on 401: the `WWW-Authenticate` challenge to send.
     #[serde(skip)]
     challenge: Option<&'static str>,
+    /// Set on 429: the `Retry-After` to send, in seconds (small, so that a `Result` of a
+    /// problem stays small).
+    #[serde(skip)]
+    retry_after: Option<std::num::NonZeroU32>,
 }
 
 impl Problem {
@@ -47,7 +51,17 @@ impl Problem {
             detail: (!detail.is_empty()).then_some(detail),
             field: None,
             challenge: None,
+            retry_after: None,
         }
+    }
+
+    /// 429, with `Retry-After` in seconds.
+    pub(crate) fn rate_limited(retry_after: u64, detail: impl Into<String>) -> Problem {
+        let mut problem = Problem::new(StatusCode::TOO_MANY_REQUESTS, detail);
+        let seconds = u32::try_from(retry_after).unwrap_or(u32::MAX);
+        problem.retry_after =
+            Some(std::num::NonZeroU32::new(seconds).unwrap_or(std::num::NonZeroU32::MIN));
+        problem
     }
 
     /// 400 naming the query parameter or body field that was wrong.
@@ -81,6 +95,7 @@ fn slug(status: StatusCode) -> &'static str {
         StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
         StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        StatusCode::TOO_MANY_REQUESTS => "rate-limited",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         status if status.is_server_error() => "internal",
         _ => "error",
@@ -99,6 +114,9 @@ impl IntoResponse for Problem {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static(challenge),
             );
+        }
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.get()));
         }
         response
     }

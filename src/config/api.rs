@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use tributary_providers::bounds::{count_in, duration_in};
 
+use super::budget::BudgetWindow;
+
 /// The ranges of the `[api]` values.
 pub(crate) mod limits {
     use std::time::Duration;
@@ -15,6 +17,11 @@ pub(crate) mod limits {
     /// `api.request_timeout`: one request, from its head to the end of its answer.
     pub const REQUEST_TIMEOUT: (Duration, Duration) =
         (Duration::from_millis(100), Duration::from_secs(600));
+    /// `api.rate_limit`'s requests per window.
+    pub const RATE_LIMIT_REQUESTS: (u64, u64) = (1, 1_000_000_000);
+    /// `api.rate_limit`'s window: a second to a day, in whole seconds.
+    pub const RATE_LIMIT_WINDOW: (Duration, Duration) =
+        (Duration::from_secs(1), Duration::from_secs(86_400));
 }
 
 /// `[api]`.
@@ -27,6 +34,9 @@ pub(crate) struct ApiSettings {
     pub max_body_bytes: usize,
     /// The longest a request may take; a slower one is answered 503.
     pub request_timeout: Duration,
+    /// Each key's requests per window, counted in the database so that every instance
+    /// shares the count; one more is answered 429 with `Retry-After`.
+    pub rate_limit: BudgetWindow,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +47,39 @@ pub(super) struct RawApiSettings {
     max_body_bytes: usize,
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     request_timeout: Duration,
+    /// `"N/second"`, `"N/minute"`, `"N/hour"`, `"N/day"` or `"N/<duration>"` (`"100/15m"`).
+    #[serde(default = "default_rate_limit")]
+    rate_limit: String,
+}
+
+fn default_rate_limit() -> String {
+    "600/minute".to_string()
+}
+
+/// `"N/unit"` as a window of `N` requests.
+fn parse_rate_limit(text: &str) -> Result<BudgetWindow, String> {
+    let expected = || {
+        format!(
+            "expected \"N/second\", \"N/minute\", \"N/hour\", \"N/day\" or \"N/<duration>\" such as \"600/minute\", got {text:?}"
+        )
+    };
+    let (count, per) = text.split_once('/').ok_or_else(expected)?;
+    let requests: u64 = count.trim().parse().map_err(|_| expected())?;
+    let per = match per.trim() {
+        "second" => Duration::from_secs(1),
+        "minute" => Duration::from_secs(60),
+        "hour" => Duration::from_secs(3_600),
+        "day" => Duration::from_secs(86_400),
+        other => humantime_serde::re::humantime::parse_duration(other).map_err(|_| expected())?,
+    };
+    let (min, max) = limits::RATE_LIMIT_REQUESTS;
+    count_in(requests, min, max).map_err(|message| format!("requests {message}"))?;
+    let (min, max) = limits::RATE_LIMIT_WINDOW;
+    duration_in(per, min, max).map_err(|message| format!("window {message}"))?;
+    if per.subsec_nanos() != 0 {
+        return Err(format!("the window must be whole seconds, got {text:?}"));
+    }
+    Ok(BudgetWindow { requests, per })
 }
 
 fn default_max_body_bytes() -> usize {
@@ -62,9 +105,46 @@ pub(super) fn parse(raw: RawApiSettings) -> Result<ApiSettings, (String, String)
     let (min, max) = limits::REQUEST_TIMEOUT;
     duration_in(raw.request_timeout, min, max)
         .map_err(|message| ("api.request_timeout".to_string(), message))?;
+    let rate_limit = parse_rate_limit(&raw.rate_limit)
+        .map_err(|message| ("api.rate_limit".to_string(), message))?;
     Ok(ApiSettings {
         listen,
         max_body_bytes: raw.max_body_bytes,
         request_timeout: raw.request_timeout,
+        rate_limit,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate_limit;
+    use std::time::Duration;
+
+    #[test]
+    fn a_rate_limit_reads_as_requests_per_window_and_bad_ones_name_the_form() {
+        let window = parse_rate_limit("600/minute").expect("valid");
+        assert_eq!(
+            (window.requests, window.per),
+            (600, Duration::from_secs(60))
+        );
+        let window = parse_rate_limit("100/15m").expect("valid");
+        assert_eq!(
+            (window.requests, window.per),
+            (100, Duration::from_secs(900))
+        );
+        for bad in [
+            "600",
+            "x/minute",
+            "0/minute",
+            "5/fortnight",
+            "5/1500ms",
+            "5/2days",
+        ] {
+            let message = parse_rate_limit(bad).expect_err(bad);
+            assert!(
+                message.contains(bad) || message.contains("between"),
+                "{bad}: {message}"
+            );
+        }
+    }
 }

@@ -333,6 +333,40 @@ pub async fn authenticate(db: &DatabaseConnection, presented: &str) -> Result<Ca
     })
 }
 
+/// Whether a key's request is within its rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Admitted,
+    /// The key's window is spent; it reopens in `retry_after` seconds (at least 1).
+    Limited {
+        retry_after: u64,
+    },
+}
+
+/// Counts one request of key `key_id` against `limit`, in `rate_budgets` under the scope
+/// `api_key:ID`: one conditional `UPDATE` per request (the window's first also inserts
+/// its row), so every instance on the database shares the key's count.
+pub(crate) async fn admit(
+    db: &DatabaseConnection,
+    key_id: i64,
+    limit: &crate::config::BudgetWindow,
+) -> Result<Admission, DbErr> {
+    let now = crate::db::now();
+    let scope = format!("api_key:{key_id}");
+    Ok(
+        match crate::pipeline::take_one_from(db, &scope, limit, now).await? {
+            None => Admission::Admitted,
+            Some(reopens_at) => {
+                let wait = reopens_at.signed_duration_since(now).num_seconds();
+                // Whole seconds, rounded up: a client that waits this long finds the
+                // window open.
+                let retry_after = u64::try_from(wait).unwrap_or(0).saturating_add(1);
+                Admission::Limited { retry_after }
+            }
+        },
+    )
+}
+
 /// A write request made through the API, for its audit row.
 pub struct AuditEntry<'a> {
     pub key_id: Option<i64>,

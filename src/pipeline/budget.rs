@@ -99,47 +99,7 @@ impl TableBudget {
 
     /// Takes one request from `at`: true when it had one left.
     async fn take_one(&self, at: &WindowAt<'_>) -> Result<bool, DbErr> {
-        if self.increment(at).await? {
-            return Ok(true);
-        }
-        // The window's first request (or a spent window): make sure its row exists.
-        let inserted = rate_budget::Entity::insert(rate_budget::ActiveModel {
-            scope: Set(at.scope.key.clone()),
-            period_seconds: Set(at.window.period_seconds()),
-            window_start: Set(at.start),
-            window_end: Set(at.end),
-            used: Set(0),
-        })
-        .on_conflict(
-            OnConflict::columns([
-                rate_budget::Column::Scope,
-                rate_budget::Column::PeriodSeconds,
-                rate_budget::Column::WindowStart,
-            ])
-            .do_nothing_on([rate_budget::Column::Used])
-            .to_owned(),
-        )
-        .exec_without_returning(&self.db)
-        .await?;
-        if inserted > 0 {
-            self.sweep(at.start).await?;
-        }
-        // Another instance may have inserted the row since our first try.
-        self.increment(at).await
-    }
-
-    /// `used = used + 1` while it stays within the limit.
-    async fn increment(&self, at: &WindowAt<'_>) -> Result<bool, DbErr> {
-        let updated = rate_budget::Entity::update_many()
-            .col_expr(
-                rate_budget::Column::Used,
-                Expr::col(rate_budget::Column::Used).add(1),
-            )
-            .filter(window_of(at))
-            .filter(rate_budget::Column::Used.lt(at.window.limit()))
-            .exec(&self.db)
-            .await?;
-        Ok(updated.rows_affected == 1)
+        take_in(&self.db, &at.scope.key, &at.window, at.start, at.end).await
     }
 
     /// Gives back a request taken from `at` that was never sent.
@@ -153,20 +113,6 @@ impl TableBudget {
             .filter(rate_budget::Column::Used.gt(0))
             .exec(&self.db)
             .await?;
-        Ok(())
-    }
-
-    /// Removes the windows that ended before `now` (any scope's): a window's row is
-    /// useless once it ends, and this runs only when a new window opens.
-    async fn sweep(&self, now: i64) -> Result<(), DbErr> {
-        let swept = rate_budget::Entity::delete_many()
-            .filter(rate_budget::Column::WindowEnd.lte(now))
-            .exec(&self.db)
-            .await?
-            .rows_affected;
-        if swept > 0 {
-            tracing::debug!(swept, "Swept ended request budget windows.");
-        }
         Ok(())
     }
 
@@ -192,10 +138,104 @@ impl TableBudget {
 
 /// The row of the window `at`.
 fn window_of(at: &WindowAt<'_>) -> sea_orm::Condition {
+    row_of(&at.scope.key, &at.window, at.start)
+}
+
+/// The row of scope `key`'s window of `window`'s length that starts at `start`.
+fn row_of(key: &str, window: &BudgetWindow, start: i64) -> sea_orm::Condition {
     sea_orm::Condition::all()
-        .add(rate_budget::Column::Scope.eq(at.scope.key.as_str()))
-        .add(rate_budget::Column::PeriodSeconds.eq(at.window.period_seconds()))
-        .add(rate_budget::Column::WindowStart.eq(at.start))
+        .add(rate_budget::Column::Scope.eq(key))
+        .add(rate_budget::Column::PeriodSeconds.eq(window.period_seconds()))
+        .add(rate_budget::Column::WindowStart.eq(start))
+}
+
+/// Takes one request from scope `key`'s window of `window` that holds `now`: `None`
+/// when it had one left, else when the window ends. The API's per-key rate limit counts
+/// in the same table, so every instance shares one count per key.
+pub(crate) async fn take_one_from(
+    db: &DatabaseConnection,
+    key: &str,
+    window: &BudgetWindow,
+    now: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>, DbErr> {
+    let (start, end) = window_around(now.timestamp(), window.period_seconds());
+    if take_in(db, key, window, start, end).await? {
+        return Ok(None);
+    }
+    Ok(Some(
+        DateTime::from_timestamp(end, 0).unwrap_or(DateTime::<Utc>::MAX_UTC),
+    ))
+}
+
+/// Takes one request from the window `[start, end)` of scope `key`: true when it had one
+/// left.
+async fn take_in(
+    db: &DatabaseConnection,
+    key: &str,
+    window: &BudgetWindow,
+    start: i64,
+    end: i64,
+) -> Result<bool, DbErr> {
+    if increment(db, key, window, start).await? {
+        return Ok(true);
+    }
+    // The window's first request (or a spent window): make sure its row exists.
+    let inserted = rate_budget::Entity::insert(rate_budget::ActiveModel {
+        scope: Set(key.to_string()),
+        period_seconds: Set(window.period_seconds()),
+        window_start: Set(start),
+        window_end: Set(end),
+        used: Set(0),
+    })
+    .on_conflict(
+        OnConflict::columns([
+            rate_budget::Column::Scope,
+            rate_budget::Column::PeriodSeconds,
+            rate_budget::Column::WindowStart,
+        ])
+        .do_nothing_on([rate_budget::Column::Used])
+        .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    if inserted > 0 {
+        sweep(db, start).await?;
+    }
+    // Another instance may have inserted the row since our first try.
+    increment(db, key, window, start).await
+}
+
+/// `used = used + 1` while it stays within the limit.
+async fn increment(
+    db: &DatabaseConnection,
+    key: &str,
+    window: &BudgetWindow,
+    start: i64,
+) -> Result<bool, DbErr> {
+    let updated = rate_budget::Entity::update_many()
+        .col_expr(
+            rate_budget::Column::Used,
+            Expr::col(rate_budget::Column::Used).add(1),
+        )
+        .filter(row_of(key, window, start))
+        .filter(rate_budget::Column::Used.lt(window.limit()))
+        .exec(db)
+        .await?;
+    Ok(updated.rows_affected == 1)
+}
+
+/// Removes the windows that ended before `now` (any scope's): a window's row is useless
+/// once it ends, and this runs only when a new window opens.
+async fn sweep(db: &DatabaseConnection, now: i64) -> Result<(), DbErr> {
+    let swept = rate_budget::Entity::delete_many()
+        .filter(rate_budget::Column::WindowEnd.lte(now))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if swept > 0 {
+        tracing::debug!(swept, "Swept ended request budget windows.");
+    }
+    Ok(())
 }
 
 /// The window of length `period` (seconds) that holds `now` (seconds since the epoch),

@@ -44,6 +44,7 @@ pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
 pub use store::{PageExpectation, PageStoreCounts};
 pub use streams::{open_stream, StreamScope};
 
+pub(crate) use budget::take_one_from;
 use checkpoint::stored_cursor;
 use walk::{walk_listing, Committed, RunContext, RunFault};
 pub use walk::{NoProgress, ProgressSink};

@@ -162,6 +162,7 @@ token = "key:X"
 listen = "127.0.0.1:8080"
 max_body_bytes = 1048576
 request_timeout = "30s"
+rate_limit = "600/minute"
 "#
     .to_string()
 }
@@ -589,6 +590,21 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("request_timeout", "request_timeout = \"1h\""),
             "api.request_timeout",
             "between 100ms and 10m, got 1h",
+        ),
+        (
+            with_line("rate_limit", "rate_limit = \"0/minute\""),
+            "api.rate_limit",
+            "requests must be between 1 and 1000000000, got 0",
+        ),
+        (
+            with_line("rate_limit", "rate_limit = \"5/2days\""),
+            "api.rate_limit",
+            "window must be between 1s and 1day, got 2days",
+        ),
+        (
+            with_line("rate_limit", "rate_limit = \"many\""),
+            "api.rate_limit",
+            "expected \"N/second\"",
         ),
         (
             with_line("request_timeout", "request_timeout = \"30s\"\nport = 8080"),

@@ -29,6 +29,7 @@ mod m20261204_000030_retention;
 mod m20261204_000040_rate_budgets;
 mod m20261204_000050_api_keys;
 mod m20261204_000070_job_cancel;
+mod m20261204_000071_api_key_rate_limit;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -61,6 +62,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000040_rate_budgets::Migration),
             Box::new(m20261204_000050_api_keys::Migration),
             Box::new(m20261204_000070_job_cancel::Migration),
+            Box::new(m20261204_000071_api_key_rate_limit::Migration),
         ]
     }
 }

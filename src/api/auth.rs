@@ -75,7 +75,7 @@ impl<N: Needs> FromRequestParts<ApiState> for Authorized<N> {
             let _ = slot.0.set(caller.key_id);
         }
         if let Some(api) = &state.settings.api {
-            let window = &api.rate_limit;
+            let window = caller.rate_limit.as_ref().unwrap_or(&api.rate_limit);
             match api_keys::admit(state.db.main(), caller.key_id, window).await {
                 Ok(Admission::Admitted) => {}
                 Ok(Admission::Limited { retry_after }) => {

@@ -22,6 +22,10 @@ pub enum ApiKeysCommand {
         /// or admin (everything). Repeat for several.
         #[arg(long = "scope", required = true, value_parser = parse_scope)]
         scopes: Vec<Scope>,
+        /// Its own rate limit, replacing `[api] rate_limit` for it: "N/minute", "N/hour",
+        /// "N/<duration>"...
+        #[arg(long)]
+        rate_limit: Option<String>,
     },
     /// List the keys: name, prefix, scopes, when created, last used and revoked. Never
     /// the key or its hash.
@@ -55,8 +59,12 @@ pub async fn run(config: &Path, command: ApiKeysCommand) -> anyhow::Result<ExitC
     let app = App::open(settings, access).await?;
     let db = app.db().main();
     match command {
-        ApiKeysCommand::Create { name, scopes } => {
-            let created = ops::create(db, &name, &scopes).await?;
+        ApiKeysCommand::Create {
+            name,
+            scopes,
+            rate_limit,
+        } => {
+            let created = ops::create(db, &name, &scopes, rate_limit.as_deref()).await?;
             let view = &created.view;
             println!(
                 "Created API key {:?} (prefix {}, scopes: {}). It is shown once; store it now:",
@@ -97,6 +105,7 @@ fn print_keys(keys: &[KeyView], json: bool) -> anyhow::Result<()> {
         "created (UTC)",
         "last used (UTC)",
         "revoked (UTC)",
+        "rate limit",
     ];
     let at = |at: Option<chrono::DateTime<chrono::Utc>>| {
         at.map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
@@ -110,6 +119,7 @@ fn print_keys(keys: &[KeyView], json: bool) -> anyhow::Result<()> {
             at(Some(key.created_at)),
             at(key.last_used_at),
             at(key.revoked_at),
+            key.rate_limit.clone().unwrap_or_default(),
         ]
     })
 }

@@ -57,7 +57,7 @@ fn default_rate_limit() -> String {
 }
 
 /// `"N/unit"` as a window of `N` requests.
-fn parse_rate_limit(text: &str) -> Result<BudgetWindow, String> {
+pub(crate) fn parse_rate_limit(text: &str) -> Result<BudgetWindow, String> {
     let expected = || {
         format!(
             "expected \"N/second\", \"N/minute\", \"N/hour\", \"N/day\" or \"N/<duration>\" such as \"600/minute\", got {text:?}"

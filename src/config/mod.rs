@@ -21,7 +21,7 @@ mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
-pub(crate) use api::ApiSettings;
+pub(crate) use api::{parse_rate_limit, ApiSettings};
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings};
 pub use redact::redact_url;

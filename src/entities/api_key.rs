@@ -23,6 +23,8 @@ pub struct Model {
     pub last_used_at: Option<DateTimeUtc>,
     /// When it was revoked; a revoked key is refused.
     pub revoked_at: Option<DateTimeUtc>,
+    /// Its own rate limit (`"N/minute"`), replacing `[api] rate_limit`; null: that one.
+    pub rate_limit: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

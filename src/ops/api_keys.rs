@@ -103,6 +103,8 @@ pub struct KeyView {
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Its own rate limit; `None`: `[api] rate_limit`.
+    pub rate_limit: Option<String>,
 }
 
 impl From<api_key::Model> for KeyView {
@@ -115,6 +117,7 @@ impl From<api_key::Model> for KeyView {
             created_at: row.created_at,
             last_used_at: row.last_used_at,
             revoked_at: row.revoked_at,
+            rate_limit: row.rate_limit,
         }
     }
 }
@@ -126,12 +129,20 @@ pub struct Created {
     pub view: KeyView,
 }
 
-/// Creates a key named `name` granting `scopes`.
+/// Creates a key named `name` granting `scopes`, limited to `rate_limit` (`"N/minute"`)
+/// requests per window instead of `[api] rate_limit` when given.
 pub async fn create(
     db: &DatabaseConnection,
     name: &str,
     scopes: &[Scope],
+    rate_limit: Option<&str>,
 ) -> Result<Created, OpsError> {
+    if let Some(limit) = rate_limit {
+        crate::config::parse_rate_limit(limit).map_err(|message| OpsError::Invalid {
+            field: "rate_limit",
+            message,
+        })?;
+    }
     let name = name.trim();
     if name.is_empty()
         || name.chars().count() > MAX_NAME_CHARS
@@ -181,6 +192,7 @@ pub async fn create(
         created_at: Set(Utc::now()),
         last_used_at: Set(None),
         revoked_at: Set(None),
+        rate_limit: Set(rate_limit.map(str::to_string)),
         ..Default::default()
     }
     .insert(db)
@@ -267,6 +279,8 @@ pub struct Caller {
     pub key_id: i64,
     pub name: String,
     scopes: Vec<Scope>,
+    /// Its own rate limit, replacing `[api] rate_limit`.
+    pub(crate) rate_limit: Option<crate::config::BudgetWindow>,
 }
 
 impl Caller {
@@ -326,10 +340,17 @@ pub async fn authenticate(db: &DatabaseConnection, presented: &str) -> Result<Ca
         .split_whitespace()
         .filter_map(|name| Scope::ALL.into_iter().find(|s| s.as_str() == name))
         .collect();
+    // Checked when the key was created; a value that no longer parses falls back to the
+    // configured limit.
+    let rate_limit = row
+        .rate_limit
+        .as_deref()
+        .and_then(|limit| crate::config::parse_rate_limit(limit).ok());
     Ok(Caller {
         key_id: row.id,
         name: row.name,
         scopes,
+        rate_limit,
     })
 }
 
@@ -421,6 +442,7 @@ mod tests {
             key_id: 1,
             name: "k".into(),
             scopes,
+            rate_limit: None,
         };
         assert!(Scope::ALL
             .iter()

@@ -468,6 +468,30 @@ async fn a_key_past_its_rate_limit_is_answered_429_with_retry_after_until_its_wi
     let instances: Vec<&Served> = std::iter::once(&first).chain(second.as_ref()).collect();
     let limited = first.create_key("limited", &["connections:read"]);
     let other = first.create_key("other", &["connections:read"]);
+    // A key of its own limit, and one refused for a limit that does not parse.
+    let create = |limit: &str| {
+        run(tributary(&first.config).args([
+            "api-keys",
+            "create",
+            "--name",
+            &format!("own {limit}"),
+            "--scope",
+            "connections:read",
+            "--rate-limit",
+            limit,
+        ]))
+    };
+    let refused = create("2/fortnight");
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("rate_limit"), "{}", refused.stderr);
+    let created = create("2/4s");
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let own = created
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("trb_"))
+        .expect("the key printed")
+        .to_string();
 
     // Start early in a window, so that the six requests fall in one.
     while !(200..1_000).contains(&chrono::Utc::now().timestamp_millis().rem_euclid(WINDOW_MS)) {
@@ -497,9 +521,17 @@ async fn a_key_past_its_rate_limit_is_answered_429_with_retry_after_until_its_wi
         .and_then(|value| value.parse().ok())
         .expect("a Retry-After in seconds");
     assert!((1..=4).contains(&retry_after), "{retry_after}");
-    // Another key has its own count.
+    // Another key has its own count, and a key of its own limit that limit.
     let (status, body) = last.get("/v1/connections", &other).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    for expected in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let (status, body) = last.get("/v1/connections", &own).await;
+        assert_eq!(status, expected, "{body}");
+    }
     // Once the window rolls over, the key is served again.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     let (status, body) = last.get("/v1/connections", &limited).await;

@@ -79,6 +79,7 @@ fn field_of(path: &str, message: &str) -> String {
     }
     message
         .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("missing field `"))
         .and_then(|rest| rest.split_once('`'))
         .map(|(name, _)| tributary_providers::quote::truncated(name, 64))
         .unwrap_or_default()
@@ -134,6 +135,7 @@ mod tests {
             "limt"
         );
         assert_eq!(field_of("limit", "invalid digit found in string"), "limit");
+        assert_eq!(field_of(".", "missing field `records`"), "records");
         assert_eq!(field_of(".", "EOF while parsing"), "");
     }
 }

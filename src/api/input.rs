@@ -18,6 +18,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
         let query = parts.uri.query().unwrap_or_default();
+        // PostgreSQL's text cannot hold NUL: a filter with one would fail there as a 500.
+        if let Some((name, _)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(_, value)| value.contains('\0'))
+        {
+            let name = tributary_providers::quote::truncated(&name, 64);
+            return Err(Problem::invalid(
+                name.clone(),
+                format!("query parameter {name}: must not contain NUL"),
+            ));
+        }
         let deserializer =
             serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(deserializer)

@@ -140,6 +140,17 @@ async fn a_connection_created_over_the_api_is_stored_sealed_and_shown_without_it
         assert!(!problem.to_string().contains(token), "{problem}");
     }
     assert!(connection_row(&app, "dora").await.is_none());
+    // PostgreSQL cannot compare with a NUL: refused before the database, on every backend.
+    for path in [
+        "/v1/connections?user_id=a%00b",
+        "/v1/connections?provider=%00",
+        "/v1/runs?user_id=a%00b",
+        "/v1/runs?stream=%00",
+    ] {
+        let (status, problem) = served.get(path, &writer).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {problem}");
+        assert!(problem["field"].is_string(), "{path}: {problem}");
+    }
 
     let (status, created) = create(
         &served,

@@ -154,7 +154,7 @@ pub(crate) async fn list_connections(
 #[utoipa::path(
     get,
     path = "/v1/connections/{id}",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     security(("bearer" = ["connections:read"])),
     responses(
         (status = 200, description = "The connection", body = Connection),
@@ -346,7 +346,7 @@ pub(crate) struct ConnectionChange {
 #[utoipa::path(
     patch,
     path = "/v1/connections/{id}",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     request_body = ConnectionChange,
     security(("bearer" = ["connections:write"])),
     responses(
@@ -413,7 +413,7 @@ pub(crate) struct Deleted {
 #[utoipa::path(
     delete,
     path = "/v1/connections/{id}",
-    params(("id" = i64, Path, description = "The connection's id"), DeleteParams),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1), DeleteParams),
     security(("bearer" = ["connections:write"])),
     responses(
         (status = 200, description = "The connection is deleted", body = Deleted),

@@ -67,6 +67,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| Problem::new(rejection.status(), rejection.body_text()))?;
+        // serde reads a struct from an array too (`[null]` as its fields in order); every
+        // body of this API is an object.
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(Problem::invalid("", "the body must be a JSON object"));
+        }
         let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
         serde_path_to_error::deserialize(&mut deserializer)
             .map(Json)

@@ -42,7 +42,7 @@ pub(crate) struct SyncJob {
 #[utoipa::path(
     post,
     path = "/v1/connections/{id}/syncs",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     request_body = SyncRequest,
     security(("bearer" = ["syncs:write"])),
     responses(

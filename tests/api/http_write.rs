@@ -231,6 +231,22 @@ async fn a_connection_created_over_the_api_is_stored_sealed_and_shown_without_it
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
     assert_eq!(problem["field"], "streams", "{problem}");
+    // A body must be an object: serde would read `[true, true]` as paused and enabled.
+    let (status, _, problem) = served
+        .call(
+            Method::PATCH,
+            &path,
+            Some(&writer),
+            Some(("application/json", b" [true, true]".to_vec())),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("JSON object")),
+        "{problem}"
+    );
     let row = connection_row(&app, "dora").await.expect("dora's row");
     assert!(row.paused_at.is_none(), "a refused change wrote");
     let (status, _, changed) = served

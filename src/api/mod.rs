@@ -59,6 +59,9 @@ pub enum ApiError {
         connections::StreamState,
         connections::ConnectionPage,
         connections::ConnectionChange,
+        connections::NewConnectionBody,
+        connections::StreamChange,
+        connections::Deleted,
         runs::Run,
         runs::RunPage,
         syncs::SyncRequest,
@@ -98,7 +101,7 @@ impl utoipa::Modify for BearerScheme {
 /// registered at the path its `#[utoipa::path]` names, and that operation added to the
 /// document.
 fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
-    use axum::routing::{get, patch, post};
+    use axum::routing::{delete, get, patch, post};
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let router = Routes {
@@ -106,10 +109,18 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         doc,
     }
     .add::<connections::__path_list_connections>("connections", get(connections::list_connections))
+    .add::<connections::__path_create_connection>(
+        "connections",
+        post(connections::create_connection),
+    )
     .add::<connections::__path_get_connection>("connections", get(connections::get_connection))
     .add::<connections::__path_change_connection>(
         "connections",
         patch(connections::change_connection),
+    )
+    .add::<connections::__path_delete_connection>(
+        "connections",
+        delete(connections::delete_connection),
     )
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
@@ -142,7 +153,13 @@ impl Routes {
 
 /// The OpenAPI document, as `/v1/openapi.json` serves it.
 pub(crate) fn openapi_document() -> String {
-    routes().1.to_pretty_json().unwrap_or_default()
+    let json = routes().1.to_pretty_json().unwrap_or_default();
+    // utoipa 5 writes a link's fields in snake case, which OpenAPI does not know, so
+    // clients would not follow the links. Every other key it writes is camel case, and a
+    // quote inside a description is escaped, so these are the links' keys only.
+    json.replace("\"operation_id\":", "\"operationId\":")
+        .replace("\"operation_ref\":", "\"operationRef\":")
+        .replace("\"request_body\":", "\"requestBody\":")
 }
 
 /// This document: the API's routes, parameters, answers and security scheme (OpenAPI 3.1).
@@ -239,6 +256,50 @@ mod tests {
                 "{reference} does not resolve"
             );
         }
+    }
+
+    /// Every link of a response names an operation of the document by its `operationId`
+    /// and passes only parameters that operation takes.
+    #[test]
+    fn every_link_of_the_document_names_an_operation_and_its_parameters() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&super::openapi_document()).expect("JSON");
+        let mut operations = std::collections::HashMap::new();
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for operation in item.as_object().expect("operations").values() {
+                let id = operation["operationId"].as_str().expect("operationId");
+                let parameters: Vec<String> = operation["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect();
+                operations.insert(id.to_string(), parameters);
+            }
+        }
+        let mut links = 0;
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for operation in item.as_object().expect("operations").values() {
+                let responses = operation["responses"].as_object().expect("responses");
+                for (name, link) in responses
+                    .values()
+                    .filter_map(|response| response["links"].as_object())
+                    .flatten()
+                {
+                    links += 1;
+                    let target = link["operationId"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("link {name} names no operationId: {link}"));
+                    let taken = operations
+                        .get(target)
+                        .unwrap_or_else(|| panic!("link {name}: no operation {target}"));
+                    for parameter in link["parameters"].as_object().expect("parameters").keys() {
+                        assert!(taken.contains(parameter), "link {name}: {parameter}");
+                    }
+                }
+            }
+        }
+        assert!(links >= 5, "{links} links");
     }
 
     fn collect_refs(value: &serde_json::Value, refs: &mut Vec<String>) {

@@ -119,6 +119,12 @@ impl From<OpsError> for Problem {
                 Problem::invalid(field, format!("{field}: {message}"))
             }
             OpsError::Conflict(message) => Problem::new(StatusCode::CONFLICT, message),
+            // The request is right; the daemon has no key to seal the tokens it carries.
+            error if error.is_missing_key() => {
+                let mut problem = Problem::new(StatusCode::CONFLICT, error.to_string());
+                problem.field = Some("token".to_string());
+                problem
+            }
             error if error.needs_resync() => Problem::new(StatusCode::GONE, error.to_string()),
             error => {
                 tracing::error!(%error, "An API request failed.");

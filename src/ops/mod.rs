@@ -91,6 +91,15 @@ impl OpsError {
         }
     }
 
+    /// Whether a secret could not be stored because no secrets key is configured (and
+    /// `allow_plaintext` is not set).
+    pub fn is_missing_key(&self) -> bool {
+        matches!(
+            self,
+            OpsError::Secrets(crate::secrets::SecretsError::NoKey { .. })
+        )
+    }
+
     /// Whether a change feed reader must take its baseline again (head, then `records`,
     /// then follow): its cursor expired, is ahead of the head, or came from another
     /// database or from a release whose cursors named none.

@@ -15,30 +15,40 @@ use crate::helpers::{
 };
 
 /// A daemon serving the API on a free port, its config and its base URL.
-struct Served {
-    daemon: Daemon,
-    config: std::path::PathBuf,
-    base: String,
+pub(crate) struct Served {
+    pub(crate) daemon: Daemon,
+    pub(crate) config: std::path::PathBuf,
+    pub(crate) base: String,
     client: reqwest::Client,
 }
 
 impl Served {
     /// Starts a daemon over `providers` with `[api]` on a free port and a body limit of
     /// 1 KiB, and waits until the API answers.
-    async fn start(app: &TestApp, providers: &str) -> Served {
+    pub(crate) async fn start(app: &TestApp, providers: &str) -> Served {
         Served::start_named(app, providers, "daemon").await
     }
 
     /// [`Served::start`] with its config and log named after `name`, so that several
     /// instances can share the test's folder.
-    async fn start_named(app: &TestApp, providers: &str, name: &str) -> Served {
+    pub(crate) async fn start_named(app: &TestApp, providers: &str, name: &str) -> Served {
+        Served::start_with(app, providers, name, |text| text).await
+    }
+
+    /// [`Served::start_named`] with its config text passed through `edit` first.
+    pub(crate) async fn start_with(
+        app: &TestApp,
+        providers: &str,
+        name: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Served {
         let port = free_port();
         let config = app.dir.path().join(format!("{name}.toml"));
         let text = app.config_text(&format!(
             "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{providers}",
             daemon_table(None)
         ));
-        std::fs::write(&config, text).expect("config written");
+        std::fs::write(&config, edit(text)).expect("config written");
         let daemon = Daemon::start_with(
             &config,
             app.dir.path().join(format!("{name}.log")),
@@ -72,7 +82,7 @@ impl Served {
     }
 
     /// `tributary api-keys create --name NAME --scope ...`: the key it printed.
-    fn create_key(&self, name: &str, scopes: &[&str]) -> String {
+    pub(crate) fn create_key(&self, name: &str, scopes: &[&str]) -> String {
         let mut command = tributary(&self.config);
         command.args(["api-keys", "create", "--name", name]);
         for scope in scopes {
@@ -90,7 +100,7 @@ impl Served {
 
     /// A request with `key` as its bearer token (none when `None`); the status, the
     /// headers and the body as JSON.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -112,7 +122,7 @@ impl Served {
         (status, headers, json)
     }
 
-    async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
         let (status, headers, json) = self.call(Method::GET, path, Some(key), None).await;
         if !status.is_success() {
             assert_problem(status, &headers, &json);
@@ -122,7 +132,11 @@ impl Served {
 }
 
 /// An answer is an RFC 9457 problem of its status.
-fn assert_problem(status: StatusCode, headers: &reqwest::header::HeaderMap, json: &Value) {
+pub(crate) fn assert_problem(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    json: &Value,
+) {
     assert_eq!(
         headers.get("content-type").and_then(|v| v.to_str().ok()),
         Some("application/problem+json"),
@@ -158,7 +172,7 @@ async fn key_and_audit_text(app: &TestApp) -> Vec<String> {
 }
 
 /// `api_audit`'s rows in order: key id, method, path, status.
-async fn audit_rows(app: &TestApp) -> Vec<(Option<i64>, String, String, i32)> {
+pub(crate) async fn audit_rows(app: &TestApp) -> Vec<(Option<i64>, String, String, i32)> {
     query(
         app,
         "SELECT key_id, method, path, status FROM api_audit ORDER BY id",
@@ -176,7 +190,7 @@ async fn audit_rows(app: &TestApp) -> Vec<(Option<i64>, String, String, i32)> {
     .collect()
 }
 
-async fn query(app: &TestApp, sql: &str) -> Vec<sea_orm::QueryResult> {
+pub(crate) async fn query(app: &TestApp, sql: &str) -> Vec<sea_orm::QueryResult> {
     let backend = app.db.get_database_backend();
     app.db
         .query_all_raw(Statement::from_string(backend, sql.to_string()))

@@ -1,5 +1,7 @@
 //! The webhook deliveries (`notification_deliveries`), newest first.
 
+use chrono::Utc;
+use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::Deserialize;
 
@@ -39,4 +41,42 @@ pub async fn list(
         .all(db)
         .await?;
     Ok(Page::from_rows(rows, limit, |delivery| delivery.id))
+}
+
+/// Makes delivery `id` (the row id) pending again and due now, so that the daemon's next
+/// pass sends it once more with its original `delivery_id` and body. A given-up delivery
+/// is retried once (its deadline has passed), a delivered one sent again; until then it
+/// heads its connection's queue. A delivery already pending is a conflict.
+pub(crate) async fn redeliver(
+    db: &DatabaseConnection,
+    id: i64,
+) -> Result<notification_delivery::Model, OpsError> {
+    use notification_delivery::Column;
+    // One conditional UPDATE, so that two callers (or a worker settling an attempt) never
+    // both move the row.
+    let changed = notification_delivery::Entity::update_many()
+        .col_expr(Column::Status, Expr::value(DeliveryStatus::Pending))
+        .col_expr(Column::NextAttemptAt, Expr::value(Utc::now()))
+        .col_expr(
+            Column::DeliveredAt,
+            Expr::value(None::<chrono::DateTime<Utc>>),
+        )
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.ne(DeliveryStatus::Pending))
+        .exec(db)
+        .await?
+        .rows_affected;
+    let row = notification_delivery::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| OpsError::NotFound {
+            what: format!("delivery with id {id}"),
+            hint: "; `tributary notifications` lists them",
+        })?;
+    if changed == 0 {
+        return Err(OpsError::Conflict(format!(
+            "delivery {id} is already pending: the daemon sends it when it is due"
+        )));
+    }
+    Ok(row)
 }

@@ -16,7 +16,7 @@ use super::input::{decode_cursor, encode_cursor, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::notification_delivery::{self, DeliveryStatus};
-use crate::ops::notifications::{self as ops, DeliveriesQuery};
+use crate::ops::notifications::{self as ops, DeliveriesQuery, DeliveryRef};
 
 const LIST: &str = "notifications";
 const DEFAULT_LIMIT: u64 = 100;
@@ -141,6 +141,6 @@ pub(crate) async fn redeliver(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, axum::Json<Delivery>), Problem> {
     let id = path_id(&id)?;
-    let delivery = ops::redeliver(state.db.main(), id).await?;
+    let delivery = ops::redeliver(state.db.main(), &DeliveryRef::Id(id)).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(Delivery::from(delivery))))
 }

@@ -567,6 +567,30 @@ async fn deliveries_are_listed_newest_first_and_one_is_sent_again_once_asked_aud
     assert_eq!(ids, [failed.delivery_id.as_str()]);
     let row = &deliveries(&app).await[1];
     assert_eq!((row.status, row.attempts), (DeliveryStatus::Delivered, 2));
+
+    // The CLI calls the same operation, naming the delivery by the id it shows.
+    let delivered = &rows[0];
+    let again = run(tributary(&served.config).args([
+        "notifications",
+        "--redeliver",
+        &delivered.delivery_id,
+    ]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stdout.contains("pending again"), "{}", again.stdout);
+    assert_eq!(deliveries(&app).await[0].status, DeliveryStatus::Pending);
+    let twice = run(tributary(&served.config).args([
+        "notifications",
+        "--redeliver",
+        &delivered.delivery_id,
+    ]));
+    assert_ne!(twice.code, 0);
+    assert!(twice.stderr.contains("already pending"), "{}", twice.stderr);
+    let (status, json) = served
+        .get(&format!("/v1/notifications?cursor={next}&limit=2"), &reader)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert_eq!(json["items"][0]["status"], "pending", "{json}");
+    assert!(json["items"][0]["next_attempt_at"].is_string(), "{json}");
 }
 
 #[tokio::test]

@@ -25,8 +25,8 @@ const RESYNC: &str = "Over this API: GET /v1/changes/head, copy the records, the
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ChangePage {
     pub changes: Vec<Change>,
-    /// Pass it as `cursor` for the changes after these; when there are none yet, the
-    /// same cursor again (poll with it).
+    /// Pass it as `cursor` for the changes after these; poll with it when there are
+    /// none yet.
     pub next_cursor: String,
     pub feed_start: FeedStart,
 }

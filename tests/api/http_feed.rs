@@ -222,6 +222,11 @@ async fn a_runs_errors_are_paged_with_their_payloads_and_a_replay_resolves_them_
         .call(Method::POST, "/v1/runs/999999/replay", Some(&syncs), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{json}");
+    let (status, _, json) = served
+        .call(Method::POST, "/v1/runs/abc/replay", Some(&syncs), None)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(json["field"], "id", "{json}");
 
     // Each replay request left its audit row, the refused ones too.
     let audit: Vec<(String, i32)> = audit_rows(&app)
@@ -235,6 +240,7 @@ async fn a_runs_errors_are_paged_with_their_payloads_and_a_replay_resolves_them_
             (format!("POST {replay}"), 403),
             (format!("POST {replay}"), 200),
             ("POST /v1/runs/999999/replay".to_string(), 404),
+            ("POST /v1/runs/abc/replay".to_string(), 400),
         ]
     );
 
@@ -308,7 +314,7 @@ async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_
     mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..3)), None)]).await;
     app.sync_one(&settings).await;
     // On PostgreSQL a batch is readable once no older transaction is open.
-    let (_, after_first) = read_feed(&app.db, Cursor::START, 100).await;
+    read_feed(&app.db, Cursor::START, 100).await;
     let served = Served::start(&app, &providers).await;
     let records = served.create_key("records", &["records:read"]);
     let reader = served.create_key("reader", &["connections:read"]);
@@ -405,10 +411,8 @@ async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_
         "{gone}"
     );
 
-    // A second run, then the first run's batch is swept: a cursor inside it is gone.
-    app.api.reset().await;
-    mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..4)), None)]).await;
-    app.sync_one(&settings).await;
+    // The run's batch is swept: a cursor inside it is gone. (Only readable batches are
+    // swept, and this one was read above.)
     let first_seq = app.batch_seqs().await[0];
     change_batch::Entity::update_many()
         .col_expr(
@@ -419,10 +423,10 @@ async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_
         .exec(&app.db)
         .await
         .expect("backdated");
-    read_feed(&app.db, after_first, 100).await;
-    changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
+    let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(24 * 60 * 60))
         .await
         .expect("swept");
+    assert_eq!(swept.swept_seq, Some(first_seq));
     let inside = issued(
         &app,
         Cursor {
@@ -443,10 +447,11 @@ async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_
                 && d.contains("GET /v1/changes/head")),
         "{gone}"
     );
-    // From the feed's start, the kept change reads on.
+    // From the feed's start, which moved past the swept batch, a reader reads on.
     let (status, kept) = served.get("/v1/changes", &records).await;
     assert_eq!(status, StatusCode::OK, "{kept}");
-    assert_eq!(keys(&kept), [r#"inserted "k3""#]);
+    assert_eq!(keys(&kept), Vec::<String>::new());
+    assert_ne!(kept["feed_start"], first["feed_start"], "{kept}");
 }
 
 /// Every delivery, oldest first.
@@ -577,6 +582,9 @@ async fn deliveries_are_listed_newest_first_and_one_is_sent_again_once_asked_aud
         let (got, headers, json) = served.call(Method::POST, path, Some(&writer), None).await;
         assert_eq!(got, status, "{path}: {json}");
         assert_problem(got, &headers, &json);
+        if status == StatusCode::BAD_REQUEST {
+            assert_eq!(json["field"], "id", "{json}");
+        }
         expected_audit.push((format!("POST {path}"), i32::from(status.as_u16())));
     }
     let audit: Vec<(String, i32)> = audit_rows(&app)

@@ -9,8 +9,12 @@
 //! row, so instances behind one load balancer answer alike.
 
 mod auth;
+mod changes;
 mod connections;
+mod errors;
+mod health;
 mod input;
+mod notifications;
 mod problem;
 mod runs;
 mod state;
@@ -50,7 +54,7 @@ pub enum ApiError {
 #[openapi(
     info(
         title = "tributary",
-        description = "The API of a tributary daemon: its connections and their runs. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
+        description = "The API of a tributary daemon: its connections, their runs and errors, the change feed and the webhook deliveries. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
     ),
     modifiers(&BearerScheme),
     components(schemas(
@@ -66,12 +70,26 @@ pub enum ApiError {
         runs::RunPage,
         syncs::SyncRequest,
         syncs::SyncJob,
+        changes::ChangePage,
+        changes::Change,
+        changes::FeedStart,
+        changes::FeedHead,
+        errors::RunError,
+        errors::RunErrorPage,
+        errors::Replay,
+        errors::StillFailing,
+        notifications::Delivery,
+        notifications::DeliveryPage,
+        health::Health,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
         (name = "syncs", description = "Runs asked for now, queued as jobs"),
-        (name = "meta", description = "This document"),
+        (name = "errors", description = "What runs could not store, and replaying it"),
+        (name = "changes", description = "The change feed of the records"),
+        (name = "notifications", description = "The webhook deliveries"),
+        (name = "meta", description = "This document, and the instance's health"),
     )
 )]
 struct ApiDoc;
@@ -125,6 +143,17 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
+    .add::<errors::__path_run_errors>("errors", get(errors::run_errors))
+    .add::<errors::__path_open_errors>("errors", get(errors::open_errors))
+    .add::<errors::__path_replay_run>("errors", post(errors::replay_run))
+    .add::<changes::__path_read_changes>("changes", get(changes::read_changes))
+    .add::<changes::__path_feed_head>("changes", get(changes::feed_head))
+    .add::<notifications::__path_list_deliveries>(
+        "notifications",
+        get(notifications::list_deliveries),
+    )
+    .add::<notifications::__path_redeliver>("notifications", post(notifications::redeliver))
+    .add::<health::__path_health>("meta", get(health::health))
     .add::<__path_openapi_json>("meta", get(openapi_json));
     (router.router, router.doc)
 }

@@ -125,6 +125,9 @@ impl From<OpsError> for Problem {
                 problem.field = Some("token".to_string());
                 problem
             }
+            // The run exists but cannot be replayed as things are now (its provider left
+            // config.toml, its connection was removed): the caller's to resolve.
+            OpsError::Replay(error) => Problem::new(StatusCode::CONFLICT, error.to_string()),
             error if error.needs_resync() => Problem::new(StatusCode::GONE, error.to_string()),
             error => {
                 tracing::error!(%error, "An API request failed.");

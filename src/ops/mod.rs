@@ -117,6 +117,11 @@ impl OpsError {
     }
 }
 
+/// Whether the database answers, for a health check.
+pub(crate) async fn ping(db: &sea_orm::DatabaseConnection) -> Result<(), OpsError> {
+    Ok(db.ping().await?)
+}
+
 /// Checks a page size against `1..=max`.
 pub(crate) fn check_limit(limit: u64, max: u64) -> Result<u64, OpsError> {
     match limit {

@@ -17,11 +17,13 @@ use crate::helpers::{
 };
 use crate::http::{assert_problem, audit_rows, query, Served};
 
-const ALL_SCOPES: [&str; 5] = [
+const ALL_SCOPES: [&str; 7] = [
     "connections:read",
     "connections:write",
     "syncs:write",
     "records:read",
+    "notifications:read",
+    "notifications:write",
     "admin",
 ];
 
@@ -535,6 +537,8 @@ struct Route {
     path: &'static str,
     body: Option<Value>,
     needs: Option<&'static str>,
+    /// What it names does not exist: a caller with the scope is answered 404, not 403.
+    missing: bool,
 }
 
 /// Every route against a key of every scope: the scope it needs (or admin) is served
@@ -557,54 +561,119 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             path: "/v1/connections",
             body: None,
             needs: Some("connections:read"),
+            missing: false,
         },
         Route {
             method: Method::GET,
             path: "/v1/connections/{alice}",
             body: None,
             needs: Some("connections:read"),
+            missing: false,
         },
         Route {
             method: Method::POST,
             path: "/v1/connections",
             body: Some(json!({"provider": "acme", "user_id": "{user}", "token": "t"})),
             needs: Some("connections:write"),
+            missing: false,
         },
         Route {
             method: Method::PATCH,
             path: "/v1/connections/{alice}",
             body: Some(json!({"paused": false})),
             needs: Some("connections:write"),
+            missing: false,
         },
         Route {
             method: Method::DELETE,
             path: "/v1/connections/{victim}?records=keep",
             body: None,
             needs: Some("connections:write"),
+            missing: false,
         },
         Route {
             method: Method::POST,
             path: "/v1/connections/{alice}/syncs",
             body: Some(json!({})),
             needs: Some("syncs:write"),
+            missing: false,
         },
         Route {
             method: Method::GET,
             path: "/v1/runs",
             body: None,
             needs: Some("connections:read"),
+            missing: false,
         },
         Route {
             method: Method::GET,
             path: "/v1/runs/{run}",
             body: None,
             needs: Some("connections:read"),
+            missing: false,
         },
         Route {
             method: Method::GET,
             path: "/v1/openapi.json",
             body: None,
             needs: None,
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/runs/{run}/errors",
+            body: None,
+            needs: Some("records:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::POST,
+            path: "/v1/runs/{run}/replay",
+            body: None,
+            needs: Some("syncs:write"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/errors",
+            body: None,
+            needs: Some("records:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/changes",
+            body: None,
+            needs: Some("records:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/changes/head",
+            body: None,
+            needs: Some("records:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/notifications",
+            body: None,
+            needs: Some("notifications:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::POST,
+            path: "/v1/notifications/987654/redeliver",
+            body: None,
+            needs: Some("notifications:write"),
+            missing: true,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/health",
+            body: None,
+            needs: None,
+            missing: false,
         },
     ];
     // The matrix covers every documented operation.
@@ -660,7 +729,11 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             let allowed = route
                 .needs
                 .is_none_or(|needs| needs == *scope || *scope == "admin");
-            if allowed != status.is_success() || (!allowed && status != StatusCode::FORBIDDEN) {
+            let served_it = match route.missing {
+                true => status == StatusCode::NOT_FOUND,
+                false => status.is_success(),
+            };
+            if allowed != served_it || (!allowed && status != StatusCode::FORBIDDEN) {
                 failures.push(format!(
                     "{scope}: {} {path} answered {status}: {json}",
                     route.method

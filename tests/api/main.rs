@@ -22,6 +22,7 @@ mod faults;
 mod fencing;
 mod helpers;
 mod http;
+mod http_feed;
 mod http_write;
 mod keying;
 mod leases;

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Value};
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
+    QuerySelect,
 };
 
 use crate::entities::sync_run::RunStatus;
@@ -143,13 +144,15 @@ pub async fn renew(
     if renewed == 0 {
         return Ok(false);
     }
-    sync_run::Entity::update_many()
-        .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
-        .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
-        .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
-        .filter(sync_run::Column::Status.eq(RunStatus::Running))
-        .exec(db)
-        .await?;
+    let running = running_runs_of(db, connection).await?;
+    if !running.is_empty() {
+        sync_run::Entity::update_many()
+            .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
+            .filter(sync_run::Column::Id.is_in(running))
+            .filter(sync_run::Column::Status.eq(RunStatus::Running))
+            .exec(db)
+            .await?;
+    }
     Ok(true)
 }
 
@@ -253,6 +256,10 @@ async fn mark_abandoned_runs(
 ) -> Result<u64, DbErr> {
     // The database's clock: the lease's other holders compare theirs with it.
     let now = crate::db::now();
+    let running = running_runs_of(db, connection).await?;
+    if running.is_empty() {
+        return Ok(0);
+    }
     let result = sync_run::Entity::update_many()
         .col_expr(
             sync_run::Column::Status,
@@ -260,8 +267,7 @@ async fn mark_abandoned_runs(
         )
         .col_expr(sync_run::Column::FinishedAt, Expr::value(now))
         .col_expr(sync_run::Column::Error, Expr::value(ABANDONED))
-        .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
-        .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
+        .filter(sync_run::Column::Id.is_in(running))
         .filter(sync_run::Column::Status.eq(RunStatus::Running))
         .exec(db)
         .await?;
@@ -274,6 +280,26 @@ async fn mark_abandoned_runs(
         );
     }
     Ok(result.rows_affected)
+}
+
+/// The ids of the connection's runs marked `running`, read without locking. The writes
+/// that follow name these rows by primary key: an `UPDATE` filtered on the user, the
+/// provider and the status walks an index over every connection's running runs, and
+/// InnoDB locks each row it walks, so it deadlocked with other connections' runs ending
+/// at the same moment (MariaDB error 1213).
+async fn running_runs_of(
+    db: &impl ConnectionTrait,
+    connection: &connection::Model,
+) -> Result<Vec<i64>, DbErr> {
+    sync_run::Entity::find()
+        .select_only()
+        .column(sync_run::Column::Id)
+        .filter(sync_run::Column::UserId.eq(connection.user_id.as_str()))
+        .filter(sync_run::Column::Provider.eq(connection.provider.as_str()))
+        .filter(sync_run::Column::Status.eq(RunStatus::Running))
+        .into_tuple()
+        .all(db)
+        .await
 }
 
 /// When a lease claimed at `now` for `ttl` expires. Config validation bounds `ttl`; past

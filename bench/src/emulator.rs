@@ -12,6 +12,9 @@
 //!   process's RSS. Generation 0 is the original data; in generation 1 a fixed ~10 % of
 //!   the charges (chosen by a hash) were refunded, which changes their content.
 //! - `latency` delays every answer, to stand for a remote API.
+//! - An optional [`GlobalLimit`] answers 429 past `requests` per window across all
+//!   tokens, as an API's per-application limit does; windows are aligned to the Unix
+//!   epoch, as tributary's budget windows are.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -153,6 +156,44 @@ struct Shared {
     latency: Duration,
     generation: AtomicU32,
     pages_served: AtomicU64,
+    limit: Option<GlobalLimit>,
+    /// The current window's start (Unix seconds) and the requests counted in it.
+    window: std::sync::Mutex<(u64, u64)>,
+    rate_limited: AtomicU64,
+}
+
+/// An application-wide request limit: `requests` per `window`, all tokens together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalLimit {
+    pub requests: u64,
+    pub window: Duration,
+}
+
+impl Shared {
+    /// Counts one request; false when the window has no room left.
+    fn admit(&self) -> bool {
+        let Some(limit) = self.limit else {
+            return true;
+        };
+        let seconds = limit.window.as_secs().max(1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_secs())
+            .unwrap_or_default();
+        let start = now - now % seconds;
+        let mut window = match self.window.lock() {
+            Ok(window) => window,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if window.0 != start {
+            *window = (start, 0);
+        }
+        if window.1 >= limit.requests {
+            return false;
+        }
+        window.1 += 1;
+        true
+    }
 }
 
 /// A running emulator.
@@ -165,6 +206,15 @@ pub struct Emulator {
 impl Emulator {
     /// Binds an ephemeral loopback port and serves in the background.
     pub async fn start(dataset: Dataset, latency: Duration) -> std::io::Result<Emulator> {
+        Emulator::start_limited(dataset, latency, None).await
+    }
+
+    /// As [`Emulator::start`], answering 429 past `limit`.
+    pub async fn start_limited(
+        dataset: Dataset,
+        latency: Duration,
+        limit: Option<GlobalLimit>,
+    ) -> std::io::Result<Emulator> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -172,9 +222,13 @@ impl Emulator {
             latency,
             generation: AtomicU32::new(0),
             pages_served: AtomicU64::new(0),
+            limit,
+            window: std::sync::Mutex::new((0, 0)),
+            rate_limited: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/charges", get(list_charges))
+            .route("/v1/events", get(list_events))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
@@ -201,6 +255,11 @@ impl Emulator {
     /// Successful list pages served so far.
     pub fn pages_served(&self) -> u64 {
         self.shared.pages_served.load(Ordering::Relaxed)
+    }
+
+    /// Requests answered 429 by the global limit so far.
+    pub fn rate_limited(&self) -> u64 {
+        self.shared.rate_limited.load(Ordering::Relaxed)
     }
 }
 
@@ -238,6 +297,14 @@ async fn list_charges(
     let Some(user) = user else {
         return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided.");
     };
+    if !shared.admit() {
+        shared.rate_limited.fetch_add(1, Ordering::Relaxed);
+        // Stripe's answer past its rate limit.
+        return stripe_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many requests hit the API too quickly.",
+        );
+    }
     if query.ending_before.is_some() {
         return stripe_error(StatusCode::BAD_REQUEST, "ending_before is not emulated.");
     }
@@ -283,6 +350,38 @@ async fn list_charges(
     body.push_str("]}");
     shared.pages_served.fetch_add(1, Ordering::Relaxed);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET /v1/events`, which an incremental run of the charges stream reads: no event
+/// since any time (the charges do not change between generations' runs here), as an
+/// empty Stripe list, under the same token check and global limit as the charges.
+async fn list_events(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !shared.latency.is_zero() {
+        tokio::time::sleep(shared.latency).await;
+    }
+    let known = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .and_then(|token| token.strip_prefix(TOKEN_PREFIX))
+        .and_then(|number| number.parse::<u32>().ok())
+        .is_some_and(|user| (1..=shared.dataset.users).contains(&user));
+    if !known {
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided.");
+    }
+    if !shared.admit() {
+        shared.rate_limited.fetch_add(1, Ordering::Relaxed);
+        return stripe_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many requests hit the API too quickly.",
+        );
+    }
+    shared.pages_served.fetch_add(1, Ordering::Relaxed);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"object":"list","url":"/v1/events","has_more":false,"data":[]}"#,
+    )
+        .into_response()
 }
 
 fn stripe_error(status: StatusCode, message: &str) -> Response {
@@ -347,5 +446,32 @@ mod tests {
             DATA.write_charge(&mut new, 3, index, 1);
             assert_eq!(old != new, DATA.changes(3, index));
         }
+    }
+
+    /// Past its limit the emulator answers Stripe's 429 to every token, and counts it.
+    #[tokio::test]
+    async fn the_global_limit_answers_429_past_it_for_every_token() {
+        let limit = GlobalLimit {
+            requests: 3,
+            // Epoch-aligned windows of ~31.7 years: this one runs from 2001 to 2033.
+            window: Duration::from_secs(1_000_000_000),
+        };
+        let emulator = Emulator::start_limited(DATA, Duration::ZERO, Some(limit))
+            .await
+            .expect("started");
+        let client = reqwest::Client::new();
+        let mut statuses = Vec::new();
+        for user in [1, 2, 3, 1, 2] {
+            let answer = client
+                .get(format!("{}/v1/charges?limit=1", emulator.base_url()))
+                .bearer_auth(format!("{TOKEN_PREFIX}{user}"))
+                .send()
+                .await
+                .expect("answered");
+            statuses.push(answer.status().as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429]);
+        assert_eq!(emulator.rate_limited(), 2);
+        assert_eq!(emulator.pages_served(), 3);
     }
 }

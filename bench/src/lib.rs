@@ -13,6 +13,7 @@
 //! is its own.
 
 pub mod emulator;
+pub mod fleet;
 pub mod matrix;
 pub mod repeats;
 pub mod report;
@@ -113,6 +114,33 @@ pub struct BenchArgs {
     /// With --retention-runs: the sweep's batch size.
     #[arg(long, requires = "retention_runs", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub retention_batch: u64,
+    /// Run the fleet scenario instead: several `tributary daemon` processes on one fresh
+    /// PostgreSQL database sync `--fleet-connections` on a short schedule from an API
+    /// with a global limit (and the provider's budget set to it); one is SIGKILLed
+    /// halfway.
+    #[arg(long, conflicts_with_all = ["matrix", "retention_runs"])]
+    pub fleet: bool,
+    /// With --fleet: connections.
+    #[arg(long, requires = "fleet", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub fleet_connections: u32,
+    /// With --fleet: daemon processes.
+    #[arg(long, requires = "fleet", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub fleet_daemons: u64,
+    /// With --fleet: seconds between slots (divides 60).
+    #[arg(long, requires = "fleet", default_value_t = 60)]
+    pub fleet_period: u32,
+    /// With --fleet: slots watched.
+    #[arg(long, requires = "fleet", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=60))]
+    pub fleet_slots: u32,
+    /// With --fleet: the API's global limit and the budget, requests per 10 seconds.
+    #[arg(long, requires = "fleet", default_value_t = 2_500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub fleet_limit: u64,
+    /// With --fleet: kill no daemon.
+    #[arg(long, requires = "fleet")]
+    pub fleet_no_kill: bool,
+    /// With --fleet: the `tributary` binary (default: beside this one).
+    #[arg(long, requires = "fleet")]
+    pub fleet_binary: Option<PathBuf>,
 }
 
 /// `KEY=VALUE`, split at the first `=`.
@@ -148,6 +176,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(runs) = args.retention_runs {
         return run_retention_scenario(&args, runs).await;
+    }
+    if args.fleet {
+        return run_fleet_scenario(&args).await;
     }
     anyhow::ensure!(args.users >= 1, "--users must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
@@ -206,6 +237,55 @@ async fn run_retention_scenario(args: &BenchArgs, runs: u64) -> anyhow::Result<E
     scratch.remove().await;
     let report = result?;
     println!("{}", retention::table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let failed: Vec<&Check> = report.checks.iter().filter(|check| !check.passed).collect();
+    for check in &failed {
+        eprintln!("check failed: {}: {}", check.name, check.detail);
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The `--fleet` scenario in a scratch PostgreSQL database, removed afterwards.
+async fn run_fleet_scenario(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let scratch = match &args.database_url {
+        Some(url) => Scratch::Given(url.clone()),
+        None => {
+            anyhow::ensure!(
+                args.database == BenchDatabase::Postgres,
+                "--fleet needs --database postgres (daemons share one server)"
+            );
+            Scratch::create(BenchDatabase::Postgres, false).await?
+        }
+    };
+    let binary = match &args.fleet_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("this binary's folder")?
+            .join("tributary"),
+    };
+    let options = fleet::FleetOptions {
+        database_url: scratch.url(),
+        binary,
+        connections: args.fleet_connections,
+        daemons: usize::try_from(args.fleet_daemons)?,
+        period: args.fleet_period,
+        slots: args.fleet_slots,
+        limit: args.fleet_limit,
+        limit_window: Duration::from_secs(10),
+        kill: !args.fleet_no_kill,
+        concurrency: args.concurrency,
+    };
+    let result = fleet::run_fleet(&options).await;
+    scratch.remove().await;
+    let report = result?;
+    println!("{}", fleet::table(&report));
     if let Some(path) = &args.json {
         write_json(path, &report)?;
     }

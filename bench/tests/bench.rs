@@ -300,3 +300,67 @@ async fn the_retention_scenario_sweeps_every_run_but_each_connections_last() {
     );
     assert!(report["pages_during_sweep"]["pages"].as_u64().is_some());
 }
+
+/// The fleet at a tiny scale: three daemon processes (the `tributary` binary beside the
+/// bench's, built by the workspace's tests) share 24 connections on a 5-second schedule
+/// under a global limit, one killed halfway; the scenario's own checks (one job per
+/// slot, no run twice, none missed, no 429) pass. It needs PostgreSQL and says so
+/// elsewhere.
+#[tokio::test]
+async fn the_fleet_runs_each_slot_once_across_daemons_with_no_429() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = scratch_database_url(dir.path()).await;
+    let json = dir.path().join("fleet.json");
+    let output = Command::cargo_bin("tributary-bench")
+        .expect("binary built")
+        .env_remove("RUST_LOG")
+        .args([
+            "--fleet",
+            "--fleet-connections",
+            "24",
+            "--fleet-period",
+            "5",
+        ])
+        .args([
+            "--fleet-slots",
+            "3",
+            "--fleet-limit",
+            "200",
+            "--concurrency",
+            "4",
+        ])
+        .arg("--database-url")
+        .arg(&database_url)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    if scratch::backend() != scratch::Backend::Postgres {
+        assert!(!output.status.success(), "{stdout}");
+        assert!(
+            stderr.contains("the fleet runs on PostgreSQL only"),
+            "{stderr}"
+        );
+        return;
+    }
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written")).unwrap();
+    assert_eq!(report["slot_jobs"], 72, "{report}");
+    assert_eq!(report["answered_429"], 0, "{report}");
+    assert_eq!(
+        report["peak_rss_mib"].as_array().map(Vec::len),
+        Some(3),
+        "{report}"
+    );
+    let checks = report["checks"].as_array().expect("checks");
+    assert!(checks.len() >= 7, "{report}");
+    assert!(
+        checks.iter().all(|check| check["passed"] == true),
+        "{report}"
+    );
+}

@@ -34,6 +34,21 @@ impl Needs for SyncsWrite {
     const SCOPE: Scope = Scope::SyncsWrite;
 }
 
+pub(crate) struct RecordsRead;
+impl Needs for RecordsRead {
+    const SCOPE: Scope = Scope::RecordsRead;
+}
+
+pub(crate) struct NotificationsRead;
+impl Needs for NotificationsRead {
+    const SCOPE: Scope = Scope::NotificationsRead;
+}
+
+pub(crate) struct NotificationsWrite;
+impl Needs for NotificationsWrite {
+    const SCOPE: Scope = Scope::NotificationsWrite;
+}
+
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
 /// are 401 with a bearer challenge, a key past its `[api] rate_limit` 429 with
 /// `Retry-After`, a key without the scope 403. Taken first in a handler's arguments, so

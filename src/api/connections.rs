@@ -1,15 +1,22 @@
-//! `/v1/connections`: listing, reading and pausing connections, never their secrets.
+//! `/v1/connections`: listing, reading, creating, changing and deleting connections,
+//! never showing their secrets.
+
+use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, ConnectionsRead, ConnectionsWrite};
 use super::input::{decode_cursor, encode_cursor, Json, Query};
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::connections::{self as ops, ConnectionView, ConnectionsQuery};
+use crate::ops::connections::{
+    self as ops, ConnectionView, ConnectionsQuery, NewConnection, ScheduleOverride, Target,
+};
 
 /// The name cursors of this list carry.
 const LIST: &str = "connections";
@@ -46,6 +53,8 @@ pub(crate) struct StreamState {
     pub unfinished_run: bool,
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTime<Utc>>,
+    /// Its own schedule, replacing its connection's; absent: the connection's.
+    pub schedule: Option<String>,
 }
 
 /// A page of connections.
@@ -66,6 +75,7 @@ fn grouped(views: Vec<ConnectionView>) -> Vec<Connection> {
             unfinished_run: view.unfinished_run,
             last_success_run_id: view.last_success_run_id,
             last_success_at: view.last_success_at,
+            schedule: view.stream_schedule,
         };
         match connections.last_mut() {
             Some(last) if last.id == view.id => last.streams.push(stream),
@@ -144,7 +154,7 @@ pub(crate) async fn list_connections(
 #[utoipa::path(
     get,
     path = "/v1/connections/{id}",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     security(("bearer" = ["connections:read"])),
     responses(
         (status = 200, description = "The connection", body = Connection),
@@ -163,27 +173,189 @@ pub(crate) async fn get_connection(
     one(&state, id).await.map(axum::Json)
 }
 
+/// A connection to create (or import, tokens and all), besides config.toml's.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewConnectionBody {
+    /// A `[providers.NAME]` table of the daemon's config.
+    #[schema(min_length = 1)]
+    provider: String,
+    /// The user's id in the app.
+    #[schema(min_length = 1, max_length = 255)]
+    user_id: String,
+    /// The access token or API key. Stored sealed with the secrets key (refused without
+    /// one unless `[secrets] allow_plaintext`); never returned.
+    #[serde(default, deserialize_with = "secret")]
+    #[schema(value_type = Option<String>, write_only, min_length = 1)]
+    token: Option<SecretString>,
+    /// OAuth2: the refresh token, stored like `token`.
+    #[serde(default, deserialize_with = "secret")]
+    #[schema(value_type = Option<String>, write_only, min_length = 1)]
+    refresh_token: Option<SecretString>,
+    /// OAuth2: when the access token expires, in seconds since the Unix epoch.
+    expires_at: Option<i64>,
+    /// Whether it is synced (default `true`).
+    enabled: Option<bool>,
+    /// Its own schedule, a cron expression with seconds, replacing its provider's.
+    schedule: Option<String>,
+    /// Streams on schedules of their own, by stream name.
+    #[serde(default)]
+    streams: BTreeMap<String, StreamChange>,
+}
+
+/// A secret from a body: a non-empty string, refused without quoting what was sent.
+fn secret<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SecretString>, D::Error> {
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) if !text.is_empty() => {
+            Ok(Some(SecretString::from(text)))
+        }
+        Some(serde_json::Value::String(_)) => Err(D::Error::custom("must not be empty")),
+        Some(_) => Err(D::Error::custom("expected a string")),
+    }
+}
+
+/// A schedule override from a body: a cron expression, or `null` for the inherited one.
+fn schedule_override<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ScheduleOverride>, D::Error> {
+    Ok(Some(match Option::<String>::deserialize(deserializer)? {
+        Some(expression) => ScheduleOverride::Own(expression),
+        None => ScheduleOverride::Inherited,
+    }))
+}
+
+/// A stream's change.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StreamChange {
+    /// The stream's own schedule, a cron expression with seconds replacing its
+    /// connection's; `null`: back on its connection's; absent: as it is.
+    #[serde(default, deserialize_with = "schedule_override")]
+    #[schema(value_type = Option<String>)]
+    schedule: Option<ScheduleOverride>,
+}
+
+/// The streams' schedules a body names, checked and written by the operation.
+fn stream_schedules(streams: BTreeMap<String, StreamChange>) -> Vec<(String, ScheduleOverride)> {
+    streams
+        .into_iter()
+        .filter_map(|(name, change)| change.schedule.map(|schedule| (name, schedule)))
+        .collect()
+}
+
+/// Create a connection with its tokens. Answered with the connection, never its secrets.
+#[utoipa::path(
+    post,
+    path = "/v1/connections",
+    request_body = NewConnectionBody,
+    security(("bearer" = ["connections:write"])),
+    responses(
+        (status = 201, description = "The connection as created", body = Connection,
+            headers(("Location" = String, description = "The connection's URL")),
+            links(
+                ("GetConnection" = (operation_id = "get_connection", parameters(("id" = "$response.body#/id")))),
+                ("ChangeConnection" = (operation_id = "change_connection", parameters(("id" = "$response.body#/id")))),
+                ("TriggerSync" = (operation_id = "trigger_sync", parameters(("id" = "$response.body#/id")))),
+                ("DeleteConnection" = (operation_id = "delete_connection", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 400, description = "A body field is wrong (an unknown provider or stream, a bad schedule, a missing token)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks connections:write", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The connection exists, config.toml lists it, or no secrets key is configured to seal its tokens", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than [api] max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn create_connection(
+    _caller: Authorized<ConnectionsWrite>,
+    State(state): State<ApiState>,
+    Json(body): Json<NewConnectionBody>,
+) -> Result<
+    (
+        StatusCode,
+        [(header::HeaderName, String); 1],
+        axum::Json<Connection>,
+    ),
+    Problem,
+> {
+    let stream_schedules = stream_schedules(body.streams)
+        .into_iter()
+        .filter_map(|(name, schedule)| match schedule {
+            ScheduleOverride::Own(expression) => Some((name, expression)),
+            ScheduleOverride::Inherited => None,
+        })
+        .collect();
+    // Tokens only: a `token_env` would let a caller send any of the daemon's environment
+    // variables to a provider as a token.
+    let new = NewConnection {
+        target: Target {
+            provider: body.provider,
+            user_id: body.user_id,
+        },
+        token_env: None,
+        token: body.token,
+        refresh_token_env: None,
+        refresh_token: body.refresh_token,
+        expires_at: body.expires_at,
+        enabled: body.enabled.unwrap_or(true),
+        schedule: body.schedule,
+        stream_schedules,
+    };
+    let added = ops::add(&state.db, &state.settings, new)
+        .await
+        .map_err(in_streams)?;
+    let connection = one(&state, added.id).await?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/v1/connections/{}", added.id))],
+        axum::Json(connection),
+    ))
+}
+
+/// The operation's problem, with a wrong stream named as the body's `streams` field.
+fn in_streams(error: crate::ops::OpsError) -> Problem {
+    let mut problem = Problem::from(error);
+    if problem.field.as_deref() == Some("stream") {
+        problem.field = Some("streams".to_string());
+    }
+    problem
+}
+
 /// What to change in a connection; absent fields are left as they are.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ConnectionChange {
     /// Pause (leave it out of its schedule's firings) or resume it.
     paused: Option<bool>,
+    /// Enable or disable it (a connection config.toml lists is changed there: 409).
+    enabled: Option<bool>,
+    /// Its own schedule, a cron expression with seconds replacing its provider's; `null`:
+    /// back on its provider's.
+    #[serde(default, deserialize_with = "schedule_override")]
+    #[schema(value_type = Option<String>)]
+    schedule: Option<ScheduleOverride>,
+    /// Changes to its streams, by stream name.
+    #[serde(default)]
+    streams: BTreeMap<String, StreamChange>,
 }
 
-/// Change a connection: pause or resume it.
+/// Change a connection: pause or resume, enable or disable it, and set or clear its own
+/// schedule and its streams'. All or nothing.
 #[utoipa::path(
     patch,
     path = "/v1/connections/{id}",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     request_body = ConnectionChange,
     security(("bearer" = ["connections:write"])),
     responses(
         (status = 200, description = "The connection as changed", body = Connection),
-        (status = 400, description = "The body or the id is wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body or the id is wrong (an unknown stream, a bad schedule)", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The key lacks connections:write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No connection has this id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`enabled` for a connection config.toml lists", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than [api] max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
     )
@@ -195,11 +367,79 @@ pub(crate) async fn change_connection(
     Json(change): Json<ConnectionChange>,
 ) -> Result<axum::Json<Connection>, Problem> {
     let id = path_id(&id)?;
-    let target = ops::target_of(state.db.main(), id).await?;
-    if let Some(paused) = change.paused {
-        ops::set_paused(state.db.main(), &target, paused).await?;
-    }
+    let change = ops::ConnectionChange {
+        enabled: change.enabled,
+        paused: change.paused,
+        schedule: change.schedule,
+        stream_schedules: stream_schedules(change.streams),
+    };
+    ops::change(state.db.main(), &state.settings, id, &change)
+        .await
+        .map_err(in_streams)?;
     one(&state, id).await.map(axum::Json)
+}
+
+/// What becomes of a deleted connection's records.
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RecordsOnDelete {
+    /// They stay in `records`.
+    Keep,
+    /// They are deleted, each a `deleted` change in the feed.
+    Delete,
+}
+
+/// How to delete a connection.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeleteParams {
+    /// `keep` its records or `delete` them (each a `deleted` change in the feed).
+    #[param(inline)]
+    records: RecordsOnDelete,
+}
+
+/// The connection deleted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    id: i64,
+    provider: String,
+    user_id: String,
+    /// Records deleted with it; 0 when they were kept.
+    records_deleted: u64,
+}
+
+/// Delete a connection created besides config.toml; its run history stays.
+#[utoipa::path(
+    delete,
+    path = "/v1/connections/{id}",
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1), DeleteParams),
+    security(("bearer" = ["connections:write"])),
+    responses(
+        (status = 200, description = "The connection is deleted", body = Deleted),
+        (status = 400, description = "The id or `records` is wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks connections:write", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No connection has this id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "config.toml lists the connection", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn delete_connection(
+    _caller: Authorized<ConnectionsWrite>,
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Query(params): Query<DeleteParams>,
+) -> Result<axum::Json<Deleted>, Problem> {
+    let id = path_id(&id)?;
+    let target = ops::target_of(state.db.main(), id).await?;
+    let delete_records = matches!(params.records, RecordsOnDelete::Delete);
+    let removed = ops::remove(state.db.main(), &state.settings, &target, delete_records).await?;
+    Ok(axum::Json(Deleted {
+        id,
+        provider: target.provider,
+        user_id: target.user_id,
+        records_deleted: removed.records_deleted,
+    }))
 }
 
 async fn one(state: &ApiState, id: i64) -> Result<Connection, Problem> {

@@ -18,6 +18,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
         let query = parts.uri.query().unwrap_or_default();
+        // PostgreSQL's text cannot hold NUL: a filter with one would fail there as a 500.
+        if let Some((name, _)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(_, value)| value.contains('\0'))
+        {
+            let name = tributary_providers::quote::truncated(&name, 64);
+            return Err(Problem::invalid(
+                name.clone(),
+                format!("query parameter {name}: must not contain NUL"),
+            ));
+        }
         let deserializer =
             serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(deserializer)
@@ -57,6 +67,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| Problem::new(rejection.status(), rejection.body_text()))?;
+        // serde reads a struct from an array too (`[null]` as its fields in order); every
+        // body of this API is an object.
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(Problem::invalid("", "the body must be a JSON object"));
+        }
         let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
         serde_path_to_error::deserialize(&mut deserializer)
             .map(Json)
@@ -79,6 +94,7 @@ fn field_of(path: &str, message: &str) -> String {
     }
     message
         .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("missing field `"))
         .and_then(|rest| rest.split_once('`'))
         .map(|(name, _)| tributary_providers::quote::truncated(name, 64))
         .unwrap_or_default()
@@ -134,6 +150,7 @@ mod tests {
             "limt"
         );
         assert_eq!(field_of("limit", "invalid digit found in string"), "limit");
+        assert_eq!(field_of(".", "missing field `records`"), "records");
         assert_eq!(field_of(".", "EOF while parsing"), "");
     }
 }

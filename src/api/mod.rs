@@ -9,9 +9,13 @@
 //! row, so instances behind one load balancer answer alike.
 
 mod auth;
+mod changes;
 mod connections;
+mod errors;
+mod health;
 mod input;
 mod jobs;
+mod notifications;
 mod problem;
 mod runs;
 mod state;
@@ -51,7 +55,7 @@ pub enum ApiError {
 #[openapi(
     info(
         title = "tributary",
-        description = "The API of a tributary daemon: its connections and their runs. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
+        description = "The API of a tributary daemon: its connections, their runs and errors, the change feed and the webhook deliveries. Errors are RFC 9457 problems (`application/problem+json`); lists are paged with an opaque `cursor` (a page's `next`).",
     ),
     modifiers(&BearerScheme),
     components(schemas(
@@ -60,6 +64,9 @@ pub enum ApiError {
         connections::StreamState,
         connections::ConnectionPage,
         connections::ConnectionChange,
+        connections::NewConnectionBody,
+        connections::StreamChange,
+        connections::Deleted,
         runs::Run,
         runs::RunPage,
         syncs::SyncRequest,
@@ -68,13 +75,27 @@ pub enum ApiError {
         syncs::StreamSyncs,
         syncs::RunBrief,
         jobs::Job,
+        changes::ChangePage,
+        changes::Change,
+        changes::FeedStart,
+        changes::FeedHead,
+        errors::RunError,
+        errors::RunErrorPage,
+        errors::Replay,
+        errors::StillFailing,
+        notifications::Delivery,
+        notifications::DeliveryPage,
+        health::Health,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
         (name = "syncs", description = "Where a connection's syncs stand; runs asked for now, queued as jobs"),
         (name = "jobs", description = "Sync jobs: their status, and cancelling them"),
-        (name = "meta", description = "This document"),
+        (name = "errors", description = "What runs could not store, and replaying it"),
+        (name = "changes", description = "The change feed of the records"),
+        (name = "notifications", description = "The webhook deliveries"),
+        (name = "meta", description = "This document, and the instance's health"),
     )
 )]
 struct ApiDoc;
@@ -112,10 +133,18 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         doc,
     }
     .add::<connections::__path_list_connections>("connections", get(connections::list_connections))
+    .add::<connections::__path_create_connection>(
+        "connections",
+        post(connections::create_connection),
+    )
     .add::<connections::__path_get_connection>("connections", get(connections::get_connection))
     .add::<connections::__path_change_connection>(
         "connections",
         patch(connections::change_connection),
+    )
+    .add::<connections::__path_delete_connection>(
+        "connections",
+        delete(connections::delete_connection),
     )
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<syncs::__path_sync_status>("syncs", get(syncs::sync_status))
@@ -123,6 +152,17 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<jobs::__path_cancel_job>("jobs", delete(jobs::cancel_job))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
+    .add::<errors::__path_run_errors>("errors", get(errors::run_errors))
+    .add::<errors::__path_open_errors>("errors", get(errors::open_errors))
+    .add::<errors::__path_replay_run>("errors", post(errors::replay_run))
+    .add::<changes::__path_read_changes>("changes", get(changes::read_changes))
+    .add::<changes::__path_feed_head>("changes", get(changes::feed_head))
+    .add::<notifications::__path_list_deliveries>(
+        "notifications",
+        get(notifications::list_deliveries),
+    )
+    .add::<notifications::__path_redeliver>("notifications", post(notifications::redeliver))
+    .add::<health::__path_health>("meta", get(health::health))
     .add::<__path_openapi_json>("meta", get(openapi_json));
     (router.router, router.doc)
 }
@@ -185,7 +225,13 @@ fn rate_limited() -> utoipa::openapi::Response {
 
 /// The OpenAPI document, as `/v1/openapi.json` serves it.
 pub(crate) fn openapi_document() -> String {
-    routes().1.to_pretty_json().unwrap_or_default()
+    let json = routes().1.to_pretty_json().unwrap_or_default();
+    // utoipa 5 writes a link's fields in snake case, which OpenAPI does not know, so
+    // clients would not follow the links. Every other key it writes is camel case, and a
+    // quote inside a description is escaped, so these are the links' keys only.
+    json.replace("\"operation_id\":", "\"operationId\":")
+        .replace("\"operation_ref\":", "\"operationRef\":")
+        .replace("\"request_body\":", "\"requestBody\":")
 }
 
 /// This document: the API's routes, parameters, answers and security scheme (OpenAPI 3.1).
@@ -282,6 +328,50 @@ mod tests {
                 "{reference} does not resolve"
             );
         }
+    }
+
+    /// Every link of a response names an operation of the document by its `operationId`
+    /// and passes only parameters that operation takes.
+    #[test]
+    fn every_link_of_the_document_names_an_operation_and_its_parameters() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&super::openapi_document()).expect("JSON");
+        let mut operations = std::collections::HashMap::new();
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for operation in item.as_object().expect("operations").values() {
+                let id = operation["operationId"].as_str().expect("operationId");
+                let parameters: Vec<String> = operation["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect();
+                operations.insert(id.to_string(), parameters);
+            }
+        }
+        let mut links = 0;
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for operation in item.as_object().expect("operations").values() {
+                let responses = operation["responses"].as_object().expect("responses");
+                for (name, link) in responses
+                    .values()
+                    .filter_map(|response| response["links"].as_object())
+                    .flatten()
+                {
+                    links += 1;
+                    let target = link["operationId"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("link {name} names no operationId: {link}"));
+                    let taken = operations
+                        .get(target)
+                        .unwrap_or_else(|| panic!("link {name}: no operation {target}"));
+                    for parameter in link["parameters"].as_object().expect("parameters").keys() {
+                        assert!(taken.contains(parameter), "link {name}: {parameter}");
+                    }
+                }
+            }
+        }
+        assert!(links >= 5, "{links} links");
     }
 
     fn collect_refs(value: &serde_json::Value, refs: &mut Vec<String>) {

@@ -137,6 +137,15 @@ impl From<OpsError> for Problem {
                 Problem::invalid(field, format!("{field}: {message}"))
             }
             OpsError::Conflict(message) => Problem::new(StatusCode::CONFLICT, message),
+            // The request is right; the daemon has no key to seal the tokens it carries.
+            error if error.is_missing_key() => {
+                let mut problem = Problem::new(StatusCode::CONFLICT, error.to_string());
+                problem.field = Some("token".to_string());
+                problem
+            }
+            // The run exists but cannot be replayed as things are now (its provider left
+            // config.toml, its connection was removed): the caller's to resolve.
+            OpsError::Replay(error) => Problem::new(StatusCode::CONFLICT, error.to_string()),
             error if error.needs_resync() => Problem::new(StatusCode::GONE, error.to_string()),
             error => {
                 tracing::error!(%error, "An API request failed.");

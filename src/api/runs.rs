@@ -142,7 +142,7 @@ pub(crate) async fn list_runs(
 #[utoipa::path(
     get,
     path = "/v1/runs/{id}",
-    params(("id" = i64, Path, description = "The run's id")),
+    params(("id" = i64, Path, description = "The run's id", minimum = 1)),
     security(("bearer" = ["connections:read"])),
     responses(
         (status = 200, description = "The run", body = Run),

@@ -46,11 +46,12 @@ pub(crate) struct SyncJob {
 #[utoipa::path(
     post,
     path = "/v1/connections/{id}/syncs",
-    params(("id" = i64, Path, description = "The connection's id")),
+    params(("id" = i64, Path, description = "The connection's id", minimum = 1)),
     request_body = SyncRequest,
     security(("bearer" = ["syncs:write"])),
     responses(
-        (status = 202, description = "The run is queued as a job", body = SyncJob),
+        (status = 202, description = "The run is queued as a job", body = SyncJob,
+            links(("GetConnection" = (operation_id = "get_connection", parameters(("id" = "$response.body#/connection_id")))))),
         (status = 400, description = "The body, the id or the stream is wrong", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The key lacks syncs:write", body = Problem, content_type = "application/problem+json"),

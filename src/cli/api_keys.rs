@@ -18,8 +18,9 @@ pub enum ApiKeysCommand {
         /// A name for it, unique (who or what uses it).
         #[arg(long)]
         name: String,
-        /// What it may do: connections:read, connections:write, syncs:write, records:read
-        /// or admin (everything). Repeat for several.
+        /// What it may do: connections:read, connections:write, syncs:write, records:read,
+        /// notifications:read, notifications:write or admin (everything). Repeat for
+        /// several.
         #[arg(long = "scope", required = true, value_parser = parse_scope)]
         scopes: Vec<Scope>,
         /// Its own rate limit, replacing `[api] rate_limit` for it: "N/minute", "N/hour",

@@ -225,6 +225,8 @@ async fn run(
                 refresh_token,
                 expires_at,
                 enabled: !disabled,
+                schedule: None,
+                stream_schedules: Vec::new(),
             };
             let added = ops::add(db, settings, new)
                 .await

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::entities::notification_delivery::{self, DeliveryStatus};
-use crate::ops::notifications::{DeliveriesQuery, MAX_LIMIT};
+use crate::ops::notifications::{DeliveriesQuery, DeliveryRef, MAX_LIMIT};
 use clap::Args;
 
 use super::history::{print_rows, shorten};
@@ -23,6 +23,10 @@ pub struct NotificationsArgs {
     /// Only deliveries older than this row id (the `--before` a previous page printed).
     #[arg(long, value_name = "ID")]
     before: Option<i64>,
+    /// Send this delivery (its `delivery` id) again: a delivered or failed one becomes
+    /// pending, and the daemon's next pass sends it with the same id.
+    #[arg(long, value_name = "DELIVERY", conflicts_with_all = ["failed", "before"])]
+    redeliver: Option<String>,
     /// Print JSON (with each delivery's body) instead of a table.
     #[arg(long)]
     json: bool,
@@ -31,6 +35,19 @@ pub struct NotificationsArgs {
 /// `tributary notifications`.
 pub async fn run(config: &Path, args: NotificationsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
+    if let Some(delivery_id) = args.redeliver {
+        let app = App::open(settings, Access::Migrated).await?;
+        let which = DeliveryRef::DeliveryId(delivery_id);
+        let delivery = crate::ops::notifications::redeliver(app.db(), &which).await?;
+        match args.json {
+            true => println!("{}", serde_json::to_string_pretty(&delivery)?),
+            false => println!(
+                "Delivery {} of run {} is pending again: the daemon's next pass sends it.",
+                delivery.delivery_id, delivery.run_id
+            ),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let app = App::open(settings, Access::Read).await?;
     let query = DeliveriesQuery {
         failed_only: args.failed,

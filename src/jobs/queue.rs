@@ -159,17 +159,25 @@ pub(crate) async fn claim(
         txn.commit().await?;
         return Ok(jobs);
     }
-    let ids: Vec<i64> = jobs.iter().map(|job| job.id).collect();
-    let claimed = sync_job::Entity::update_many()
-        .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Running))
-        .col_expr(sync_job::Column::Holder, Expr::value(holder))
-        .col_expr(sync_job::Column::StartedAt, Expr::value(now))
-        .filter(sync_job::Column::Id.is_in(ids.clone()))
-        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-        .exec(&txn)
-        .await?
-        .rows_affected;
-    if usize::try_from(claimed).ok() != Some(ids.len()) {
+    // One statement per job, by primary key: `id IN (...)` let MariaDB's planner read
+    // through the queue's index or the whole table when its statistics were stale,
+    // locking jobs it did not claim, and so deadlock with another instance queueing a
+    // slot (whose insert locks the duplicates it meets).
+    let mut claimed = 0u64;
+    for job in &jobs {
+        claimed = claimed.saturating_add(
+            sync_job::Entity::update_many()
+                .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Running))
+                .col_expr(sync_job::Column::Holder, Expr::value(holder))
+                .col_expr(sync_job::Column::StartedAt, Expr::value(now))
+                .filter(sync_job::Column::Id.eq(job.id))
+                .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+                .exec(&txn)
+                .await?
+                .rows_affected,
+        );
+    }
+    if usize::try_from(claimed).ok() != Some(jobs.len()) {
         // Only possible without row locks; the next poll tries again.
         txn.rollback().await?;
         return Ok(Vec::new());

@@ -44,20 +44,28 @@ pub enum Scope {
     /// Start syncs.
     #[serde(rename = "syncs:write")]
     SyncsWrite,
-    /// Read records and the change feed.
+    /// Read records, the change feed and runs' errors (whose payloads are records).
     #[serde(rename = "records:read")]
     RecordsRead,
+    /// List webhook deliveries.
+    #[serde(rename = "notifications:read")]
+    NotificationsRead,
+    /// Send a webhook delivery again.
+    #[serde(rename = "notifications:write")]
+    NotificationsWrite,
     /// Everything, keys included.
     #[serde(rename = "admin")]
     Admin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 7] = [
         Scope::ConnectionsRead,
         Scope::ConnectionsWrite,
         Scope::SyncsWrite,
         Scope::RecordsRead,
+        Scope::NotificationsRead,
+        Scope::NotificationsWrite,
         Scope::Admin,
     ];
 
@@ -67,6 +75,8 @@ impl Scope {
             Scope::ConnectionsWrite => "connections:write",
             Scope::SyncsWrite => "syncs:write",
             Scope::RecordsRead => "records:read",
+            Scope::NotificationsRead => "notifications:read",
+            Scope::NotificationsWrite => "notifications:write",
             Scope::Admin => "admin",
         }
     }

@@ -7,8 +7,10 @@ use serde_json::value::RawValue;
 
 use super::OpsError;
 use crate::entities::change::ChangeKind;
-use crate::pipeline::changes::{self, FeedChange, FeedCursor, FeedQuery};
+use crate::pipeline::changes::{self, FeedChange, FeedQuery};
 
+/// A reader's position, as the faces parse it from the text a read issued.
+pub(crate) use crate::pipeline::changes::FeedCursor;
 pub use crate::pipeline::changes::MAX_LIMIT;
 
 /// Which changes to read.

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Condition;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, Set, SqlErr, TransactionTrait,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use super::{check_limit, OpsError, Page};
 use crate::config::{ProviderSettings, Settings};
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
-use crate::entities::{connection, connection_stream};
+use crate::entities::{connection, connection_stream, stream_schedule};
 
 /// The largest page of connections.
 pub const MAX_LIMIT: u64 = 1_000;
@@ -74,6 +74,8 @@ pub struct ConnectionView {
     pub unfinished_run: bool,
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTime<Utc>>,
+    /// The stream's own schedule, replacing its connection's; `None`: the connection's.
+    pub stream_schedule: Option<String>,
 }
 
 /// One page of connections, each as one view per stream. `next` is a connection id.
@@ -173,6 +175,14 @@ async fn views_of(
     for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
         states.entry(state.connection_id).or_default().push(state);
     }
+    let mut schedules: HashMap<(i64, String), String> = HashMap::new();
+    let schedule_rows = stream_schedule::Entity::find()
+        .filter(stream_schedule::Column::ConnectionId.is_in(rows.iter().map(|row| row.id)))
+        .all(db)
+        .await?;
+    for row in schedule_rows {
+        schedules.insert((row.connection_id, row.stream), row.schedule);
+    }
     let mut views = Vec::new();
     for row in rows {
         let credentials =
@@ -180,6 +190,10 @@ async fn views_of(
         let defined_in = defined_in(settings, &row);
         let own = states.remove(&row.id).unwrap_or_default();
         for stream in stream_states(settings, &row, own) {
+            let stream_schedule = stream
+                .name
+                .as_ref()
+                .and_then(|name| schedules.get(&(row.id, name.clone())).cloned());
             views.push(ConnectionView {
                 id: row.id,
                 provider: row.provider.clone(),
@@ -194,6 +208,7 @@ async fn views_of(
                 unfinished_run: stream.checkpoint.is_some(),
                 last_success_run_id: stream.last_success_run_id,
                 last_success_at: stream.last_success_at,
+                stream_schedule,
             });
         }
     }
@@ -212,6 +227,10 @@ pub struct NewConnection {
     /// OAuth2: when the access token expires, in seconds since the Unix epoch.
     pub expires_at: Option<i64>,
     pub enabled: bool,
+    /// Its own schedule from the start (see [`set_schedule`]).
+    pub schedule: Option<String>,
+    /// Streams on schedules of their own from the start, as (stream, cron expression).
+    pub stream_schedules: Vec<(String, String)>,
 }
 
 /// The connection's row as added (its credentials column is sealed; it is not returned).
@@ -223,7 +242,8 @@ pub struct Added {
     pub enabled: bool,
 }
 
-/// Adds a connection besides config.toml.
+/// Adds a connection besides config.toml, with its schedules, in one transaction: a
+/// refused connection writes nothing.
 pub async fn add(
     db: &DatabasePools,
     settings: &Settings,
@@ -231,10 +251,15 @@ pub async fn add(
 ) -> Result<Added, OpsError> {
     let target = &new.target;
     let provider = check_target(settings, target)?;
+    if let Some(expression) = &new.schedule {
+        check_schedule(expression)?;
+    }
+    for (stream, expression) in &new.stream_schedules {
+        check_stream(settings, target, stream)?;
+        check_schedule(expression)?;
+    }
     if find(db, target).await?.is_some() {
-        return Err(OpsError::Conflict(format!(
-            "{target} already exists; remove it first or use enable/disable"
-        )));
+        return Err(already_exists(target));
     }
     let env_vars = [
         ("token_env", &new.token_env),
@@ -274,20 +299,122 @@ pub async fn add(
         provider: &target.provider,
     };
     let column = stored.to_column_for(db.secrets(), binding)?;
-    let row = connection::ActiveModel::new_connection(
+    let mut row = connection::ActiveModel::new_connection(
         &target.user_id,
         &target.provider,
         new.enabled,
         column,
-    )
-    .insert(db)
-    .await?;
+    );
+    row.schedule = Set(new.schedule.clone());
+    let txn = db.begin().await?;
+    // Two adds of one connection at once: the unique index refuses the second.
+    let row = row
+        .insert(&txn)
+        .await
+        .map_err(|error| match error.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(_)) => already_exists(target),
+            _ => OpsError::Database(error),
+        })?;
+    for (stream, expression) in &new.stream_schedules {
+        write_stream_schedule(&txn, row.id, stream, Some(expression)).await?;
+    }
+    txn.commit().await?;
     Ok(Added {
         id: row.id,
         provider: row.provider,
         user_id: row.user_id,
         enabled: row.enabled,
     })
+}
+
+fn already_exists(target: &Target) -> OpsError {
+    OpsError::Conflict(format!(
+        "{target} already exists; remove it first or use enable/disable"
+    ))
+}
+
+/// A schedule override: the connection's (or stream's) own cron expression, or back to
+/// the one it inherits (its provider's, or for a stream its connection's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ScheduleOverride {
+    Own(String),
+    Inherited,
+}
+
+impl ScheduleOverride {
+    fn expression(&self) -> Option<&str> {
+        match self {
+            ScheduleOverride::Own(expression) => Some(expression),
+            ScheduleOverride::Inherited => None,
+        }
+    }
+}
+
+/// What to change in a connection; `None` (or nothing listed) leaves it as it is.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ConnectionChange {
+    /// Enable or disable it (only a connection config.toml does not list).
+    pub enabled: Option<bool>,
+    /// Pause or resume it (see [`set_paused`]).
+    pub paused: Option<bool>,
+    pub schedule: Option<ScheduleOverride>,
+    /// Streams' schedules, by stream name.
+    pub stream_schedules: Vec<(String, ScheduleOverride)>,
+}
+
+/// Changes connection `id` as `change` asks, all or nothing: every field is checked
+/// before the one transaction that writes them.
+pub(crate) async fn change(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    id: i64,
+    change: &ConnectionChange,
+) -> Result<(), OpsError> {
+    let target = target_of(db, id).await?;
+    if change.enabled.is_some() {
+        refuse_config_defined(settings, &target)?;
+    }
+    if let Some(expression) = change
+        .schedule
+        .as_ref()
+        .and_then(ScheduleOverride::expression)
+    {
+        check_schedule(expression)?;
+    }
+    for (stream, schedule) in &change.stream_schedules {
+        check_stream(settings, &target, stream)?;
+        if let Some(expression) = schedule.expression() {
+            check_schedule(expression)?;
+        }
+    }
+    let txn = db.begin().await?;
+    let row = connection::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| not_found(&target))?;
+    let paused_at = row.paused_at;
+    let now = Utc::now();
+    let mut active: connection::ActiveModel = row.into();
+    if let Some(enabled) = change.enabled {
+        active.enabled = Set(enabled);
+    }
+    // A pause keeps the time it began.
+    if let Some(paused) = change
+        .paused
+        .filter(|paused| *paused != paused_at.is_some())
+    {
+        active.paused_at = Set(paused.then_some(now));
+    }
+    if let Some(schedule) = &change.schedule {
+        active.schedule = Set(schedule.expression().map(str::to_string));
+    }
+    active.updated_at = Set(now);
+    active.update(&txn).await?;
+    for (stream, schedule) in &change.stream_schedules {
+        write_stream_schedule(&txn, id, stream, schedule.expression()).await?;
+    }
+    txn.commit().await?;
+    Ok(())
 }
 
 /// Enables or disables a connection added besides config.toml.
@@ -358,11 +485,17 @@ pub(crate) async fn set_stream_schedule(
     stream: &str,
     schedule: Option<&str>,
 ) -> Result<(), OpsError> {
-    use crate::entities::stream_schedule;
-    use sea_orm::sea_query::OnConflict;
     if let Some(expression) = schedule {
         check_schedule(expression)?;
     }
+    check_stream(settings, target, stream)?;
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    write_stream_schedule(db, row.id, stream, schedule).await?;
+    Ok(())
+}
+
+/// Refuses a stream that `target`'s provider does not sync.
+fn check_stream(settings: &Settings, target: &Target, stream: &str) -> Result<(), OpsError> {
     let provider = settings
         .providers
         .get(&target.provider)
@@ -372,18 +505,30 @@ pub(crate) async fn set_stream_schedule(
         return Err(OpsError::Invalid {
             field: "stream",
             message: format!(
-                "provider {:?} syncs no stream named {stream:?}; it syncs {}",
+                "provider {:?} syncs no stream named {:?}; it syncs {}",
                 target.provider,
+                tributary_providers::quote::truncated(stream, 64),
                 known.join(", ")
             ),
         });
     }
-    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    Ok(())
+}
+
+/// Stores stream `stream`'s own schedule of connection `connection_id`, or with `None`
+/// removes it.
+async fn write_stream_schedule(
+    db: &impl ConnectionTrait,
+    connection_id: i64,
+    stream: &str,
+    schedule: Option<&str>,
+) -> Result<(), DbErr> {
+    use sea_orm::sea_query::OnConflict;
     match schedule {
         Some(expression) => {
             let now = Utc::now();
             stream_schedule::Entity::insert(stream_schedule::ActiveModel {
-                connection_id: Set(row.id),
+                connection_id: Set(connection_id),
                 stream: Set(stream.to_string()),
                 schedule: Set(expression.to_string()),
                 updated_at: Set(now),
@@ -405,7 +550,7 @@ pub(crate) async fn set_stream_schedule(
         }
         None => {
             stream_schedule::Entity::delete_many()
-                .filter(stream_schedule::Column::ConnectionId.eq(row.id))
+                .filter(stream_schedule::Column::ConnectionId.eq(connection_id))
                 .filter(stream_schedule::Column::Stream.eq(stream))
                 .exec(db)
                 .await?;
@@ -562,10 +707,16 @@ fn check_target<'a>(
                 settings.path.display()
             ),
         })?;
-    if target.user_id.trim().is_empty() || target.user_id.len() > MAX_USER_ID_BYTES {
+    // PostgreSQL's text refuses NUL, and no id of a provider holds control characters.
+    if target.user_id.trim().is_empty()
+        || target.user_id.len() > MAX_USER_ID_BYTES
+        || target.user_id.chars().any(char::is_control)
+    {
         return Err(OpsError::Invalid {
             field: "user_id",
-            message: format!("must be a non-empty user id of at most {MAX_USER_ID_BYTES} bytes"),
+            message: format!(
+                "must be a non-empty user id of at most {MAX_USER_ID_BYTES} bytes without control characters"
+            ),
         });
     }
     refuse_config_defined(settings, target)?;

@@ -92,6 +92,15 @@ impl OpsError {
         }
     }
 
+    /// Whether a secret could not be stored because no secrets key is configured (and
+    /// `allow_plaintext` is not set).
+    pub fn is_missing_key(&self) -> bool {
+        matches!(
+            self,
+            OpsError::Secrets(crate::secrets::SecretsError::NoKey { .. })
+        )
+    }
+
     /// Whether a change feed reader must take its baseline again (head, then `records`,
     /// then follow): its cursor expired, is ahead of the head, or came from another
     /// database or from a release whose cursors named none.
@@ -107,6 +116,11 @@ impl OpsError {
             )
         )
     }
+}
+
+/// Whether the database answers, for a health check.
+pub(crate) async fn ping(db: &sea_orm::DatabaseConnection) -> Result<(), OpsError> {
+    Ok(db.ping().await?)
 }
 
 /// Checks a page size against `1..=max`.

@@ -1,5 +1,7 @@
 //! The webhook deliveries (`notification_deliveries`), newest first.
 
+use chrono::Utc;
+use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::Deserialize;
 
@@ -39,4 +41,60 @@ pub async fn list(
         .all(db)
         .await?;
     Ok(Page::from_rows(rows, limit, |delivery| delivery.id))
+}
+
+/// Which delivery: the API names it by its row id, the CLI by the `delivery_id` it shows.
+#[derive(Clone, Debug)]
+pub(crate) enum DeliveryRef {
+    Id(i64),
+    DeliveryId(String),
+}
+
+/// Makes a delivered or given-up delivery pending again and due now, so that the
+/// daemon's next pass sends it once more with its original `delivery_id` and body. A
+/// given-up delivery is tried once (its deadline has passed), a delivered one sent again;
+/// until then it heads its connection's queue. A delivery already pending is a conflict.
+pub(crate) async fn redeliver(
+    db: &DatabaseConnection,
+    which: &DeliveryRef,
+) -> Result<notification_delivery::Model, OpsError> {
+    use notification_delivery::Column;
+    let (matches, what) = match which {
+        DeliveryRef::Id(id) => (Column::Id.eq(*id), format!("delivery with id {id}")),
+        DeliveryRef::DeliveryId(uuid) => (
+            Column::DeliveryId.eq(uuid.as_str()),
+            format!(
+                "delivery {:?}",
+                tributary_providers::quote::truncated(uuid, 64)
+            ),
+        ),
+    };
+    // One conditional UPDATE, so that two callers (or a worker settling an attempt) never
+    // both move the row.
+    let changed = notification_delivery::Entity::update_many()
+        .col_expr(Column::Status, Expr::value(DeliveryStatus::Pending))
+        .col_expr(Column::NextAttemptAt, Expr::value(Utc::now()))
+        .col_expr(
+            Column::DeliveredAt,
+            Expr::value(None::<chrono::DateTime<Utc>>),
+        )
+        .filter(matches.clone())
+        .filter(Column::Status.ne(DeliveryStatus::Pending))
+        .exec(db)
+        .await?
+        .rows_affected;
+    let row = notification_delivery::Entity::find()
+        .filter(matches)
+        .one(db)
+        .await?
+        .ok_or_else(|| OpsError::NotFound {
+            what: what.clone(),
+            hint: "; `tributary notifications` lists them",
+        })?;
+    if changed == 0 {
+        return Err(OpsError::Conflict(format!(
+            "the {what} is already pending: the daemon sends it when it is due"
+        )));
+    }
+    Ok(row)
 }

@@ -19,7 +19,7 @@ pub(crate) struct Served {
     pub(crate) daemon: Daemon,
     pub(crate) config: std::path::PathBuf,
     pub(crate) base: String,
-    pub(crate) client: reqwest::Client,
+    client: reqwest::Client,
 }
 
 impl Served {
@@ -32,23 +32,23 @@ impl Served {
     /// [`Served::start`] with its config and log named after `name`, so that several
     /// instances can share the test's folder.
     pub(crate) async fn start_named(app: &TestApp, providers: &str, name: &str) -> Served {
-        Served::start_with_api(app, "", providers, name).await
+        Served::start_with(app, providers, name, |text| text).await
     }
 
-    /// [`Served::start_named`] with `api_keys` (lines of `[api]`) added to its `[api]`.
-    pub(crate) async fn start_with_api(
+    /// [`Served::start_named`] with its config text passed through `edit` first.
+    pub(crate) async fn start_with(
         app: &TestApp,
-        api_keys: &str,
         providers: &str,
         name: &str,
+        edit: impl FnOnce(String) -> String,
     ) -> Served {
         let port = free_port();
         let config = app.dir.path().join(format!("{name}.toml"));
         let text = app.config_text(&format!(
-            "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{api_keys}{providers}",
+            "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{providers}",
             daemon_table(None)
         ));
-        std::fs::write(&config, text).expect("config written");
+        std::fs::write(&config, edit(text)).expect("config written");
         let daemon = Daemon::start_with(
             &config,
             app.dir.path().join(format!("{name}.log")),
@@ -632,6 +632,14 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
         ("/v1/connections/{id}", "patch"),
         ("/v1/runs", "get"),
         ("/v1/runs/{id}", "get"),
+        ("/v1/runs/{id}/errors", "get"),
+        ("/v1/runs/{id}/replay", "post"),
+        ("/v1/errors", "get"),
+        ("/v1/changes", "get"),
+        ("/v1/changes/head", "get"),
+        ("/v1/notifications", "get"),
+        ("/v1/notifications/{id}/redeliver", "post"),
+        ("/v1/health", "get"),
         ("/v1/openapi.json", "get"),
     ] {
         assert!(doc["paths"][path][method].is_object(), "{method} {path}");
@@ -646,16 +654,17 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
         .and_then(|ps| ps.iter().find(|p| p["name"] == "limit"))
         .expect("limit documented");
     assert_eq!(limit["in"], "query");
-    // Every documented operation is served: without a key it is refused, not missing.
+    // Every documented operation is served: without a key it is refused, not missing,
+    // unless the document names no security for it.
     for (path, operations) in doc["paths"].as_object().expect("paths") {
-        for method in operations.as_object().expect("operations").keys() {
+        for (method, operation) in operations.as_object().expect("operations") {
             let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
             let (status, _, json) = served
                 .call(method.clone(), &path.replace("{id}", "1"), None, None)
                 .await;
-            let expected = match path.as_str() {
-                "/v1/openapi.json" => StatusCode::OK,
-                _ => StatusCode::UNAUTHORIZED,
+            let expected = match operation.get("security") {
+                None => StatusCode::OK,
+                Some(_) => StatusCode::UNAUTHORIZED,
             };
             assert_eq!(status, expected, "{method} {path}: {json}");
         }

@@ -458,12 +458,17 @@ async fn a_key_past_its_rate_limit_is_answered_429_with_retry_after_until_its_wi
     const WINDOW_MS: i64 = 4_000;
     let app = spawn_app().await;
     let providers = yearly(cursor_provider("acme", &app.api.uri(), &["alice"]));
-    let limit = "rate_limit = \"5/4s\"\n";
-    let first = Served::start_with_api(&app, limit, &providers, "first").await;
+    let limit = |text: String| {
+        text.replace(
+            "max_body_bytes = 1024\n",
+            "max_body_bytes = 1024\nrate_limit = \"5/4s\"\n",
+        )
+    };
+    let first = Served::start_with(&app, &providers, "first", limit).await;
     // Instances behind one load balancer share each key's count.
     let second = match backend() {
         Backend::Sqlite => None,
-        _ => Some(Served::start_with_api(&app, limit, &providers, "second").await),
+        _ => Some(Served::start_with(&app, &providers, "second", limit).await),
     };
     let instances: Vec<&Served> = std::iter::once(&first).chain(second.as_ref()).collect();
     let limited = first.create_key("limited", &["connections:read"]);

@@ -1,0 +1,632 @@
+//! `--fleet`: the job queue at scale. Several `tributary daemon` processes share one
+//! PostgreSQL database and sync many connections on a short schedule from one emulated
+//! API whose application-wide limit answers 429 past it, with the provider's request
+//! budget set to that limit; one daemon is killed with SIGKILL halfway.
+//!
+//! Measured and checked from the database and the emulator afterwards: every watched
+//! slot of every connection is one job, run at most once (a run named by one job only),
+//! none missed but those deferred by the budget, which ran later; no 429 answered; the
+//! delay from a slot to its run's start (p50, p99); the database's transactions per slot
+//! (`pg_stat_database`: each statement outside a transaction is one); peak RSS per daemon
+//! (VmHWM); and how soon the killed daemon's jobs ran again elsewhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
+use serde::Serialize;
+use tributary::entities::sync_job::{self, JobKind, JobStatus};
+use tributary::entities::sync_run;
+
+use super::emulator::{Dataset, Emulator, GlobalLimit, TOKEN_PREFIX};
+use super::verify::Check;
+use super::PROVIDER;
+
+/// What the fleet runs.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    pub database_url: String,
+    /// The `tributary` binary the daemons run.
+    pub binary: PathBuf,
+    pub connections: u32,
+    pub daemons: usize,
+    /// Seconds between slots (divides 60).
+    pub period: u32,
+    pub slots: u32,
+    /// The emulator's limit and the provider's budget, per `limit_window`.
+    pub limit: u64,
+    pub limit_window: Duration,
+    /// SIGKILL the first daemon halfway.
+    pub kill: bool,
+    /// Each daemon's `max_concurrent_runs` and the provider's `max_concurrent_connections`.
+    pub concurrency: usize,
+}
+
+/// What the fleet measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct FleetReport {
+    pub connections: u32,
+    pub daemons: usize,
+    pub period_seconds: u32,
+    pub slots: u32,
+    pub limit: String,
+    pub slot_jobs: usize,
+    pub runs: usize,
+    pub runs_by_status: BTreeMap<String, usize>,
+    pub jobs_by_status: BTreeMap<String, usize>,
+    pub deferred_jobs: usize,
+    /// Skipped while the killed daemon's lease lasted, served by a later run.
+    pub skipped_served_later: usize,
+    pub requests: u64,
+    pub answered_429: u64,
+    pub delay_p50_seconds: f64,
+    pub delay_p99_seconds: f64,
+    pub transactions_per_slot: f64,
+    pub transactions_per_run: f64,
+    pub peak_rss_mib: Vec<f64>,
+    pub killed_jobs: usize,
+    pub killed_jobs_rerun_within_seconds: Option<f64>,
+    pub seconds: f64,
+    pub checks: Vec<Check>,
+}
+
+/// A daemon process and its log.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+    peak_rss_kib: u64,
+    killed: bool,
+}
+
+impl Daemon {
+    fn start(binary: &Path, config: &Path, log: PathBuf) -> anyhow::Result<Daemon> {
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(binary)
+            .arg("--config")
+            .arg(config)
+            .args(["--log", "warn,tributary::daemon=info"])
+            .arg("daemon")
+            .env_remove("TRIBUTARY_DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Daemon {
+            child,
+            log,
+            peak_rss_kib: 0,
+            killed: false,
+        })
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Reads the process's VmHWM (its peak RSS so far) while it runs.
+    fn sample_rss(&mut self) {
+        if self.killed {
+            return;
+        }
+        let path = format!("/proc/{}/status", self.child.id());
+        let Ok(file) = std::fs::File::open(path) else {
+            return;
+        };
+        for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("VmHWM:") {
+                let kib = rest
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                self.peak_rss_kib = self.peak_rss_kib.max(kib);
+            }
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The config every daemon reads.
+fn config_text(options: &FleetOptions, base_url: &str) -> String {
+    let schedule = if options.period >= 60 {
+        "0 * * * * *".to_string()
+    } else {
+        format!("*/{} * * * * *", options.period)
+    };
+    let window = options.limit_window.as_secs().max(1);
+    let mut text = format!(
+        r#"[database]
+url = {url}
+max_connections = {pool}
+
+[daemon]
+lease_ttl = "10s"
+shutdown_grace = "10s"
+max_concurrent_runs = {concurrency}
+retries = 0
+
+[providers.{PROVIDER}]
+kind = "stripe"
+base_url = "{base_url}"
+schedule = "{schedule}"
+max_concurrent_connections = {concurrency}
+streams = ["charges"]
+
+[providers.{PROVIDER}.budget]
+app = [{{ requests = {limit}, per = "{window}s" }}]
+"#,
+        url = toml::Value::String(options.database_url.clone()),
+        pool = (options.concurrency + 4).clamp(4, 64),
+        concurrency = options.concurrency,
+        limit = options.limit,
+    );
+    for user in 1..=options.connections {
+        text.push_str(&format!(
+            "\n[[providers.{PROVIDER}.connections]]\nuser_id = \"user{user:05}\"\ntoken = \"{TOKEN_PREFIX}{user}\"\n"
+        ));
+    }
+    text
+}
+
+/// The database's committed and rolled-back transactions so far.
+async fn transactions(db: &sea_orm::DatabaseConnection) -> anyhow::Result<i64> {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT (xact_commit + xact_rollback)::bigint AS n FROM pg_stat_database \
+             WHERE datname = current_database()",
+        ))
+        .await?
+        .context("pg_stat_database has no row for the database")?;
+    Ok(row.try_get("", "n")?)
+}
+
+/// The first slot time at least `ahead` from now.
+fn next_slot(period: u32, ahead: Duration) -> DateTime<Utc> {
+    let period = i64::from(period.max(1));
+    let from = Utc::now() + chrono::TimeDelta::from_std(ahead).unwrap_or_default();
+    let seconds = from.timestamp();
+    let next = seconds - seconds.rem_euclid(period) + period;
+    DateTime::from_timestamp(next, 0).unwrap_or(from)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The run ids a job's outcome names (`run 12 succeeded, run 13 partial; ...`).
+fn runs_named(job: &sync_job::Model) -> Vec<i64> {
+    job.outcome
+        .as_deref()
+        .unwrap_or_default()
+        .split([',', ';'])
+        .filter_map(|part| part.trim().strip_prefix("run "))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// Runs the fleet and checks it.
+pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
+    anyhow::ensure!(
+        options.period >= 1 && 60 % options.period == 0,
+        "--fleet-period must divide 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60)"
+    );
+    anyhow::ensure!(
+        options.database_url.starts_with("postgres"),
+        "the fleet runs on PostgreSQL only (--database postgres or a postgres:// --database-url): \
+         several daemons share one server"
+    );
+    anyhow::ensure!(options.daemons >= 1, "--fleet-daemons must be at least 1");
+    anyhow::ensure!(options.slots >= 1, "--fleet-slots must be at least 1");
+    anyhow::ensure!(
+        options.binary.is_file(),
+        "no tributary binary at {} (build it: cargo build --release --bins; or pass --fleet-binary)",
+        options.binary.display()
+    );
+    let started = Instant::now();
+    let dataset = Dataset {
+        users: options.connections,
+        records_per_user: 3,
+        seed: 1,
+    };
+    let limit = GlobalLimit {
+        requests: options.limit,
+        window: options.limit_window,
+    };
+    let emulator = Emulator::start_limited(dataset, Duration::ZERO, Some(limit))
+        .await
+        .context("starting the emulated API on 127.0.0.1")?;
+    let dir = std::env::temp_dir().join(format!("tributary-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let config = dir.join("config.toml");
+    let key_file = dir.join("secrets.key");
+    tributary::secrets::generate_key_file(&key_file)?;
+    let text = format!(
+        "{}\n[secrets]\nkey_file = {}\n",
+        config_text(options, &emulator.base_url()),
+        toml::Value::String(key_file.display().to_string())
+    );
+    std::fs::write(&config, &text).with_context(|| format!("writing {}", config.display()))?;
+
+    // The schema and the connections first, by one process, so that the daemons start
+    // on a ready database as they would in production.
+    let settings = tributary::config::Settings::parse(&config, &text, None, &|_| true)?;
+    let access = tributary::app::Access::Work {
+        command: "bench",
+        older: tributary::db::OlderInstances::Refuse,
+    };
+    let app = tributary::app::App::open(settings, access).await?;
+    app.close().await;
+    let db = sea_orm::Database::connect(&options.database_url).await?;
+
+    let mut daemons = Vec::new();
+    for i in 0..options.daemons {
+        daemons.push(Daemon::start(
+            &options.binary,
+            &config,
+            dir.join(format!("daemon{i}.log")),
+        )?);
+    }
+    let ready_by = Instant::now() + Duration::from_secs(120);
+    while !daemons
+        .iter()
+        .all(|daemon| daemon.log_text().contains("Daemon ready."))
+    {
+        anyhow::ensure!(Instant::now() < ready_by, "the daemons did not get ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let period = chrono::TimeDelta::seconds(i64::from(options.period));
+    let first = next_slot(options.period, Duration::from_secs(2));
+    let slots: Vec<DateTime<Utc>> = (0..options.slots)
+        .map(|i| first + period * i32::try_from(i).unwrap_or(i32::MAX))
+        .collect();
+    let last = slots.last().copied().unwrap_or(first);
+    let kill_at = first + (last - first) / 2 + period / 3;
+    let mut transactions_at = Vec::new();
+    let mut killed_jobs: Vec<i64> = Vec::new();
+    let mut killed_when: Option<DateTime<Utc>> = None;
+    let mut next_boundary = 0usize;
+    // Watch until every slot job ended, or two periods past the last slot at most
+    // beyond the ten minutes that a budget's deferrals may take.
+    let give_up = last + period * 2 + chrono::TimeDelta::minutes(10);
+    loop {
+        let now = Utc::now();
+        for daemon in &mut daemons {
+            daemon.sample_rss();
+        }
+        if next_boundary < slots.len() && now >= slots[next_boundary] {
+            transactions_at.push(transactions(&db).await?);
+            next_boundary += 1;
+        }
+        if options.kill && killed_when.is_none() && options.daemons > 1 && now >= kill_at {
+            let victim = &mut daemons[0];
+            let pid = victim.child.id();
+            victim.signal("-KILL");
+            victim.killed = true;
+            killed_when = Some(Utc::now());
+            let running = sync_job::Entity::find()
+                .filter(sync_job::Column::Status.eq(JobStatus::Running))
+                .all(&db)
+                .await?;
+            killed_jobs = running
+                .iter()
+                .filter(|job| {
+                    job.holder
+                        .as_deref()
+                        .is_some_and(|holder| holder.split(':').nth(1) == Some(&pid.to_string()))
+                })
+                .map(|job| job.id)
+                .collect();
+        }
+        if now > last + period {
+            let open = sync_job::Entity::find()
+                .filter(sync_job::Column::Status.is_in([JobStatus::Queued, JobStatus::Running]))
+                .filter(sync_job::Column::NotBefore.lte(now))
+                .all(&db)
+                .await?
+                .len();
+            if open == 0 || now > give_up {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let transactions_end = transactions(&db).await?;
+    for daemon in &daemons {
+        if !daemon.killed {
+            daemon.signal("-TERM");
+        }
+    }
+    for daemon in &mut daemons {
+        let _ = daemon.child.wait();
+    }
+
+    let jobs = sync_job::Entity::find().all(&db).await?;
+    let runs = sync_run::Entity::find().all(&db).await?;
+    let report = measure(
+        options,
+        &slots,
+        &jobs,
+        &runs,
+        &transactions_at,
+        transactions_end,
+        &emulator,
+        &daemons,
+        &killed_jobs,
+        killed_when,
+        started,
+    );
+    if report.checks.iter().any(|check| !check.passed) {
+        for (i, daemon) in daemons.iter().enumerate() {
+            let text = daemon.log_text();
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            eprintln!("--- daemon {i}, last lines:");
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+    drop(daemons);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    options: &FleetOptions,
+    slots: &[DateTime<Utc>],
+    jobs: &[sync_job::Model],
+    runs: &[sync_run::Model],
+    transactions_at: &[i64],
+    transactions_end: i64,
+    emulator: &Emulator,
+    daemons: &[Daemon],
+    killed_jobs: &[i64],
+    killed_when: Option<DateTime<Utc>>,
+    started: Instant,
+) -> FleetReport {
+    let watched: BTreeSet<DateTime<Utc>> = slots.iter().copied().collect();
+    let run_by_id: BTreeMap<i64, &sync_run::Model> = runs.iter().map(|run| (run.id, run)).collect();
+    let slot_jobs: Vec<&sync_job::Model> = jobs
+        .iter()
+        .filter(|job| job.kind == JobKind::Scheduled)
+        .filter(|job| job.slot_at.is_some_and(|slot| watched.contains(&slot)))
+        .collect();
+    let mut jobs_by_status = BTreeMap::new();
+    for job in &slot_jobs {
+        *jobs_by_status
+            .entry(job.status.to_string())
+            .or_insert(0usize) += 1;
+    }
+    let mut runs_by_status = BTreeMap::new();
+    for run in runs {
+        *runs_by_status
+            .entry(run.status.to_string())
+            .or_insert(0usize) += 1;
+    }
+    let slot_runs_not_succeeded = slot_jobs
+        .iter()
+        .flat_map(|job| runs_named(job))
+        .filter_map(|id| run_by_id.get(&id))
+        .filter(|run| run.status != tributary::pipeline::RunStatus::Succeeded)
+        .count();
+    // Each run named by one job only; no job names two runs of one stream.
+    let mut named_by: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut named_twice = Vec::new();
+    for job in jobs {
+        for run in runs_named(job) {
+            if let Some(other) = named_by.insert(run, job.id) {
+                named_twice.push((run, other, job.id));
+            }
+        }
+    }
+    // A run of the killed daemon ends `interrupted` (marked by the next claim of its
+    // connection's lease) and no job names it: its job was put back and ran again.
+    let unnamed: Vec<i64> = runs
+        .iter()
+        .filter(|run| run.status != tributary::pipeline::RunStatus::Interrupted)
+        .map(|run| run.id)
+        .filter(|id| !named_by.contains_key(id))
+        .collect();
+    let slot_jobs_twice: Vec<i64> = slot_jobs
+        .iter()
+        .filter(|job| runs_named(job).len() > 1)
+        .map(|job| job.id)
+        .collect();
+    // A deferred slot's rest runs as a resume job of its connection; its slot counts as
+    // run when the connection has a later run that ended.
+    let deferred: Vec<&&sync_job::Model> = slot_jobs
+        .iter()
+        .filter(|job| {
+            job.outcome
+                .as_deref()
+                .is_some_and(|outcome| outcome.contains("deferred"))
+        })
+        .collect();
+    // A slot skipped because the connection's lease was held (by the killed daemon,
+    // until it expired) is served by the connection's next run that started after it.
+    let served_later = |job: &sync_job::Model| {
+        let (Some(slot), JobStatus::Skipped) = (job.slot_at, job.status) else {
+            return false;
+        };
+        jobs.iter()
+            .filter(|other| other.connection_id == job.connection_id)
+            .flat_map(runs_named)
+            .filter_map(|id| run_by_id.get(&id))
+            .any(|run| run.started_at >= slot && run.finished_at.is_some())
+    };
+    let skipped_served = slot_jobs.iter().filter(|job| served_later(job)).count();
+    let missed: Vec<i64> = slot_jobs
+        .iter()
+        .filter(|job| job.status != JobStatus::Done && !served_later(job))
+        .map(|job| job.id)
+        .collect();
+    let expected_jobs = usize::try_from(options.connections)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(slots.len());
+    let mut delays: Vec<f64> = slot_jobs
+        .iter()
+        .filter_map(|job| {
+            let slot = job.slot_at?;
+            let run = runs_named(job).first().and_then(|id| run_by_id.get(id))?;
+            Some((run.started_at - slot).num_milliseconds() as f64 / 1000.0)
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    let transactions_total =
+        transactions_end.saturating_sub(transactions_at.first().copied().unwrap_or(0));
+    let transactions_per_slot = transactions_total as f64 / slots.len().max(1) as f64;
+    let first = slots.first().copied().unwrap_or_default();
+    let watched_runs = runs.iter().filter(|run| run.started_at >= first).count();
+    let transactions_per_run = transactions_total as f64 / watched_runs.max(1) as f64;
+    let rerun_within = killed_when.and_then(|killed| {
+        killed_jobs
+            .iter()
+            .filter_map(|id| jobs.iter().find(|job| job.id == *id))
+            .filter_map(|job| job.started_at)
+            .map(|started| (started - killed).num_milliseconds() as f64 / 1000.0)
+            .reduce(f64::max)
+    });
+    let killed_done = killed_jobs
+        .iter()
+        .filter_map(|id| jobs.iter().find(|job| job.id == *id))
+        .filter(|job| job.status == JobStatus::Done)
+        .count();
+    let mut checks = vec![
+        Check::equal(
+            "one job per slot of each connection",
+            slot_jobs.len(),
+            expected_jobs,
+        ),
+        Check::equal("runs named by two jobs", named_twice.len(), 0),
+        Check::equal("runs named by no job", unnamed.len(), 0),
+        Check::equal("slot jobs that ran twice", slot_jobs_twice.len(), 0),
+        Check::equal("slot jobs not done", missed.len(), 0),
+        Check::equal("slot runs that did not succeed", slot_runs_not_succeeded, 0),
+        Check::equal("429 answers", emulator.rate_limited(), 0),
+    ];
+    if options.kill && options.daemons > 1 {
+        checks.push(Check::equal(
+            "the killed daemon's jobs done elsewhere",
+            killed_done,
+            killed_jobs.len(),
+        ));
+    }
+    FleetReport {
+        connections: options.connections,
+        daemons: options.daemons,
+        period_seconds: options.period,
+        slots: options.slots,
+        limit: format!("{} per {} s", options.limit, options.limit_window.as_secs()),
+        slot_jobs: slot_jobs.len(),
+        runs: runs.len(),
+        runs_by_status,
+        jobs_by_status,
+        deferred_jobs: deferred.len(),
+        skipped_served_later: skipped_served,
+        requests: emulator
+            .pages_served()
+            .saturating_add(emulator.rate_limited()),
+        answered_429: emulator.rate_limited(),
+        delay_p50_seconds: percentile(&delays, 50.0),
+        delay_p99_seconds: percentile(&delays, 99.0),
+        transactions_per_slot,
+        transactions_per_run,
+        peak_rss_mib: daemons
+            .iter()
+            .map(|daemon| daemon.peak_rss_kib as f64 / 1024.0)
+            .collect(),
+        killed_jobs: killed_jobs.len(),
+        killed_jobs_rerun_within_seconds: rerun_within,
+        seconds: started.elapsed().as_secs_f64(),
+        checks,
+    }
+}
+
+/// The report as a two-column table.
+pub fn table(report: &FleetReport) -> String {
+    let mut table = comfy_table::Table::new();
+    table.set_header(["fleet", "value"]);
+    let rss: Vec<String> = report
+        .peak_rss_mib
+        .iter()
+        .map(|mib| format!("{mib:.0}"))
+        .collect();
+    let rows = [
+        (
+            "connections x daemons",
+            format!("{} x {}", report.connections, report.daemons),
+        ),
+        (
+            "slots watched",
+            format!("{} every {} s", report.slots, report.period_seconds),
+        ),
+        ("limit = budget", report.limit.clone()),
+        ("slot jobs", report.slot_jobs.to_string()),
+        ("jobs by status", format!("{:?}", report.jobs_by_status)),
+        ("deferred by the budget", report.deferred_jobs.to_string()),
+        (
+            "skipped, served by a later run",
+            report.skipped_served_later.to_string(),
+        ),
+        (
+            "runs",
+            format!("{} {:?}", report.runs, report.runs_by_status),
+        ),
+        (
+            "requests / 429s",
+            format!("{} / {}", report.requests, report.answered_429),
+        ),
+        (
+            "slot to run start p50 / p99",
+            format!(
+                "{:.1} s / {:.1} s",
+                report.delay_p50_seconds, report.delay_p99_seconds
+            ),
+        ),
+        (
+            "transactions per slot / per run",
+            format!(
+                "{:.0} / {:.1}",
+                report.transactions_per_slot, report.transactions_per_run
+            ),
+        ),
+        ("peak RSS per daemon (MiB)", rss.join(", ")),
+        (
+            "killed daemon's jobs re-run within",
+            match report.killed_jobs_rerun_within_seconds {
+                Some(seconds) => format!("{} jobs, {seconds:.1} s", report.killed_jobs),
+                None => format!("{} jobs", report.killed_jobs),
+            },
+        ),
+        ("wall time", format!("{:.0} s", report.seconds)),
+    ];
+    for (name, value) in rows {
+        table.add_row([name.to_string(), value]);
+    }
+    table.to_string()
+}

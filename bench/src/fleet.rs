@@ -343,9 +343,16 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
                 .collect();
         }
         if now > last + period {
+            // The watched slots' jobs and the jobs without a slot (resumes of deferred
+            // runs, re-queued jobs): the daemons go on firing later slots meanwhile.
             let open = sync_job::Entity::find()
                 .filter(sync_job::Column::Status.is_in([JobStatus::Queued, JobStatus::Running]))
                 .filter(sync_job::Column::NotBefore.lte(now))
+                .filter(
+                    sea_orm::Condition::any()
+                        .add(sync_job::Column::SlotAt.is_null())
+                        .add(sync_job::Column::SlotAt.lte(last)),
+                )
                 .all(&db)
                 .await?
                 .len();
@@ -473,6 +480,14 @@ fn measure(
         let (Some(slot), JobStatus::Skipped) = (job.slot_at, job.status) else {
             return false;
         };
+        // Not a slot superseded by a later one of a backed-up queue: that one is missed.
+        let busy = job
+            .outcome
+            .as_deref()
+            .is_some_and(|outcome| outcome.contains("a run of the connection was going"));
+        if !busy {
+            return false;
+        }
         jobs.iter()
             .filter(|other| other.connection_id == job.connection_id)
             .flat_map(runs_named)

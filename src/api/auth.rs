@@ -34,6 +34,11 @@ impl Needs for SyncsWrite {
     const SCOPE: Scope = Scope::SyncsWrite;
 }
 
+pub(crate) struct RecordsRead;
+impl Needs for RecordsRead {
+    const SCOPE: Scope = Scope::RecordsRead;
+}
+
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
 /// are 401 with a bearer challenge, a key without the scope 403. Taken first in a
 /// handler's arguments, so that nothing else is read for a refused caller.

@@ -12,6 +12,7 @@ mod auth;
 mod connections;
 mod input;
 mod problem;
+mod records;
 mod runs;
 mod state;
 mod syncs;
@@ -63,11 +64,14 @@ pub enum ApiError {
         runs::RunPage,
         syncs::SyncRequest,
         syncs::SyncJob,
+        records::Record,
+        records::RecordPage,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
         (name = "runs", description = "The run history"),
         (name = "syncs", description = "Runs asked for now, queued as jobs"),
+        (name = "records", description = "The synced records, read-only"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -114,6 +118,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
+    .add::<records::__path_list_records>("records", get(records::list_records))
     .add::<__path_openapi_json>("meta", get(openapi_json));
     (router.router, router.doc)
 }

@@ -15,7 +15,7 @@ use crate::helpers::{
 };
 
 /// A daemon serving the API on a free port, its config and its base URL.
-struct Served {
+pub(crate) struct Served {
     daemon: Daemon,
     config: std::path::PathBuf,
     base: String,
@@ -25,7 +25,7 @@ struct Served {
 impl Served {
     /// Starts a daemon over `providers` with `[api]` on a free port and a body limit of
     /// 1 KiB, and waits until the API answers.
-    async fn start(app: &TestApp, providers: &str) -> Served {
+    pub(crate) async fn start(app: &TestApp, providers: &str) -> Served {
         Served::start_named(app, providers, "daemon").await
     }
 
@@ -72,7 +72,7 @@ impl Served {
     }
 
     /// `tributary api-keys create --name NAME --scope ...`: the key it printed.
-    fn create_key(&self, name: &str, scopes: &[&str]) -> String {
+    pub(crate) fn create_key(&self, name: &str, scopes: &[&str]) -> String {
         let mut command = tributary(&self.config);
         command.args(["api-keys", "create", "--name", name]);
         for scope in scopes {
@@ -90,7 +90,7 @@ impl Served {
 
     /// A request with `key` as its bearer token (none when `None`); the status, the
     /// headers and the body as JSON.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -112,7 +112,7 @@ impl Served {
         (status, headers, json)
     }
 
-    async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
         let (status, headers, json) = self.call(Method::GET, path, Some(key), None).await;
         if !status.is_success() {
             assert_problem(status, &headers, &json);

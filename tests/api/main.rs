@@ -22,6 +22,7 @@ mod faults;
 mod fencing;
 mod helpers;
 mod http;
+mod http_records;
 mod keying;
 mod leases;
 mod lock_order;

@@ -197,41 +197,38 @@ impl Read {
 /// The statement the records list runs for `provider=bench`, without and with a position.
 fn page_statement(db: &DatabasePools, after: Option<(Value, i64)>) -> Statement {
     let backend = db.get_database_backend();
-    let (p, a, b, c, limit) = match backend {
-        sea_orm::DatabaseBackend::Postgres => ("$1", "$2", "$3", "$4", "$5"),
-        _ => ("?", "?", "?", "?", "?"),
+    let mut values = vec![Value::from(PROVIDER), Value::from(PROVIDER)];
+    let mut next = 0;
+    let mut parameter = || {
+        next += 1;
+        match backend {
+            sea_orm::DatabaseBackend::Postgres => format!("${next}"),
+            _ => "?".to_string(),
+        }
     };
-    let columns = "\"id\", \"user_id\", \"external_id\", \"payload\", \"created_at\", \"updated_at\", \"deleted_at\"";
-    let columns = match backend {
-        sea_orm::DatabaseBackend::MySql => columns.replace('"', "`"),
-        _ => columns.to_string(),
+    let (own, p) = (parameter(), parameter());
+    let position = match after {
+        None => String::new(),
+        Some((at, id)) => {
+            let (a, b, c) = (parameter(), parameter(), parameter());
+            values.extend([at.clone(), at, Value::from(id)]);
+            format!("AND updated_at >= {a} AND (updated_at > {b} OR id > {c}) ")
+        }
     };
-    let limit_value = Value::from(PAGE as i64 + 1);
-    match after {
-        None => Statement::from_sql_and_values(
-            backend,
-            format!(
-                "SELECT {columns} FROM records WHERE provider = {p} AND deleted_at IS NULL \
-                 ORDER BY updated_at ASC, id ASC LIMIT {a}"
-            ),
-            [Value::from(PROVIDER), limit_value],
-        ),
-        Some((at, id)) => Statement::from_sql_and_values(
-            backend,
-            format!(
-                "SELECT {columns} FROM records WHERE provider = {p} AND deleted_at IS NULL \
-                 AND updated_at >= {a} AND (updated_at > {b} OR id > {c}) \
-                 ORDER BY updated_at ASC, id ASC LIMIT {limit}"
-            ),
-            [
-                Value::from(PROVIDER),
-                at.clone(),
-                at,
-                Value::from(id),
-                limit_value,
-            ],
-        ),
-    }
+    let limit = parameter();
+    values.push(Value::from(PAGE as i64 + 1));
+    let sql = format!(
+        "SELECT \"id\", \"user_id\", \"external_id\", \"payload\", \"created_at\", \"updated_at\", \"deleted_at\", \
+         (SELECT \"connections\".\"id\" FROM \"connections\" WHERE \"connections\".\"user_id\" = \"records\".\"user_id\" \
+         AND \"connections\".\"provider\" = {own}) AS \"connection_id\" \
+         FROM \"records\" WHERE \"provider\" = {p} AND \"deleted_at\" IS NULL {position}\
+         ORDER BY \"updated_at\" ASC, \"id\" ASC LIMIT {limit}"
+    );
+    let sql = match backend {
+        sea_orm::DatabaseBackend::MySql => sql.replace('"', "`"),
+        _ => sql,
+    };
+    Statement::from_sql_and_values(backend, sql, values)
 }
 
 /// Every live record of the provider, a page of [`PAGE`] at a time, straight from SQL.
@@ -250,6 +247,7 @@ async fn read_direct(db: &DatabasePools) -> anyhow::Result<Read> {
             let _: chrono::DateTime<chrono::Utc> = row.try_get("", "created_at")?;
             let updated_at: chrono::DateTime<chrono::Utc> = row.try_get("", "updated_at")?;
             let _: Option<chrono::DateTime<chrono::Utc>> = row.try_get("", "deleted_at")?;
+            let _: Option<i64> = row.try_get("", "connection_id")?;
             read.add(&user_id, &external_id, payload.len());
             after = Some((Value::from(updated_at), id));
         }

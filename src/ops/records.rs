@@ -2,10 +2,8 @@
 //! last changed, paged by (change time, row id), with tombstones for the records deleted
 //! at the provider when asked (docs/decisions/records-api.md).
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Condition;
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
 use sea_orm::{
     ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
     QuerySelect,
@@ -82,6 +80,7 @@ struct Row {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     deleted_at: Option<DateTime<Utc>>,
+    connection_id: Option<i64>,
 }
 
 /// What a query reads, resolved: the provider and stream, the namespace its records are
@@ -111,6 +110,11 @@ pub async fn list(
             record::Column::UpdatedAt,
             record::Column::DeletedAt,
         ])
+        // The user's connection, in the same statement: a probe of its unique key.
+        .expr_as(
+            Expr::SubQuery(None, Box::new(connection_of_row(&scope.provider).into())),
+            "connection_id",
+        )
         .filter(record::Column::Provider.eq(scope.stream.namespace.as_str()));
     if let Some(user_id) = &scope.user_id {
         select = select.filter(record::Column::UserId.eq(user_id.as_str()));
@@ -141,11 +145,7 @@ pub async fn list(
         .into_model()
         .all(db)
         .await?;
-    let connections = connection_ids(db, &scope.provider, &rows).await?;
-    let items = rows
-        .into_iter()
-        .map(|row| item(&scope, &connections, row))
-        .collect();
+    let items = rows.into_iter().map(|row| item(&scope, row)).collect();
     Ok(Page::from_rows(items, limit, |item: &RecordItem| {
         item.position
     }))
@@ -220,30 +220,20 @@ async fn resolve(
     })
 }
 
-/// The connection id of each user of `rows` at `provider`.
-async fn connection_ids(
-    db: &DatabaseConnection,
-    provider: &str,
-    rows: &[Row],
-) -> Result<HashMap<String, i64>, OpsError> {
-    let mut users: Vec<&str> = rows.iter().map(|row| row.user_id.as_str()).collect();
-    users.sort_unstable();
-    users.dedup();
-    if users.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let found: Vec<(i64, String)> = connection::Entity::find()
-        .select_only()
-        .columns([connection::Column::Id, connection::Column::UserId])
-        .filter(connection::Column::Provider.eq(provider))
-        .filter(connection::Column::UserId.is_in(users))
-        .into_tuple()
-        .all(db)
-        .await?;
-    Ok(found.into_iter().map(|(id, user)| (user, id)).collect())
+/// The id of the connection of the outer row's user at `provider`.
+fn connection_of_row(provider: &str) -> sea_orm::sea_query::SelectStatement {
+    Query::select()
+        .column((connection::Entity, connection::Column::Id))
+        .from(connection::Entity)
+        .and_where(
+            Expr::col((connection::Entity, connection::Column::UserId))
+                .equals((record::Entity, record::Column::UserId)),
+        )
+        .and_where(Expr::col((connection::Entity, connection::Column::Provider)).eq(provider))
+        .to_owned()
 }
 
-fn item(scope: &Scope, connections: &HashMap<String, i64>, row: Row) -> RecordItem {
+fn item(scope: &Scope, row: Row) -> RecordItem {
     let deleted = row.deleted_at.is_some();
     let payload = match deleted {
         true => None,
@@ -261,7 +251,7 @@ fn item(scope: &Scope, connections: &HashMap<String, i64>, row: Row) -> RecordIt
         },
         provider: scope.provider.clone(),
         stream: scope.stream.name.clone(),
-        connection_id: connections.get(&row.user_id).copied(),
+        connection_id: row.connection_id,
         user_id: row.user_id,
         external_id: row.external_id,
         payload,

@@ -12,6 +12,7 @@
 //! [`matrix`] runs the standard configurations, each in a fresh process so each peak RSS
 //! is its own.
 
+pub mod api_phase;
 pub mod emulator;
 pub mod fleet;
 pub mod matrix;
@@ -210,6 +211,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         println!("{note}");
     }
     for note in report::tls_notes(std::slice::from_ref(&report)) {
+        println!("{note}");
+    }
+    for note in report::api_notes(std::slice::from_ref(&report)) {
         println!("{note}");
     }
     if let Some(path) = &args.json {
@@ -523,6 +527,8 @@ async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleRe
         phases.push(phase);
     }
     if all {
+        let config = bench_config(options, &emulator.base_url());
+        phases.extend(api_phase::run_api_phase(&db, &config, total).await?);
         let phase = store_only::run_store_only(&db, &dataset, options.concurrency).await?;
         eprintln!(
             "store_only: {} records in {:.2} s, {:.0} records/s (the database side alone)",

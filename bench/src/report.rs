@@ -197,6 +197,28 @@ pub fn latency_notes(reports: &[ScaleReport]) -> Vec<String> {
     notes
 }
 
+/// The API phase against direct SQL in the same run: the target is at least 0.5.
+pub fn api_notes(reports: &[ScaleReport]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for report in reports {
+        let rate = |name: &str| {
+            report
+                .phases
+                .iter()
+                .find(|phase| phase.name == name)
+                .map(|phase| phase.records_per_sec)
+        };
+        if let (Some(api), Some(sql)) = (rate("api_records"), rate("direct_sql")) {
+            notes.push(format!(
+                "{}: records read through the API / with SQL directly = {:.2} (target at least 0.5)",
+                scale_label(report),
+                api / sql.max(1e-9)
+            ));
+        }
+    }
+    notes
+}
+
 /// Every failed check, as `phase: name (detail)` lines.
 pub fn failures(report: &ScaleReport) -> Vec<String> {
     report

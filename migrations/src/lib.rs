@@ -28,6 +28,8 @@ mod m20261204_000024_stream_schedules;
 mod m20261204_000030_retention;
 mod m20261204_000040_rate_budgets;
 mod m20261204_000050_api_keys;
+mod m20261204_000060_deleted_records_updated_at;
+mod m20261204_000061_records_changed_order;
 mod m20261204_000070_job_cancel;
 mod m20261204_000071_api_key_rate_limit;
 
@@ -61,6 +63,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000030_retention::Migration),
             Box::new(m20261204_000040_rate_budgets::Migration),
             Box::new(m20261204_000050_api_keys::Migration),
+            Box::new(m20261204_000060_deleted_records_updated_at::Migration),
+            Box::new(m20261204_000061_records_changed_order::Migration),
             Box::new(m20261204_000070_job_cancel::Migration),
             Box::new(m20261204_000071_api_key_rate_limit::Migration),
         ]

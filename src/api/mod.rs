@@ -17,6 +17,7 @@ mod input;
 mod jobs;
 mod notifications;
 mod problem;
+mod records;
 mod runs;
 mod state;
 mod syncs;
@@ -86,6 +87,8 @@ pub enum ApiError {
         notifications::Delivery,
         notifications::DeliveryPage,
         health::Health,
+        records::Record,
+        records::RecordPage,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
@@ -95,6 +98,7 @@ pub enum ApiError {
         (name = "errors", description = "What runs could not store, and replaying it"),
         (name = "changes", description = "The change feed of the records"),
         (name = "notifications", description = "The webhook deliveries"),
+        (name = "records", description = "The synced records, read-only"),
         (name = "meta", description = "This document, and the instance's health"),
     )
 )]
@@ -163,6 +167,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     )
     .add::<notifications::__path_redeliver>("notifications", post(notifications::redeliver))
     .add::<health::__path_health>("meta", get(health::health))
+    .add::<records::__path_list_records>("records", get(records::list_records))
     .add::<__path_openapi_json>("meta", get(openapi_json));
     (router.router, router.doc)
 }

@@ -21,6 +21,7 @@ pub struct Model {
     /// writes nothing: docs/decisions/last-seen.md).
     pub last_seen_run_id: i64,
     pub created_at: DateTimeUtc,
+    /// When the record last changed: inserted, rewritten, marked deleted or restored.
     pub updated_at: DateTimeUtc,
     /// When a complete listing no longer returned the record (null while it is live).
     pub deleted_at: Option<DateTimeUtc>,

@@ -12,6 +12,7 @@ pub mod connections;
 pub mod errors;
 pub mod jobs;
 pub mod notifications;
+pub(crate) mod records;
 pub mod replay;
 pub mod runs;
 pub mod secrets;
@@ -21,19 +22,19 @@ pub(crate) mod sync_status;
 use sea_orm::DbErr;
 use serde::Serialize;
 
-/// One page of a list.
+/// One page of a list; `K` is its paging key (a row id unless the list says otherwise).
 #[derive(Clone, Debug, Serialize)]
-pub struct Page<T> {
+pub struct Page<T, K = i64> {
     pub items: Vec<T>,
     /// Where the next page starts (pass it as the query's `after`/`before`); `None` on the
     /// last page.
-    pub next: Option<i64>,
+    pub next: Option<K>,
 }
 
-impl<T> Page<T> {
+impl<T, K> Page<T, K> {
     /// A page of `limit` items from `rows`, fetched with one row more than the limit so
     /// that the extra row tells whether a next page exists; `key` is the paging key.
-    pub(crate) fn from_rows(mut rows: Vec<T>, limit: u64, key: impl Fn(&T) -> i64) -> Page<T> {
+    pub(crate) fn from_rows(mut rows: Vec<T>, limit: u64, key: impl Fn(&T) -> K) -> Page<T, K> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let more = rows.len() > limit;
         rows.truncate(limit);

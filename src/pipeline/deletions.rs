@@ -215,6 +215,8 @@ pub(crate) async fn apply(
     let deleted = record::Entity::update_many()
         .col_expr(record::Column::DeletedAt, Expr::value(now))
         .col_expr(record::Column::DeletedByRunId, Expr::value(run_id))
+        // A deletion is a change: readers of what changed since an instant find it.
+        .col_expr(record::Column::UpdatedAt, Expr::value(now))
         .filter(unseen(connection, stream, run_id, started_at))
         .exec(txn)
         .await?

@@ -691,6 +691,13 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
         },
         Route {
             method: Method::GET,
+            path: "/v1/records?provider=acme",
+            body: None,
+            needs: Some("records:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
             path: "/v1/health",
             body: None,
             needs: None,

@@ -23,6 +23,7 @@ mod fencing;
 mod helpers;
 mod http;
 mod http_feed;
+mod http_records;
 mod http_syncs;
 mod http_write;
 mod keying;

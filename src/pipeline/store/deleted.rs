@@ -50,6 +50,8 @@ pub(crate) async fn mark(
         record::Entity::update_many()
             .col_expr(record::Column::DeletedAt, Expr::value(now))
             .col_expr(record::Column::DeletedByRunId, Expr::value(context.run_id))
+            // A deletion is a change: readers of what changed since an instant find it.
+            .col_expr(record::Column::UpdatedAt, Expr::value(now))
             .filter(record::Column::Id.is_in(live.iter().map(|(id, _)| *id)))
             .exec(txn)
             .await?;

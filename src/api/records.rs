@@ -1,0 +1,269 @@
+//! `/v1/records`: one stream's synced records, read-only, in the order they last changed,
+//! with tombstones for records deleted at the provider when asked.
+//!
+//! The cursor is the last record's (change time, row id) with a check over this
+//! database's id and the list's filters, so that a cursor edited by hand, of other
+//! filters or from another database is refused rather than read from a wrong place.
+
+use axum::extract::State;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::{Authorized, RecordsRead};
+use super::input::Query;
+use super::problem::Problem;
+use super::state::ApiState;
+use crate::ops::changes::Payload;
+use crate::ops::records::{self as ops, RecordItem, RecordPosition, RecordsQuery};
+
+/// The page size when `limit` is not given.
+const DEFAULT_LIMIT: u64 = 100;
+/// What a cursor's text starts with, naming its list and format.
+const CURSOR_TAG: &str = "records.v1";
+/// Hex digits of the check a cursor carries.
+const CHECK_HEX: usize = 16;
+
+/// A record, or with `include_deleted` the tombstone of one deleted at the provider.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Record {
+    /// The provider's name (`[providers.NAME]`).
+    pub provider: String,
+    pub stream: String,
+    pub user_id: String,
+    /// The connection of `user_id` at `provider`; absent once it was removed.
+    pub connection_id: Option<i64>,
+    /// The record's id at the provider.
+    pub external_id: String,
+    /// The record's JSON as the provider sent it; null for a tombstone.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<Payload>,
+    /// When tributary first stored it.
+    pub first_seen_at: DateTime<Utc>,
+    /// When it last changed (stored, rewritten, deleted or restored): what
+    /// `modified_after` compares and the list is ordered by.
+    pub changed_at: DateTime<Utc>,
+    /// Whether it was deleted at the provider (a tombstone).
+    pub deleted: bool,
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+impl From<RecordItem> for Record {
+    fn from(item: RecordItem) -> Record {
+        Record {
+            provider: item.provider,
+            stream: item.stream,
+            user_id: item.user_id,
+            connection_id: item.connection_id,
+            external_id: item.external_id,
+            payload: item.payload,
+            first_seen_at: item.first_seen_at,
+            changed_at: item.changed_at,
+            deleted: item.deleted,
+            deleted_at: item.deleted_at,
+        }
+    }
+}
+
+/// A page of records.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecordPage {
+    pub items: Vec<Record>,
+    /// Pass it as `cursor`, with the same filters, for the next page; absent on the last
+    /// page. To follow changes later, keep the last page's last `changed_at` and pass it
+    /// as `modified_after`.
+    pub next: Option<String>,
+}
+
+/// Which records to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListParams {
+    /// The provider's name, as in config.toml; required unless `connection_id` is given.
+    provider: Option<String>,
+    /// The stream (default: the provider's primary stream).
+    stream: Option<String>,
+    /// Only this user's records.
+    user_id: Option<String>,
+    /// Only this connection's records (its provider and user).
+    connection_id: Option<i64>,
+    /// Only records changed after this RFC 3339 time (`2026-12-01T00:00:00Z`).
+    #[param(value_type = Option<String>, format = DateTime)]
+    modified_after: Option<String>,
+    /// Also return the records deleted at the provider, as tombstones (default false).
+    include_deleted: Option<bool>,
+    /// The `next` of the page before.
+    cursor: Option<String>,
+    /// At most this many records (1 to 1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u64>,
+}
+
+/// List one stream's records, the least recently changed first. A record changed while
+/// the list is paged comes again later in it, with its new content; none is skipped.
+#[utoipa::path(
+    get,
+    path = "/v1/records",
+    params(ListParams),
+    security(("bearer" = ["records:read"])),
+    responses(
+        (status = 200, description = "A page of records", body = RecordPage),
+        (status = 400, description = "A query parameter is wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks records:read", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn list_records(
+    _caller: Authorized<RecordsRead>,
+    State(state): State<ApiState>,
+    Query(params): Query<ListParams>,
+) -> Result<axum::Json<RecordPage>, Problem> {
+    let modified_after = params
+        .modified_after
+        .as_deref()
+        .map(parse_time)
+        .transpose()?;
+    let mut query = RecordsQuery {
+        provider: params.provider,
+        stream: params.stream,
+        user_id: params.user_id,
+        connection_id: params.connection_id,
+        modified_after,
+        include_deleted: params.include_deleted.unwrap_or(false),
+        after: None,
+        limit: params.limit.unwrap_or(DEFAULT_LIMIT),
+    };
+    let database = ops::database_id(state.db.main()).await?;
+    let filters = filters_of(&query);
+    if let Some(cursor) = params.cursor.as_deref() {
+        query.after = Some(decode_cursor(&database, &filters, cursor)?);
+    }
+    let page = ops::list(state.db.main(), &state.settings, &query).await?;
+    Ok(axum::Json(RecordPage {
+        items: page.items.into_iter().map(Record::from).collect(),
+        next: page
+            .next
+            .map(|position| encode_cursor(&database, &filters, position)),
+    }))
+}
+
+/// An RFC 3339 time; a `+` a client left unescaped arrives as a space and is taken back.
+fn parse_time(text: &str) -> Result<DateTime<Utc>, Problem> {
+    DateTime::parse_from_rfc3339(text)
+        .or_else(|_| DateTime::parse_from_rfc3339(&text.replace(' ', "+")))
+        .map(|time| time.with_timezone(&Utc))
+        .map_err(|_| {
+            Problem::invalid(
+                "modified_after",
+                format!(
+                    "modified_after: expected an RFC 3339 time such as 2026-12-01T00:00:00Z, got {:?}",
+                    tributary_providers::quote::truncated(text, 64)
+                ),
+            )
+        })
+}
+
+/// The filters a cursor is bound to, as one text.
+fn filters_of(query: &RecordsQuery) -> String {
+    format!(
+        "{:?}",
+        (
+            &query.provider,
+            &query.stream,
+            &query.user_id,
+            query.connection_id,
+            query.modified_after.map(|time| time.to_rfc3339()),
+            query.include_deleted,
+        )
+    )
+}
+
+/// The check over a cursor's position, its database and its filters.
+fn check(database: &str, filters: &str, position: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [CURSOR_TAG, database, filters, position] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let mut hex = const_hex::encode(hash.finalize());
+    hex.truncate(CHECK_HEX);
+    hex
+}
+
+fn encode_cursor(database: &str, filters: &str, position: RecordPosition) -> String {
+    let at = position.changed_at;
+    let position = format!(
+        "{}.{}.{}",
+        at.timestamp(),
+        at.timestamp_subsec_nanos(),
+        position.id
+    );
+    let text = format!(
+        "{CURSOR_TAG}.{position}.{}",
+        check(database, filters, &position)
+    );
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+/// The position in a cursor [`encode_cursor`] made for this database and these filters;
+/// anything else is a 400 naming `cursor`.
+fn decode_cursor(database: &str, filters: &str, cursor: &str) -> Result<RecordPosition, Problem> {
+    let refused = || {
+        Problem::invalid(
+            "cursor",
+            "cursor: not a cursor of this list; pass the `next` of the page before, with the \
+             same filters, from this server",
+        )
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| refused())?;
+    let text = String::from_utf8(bytes).map_err(|_| refused())?;
+    let rest = text
+        .strip_prefix(CURSOR_TAG)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .ok_or_else(refused)?;
+    let (position, checked) = rest.rsplit_once('.').ok_or_else(refused)?;
+    if checked != check(database, filters, position) {
+        return Err(refused());
+    }
+    let mut parts = position.split('.');
+    let mut number = || parts.next().and_then(|part| part.parse::<i64>().ok());
+    let (seconds, nanos, id) = (number(), number(), number());
+    let nanos = nanos.and_then(|nanos| u32::try_from(nanos).ok());
+    match (seconds, nanos, id, parts.next()) {
+        (Some(seconds), Some(nanos), Some(id), None) => {
+            let changed_at = DateTime::from_timestamp(seconds, nanos).ok_or_else(refused)?;
+            Ok(RecordPosition { changed_at, id })
+        }
+        _ => Err(refused()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_decodes_only_with_its_database_and_filters_and_unedited() {
+        let at = DateTime::from_timestamp(1_764_000_000, 123_456_789).expect("time");
+        let position = RecordPosition {
+            changed_at: at,
+            id: 42,
+        };
+        let cursor = encode_cursor("db1", "f", position);
+        assert_eq!(decode_cursor("db1", "f", &cursor).ok(), Some(position));
+        assert!(decode_cursor("db2", "f", &cursor).is_err());
+        assert!(decode_cursor("db1", "g", &cursor).is_err());
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let text = String::from_utf8(engine.decode(&cursor).expect("base64")).expect("text");
+        let edited = engine.encode(text.replace(".42.", ".41."));
+        for bad in [edited.as_str(), "", "!!", "cnVuczo0Mg"] {
+            let problem = decode_cursor("db1", "f", bad).unwrap_err();
+            assert_eq!(problem.field.as_deref(), Some("cursor"), "{bad}");
+        }
+    }
+}

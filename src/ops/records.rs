@@ -1,0 +1,263 @@
+//! The synced records as an app reads them: one stream of one provider, in the order they
+//! last changed, paged by (change time, row id), with tombstones for the records deleted
+//! at the provider when asked (docs/decisions/records-api.md).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::changes::Payload;
+use super::{check_limit, OpsError, Page};
+use crate::config::{Settings, StreamSettings};
+use crate::entities::{connection, record};
+
+/// The largest page of records.
+pub const MAX_LIMIT: u64 = 1_000;
+
+/// Which records to read. The stream is resolved through config.toml: `provider` (or the
+/// provider of `connection_id`) must be one it has.
+#[derive(Clone, Debug, Default)]
+pub struct RecordsQuery {
+    /// The provider's name; may be left out when `connection_id` is given.
+    pub provider: Option<String>,
+    /// The stream; the provider's primary stream when `None`.
+    pub stream: Option<String>,
+    pub user_id: Option<String>,
+    /// Only this connection's records (its provider and user).
+    pub connection_id: Option<i64>,
+    /// Only records that changed after this instant.
+    pub modified_after: Option<DateTime<Utc>>,
+    /// Also the records marked deleted, as tombstones (no payload).
+    pub include_deleted: bool,
+    /// Only records after this position (the `next` of the page before).
+    pub after: Option<RecordPosition>,
+    /// At most this many records (1 to [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+/// A record's place in the list: when it last changed, then its row id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RecordPosition {
+    pub changed_at: DateTime<Utc>,
+    pub id: i64,
+}
+
+/// One record, or the tombstone of one deleted at the provider.
+#[derive(Debug, Serialize)]
+pub struct RecordItem {
+    /// Its place in the list.
+    #[serde(skip)]
+    pub position: RecordPosition,
+    /// The provider's name.
+    pub provider: String,
+    pub stream: String,
+    pub user_id: String,
+    /// The connection of `user_id` at `provider`; `None` once it was removed.
+    pub connection_id: Option<i64>,
+    pub external_id: String,
+    /// The record's JSON as the API sent it; `None` for a tombstone.
+    pub payload: Option<Payload>,
+    /// When tributary first stored it.
+    pub first_seen_at: DateTime<Utc>,
+    /// When it last changed: stored, rewritten, marked deleted or restored.
+    pub changed_at: DateTime<Utc>,
+    pub deleted: bool,
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+/// The columns a page reads.
+#[derive(Debug, FromQueryResult)]
+struct Row {
+    id: i64,
+    user_id: String,
+    external_id: String,
+    payload: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deleted_at: Option<DateTime<Utc>>,
+    connection_id: Option<i64>,
+}
+
+/// What a query reads, resolved: the provider and stream, the namespace its records are
+/// stored under, and the user.
+struct Scope {
+    provider: String,
+    stream: StreamSettings,
+    user_id: Option<String>,
+}
+
+/// A page of the records `query` asks for, oldest change first.
+pub async fn list(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    query: &RecordsQuery,
+) -> Result<Page<RecordItem, RecordPosition>, OpsError> {
+    let limit = check_limit(query.limit, MAX_LIMIT)?;
+    let scope = resolve(db, settings, query).await?;
+    let mut select = record::Entity::find()
+        .select_only()
+        .columns([
+            record::Column::Id,
+            record::Column::UserId,
+            record::Column::ExternalId,
+            record::Column::Payload,
+            record::Column::CreatedAt,
+            record::Column::UpdatedAt,
+            record::Column::DeletedAt,
+        ])
+        // The user's connection, in the same statement: a probe of its unique key.
+        .expr_as(
+            Expr::SubQuery(None, Box::new(connection_of_row(&scope.provider).into())),
+            "connection_id",
+        )
+        .filter(record::Column::Provider.eq(scope.stream.namespace.as_str()));
+    if let Some(user_id) = &scope.user_id {
+        select = select.filter(record::Column::UserId.eq(user_id.as_str()));
+    }
+    if !query.include_deleted {
+        select = select.filter(record::Column::DeletedAt.is_null());
+    }
+    if let Some(instant) = query.modified_after {
+        select = select.filter(record::Column::UpdatedAt.gt(instant));
+    }
+    if let Some(after) = query.after {
+        // The first bound alone starts the index range at the position; the second
+        // leaves out the rows of that instant up to and including its id.
+        select = select.filter(
+            Condition::all()
+                .add(record::Column::UpdatedAt.gte(after.changed_at))
+                .add(
+                    Condition::any()
+                        .add(record::Column::UpdatedAt.gt(after.changed_at))
+                        .add(record::Column::Id.gt(after.id)),
+                ),
+        );
+    }
+    let rows: Vec<Row> = select
+        .order_by_asc(record::Column::UpdatedAt)
+        .order_by_asc(record::Column::Id)
+        .limit(limit.saturating_add(1))
+        .into_model()
+        .all(db)
+        .await?;
+    let items = rows.into_iter().map(|row| item(&scope, row)).collect();
+    Ok(Page::from_rows(items, limit, |item: &RecordItem| {
+        item.position
+    }))
+}
+
+/// This database's id, to bind the list's cursors to it.
+pub async fn database_id(db: &DatabaseConnection) -> Result<String, OpsError> {
+    Ok(crate::pipeline::changes::database_id(db).await?.to_string())
+}
+
+/// The provider, stream and user `query` names; a provider config.toml does not have, a
+/// stream it does not sync or a connection that does not match is [`OpsError::Invalid`].
+async fn resolve(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    query: &RecordsQuery,
+) -> Result<Scope, OpsError> {
+    let invalid = |field: &'static str, message: String| OpsError::Invalid { field, message };
+    let (provider, user_id) = match query.connection_id {
+        Some(id) => {
+            let row = connection::Entity::find_by_id(id)
+                .one(db)
+                .await?
+                .ok_or_else(|| invalid("connection_id", format!("there is no connection {id}")))?;
+            if query.provider.as_ref().is_some_and(|p| *p != row.provider)
+                || query.user_id.as_ref().is_some_and(|u| *u != row.user_id)
+            {
+                return Err(invalid(
+                    "connection_id",
+                    format!("connection {id} is not of the provider and user_id given"),
+                ));
+            }
+            (row.provider, Some(row.user_id))
+        }
+        None => {
+            let provider = query.provider.clone().ok_or_else(|| {
+                invalid(
+                    "provider",
+                    "give the provider whose records to read (or a connection_id)".into(),
+                )
+            })?;
+            (provider, query.user_id.clone())
+        }
+    };
+    let quoted = |text: &str| tributary_providers::quote::truncated(text, 64);
+    let settings = settings.providers.get(&provider).ok_or_else(|| {
+        invalid(
+            "provider",
+            format!("config.toml has no provider {:?}", quoted(&provider)),
+        )
+    })?;
+    let primary = settings.primary_stream();
+    let stream = match &query.stream {
+        None => primary,
+        Some(name) if *name == primary.name => primary,
+        Some(name) => settings.stream(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = settings.streams.iter().map(|s| s.name.as_str()).collect();
+            invalid(
+                "stream",
+                format!(
+                    "provider {provider:?} syncs no stream {:?}; it syncs {}",
+                    quoted(name),
+                    known.join(", ")
+                ),
+            )
+        })?,
+    };
+    Ok(Scope {
+        provider,
+        stream,
+        user_id,
+    })
+}
+
+/// The id of the connection of the outer row's user at `provider`.
+fn connection_of_row(provider: &str) -> sea_orm::sea_query::SelectStatement {
+    Query::select()
+        .column((connection::Entity, connection::Column::Id))
+        .from(connection::Entity)
+        .and_where(
+            Expr::col((connection::Entity, connection::Column::UserId))
+                .equals((record::Entity, record::Column::UserId)),
+        )
+        .and_where(Expr::col((connection::Entity, connection::Column::Provider)).eq(provider))
+        .to_owned()
+}
+
+fn item(scope: &Scope, row: Row) -> RecordItem {
+    let deleted = row.deleted_at.is_some();
+    let payload = match deleted {
+        true => None,
+        // Should a row hold something other than JSON, its text rather than a broken
+        // answer.
+        false => Some(match RawValue::from_string(row.payload.clone()) {
+            Ok(json) => Payload::Json(json),
+            Err(_) => Payload::Text(row.payload),
+        }),
+    };
+    RecordItem {
+        position: RecordPosition {
+            changed_at: row.updated_at,
+            id: row.id,
+        },
+        provider: scope.provider.clone(),
+        stream: scope.stream.name.clone(),
+        connection_id: row.connection_id,
+        user_id: row.user_id,
+        external_id: row.external_id,
+        payload,
+        first_seen_at: row.created_at,
+        changed_at: row.updated_at,
+        deleted,
+        deleted_at: row.deleted_at,
+    }
+}

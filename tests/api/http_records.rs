@@ -1,0 +1,439 @@
+//! `GET /v1/records` of a real daemon, read by a real client: paging that neither skips
+//! nor repeats a record while syncs write between pages, `modified_after`, tombstones,
+//! the filters of one user or connection, and every bad parameter refused naming it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tributary::config::Settings;
+use tributary::pipeline::RunStatus;
+
+use crate::helpers::{cursor_provider, items, mount_cursor_listing, spawn_app, TestApp};
+use crate::http::Served;
+
+/// alice's and bob's connections to `acme`, on a schedule that never fires in a test, so
+/// that only the test's own syncs write.
+fn acme(app: &TestApp, extra: &str) -> String {
+    cursor_provider("acme", &app.api.uri(), &["alice", "bob"])
+        .replace(
+            "schedule = \"0 */15 * * * *\"",
+            "schedule = \"0 0 0 1 1 *\"",
+        )
+        .replacen(
+            "auth = \"bearer\"\n",
+            &format!("auth = \"bearer\"\n{extra}\n"),
+            1,
+        )
+}
+
+/// Syncs every connection of `settings` and checks that each run succeeded.
+async fn sync(app: &TestApp, settings: &Settings) {
+    for outcome in app.sync(settings).await {
+        assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    }
+}
+
+/// Every page of `path` (a query without `cursor`), following `next`.
+async fn walk(served: &Served, key: &str, path: &str) -> Vec<Value> {
+    let mut records = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let url = match &next {
+            Some(cursor) => format!("{path}&cursor={cursor}"),
+            None => path.to_string(),
+        };
+        let (status, page) = served.get(&url, key).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        records.extend(page["items"].as_array().expect("items").iter().cloned());
+        match page["next"].as_str() {
+            Some(cursor) => next = Some(cursor.to_string()),
+            None => return records,
+        }
+    }
+}
+
+/// The external ids of `records`, in their order.
+fn ids(records: &[Value]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| r["external_id"].as_str().expect("external_id").to_string())
+        .collect()
+}
+
+/// `user`'s listing: `data` in one page.
+async fn mount_listing(app: &TestApp, user: &str, data: Vec<Value>) {
+    wiremock::Mock::given(wiremock::matchers::path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            format!("Bearer token-{user}").as_str(),
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!({"data": data, "next_cursor": null})),
+        )
+        .mount(&app.api)
+        .await;
+}
+
+#[tokio::test]
+async fn paging_reads_every_record_once_while_syncs_write_between_pages() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "");
+    let settings = app.settings(&providers).await;
+    mount_cursor_listing(&app.api, "alice", "a", 3, 100, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "b", 1, 50, Duration::ZERO).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+
+    let path = "/v1/records?provider=acme&limit=70";
+    let mut seen: Vec<Value> = Vec::new();
+    let mut next: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let url = match &next {
+            Some(cursor) => format!("{path}&cursor={cursor}"),
+            None => path.to_string(),
+        };
+        let (status, page) = served.get(&url, &key).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let read = page["items"].as_array().expect("items");
+        assert!(read.len() <= 70);
+        seen.extend(read.iter().cloned());
+        pages += 1;
+        // Between the first pages, syncs add 100 of alice's records, then change one
+        // record already read and one not yet read.
+        match pages {
+            1 => {
+                app.api.reset().await;
+                mount_cursor_listing(&app.api, "alice", "a", 4, 100, Duration::ZERO).await;
+                mount_cursor_listing(&app.api, "bob", "b", 1, 50, Duration::ZERO).await;
+                sync(&app, &settings).await;
+            }
+            2 => {
+                // The first record read, and bob's last, change.
+                let first_read = seen[0]["external_id"].as_str().expect("id").to_string();
+                let changed = |mut listing: Vec<Value>| {
+                    for item in listing.iter_mut() {
+                        if item["id"] == first_read.as_str() || item["id"] == "b49" {
+                            item["changed"] = Value::Bool(true);
+                        }
+                    }
+                    listing
+                };
+                app.api.reset().await;
+                mount_listing(&app, "alice", changed(items("a", "alice", 0..400))).await;
+                mount_listing(&app, "bob", changed(items("b", "bob", 0..50))).await;
+                sync(&app, &settings).await;
+            }
+            _ => {}
+        }
+        match page["next"].as_str() {
+            Some(cursor) => next = Some(cursor.to_string()),
+            None => break,
+        }
+    }
+
+    // Every record of the table was read; a record is read twice only when it changed
+    // after it was read, and then the second time with its new content.
+    let stored: BTreeSet<String> = app
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.external_id)
+        .collect();
+    assert_eq!(stored.len(), 450);
+    let mut reads: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for record in &seen {
+        let id = record["external_id"].as_str().expect("id").to_string();
+        reads.entry(id).or_default().push(record);
+    }
+    assert_eq!(reads.keys().cloned().collect::<BTreeSet<_>>(), stored);
+    // Only the two changed records can have been read twice, the first one read surely.
+    let first_read = seen[0]["external_id"].as_str().expect("id");
+    for (id, read) in &reads {
+        let changed = id == first_read || id == "b49";
+        assert!(read.len() == 1 || changed, "{id} read {} times", read.len());
+    }
+    assert_eq!(reads[first_read].len(), 2);
+    assert_eq!(
+        reads["b49"].last().expect("read")["payload"]["changed"],
+        true
+    );
+    for (id, read) in &reads {
+        match read.as_slice() {
+            [_] => {}
+            [before, after] => {
+                assert!(before["payload"].get("changed").is_none(), "{id}");
+                assert_eq!(after["payload"]["changed"], true, "{id}");
+                assert!(after["changed_at"].as_str() > before["changed_at"].as_str());
+            }
+            more => panic!("{id} read {} times", more.len()),
+        }
+    }
+    // Ordered by when each changed, and each record's fields are as stored.
+    let times: Vec<&str> = seen
+        .iter()
+        .map(|r| r["changed_at"].as_str().expect("time"))
+        .collect();
+    let mut sorted = times.clone();
+    sorted.sort();
+    assert_eq!(times.len(), sorted.len());
+    let a0 = seen.iter().find(|r| r["external_id"] == "a0").expect("a0");
+    assert_eq!(a0["provider"], "acme");
+    assert_eq!(a0["user_id"], "alice");
+    assert_eq!(a0["deleted"], false);
+    assert_eq!(
+        a0["payload"],
+        serde_json::json!({"id": "a0", "owner": "alice", "n": 0})
+    );
+    assert!(
+        a0["connection_id"].as_i64().is_some_and(|id| id > 0),
+        "{a0}"
+    );
+    assert!(
+        a0["stream"].is_string() && a0["first_seen_at"].is_string(),
+        "{a0}"
+    );
+}
+
+#[tokio::test]
+async fn filters_keep_to_one_user_and_tombstones_show_only_when_asked() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "track_deletes = true");
+    let settings = app.settings(&providers).await;
+    mount_cursor_listing(&app.api, "alice", "a", 1, 10, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "b", 1, 10, Duration::ZERO).await;
+    sync(&app, &settings).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let between = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // alice's a3 and a7 are gone from her listing: the complete pass marks them deleted.
+    let mut kept = items("a", "alice", 0..10);
+    kept.retain(|item| item["id"] != "a3" && item["id"] != "a7");
+    app.api.reset().await;
+    mount_listing(&app, "alice", kept).await;
+    mount_cursor_listing(&app.api, "bob", "b", 1, 10, Duration::ZERO).await;
+    for outcome in app.sync(&settings).await {
+        assert_ne!(outcome.status, RunStatus::Failed, "{outcome:?}");
+    }
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let (_, connections) = served
+        .get(
+            "/v1/connections?provider=acme",
+            &served.create_key("ops", &["connections:read"]),
+        )
+        .await;
+    let connection_of = |user: &str| {
+        connections["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|c| c["user_id"] == user)
+            .and_then(|c| c["id"].as_i64())
+            .expect("connection")
+    };
+
+    // One user's filter, by user id or by connection, never returns another's records.
+    let alice = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&user_id=alice&limit=3",
+    )
+    .await;
+    let mut alice_ids = ids(&alice);
+    alice_ids.sort();
+    assert_eq!(alice_ids, ["a0", "a1", "a2", "a4", "a5", "a6", "a8", "a9"]);
+    assert!(alice
+        .iter()
+        .all(|r| r["user_id"] == "alice" && r["deleted"] == false));
+    let bob_connection = connection_of("bob");
+    let bob = walk(
+        &served,
+        &key,
+        &format!("/v1/records?connection_id={bob_connection}&limit=4"),
+    )
+    .await;
+    assert_eq!(bob.len(), 10);
+    assert!(bob
+        .iter()
+        .all(|r| r["user_id"] == "bob" && r["connection_id"] == bob_connection));
+    // Bob's connection asked with alice's user id is refused, not answered with either.
+    let (status, problem) = served
+        .get(
+            &format!("/v1/records?connection_id={bob_connection}&user_id=alice"),
+            &key,
+        )
+        .await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("connection_id"))
+    );
+
+    // Tombstones only with include_deleted: external id and deletion time, no payload.
+    let everything = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&include_deleted=true",
+    )
+    .await;
+    assert_eq!(everything.len(), 20);
+    let tombstones: Vec<&Value> = everything.iter().filter(|r| r["deleted"] == true).collect();
+    let mut tombstone_ids: Vec<&str> = tombstones
+        .iter()
+        .map(|r| r["external_id"].as_str().expect("id"))
+        .collect();
+    tombstone_ids.sort();
+    assert_eq!(tombstone_ids, ["a3", "a7"]);
+    for tombstone in &tombstones {
+        assert!(tombstone["payload"].is_null(), "{tombstone}");
+        assert_eq!(
+            tombstone["deleted_at"], tombstone["changed_at"],
+            "{tombstone}"
+        );
+    }
+    let live = walk(&served, &key, "/v1/records?provider=acme").await;
+    assert_eq!(live.len(), 18);
+    assert!(live
+        .iter()
+        .all(|r| r["deleted"] == false && r["deleted_at"].is_null()));
+
+    // Changed since the first sync: only the deletions (the second pass rewrote nothing).
+    let since = between.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let changed = walk(
+        &served,
+        &key,
+        &format!("/v1/records?provider=acme&include_deleted=true&modified_after={since}"),
+    )
+    .await;
+    let mut changed_ids = ids(&changed);
+    changed_ids.sort();
+    assert_eq!(changed_ids, ["a3", "a7"]);
+    let changed_live = walk(
+        &served,
+        &key,
+        &format!("/v1/records?provider=acme&modified_after={since}"),
+    )
+    .await;
+    assert!(changed_live.is_empty(), "{changed_live:?}");
+}
+
+#[tokio::test]
+async fn bad_parameters_foreign_cursors_and_a_missing_scope_are_problems_naming_them() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "");
+    let settings = app.settings(&providers).await;
+    mount_cursor_listing(&app.api, "alice", "a", 1, 5, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "b", 1, 5, Duration::ZERO).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let other = served.create_key("other", &["connections:read"]);
+
+    let (status, page) = served.get("/v1/records?provider=acme&limit=2", &key).await;
+    assert_eq!(status, StatusCode::OK);
+    let cursor = page["next"].as_str().expect("a next page").to_string();
+    let (_, runs) = served.get("/v1/runs?limit=1", &other).await;
+    let runs_cursor = runs["next"]
+        .as_str()
+        .expect("a next page of runs")
+        .to_string();
+    let edited = {
+        use base64::Engine;
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let text = String::from_utf8(engine.decode(&cursor).expect("base64")).expect("text");
+        // The position's last digit (the row id) moved by one.
+        let (head, check) = text.rsplit_once('.').expect("check");
+        let (before, id) = head.rsplit_once('.').expect("id");
+        let id: i64 = id.parse().expect("id");
+        engine.encode(format!("{before}.{}.{check}", id + 1))
+    };
+
+    let cases: Vec<(String, &str)> = vec![
+        ("provider=acme&limit=0".into(), "limit"),
+        ("provider=acme&limit=-1".into(), "limit"),
+        ("provider=acme&limit=1001".into(), "limit"),
+        (
+            "provider=acme&limit=99999999999999999999999".into(),
+            "limit",
+        ),
+        ("provider=acme&limit=ten".into(), "limit"),
+        ("provider=acme&cursor=garbage!".into(), "cursor"),
+        (format!("provider=acme&cursor={runs_cursor}"), "cursor"),
+        (format!("provider=acme&cursor={edited}"), "cursor"),
+        // A cursor of other filters is another list's.
+        (
+            format!("provider=acme&user_id=alice&cursor={cursor}"),
+            "cursor",
+        ),
+        (
+            "provider=acme&modified_after=yesterday".into(),
+            "modified_after",
+        ),
+        (
+            "provider=acme&modified_after=2026-13-01T00:00:00Z".into(),
+            "modified_after",
+        ),
+        (
+            "provider=acme&include_deleted=maybe".into(),
+            "include_deleted",
+        ),
+        ("provider=acme&connection_id=x".into(), "connection_id"),
+        ("provider=acme&connection_id=999999".into(), "connection_id"),
+        ("user_id=alice".into(), "provider"),
+        ("provider=nope".into(), "provider"),
+        ("provider=acme&stream=nope".into(), "stream"),
+        ("provider=acme&token=trb_x".into(), "token"),
+    ];
+    for (query, field) in cases {
+        let (status, problem) = served.get(&format!("/v1/records?{query}"), &key).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+        assert_eq!(
+            problem["type"], "urn:tributary:problem:invalid-input",
+            "{query}"
+        );
+    }
+    // The cursor itself is good on its own list.
+    let (status, _) = served
+        .get(
+            &format!("/v1/records?provider=acme&limit=2&cursor={cursor}"),
+            &key,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A cursor another database issued: the same position, refused once this database's
+    // id is another (as a copy of another tributary database would have).
+    app.execute("UPDATE change_clock SET database_id = '0123456789abcdef0123456789abcdef'")
+        .await;
+    let (status, problem) = served
+        .get(
+            &format!("/v1/records?provider=acme&limit=2&cursor={cursor}"),
+            &key,
+        )
+        .await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("cursor"))
+    );
+
+    // Another scope is 403, no key 401.
+    let (status, problem) = served.get("/v1/records?provider=acme", &other).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    assert!(problem["detail"]
+        .as_str()
+        .is_some_and(|d| d.contains("records:read")));
+    let (status, _, _) = served
+        .call(
+            reqwest::Method::GET,
+            "/v1/records?provider=acme",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}

@@ -68,7 +68,7 @@ impl NewJob {
 /// Queues `jobs`; a slot some instance queued already is left as it is. Returns how many
 /// were inserted.
 pub(crate) async fn enqueue(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<u64, DbErr> {
-    let now = Utc::now();
+    let now = crate::db::now();
     let mut inserted = 0u64;
     for chunk in jobs.chunks(INSERT_CHUNK) {
         let rows = chunk
@@ -102,7 +102,7 @@ pub(crate) async fn insert_claimed(
 ) -> Result<i64, DbErr> {
     use sea_orm::ActiveModelTrait;
     let row = job
-        .row(Utc::now(), JobStatus::Running, Some(holder))
+        .row(crate::db::now(), JobStatus::Running, Some(holder))
         .insert(db)
         .await?;
     Ok(row.id)
@@ -112,7 +112,7 @@ pub(crate) async fn insert_claimed(
 pub(crate) async fn insert_queued(db: &DatabaseConnection, job: &NewJob) -> Result<i64, DbErr> {
     use sea_orm::ActiveModelTrait;
     let row = job
-        .row(Utc::now(), JobStatus::Queued, None)
+        .row(crate::db::now(), JobStatus::Queued, None)
         .insert(db)
         .await?;
     Ok(row.id)
@@ -213,7 +213,7 @@ pub(crate) async fn later_slot(
         .filter(sync_job::Column::Kind.eq(JobKind::Scheduled))
         .filter(sync_job::Column::Status.eq(JobStatus::Queued))
         .filter(sync_job::Column::SlotAt.gt(slot))
-        .filter(sync_job::Column::NotBefore.lte(Utc::now()))
+        .filter(sync_job::Column::NotBefore.lte(crate::db::now()))
         .order_by_desc(sync_job::Column::SlotAt)
         .one(db)
         .await?;
@@ -276,7 +276,7 @@ pub(crate) async fn finish(
     sync_job::Entity::update_many()
         .col_expr(sync_job::Column::Status, Expr::value(status))
         .col_expr(sync_job::Column::Outcome, Expr::value(outcome))
-        .col_expr(sync_job::Column::FinishedAt, Expr::value(Utc::now()))
+        .col_expr(sync_job::Column::FinishedAt, Expr::value(crate::db::now()))
         .filter(sync_job::Column::Id.eq(job_id))
         .exec(db)
         .await?;

@@ -235,7 +235,7 @@ async fn start_run(
     stream: &StreamScope,
     trigger: Trigger,
 ) -> Result<i64, DbErr> {
-    let now = Utc::now();
+    let now = crate::db::now();
     let row = sync_run::ActiveModel {
         user_id: Set(connection.user_id.clone()),
         provider: Set(connection.provider.clone()),
@@ -316,7 +316,7 @@ async fn finish_run(
 ) -> Result<RunClosed, DbErr> {
     // The write lock first on SQLite: deciding deletions reads before it writes.
     let txn = begin_page_transaction(db).await?;
-    let now = Utc::now();
+    let now = crate::db::now();
     if let Err(unheld) = fence::hold(&txn, run_id, connection.id, lease, now).await? {
         txn.rollback().await?;
         return close_unheld(db, run_id, counts, unheld, now).await;

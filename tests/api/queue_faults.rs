@@ -423,8 +423,6 @@ async fn a_daemon_whose_clock_is_30_s_ahead_runs_no_slot_twice() {
     let jobs = all_jobs(&app).await;
     let runs = all_runs(&app).await;
     let by_slot = one_job_and_one_run_per_slot(&jobs, &runs, &logs);
-    // (Runs' own times are each daemon's clock, so their overlaps cannot be compared
-    // here: a run cut short by the other daemon taking its lease shows in the logs.)
     for lease_taken in [
         "lost its connection's lease",
         "Runs left running by a stopped process were marked interrupted",
@@ -441,6 +439,22 @@ async fn a_daemon_whose_clock_is_30_s_ahead_runs_no_slot_twice() {
             "claims are stamped by the database's clock, not 30 s ahead: {job:?}\n{logs}"
         );
     }
+    // Runs too, so that their times compare across instances (a run's end was stamped by
+    // the database's clock when a lease marked it, its start by the process's own): each
+    // run lies within its job's claim and end.
+    for job in jobs.iter().filter(|job| job.status == JobStatus::Done) {
+        for id in runs_named(job) {
+            let run = runs.iter().find(|run| run.id == id).expect("the job's run");
+            let (claimed, ended) = (job.started_at.expect("claimed"), job.finished_at);
+            assert!(
+                claimed <= run.started_at
+                    && run.finished_at.is_some()
+                    && run.finished_at <= ended,
+                "runs are stamped by the database's clock, not 30 s ahead: {run:?} of {job:?}\n{logs}"
+            );
+        }
+    }
+    no_two_runs_of_a_connection_overlap(&runs, &logs);
     let connections = connection::Entity::find().all(&app.db).await.unwrap();
     let mut slot = first;
     while slot <= last {

@@ -1,6 +1,5 @@
 //! A run's counters, and the statements that store them in `sync_runs`.
 
-use chrono::Utc;
 use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, Set};
 use serde::Serialize;
 
@@ -45,7 +44,7 @@ pub(crate) async fn update_counts(
     counts: &RunCounts,
 ) -> Result<bool, DbErr> {
     let mut row = counts_model(run_id, counts);
-    row.heartbeat_at = Set(Utc::now());
+    row.heartbeat_at = Set(crate::db::now());
     // Without RETURNING (or, on SQLite, the read-back that stands in for it).
     let result = sync_run::Entity::update(row)
         .exec_without_returning(db)

@@ -261,7 +261,7 @@ impl PageWrite<'_> {
         // Records the database refuses; those set aside before any write are in `self`.
         let mut failed = Vec::new();
         let txn = begin_page_transaction(db).await?;
-        let now = Utc::now();
+        let now = crate::db::now();
         let mut chunks = self
             .records
             .chunks(KEY_LOOKUP.rows(txn.get_database_backend()));
@@ -363,7 +363,7 @@ impl PageWrite<'_> {
         let mut counts = self.counts;
         counts.inserted += self.records.len() as u64;
         let after = self.totals_after(totals, &counts);
-        let bookkeeping = self.bookkeeping(&after, Utc::now());
+        let bookkeeping = self.bookkeeping(&after, crate::db::now());
         match new_pages
             .write_new_page(self.context, self.records, &bookkeeping)
             .await

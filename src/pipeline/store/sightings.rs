@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use chrono::Utc;
 use sea_orm::sea_query::{InsertStatement, OnConflict, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use tributary_providers::{Record, RejectedRecord};
@@ -81,7 +80,8 @@ pub(crate) async fn record_alone(
     }
     let txn = begin_page_transaction(db).await?;
     let (run_id, fence) = (context.run_id, context.lease);
-    if let Err(unheld) = fence::hold(&txn, run_id, context.connection.id, fence, Utc::now()).await?
+    if let Err(unheld) =
+        fence::hold(&txn, run_id, context.connection.id, fence, crate::db::now()).await?
     {
         txn.rollback().await?;
         return Err(unheld.into_error(run_id, fence));

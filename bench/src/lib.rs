@@ -244,15 +244,20 @@ async fn run_retention_scenario(args: &BenchArgs, runs: u64) -> anyhow::Result<E
     if let Some(path) = &args.json {
         write_json(path, &report)?;
     }
-    let failed: Vec<&Check> = report.checks.iter().filter(|check| !check.passed).collect();
+    Ok(verdict(&report.checks))
+}
+
+/// Prints each failed check; success only when none failed.
+fn verdict(checks: &[Check]) -> ExitCode {
+    let failed: Vec<&Check> = checks.iter().filter(|check| !check.passed).collect();
     for check in &failed {
         eprintln!("check failed: {}: {}", check.name, check.detail);
     }
-    Ok(if failed.is_empty() {
+    if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
 
 /// The `--fleet` scenario in a scratch PostgreSQL database, removed afterwards.
@@ -293,15 +298,7 @@ async fn run_fleet_scenario(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.json {
         write_json(path, &report)?;
     }
-    let failed: Vec<&Check> = report.checks.iter().filter(|check| !check.passed).collect();
-    for check in &failed {
-        eprintln!("check failed: {}: {}", check.name, check.detail);
-    }
-    Ok(if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(verdict(&report.checks))
 }
 
 /// Times a first sync of the same dataset without TLS, into a scratch database of its

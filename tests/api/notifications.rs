@@ -693,6 +693,14 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
         },
     )
     .await;
+    // The notifier starts before the listener binds, so a delivery can come first; the
+    // daemon says it is ready once the listener serves.
+    eventually(
+        Duration::from_secs(30),
+        "the second daemon ready",
+        || async { second.log().contains("Daemon ready.") },
+    )
+    .await;
     let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
         .expect("metrics answer")

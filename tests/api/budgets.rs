@@ -626,3 +626,31 @@ async fn a_sync_whose_clock_is_30_s_ahead_counts_in_the_databases_window_and_sta
         runs[0]
     );
 }
+
+#[tokio::test]
+async fn a_sync_queued_by_a_clock_30_s_ahead_is_due_by_the_databases_clock() {
+    use crate::helpers::{backend, Backend};
+    use sea_orm::EntityTrait;
+    use tributary::entities::sync_job;
+    if backend() == Backend::Sqlite {
+        return;
+    }
+    let libfaketime = crate::queue_faults::libfaketime();
+    let app = spawn_app().await;
+    let config = app.write_config(&provider(&app, &["alice"], "", "0s"));
+
+    let queued = run(tributary(&config)
+        .args(["sync", "--queue"])
+        .env("LD_PRELOAD", &libfaketime)
+        .env("FAKETIME", "+30s"));
+    let end = Utc::now();
+
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    let jobs = sync_job::Entity::find().all(&app.db).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert!(
+        jobs[0].not_before.is_some_and(|due| due <= end),
+        "due now by the database's clock, not in 30 s: {:?}, now {end}",
+        jobs[0]
+    );
+}

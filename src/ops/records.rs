@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
     QuerySelect,
 };
 use serde::Serialize;
@@ -14,7 +14,8 @@ use serde_json::value::RawValue;
 use super::changes::Payload;
 use super::{check_limit, OpsError, Page};
 use crate::config::{Settings, StreamSettings};
-use crate::entities::{connection, record};
+use crate::entities::sync_run::RunStatus;
+use crate::entities::{connection, record, sync_run};
 
 /// The largest page of records.
 pub const MAX_LIMIT: u64 = 1_000;
@@ -125,6 +126,9 @@ pub async fn list(
     if let Some(instant) = query.modified_after {
         select = select.filter(record::Column::UpdatedAt.gt(instant));
     }
+    // Only what no transaction can still commit below: a page stamped before the last row
+    // returned but committed after it would be behind the reader's cursor for good.
+    select = select.filter(record::Column::UpdatedAt.lt(settled_before(db, &scope).await?));
     if let Some(after) = query.after {
         // The first bound alone starts the index range at the position; the second
         // leaves out the rows of that instant up to and including its id.
@@ -149,6 +153,28 @@ pub async fn list(
     Ok(Page::from_rows(items, limit, |item: &RecordItem| {
         item.position
     }))
+}
+
+/// The change time below which every record of `scope` that will ever be stamped is
+/// committed: now, or the earliest a running run of its provider (and user) can still
+/// stamp, if earlier. A run's pages are stamped after its previous page committed, which
+/// recorded its time as the run's `stamps_from`; a stalled run's late commit is refused
+/// by its fence once another process marked it ended.
+async fn settled_before(db: &DatabaseConnection, scope: &Scope) -> Result<DateTime<Utc>, DbErr> {
+    let mut running = sync_run::Entity::find()
+        .select_only()
+        .columns([sync_run::Column::StampsFrom, sync_run::Column::StartedAt])
+        .filter(sync_run::Column::Status.eq(RunStatus::Running))
+        .filter(sync_run::Column::Provider.eq(scope.provider.as_str()));
+    if let Some(user_id) = &scope.user_id {
+        running = running.filter(sync_run::Column::UserId.eq(user_id.as_str()));
+    }
+    let runs: Vec<(Option<DateTime<Utc>>, DateTime<Utc>)> = running.into_tuple().all(db).await?;
+    Ok(runs
+        .into_iter()
+        // A run of an older release does not say: its start is earlier still.
+        .map(|(stamps_from, started_at)| stamps_from.unwrap_or(started_at))
+        .fold(crate::db::now(), Ord::min))
 }
 
 /// This database's id, to bind the list's cursors to it.

@@ -437,3 +437,137 @@ async fn bad_parameters_foreign_cursors_and_a_missing_scope_are_problems_naming_
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// Syncs `user`'s connection alone.
+async fn sync_user(db: tributary::db::DatabasePools, settings: Settings, user: &str) -> RunStatus {
+    let filter = tributary::sync::SyncFilter {
+        user_id: Some(user.to_string()),
+        ..tributary::sync::SyncFilter::default()
+    };
+    let outcomes = tributary::sync::sync_matching(
+        &db,
+        &settings,
+        &filter,
+        &tributary::pipeline::RunOptions::manual(),
+        &tributary::pipeline::NoProgress,
+    )
+    .await
+    .expect("runs recorded")
+    .outcomes;
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    outcomes[0].status
+}
+
+/// The records changed after `since` (all of them without), read to the end.
+async fn poll(served: &Served, key: &str, since: Option<&str>) -> Vec<Value> {
+    let path = match since {
+        Some(since) => format!(
+            "/v1/records?provider=acme&limit=100&modified_after={}",
+            since.replace('+', "%2B")
+        ),
+        None => "/v1/records?provider=acme&limit=100".to_string(),
+    };
+    walk(served, key, &path).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_stamped_before_a_readers_position_but_committed_after_it_is_not_skipped() {
+    use crate::helpers::{backend, Backend};
+    use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
+    use tributary::entities::sync_run;
+    if backend() == Backend::Sqlite {
+        // A page takes SQLite's one write lock before it is stamped: stamps follow commits.
+        return;
+    }
+    let app = spawn_app().await;
+    let providers = acme(&app, "");
+    let settings = app.settings(&providers).await;
+    mount_listing(&app, "alice", items("a", "alice", 0..3)).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..3)).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let baseline = poll(&served, &key, None).await;
+    assert_eq!(baseline.len(), 6, "{baseline:?}");
+    let mut since = baseline
+        .iter()
+        .filter_map(|r| r["changed_at"].as_str())
+        .max()
+        .expect("changed_at")
+        .to_string();
+
+    // alice's a0 changes, in a page that is stamped, then held before its commit (the
+    // test locks the run's row, which a page locks first) while bob's b0 changes and
+    // commits later stamps.
+    let changed = |prefix: &str, owner: &str| {
+        let mut listing = items(prefix, owner, 0..3);
+        listing[0]["changed"] = Value::Bool(true);
+        listing
+    };
+    app.api.reset().await;
+    wiremock::Mock::given(wiremock::matchers::path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(
+                    serde_json::json!({"data": changed("a", "alice"), "next_cursor": null}),
+                )
+                .set_delay(Duration::from_secs(2)),
+        )
+        .mount(&app.api)
+        .await;
+    mount_listing(&app, "bob", changed("b", "bob")).await;
+    let alice = tokio::spawn(sync_user(app.db.clone(), settings.clone(), "alice"));
+    // Found well within the listing's 2 s, before the page is stamped.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let run = loop {
+        let running = sync_run::Entity::find()
+            .filter(sync_run::Column::UserId.eq("alice"))
+            .filter(sync_run::Column::Status.eq(RunStatus::Running))
+            .one(&app.db)
+            .await
+            .unwrap();
+        if let Some(run) = running {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "alice's run started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let hold = app.db.begin().await.unwrap();
+    hold.execute_unprepared(&format!(
+        "SELECT id FROM sync_runs WHERE id = {} FOR UPDATE",
+        run.id
+    ))
+    .await
+    .unwrap();
+    // The listing answers after 2 s; the page is then stamped and waits for the row.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!alice.is_finished(), "alice's page waits for its run's row");
+    assert_eq!(
+        sync_user(app.db.clone(), settings.clone(), "bob").await,
+        RunStatus::Succeeded
+    );
+
+    // The app polls what changed since its last poll, then again once alice's page is in.
+    let mut read = poll(&served, &key, Some(&since)).await;
+    if let Some(latest) = read.iter().filter_map(|r| r["changed_at"].as_str()).max() {
+        since = latest.to_string();
+    }
+    hold.commit().await.unwrap();
+    assert_eq!(alice.await.unwrap(), RunStatus::Succeeded);
+    read.extend(poll(&served, &key, Some(&since)).await);
+
+    let changed_ids: BTreeSet<String> = read
+        .iter()
+        .filter(|r| r["payload"]["changed"] == true)
+        .map(|r| r["external_id"].as_str().expect("external_id").to_string())
+        .collect();
+    assert_eq!(
+        changed_ids,
+        BTreeSet::from(["a0".to_string(), "b0".to_string()]),
+        "both changes reach the app: {read:?}"
+    );
+}

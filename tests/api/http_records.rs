@@ -571,3 +571,140 @@ async fn a_page_stamped_before_a_readers_position_but_committed_after_it_is_not_
         "both changes reach the app: {read:?}"
     );
 }
+
+#[tokio::test]
+async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "track_deletes = true");
+    let settings = app.settings(&providers).await;
+    mount_listing(&app, "alice", items("a", "alice", 0..6)).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    // a1 changes, a2 is gone (deleted), a5 is gone then back (restored: updated).
+    let mut second = items("a", "alice", 0..6);
+    second[1]["changed"] = Value::Bool(true);
+    second.retain(|item| item["id"] != "a2" && item["id"] != "a5");
+    app.api.reset().await;
+    mount_listing(&app, "alice", second).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    let mut third = items("a", "alice", 0..6);
+    third[1]["changed"] = Value::Bool(true);
+    third.retain(|item| item["id"] != "a2");
+    app.api.reset().await;
+    mount_listing(&app, "alice", third).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let sorted = |records: Vec<Value>| {
+        let mut found: Vec<(String, String)> = records
+            .iter()
+            .map(|r| {
+                (
+                    r["external_id"].as_str().expect("id").to_string(),
+                    r["last_action"].as_str().expect("last_action").to_string(),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let pairs = |expected: &[(&str, &str)]| -> Vec<(String, String)> {
+        expected
+            .iter()
+            .map(|(id, action)| (id.to_string(), action.to_string()))
+            .collect()
+    };
+
+    let all = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&include_deleted=true&limit=3",
+    )
+    .await;
+    assert_eq!(
+        sorted(all),
+        pairs(&[
+            ("a0", "added"),
+            ("a1", "updated"),
+            ("a2", "deleted"),
+            ("a3", "added"),
+            ("a4", "added"),
+            ("a5", "updated"),
+            ("b0", "added"),
+            ("b1", "added"),
+        ])
+    );
+    let by_id = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&external_id=a1&external_id=b1&external_id=a2&external_id=zz&limit=1",
+    )
+    .await;
+    // a2 is a tombstone: left out without include_deleted.
+    assert_eq!(sorted(by_id), pairs(&[("a1", "updated"), ("b1", "added")]));
+    let updated = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&last_action=updated",
+    )
+    .await;
+    assert_eq!(
+        sorted(updated),
+        pairs(&[("a1", "updated"), ("a5", "updated")])
+    );
+    let gone_or_changed = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&user_id=alice&last_action=deleted&last_action=updated&limit=1",
+    )
+    .await;
+    assert_eq!(
+        sorted(gone_or_changed.clone()),
+        pairs(&[("a1", "updated"), ("a2", "deleted"), ("a5", "updated")])
+    );
+    let tombstone = gone_or_changed
+        .iter()
+        .find(|r| r["external_id"] == "a2")
+        .expect("a2");
+    assert_eq!(tombstone["payload"], Value::Null, "{tombstone}");
+    let added = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&last_action=added&external_id=a0&external_id=a1",
+    )
+    .await;
+    assert_eq!(sorted(added), pairs(&[("a0", "added")]));
+
+    // Bad filters are problems naming them, and a cursor is bound to its filters.
+    for (query, field) in [
+        ("last_action=renamed", "last_action"),
+        ("external_id=", "external_id"),
+        ("limit=", "limit"),
+    ] {
+        let (status, problem) = served
+            .get(&format!("/v1/records?provider=acme&{query}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+    let many: String = (0..101).map(|i| format!("&external_id=x{i}")).collect();
+    let (status, problem) = served
+        .get(&format!("/v1/records?provider=acme{many}"), &key)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "external_id", "{problem}");
+    let (_, first) = served
+        .get("/v1/records?provider=acme&last_action=added&limit=1", &key)
+        .await;
+    let cursor = first["next"].as_str().expect("a next page");
+    let (status, problem) = served
+        .get(
+            &format!("/v1/records?provider=acme&last_action=updated&limit=1&cursor={cursor}"),
+            &key,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "cursor", "{problem}");
+}

@@ -117,6 +117,8 @@ pub async fn run_with(
     adapter: impl Fn(&ProviderSettings) -> Result<Box<dyn Provider>, SyncError>,
 ) -> Result<(), DaemonError> {
     let notify_secret = settings.notify_secret()?;
+    // Read before this function serves or writes anything.
+    let api_tls = settings.api_tls()?;
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
     // Checked again although `App::open` does: an embedding app may start the daemon on
     // pools of its own, and without the index concurrent runs could write duplicates.
@@ -278,7 +280,7 @@ pub async fn run_with(
     let api = match &settings.api {
         Some(api) => {
             let settings = Arc::new(settings.clone());
-            Some(crate::api::serve(api, db.clone(), settings, cancel.clone()).await?)
+            Some(crate::api::serve(api, api_tls, db.clone(), settings, cancel.clone()).await?)
         }
         None => None,
     };

@@ -66,11 +66,7 @@ mod tests {
         let db = crate::db::connect_and_migrate(&settings.database)
             .await
             .expect("migrated database");
-        let state = ApiState {
-            db: db.clone(),
-            settings: Arc::new(settings),
-            openapi: Arc::default(),
-        };
+        let state = ApiState::new(db.clone(), Arc::new(settings), Arc::default());
         let healthy = super::health(State(state.clone())).await.expect("healthy");
         assert_eq!(healthy.status, "ok");
 

@@ -291,11 +291,7 @@ pub(crate) async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ApiError::Listen { listen, source })?;
-    let state = ApiState {
-        db,
-        settings,
-        openapi: Arc::new(openapi_document()),
-    };
+    let state = ApiState::new(db, settings, Arc::new(openapi_document()));
     let app = app(api, state);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");
@@ -427,11 +423,7 @@ mod tests {
             .await
             .expect("migrated database");
         let api = settings.api.clone().expect("[api]");
-        let state = ApiState {
-            db,
-            settings: Arc::new(settings),
-            openapi: Arc::default(),
-        };
+        let state = ApiState::new(db, Arc::new(settings), Arc::default());
         let router = Router::new()
             .route(
                 "/slow",

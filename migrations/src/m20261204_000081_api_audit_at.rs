@@ -7,7 +7,7 @@ pub struct Migration;
 
 impl MigrationName for Migration {
     fn name(&self) -> &str {
-        "m20261204_000080_api_audit_at"
+        "m20261204_000081_api_audit_at"
     }
 }
 

@@ -207,6 +207,9 @@ async fn start_working(
     let (db, _) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
     let db = db.with_keyring(keyring);
     crate::db::require_key_index(&db).await?;
+    // Before anything stamps a run or takes from a request budget: both are compared
+    // with other instances' by the database's clock.
+    crate::db::follow_clock(db.main(), true).await;
     if crate::pipeline::changes::align_clock(db.main())
         .await
         .map_err(OpenError::Clock)?

@@ -164,6 +164,8 @@ listen = "127.0.0.1:8080"
 max_body_bytes = 1048576
 request_timeout = "30s"
 rate_limit = "600/minute"
+tls_cert = "tls/cert.pem"
+tls_key = "tls/key.pem"
 "#
     .to_string()
 }
@@ -391,6 +393,16 @@ fn check_config_command(text: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("config.toml");
     std::fs::write(&path, text).expect("config written");
+    // `[api] tls_cert` and `tls_key`, which check-config reads, beside the config.
+    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+        .expect("a self-signed certificate");
+    std::fs::create_dir(dir.path().join("tls")).expect("tls folder");
+    std::fs::write(dir.path().join("tls/cert.pem"), identity.cert.pem()).expect("cert");
+    std::fs::write(
+        dir.path().join("tls/key.pem"),
+        identity.signing_key.serialize_pem(),
+    )
+    .expect("key");
     let output = assert_cmd::Command::cargo_bin("tributary")
         .expect("binary built")
         .arg("--config")

@@ -28,16 +28,33 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
                 format!("query parameter {name}: must not contain NUL"),
             ));
         }
-        let deserializer =
-            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        // No parameter means anything empty; serde_html_form would read `limit=` as none.
+        if let Some((name, _)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(_, value)| value.is_empty())
+        {
+            let name = tributary_providers::quote::truncated(&name, 64);
+            return Err(Problem::invalid(
+                name.clone(),
+                format!("query parameter {name}: must not be empty; leave it out instead"),
+            ));
+        }
+        // Repeated parameters (`external_id=a&external_id=b`) fill a list.
+        let deserializer = serde_html_form::Deserializer::from_bytes(query.as_bytes());
         serde_path_to_error::deserialize(deserializer)
             .map(Query)
             .map_err(|error| {
-                let field = field_of(&error.path().to_string(), &error.inner().to_string());
-                Problem::invalid(
-                    field.clone(),
-                    format!("query parameter {field}: {}", error.inner()),
-                )
+                let path = error.path().to_string();
+                // A repeated parameter's path has the index (`last_action[1]`): the detail
+                // keeps it, the field is the parameter.
+                let field = field_of(
+                    path.split('[').next().unwrap_or_default(),
+                    &error.inner().to_string(),
+                );
+                let shown = match path.as_str() {
+                    "." => field.clone(),
+                    _ => tributary_providers::quote::truncated(&path, 64),
+                };
+                Problem::invalid(field, format!("query parameter {shown}: {}", error.inner()))
             })
     }
 }

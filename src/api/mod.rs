@@ -21,6 +21,7 @@ mod records;
 mod runs;
 mod state;
 mod syncs;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -277,9 +278,11 @@ fn layered(router: Router<ApiState>, api: &ApiSettings, state: ApiState) -> Rout
 }
 
 /// Binds `[api] listen` and serves until `shutdown` is cancelled; requests in flight are
-/// answered first (each within `request_timeout`).
+/// answered first (each within `request_timeout`). With `tls` (from
+/// [`Settings::api_tls`]) it serves HTTPS only, with the same layers and shutdown.
 pub(crate) async fn serve(
     api: &ApiSettings,
+    tls: Option<Arc<rustls::ServerConfig>>,
     db: DatabasePools,
     settings: Arc<Settings>,
     shutdown: CancellationToken,
@@ -294,11 +297,24 @@ pub(crate) async fn serve(
         openapi: Arc::new(openapi_document()),
     };
     let app = app(api, state);
-    tracing::info!(%listen, "Serving the API.");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");
+    let request_timeout = api.request_timeout;
     Ok(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+        let stopped = async move { shutdown.cancelled().await };
+        let served = match tls {
+            Some(config) => {
+                let listener = tls::TlsListener::new(listener, config, request_timeout);
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+        };
         if let Err(error) = served {
             tracing::error!(%error, "The API stopped.");
         }

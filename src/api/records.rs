@@ -19,6 +19,38 @@ use super::state::ApiState;
 use crate::ops::changes::Payload;
 use crate::ops::records::{self as ops, RecordItem, RecordPosition, RecordsQuery};
 
+/// What last happened to a record.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LastAction {
+    /// Stored once and not changed since.
+    Added,
+    /// Rewritten with new content, or restored, since first stored.
+    Updated,
+    /// Deleted at the provider: a tombstone.
+    Deleted,
+}
+
+impl From<LastAction> for ops::LastAction {
+    fn from(action: LastAction) -> ops::LastAction {
+        match action {
+            LastAction::Added => ops::LastAction::Added,
+            LastAction::Updated => ops::LastAction::Updated,
+            LastAction::Deleted => ops::LastAction::Deleted,
+        }
+    }
+}
+
+impl From<ops::LastAction> for LastAction {
+    fn from(action: ops::LastAction) -> LastAction {
+        match action {
+            ops::LastAction::Added => LastAction::Added,
+            ops::LastAction::Updated => LastAction::Updated,
+            ops::LastAction::Deleted => LastAction::Deleted,
+        }
+    }
+}
+
 /// The page size when `limit` is not given.
 const DEFAULT_LIMIT: u64 = 100;
 /// What a cursor's text starts with, naming its list and format.
@@ -37,6 +69,8 @@ pub(crate) struct Record {
     pub connection_id: Option<i64>,
     /// The record's id at the provider.
     pub external_id: String,
+    /// Whether it was added, then updated or deleted since.
+    pub last_action: LastAction,
     /// The record's JSON as the provider sent it; null for a tombstone.
     #[schema(value_type = Option<Object>)]
     pub payload: Option<Payload>,
@@ -58,6 +92,7 @@ impl From<RecordItem> for Record {
             user_id: item.user_id,
             connection_id: item.connection_id,
             external_id: item.external_id,
+            last_action: item.last_action.into(),
             payload: item.payload,
             first_seen_at: item.first_seen_at,
             changed_at: item.changed_at,
@@ -95,6 +130,14 @@ pub(crate) struct ListParams {
     modified_after: Option<String>,
     /// Also return the records deleted at the provider, as tombstones (default false).
     include_deleted: Option<bool>,
+    /// Only the records with this id at the provider; repeat it for several (at most 100).
+    #[serde(default)]
+    #[param(max_items = 100)]
+    external_id: Vec<String>,
+    /// Only the records whose last action is this; repeat it for several. `deleted`
+    /// returns tombstones whatever `include_deleted` says.
+    #[serde(default)]
+    last_action: Vec<LastAction>,
     /// The `next` of the page before.
     cursor: Option<String>,
     /// At most this many records (1 to 1000, default 100).
@@ -133,6 +176,8 @@ pub(crate) async fn list_records(
         connection_id: params.connection_id,
         modified_after,
         include_deleted: params.include_deleted.unwrap_or(false),
+        external_ids: params.external_id,
+        last_actions: params.last_action.into_iter().map(Into::into).collect(),
         after: None,
         limit: params.limit.unwrap_or(DEFAULT_LIMIT),
     };
@@ -177,6 +222,8 @@ fn filters_of(query: &RecordsQuery) -> String {
             query.connection_id,
             query.modified_after.map(|time| time.to_rfc3339()),
             query.include_deleted,
+            &query.external_ids,
+            &query.last_actions,
         )
     )
 }

@@ -13,6 +13,9 @@ use crate::db::OlderInstances;
 pub async fn run(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal();
     let settings = Settings::load_checking_environment(config)?;
+    // An unusable certificate or key stops the daemon before it migrates; `daemon::run`
+    // reads them again for the API.
+    settings.api_tls()?;
     // Refuse a second SQLite daemon before touching the database.
     let lock = crate::daemon::lock_sqlite(&settings.database.url)?;
     let extender = crate::daemon::systemd::spawn_start_extender();

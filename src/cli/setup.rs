@@ -13,6 +13,7 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
     let keyring = crate::app::load_keyring(&settings)?;
     crate::credentials::check_storable(&settings, &keyring)?;
     settings.notify_secret()?;
+    let api_tls = settings.api_tls()?;
     let connections: usize = settings
         .providers
         .values()
@@ -31,6 +32,9 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
             redact_url(notify.url.as_str()),
             notify.secret_env
         );
+    }
+    if let (Some(api), Some(_)) = (&settings.api, api_tls) {
+        println!("The API serves HTTPS on {}.", api.listen);
     }
     match keyring.current() {
         Some((id, source)) => println!("Secrets key {id} from {source}."),

@@ -1,12 +1,14 @@
 //! `[api]`: the HTTP API the daemon serves beside its work. Off when the table is absent.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use tributary_providers::bounds::{count_in, duration_in};
 
 use super::budget::BudgetWindow;
+use super::tls::{self, TlsFiles};
 
 /// The ranges of the `[api]` values.
 pub(crate) mod limits {
@@ -28,8 +30,13 @@ pub(crate) mod limits {
 #[derive(Clone, Debug)]
 pub(crate) struct ApiSettings {
     /// The address the API listens on, e.g. "127.0.0.1:8080". Bind it to loopback and put
-    /// a reverse proxy with TLS in front (docs/operations.md).
+    /// a reverse proxy with TLS in front, or set `tls_cert` and `tls_key`
+    /// (docs/operations.md).
     pub listen: SocketAddr,
+    /// `tls_cert` and `tls_key`: serve HTTPS with this PEM certificate chain and private
+    /// key, relative paths taken from config.toml's folder; plain HTTP when `None`. Read at
+    /// start only, so a renewed certificate takes a restart.
+    pub tls: Option<TlsFiles>,
     /// The largest request body; a larger one is refused with 413.
     pub max_body_bytes: usize,
     /// The longest a request may take; a slower one is answered 503.
@@ -50,6 +57,8 @@ pub(super) struct RawApiSettings {
     /// `"N/second"`, `"N/minute"`, `"N/hour"`, `"N/day"` or `"N/<duration>"` (`"100/15m"`).
     #[serde(default = "default_rate_limit")]
     rate_limit: String,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 fn default_rate_limit() -> String {
@@ -90,8 +99,11 @@ fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
-/// Checks the table; errors are `(key, message)`.
-pub(super) fn parse(raw: RawApiSettings) -> Result<ApiSettings, (String, String)> {
+/// Checks the table, taking relative paths from `config_dir`; errors are `(key, message)`.
+pub(super) fn parse(
+    raw: RawApiSettings,
+    config_dir: &Path,
+) -> Result<ApiSettings, (String, String)> {
     let listen = raw.listen.ok_or_else(|| {
         (
             "api.listen".to_string(),
@@ -107,8 +119,10 @@ pub(super) fn parse(raw: RawApiSettings) -> Result<ApiSettings, (String, String)
         .map_err(|message| ("api.request_timeout".to_string(), message))?;
     let rate_limit = parse_rate_limit(&raw.rate_limit)
         .map_err(|message| ("api.rate_limit".to_string(), message))?;
+    let tls = tls::files(raw.tls_cert, raw.tls_key, config_dir)?;
     Ok(ApiSettings {
         listen,
+        tls,
         max_body_bytes: raw.max_body_bytes,
         request_timeout: raw.request_timeout,
         rate_limit,

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
@@ -21,6 +22,7 @@ mod retention;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod tls;
 pub(crate) use api::{parse_rate_limit, ApiSettings};
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub use notify::{NotifyRuns, NotifySettings};
@@ -455,6 +457,22 @@ impl Settings {
             })
     }
 
+    /// The API's TLS configuration from `[api] tls_cert` and `tls_key` (`None` without
+    /// them or without `[api]`). A file that cannot be read, is not PEM, or a key that is
+    /// not the certificate's is refused naming the key and the file, never the key's text.
+    pub(crate) fn api_tls(&self) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
+        let Some(files) = self.api.as_ref().and_then(|api| api.tls.as_ref()) else {
+            return Ok(None);
+        };
+        tls::server_config(files)
+            .map(Some)
+            .map_err(|(key, message)| ConfigError::Invalid {
+                path: self.path.clone(),
+                key,
+                message,
+            })
+    }
+
     /// Reads and validates the file, applying `TRIBUTARY_DATABASE_URL`. The environment
     /// variables that hold secrets are not checked: a run resolves them when it starts.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
@@ -519,7 +537,7 @@ impl Settings {
         let api = match raw.api {
             Some(value) => Some(
                 deserialize_at("api", value)
-                    .and_then(api::parse)
+                    .and_then(|raw| api::parse(raw, path.parent().unwrap_or(Path::new(""))))
                     .map_err(|(key, message)| invalid(key, message))?,
             ),
             None => None,

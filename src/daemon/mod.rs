@@ -117,6 +117,8 @@ pub async fn run_with(
     adapter: impl Fn(&ProviderSettings) -> Result<Box<dyn Provider>, SyncError>,
 ) -> Result<(), DaemonError> {
     let notify_secret = settings.notify_secret()?;
+    // Read before this function serves or writes anything.
+    let api_tls = settings.api_tls()?;
     let _sqlite_lock = lock_sqlite(&settings.database.url)?;
     // Checked again although `App::open` does: an embedding app may start the daemon on
     // pools of its own, and without the index concurrent runs could write duplicates.
@@ -124,7 +126,7 @@ pub async fn run_with(
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
     // Before anything compares a time of another instance's (the sweep below does).
-    sync_clock(db.main(), true).await;
+    crate::db::follow_clock(db.main(), true).await;
     let abandoned = sweep_abandoned_runs(&db)
         .await
         .map_err(DaemonError::Abandoned)?;
@@ -145,7 +147,7 @@ pub async fn run_with(
             loop {
                 tokio::select! {
                     () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(crate::db::SYNC_CLOCK_EVERY) => sync_clock(&db, false).await,
+                    () = tokio::time::sleep(crate::db::SYNC_CLOCK_EVERY) => crate::db::follow_clock(&db, false).await,
                 }
             }
         }
@@ -278,7 +280,7 @@ pub async fn run_with(
     let api = match &settings.api {
         Some(api) => {
             let settings = Arc::new(settings.clone());
-            Some(crate::api::serve(api, db.clone(), settings, cancel.clone()).await?)
+            Some(crate::api::serve(api, api_tls, db.clone(), settings, cancel.clone()).await?)
         }
         None => None,
     };
@@ -321,21 +323,6 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Measures this machine's clock against the database's, which leases, heartbeats and
-/// due times follow (`db::clock`); `warn`: says so when they are a second or more apart.
-async fn sync_clock(db: &sea_orm::DatabaseConnection, warn: bool) {
-    match crate::db::sync_clock(db).await {
-        Ok(offset) if warn && offset.abs() >= chrono::TimeDelta::seconds(1) => tracing::warn!(
-            offset_ms = offset.num_milliseconds(),
-            "This machine's clock is off the database's; leases, heartbeats and due times follow the database's."
-        ),
-        Ok(offset) => tracing::debug!(offset_ms = offset.num_milliseconds(), "Database clock read."),
-        Err(error) => {
-            tracing::warn!(%error, "Reading the database's clock failed; keeping the last offset.")
-        }
-    }
-}
-
 /// Schedules the sweeps: the change feed's expired changes, and the expired processed
 /// keys when an append-only provider exists.
 async fn schedule_sweeps(
@@ -374,7 +361,7 @@ async fn schedule_sweeps(
                 if let Err(error) = swept.await {
                     tracing::warn!(%error, "Sweeping expired changes failed.");
                 }
-                let before = chrono::Utc::now()
+                let before = crate::db::now()
                     .checked_sub_signed(chrono::TimeDelta::from_std(keep_jobs).unwrap_or_default())
                     .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
                 match crate::jobs::sweep_finished(&db, before).await {

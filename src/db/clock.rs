@@ -2,9 +2,9 @@
 //!
 //! Leases, heartbeats and due times are compared across instances, so an instance whose
 //! own clock is off (a daemon half a minute ahead) would take a lease it thinks expired
-//! while its holder still renews it, or claim jobs before they are due. A daemon measures
-//! its offset from the database's clock ([`sync_clock`]) when it starts and every
-//! [`SYNC_CLOCK_EVERY`]; [`now`] is this machine's clock corrected by it. SQLite needs no
+//! while its holder still renews it, or claim jobs before they are due. A process that syncs
+//! measures its offset from the database's clock ([`sync_clock`]) when it starts, and a
+//! daemon again every [`SYNC_CLOCK_EVERY`]; [`now`] is this machine's clock corrected by it. SQLite needs no
 //! correction: its file is on this machine, whose clock every process opening it shares.
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -59,4 +59,19 @@ pub async fn sync_clock(db: &DatabaseConnection) -> Result<TimeDelta, DbErr> {
     let offset = database.saturating_sub(local);
     OFFSET_MICROS.store(offset, Ordering::Relaxed);
     Ok(TimeDelta::microseconds(offset))
+}
+
+/// Measures this machine's clock against the database's, which leases, heartbeats and
+/// due times follow (`db::clock`); `warn`: says so when they are a second or more apart.
+pub(crate) async fn follow_clock(db: &DatabaseConnection, warn: bool) {
+    match sync_clock(db).await {
+        Ok(offset) if warn && offset.abs() >= TimeDelta::seconds(1) => tracing::warn!(
+            offset_ms = offset.num_milliseconds(),
+            "This machine's clock is off the database's; leases, heartbeats and due times follow the database's."
+        ),
+        Ok(offset) => tracing::debug!(offset_ms = offset.num_milliseconds(), "Database clock read."),
+        Err(error) => {
+            tracing::warn!(%error, "Reading the database's clock failed; keeping the last offset.")
+        }
+    }
 }

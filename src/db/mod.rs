@@ -21,6 +21,7 @@ mod readers;
 mod schema;
 mod wal_checkpoints;
 
+pub(crate) use clock::follow_clock;
 pub(crate) use clock::SYNC_CLOCK_EVERY;
 pub use clock::{now, sync_clock};
 pub(crate) use instances::stale_before;

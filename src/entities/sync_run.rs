@@ -42,6 +42,11 @@ pub struct Model {
     pub error: Option<String>,
     /// For a `deferred` run: when the spent request budget reopens and it may resume.
     pub resume_at: Option<DateTimeUtc>,
+    /// While running: no record this run has yet to commit is stamped earlier (its start,
+    /// then each committed page's time). The records list reads below it. Internal: not
+    /// shown with the run.
+    #[serde(skip)]
+    pub stamps_from: Option<DateTimeUtc>,
 }
 
 /// What started a run.

@@ -521,7 +521,7 @@ pub(crate) async fn change(
         .await?
         .ok_or_else(|| not_found(&target))?;
     let paused_at = row.paused_at;
-    let now = Utc::now();
+    let now = crate::db::now();
     let mut active: connection::ActiveModel = row.into();
     if let Some(enabled) = change.enabled {
         active.enabled = Set(enabled);
@@ -556,7 +556,7 @@ pub async fn set_enabled(
     let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
     let mut active: connection::ActiveModel = row.into();
     active.enabled = Set(enabled);
-    active.updated_at = Set(Utc::now());
+    active.updated_at = Set(crate::db::now());
     active.update(db).await?;
     Ok(())
 }
@@ -573,7 +573,7 @@ pub async fn set_paused(
     if row.paused_at.is_some() == paused {
         return Ok(false);
     }
-    let now = Utc::now();
+    let now = crate::db::now();
     let mut active: connection::ActiveModel = row.into();
     active.paused_at = Set(paused.then_some(now));
     active.updated_at = Set(now);
@@ -598,7 +598,7 @@ pub async fn set_schedule(
     let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
     let mut active: connection::ActiveModel = row.into();
     active.schedule = Set(schedule.map(str::to_string));
-    active.updated_at = Set(Utc::now());
+    active.updated_at = Set(crate::db::now());
     active.update(db).await?;
     Ok(())
 }
@@ -654,7 +654,7 @@ async fn write_stream_schedule(
     use sea_orm::sea_query::OnConflict;
     match schedule {
         Some(expression) => {
-            let now = Utc::now();
+            let now = crate::db::now();
             stream_schedule::Entity::insert(stream_schedule::ActiveModel {
                 connection_id: Set(connection_id),
                 stream: Set(stream.to_string()),

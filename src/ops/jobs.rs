@@ -90,7 +90,7 @@ pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<Job
     if query.deferred {
         select = select
             .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-            .filter(sync_job::Column::NotBefore.gt(chrono::Utc::now()));
+            .filter(sync_job::Column::NotBefore.gt(crate::db::now()));
     }
     if query.provider.is_some() || query.user_id.is_some() {
         let mut connections = sea_orm::sea_query::Query::select()
@@ -206,7 +206,7 @@ pub(crate) async fn next_due(
     db: &DatabaseConnection,
     settings: &crate::config::Settings,
 ) -> Result<Vec<NextDue>, OpsError> {
-    let now = chrono::Utc::now();
+    let now = crate::db::now();
     // One grouped count for every connection, not a query per connection.
     let queued_by_connection: HashMap<i64, u64> = sync_job::Entity::find()
         .select_only()

@@ -73,7 +73,7 @@ pub(crate) async fn redeliver(
     // both move the row.
     let changed = notification_delivery::Entity::update_many()
         .col_expr(Column::Status, Expr::value(DeliveryStatus::Pending))
-        .col_expr(Column::NextAttemptAt, Expr::value(Utc::now()))
+        .col_expr(Column::NextAttemptAt, Expr::value(crate::db::now()))
         .col_expr(
             Column::DeliveredAt,
             Expr::value(None::<chrono::DateTime<Utc>>),

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
     QuerySelect,
 };
 use serde::Serialize;
@@ -14,10 +14,26 @@ use serde_json::value::RawValue;
 use super::changes::Payload;
 use super::{check_limit, OpsError, Page};
 use crate::config::{Settings, StreamSettings};
-use crate::entities::{connection, record};
+use crate::entities::sync_run::RunStatus;
+use crate::entities::{connection, record, sync_run};
 
 /// The largest page of records.
 pub const MAX_LIMIT: u64 = 1_000;
+
+/// The most external ids one query may name.
+pub const MAX_IDS: usize = 100;
+
+/// What last happened to a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LastAction {
+    /// Stored once and not changed since.
+    Added,
+    /// Rewritten with new content, or restored, since it was first stored.
+    Updated,
+    /// Deleted at the provider: a tombstone.
+    Deleted,
+}
 
 /// Which records to read. The stream is resolved through config.toml: `provider` (or the
 /// provider of `connection_id`) must be one it has.
@@ -34,6 +50,11 @@ pub struct RecordsQuery {
     pub modified_after: Option<DateTime<Utc>>,
     /// Also the records marked deleted, as tombstones (no payload).
     pub include_deleted: bool,
+    /// Only the records with these external ids (at most [`MAX_IDS`]); all when empty.
+    pub external_ids: Vec<String>,
+    /// Only the records whose last action is one of these (tombstones too when
+    /// [`LastAction::Deleted`] is), whatever `include_deleted` says; all when empty.
+    pub last_actions: Vec<LastAction>,
     /// Only records after this position (the `next` of the page before).
     pub after: Option<RecordPosition>,
     /// At most this many records (1 to [`MAX_LIMIT`]).
@@ -60,6 +81,7 @@ pub struct RecordItem {
     /// The connection of `user_id` at `provider`; `None` once it was removed.
     pub connection_id: Option<i64>,
     pub external_id: String,
+    pub last_action: LastAction,
     /// The record's JSON as the API sent it; `None` for a tombstone.
     pub payload: Option<Payload>,
     /// When tributary first stored it.
@@ -119,12 +141,25 @@ pub async fn list(
     if let Some(user_id) = &scope.user_id {
         select = select.filter(record::Column::UserId.eq(user_id.as_str()));
     }
-    if !query.include_deleted {
+    if let Some(ids) = external_ids(query)? {
+        select = select.filter(record::Column::ExternalId.is_in(ids));
+    }
+    if !query.last_actions.is_empty() {
+        select = select.filter(
+            query
+                .last_actions
+                .iter()
+                .fold(Condition::any(), |any, action| any.add(last_was(*action))),
+        );
+    } else if !query.include_deleted {
         select = select.filter(record::Column::DeletedAt.is_null());
     }
     if let Some(instant) = query.modified_after {
         select = select.filter(record::Column::UpdatedAt.gt(instant));
     }
+    // Only what no transaction can still commit below: a page stamped before the last row
+    // returned but committed after it would be behind the reader's cursor for good.
+    select = select.filter(record::Column::UpdatedAt.lt(settled_before(db, &scope).await?));
     if let Some(after) = query.after {
         // The first bound alone starts the index range at the position; the second
         // leaves out the rows of that instant up to and including its id.
@@ -149,6 +184,61 @@ pub async fn list(
     Ok(Page::from_rows(items, limit, |item: &RecordItem| {
         item.position
     }))
+}
+
+/// The change time below which every record of `scope` that will ever be stamped is
+/// committed: now, or the earliest a running run of its provider (and user) can still
+/// stamp, if earlier. A run's pages are stamped after its previous page committed, which
+/// recorded its time as the run's `stamps_from`; a stalled run's late commit is refused
+/// by its fence once another process marked it ended.
+async fn settled_before(db: &DatabaseConnection, scope: &Scope) -> Result<DateTime<Utc>, DbErr> {
+    let mut running = sync_run::Entity::find()
+        .select_only()
+        .columns([sync_run::Column::StampsFrom, sync_run::Column::StartedAt])
+        .filter(sync_run::Column::Status.eq(RunStatus::Running))
+        .filter(sync_run::Column::Provider.eq(scope.provider.as_str()));
+    if let Some(user_id) = &scope.user_id {
+        running = running.filter(sync_run::Column::UserId.eq(user_id.as_str()));
+    }
+    let runs: Vec<(Option<DateTime<Utc>>, DateTime<Utc>)> = running.into_tuple().all(db).await?;
+    Ok(runs
+        .into_iter()
+        // A run of an older release does not say: its start is earlier still.
+        .map(|(stamps_from, started_at)| stamps_from.unwrap_or(started_at))
+        .fold(crate::db::now(), Ord::min))
+}
+
+/// The ids `query` names, checked; `None` when it names none.
+fn external_ids(query: &RecordsQuery) -> Result<Option<&[String]>, OpsError> {
+    let invalid = |message: String| OpsError::Invalid {
+        field: "external_id",
+        message,
+    };
+    if query.external_ids.len() > MAX_IDS {
+        return Err(invalid(format!(
+            "at most {MAX_IDS} external ids at once, got {}",
+            query.external_ids.len()
+        )));
+    }
+    if query.external_ids.iter().any(String::is_empty) {
+        return Err(invalid("an external id must not be empty".into()));
+    }
+    Ok((!query.external_ids.is_empty()).then_some(query.external_ids.as_slice()))
+}
+
+/// The rows whose last action was `action`. A record is stored with the same change
+/// time as its creation; any later change moves only the change time.
+fn last_was(action: LastAction) -> Condition {
+    let live = record::Column::DeletedAt.is_null();
+    let (created, changed) = (
+        Expr::col((record::Entity, record::Column::CreatedAt)),
+        Expr::col((record::Entity, record::Column::UpdatedAt)),
+    );
+    match action {
+        LastAction::Added => Condition::all().add(live).add(changed.eq(created)),
+        LastAction::Updated => Condition::all().add(live).add(changed.ne(created)),
+        LastAction::Deleted => Condition::all().add(record::Column::DeletedAt.is_not_null()),
+    }
 }
 
 /// This database's id, to bind the list's cursors to it.
@@ -244,7 +334,13 @@ fn item(scope: &Scope, row: Row) -> RecordItem {
             Err(_) => Payload::Text(row.payload),
         }),
     };
+    let last_action = match (deleted, row.updated_at == row.created_at) {
+        (true, _) => LastAction::Deleted,
+        (false, true) => LastAction::Added,
+        (false, false) => LastAction::Updated,
+    };
     RecordItem {
+        last_action,
         position: RecordPosition {
             changed_at: row.updated_at,
             id: row.id,

@@ -28,7 +28,7 @@ pub async fn now(
     let holder = Holder::current();
     let mut jobs = Vec::with_capacity(matching.len());
     for (connection, _) in matching {
-        let job = manual_job(&connection, filter, options.full, chrono::Utc::now());
+        let job = manual_job(&connection, filter, options.full, crate::db::now());
         let id = crate::jobs::insert_claimed(db, &job, holder.as_str()).await?;
         jobs.push((connection, id));
     }
@@ -58,7 +58,7 @@ pub(crate) async fn queue(
     let matching = crate::sync::matching_connections(db, settings, filter).await?;
     let mut queued = Vec::with_capacity(matching.len());
     for (connection, _) in matching {
-        let job = manual_job(&connection, filter, full, chrono::Utc::now());
+        let job = manual_job(&connection, filter, full, crate::db::now());
         let job_id = crate::jobs::insert_queued(db, &job).await?;
         queued.push(Queued {
             job_id,
@@ -122,7 +122,7 @@ pub(crate) async fn queue_connection(
         user_id: Some(row.user_id.clone()),
         stream: stream.map(str::to_string),
     };
-    let job = manual_job(&row, &filter, full, chrono::Utc::now());
+    let job = manual_job(&row, &filter, full, crate::db::now());
     let job_id = crate::jobs::insert_queued(db, &job).await?;
     Ok(Queued {
         job_id,

@@ -117,7 +117,8 @@ impl TableBudget {
     }
 
     async fn take_all(&self) -> Result<Result<(), BudgetRefusal>, DbErr> {
-        let windows = self.windows_at(Utc::now());
+        // The database's clock, so that every instance counts in the same window.
+        let windows = self.windows_at(crate::db::now());
         for (index, at) in windows.iter().enumerate() {
             if self.take_one(at).await? {
                 continue;
@@ -260,7 +261,7 @@ impl RequestBudget for TableBudget {
         let Some(scope) = self.learns_into.and_then(|index| self.scopes.get(index)) else {
             return;
         };
-        let now = Utc::now().timestamp();
+        let now = crate::db::now().timestamp();
         for (window, reported) in scope.windows.iter().zip(reported) {
             let (start, end) = window_around(now, window.period_seconds());
             let at = WindowAt {

@@ -245,7 +245,7 @@ impl Refresh {
 
     /// One conditional `UPDATE`: the claim is ours when the row had none or an expired one.
     async fn try_claim(&self) -> Result<bool, DbErr> {
-        let now = Utc::now();
+        let now = crate::db::now();
         let ttl = chrono::Duration::from_std(CLAIM_TTL).unwrap_or(chrono::Duration::zero());
         let until = now.checked_add_signed(ttl).unwrap_or(now);
         let free = Condition::any()
@@ -338,7 +338,7 @@ impl Refresh {
         let written = self
             .ending_our_claim()
             .col_expr(connection::Column::Credentials, Expr::value(column))
-            .col_expr(connection::Column::UpdatedAt, Expr::value(Utc::now()))
+            .col_expr(connection::Column::UpdatedAt, Expr::value(crate::db::now()))
             .exec(&txn)
             .await?
             .rows_affected;

@@ -127,7 +127,7 @@ async fn delete_namespace(
         .exec(txn)
         .await?
         .rows_affected;
-    close_batch(txn, &batch, recorded, Utc::now()).await?;
+    close_batch(txn, &batch, recorded, crate::db::now()).await?;
     Ok(deleted)
 }
 
@@ -156,7 +156,7 @@ pub async fn delete_duplicates(
     for chunk in row_ids.chunks(REMOVAL_CHUNK as usize) {
         deleted += delete_records_by_id(txn, chunk).await?;
     }
-    close_batch(txn, &batch, recorded, Utc::now()).await?;
+    close_batch(txn, &batch, recorded, crate::db::now()).await?;
     Ok(deleted)
 }
 

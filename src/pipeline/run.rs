@@ -245,6 +245,7 @@ async fn start_run(
         started_at: Set(now),
         finished_at: Set(None),
         heartbeat_at: Set(now),
+        stamps_from: Set(Some(now)),
         pages_fetched: Set(0),
         records_fetched: Set(0),
         records_inserted: Set(0),

@@ -577,3 +577,80 @@ async fn a_daemons_deferred_run_goes_on_as_a_queued_job_when_its_window_reopens(
         assert!(next.not_before >= Some(resume_at), "{next:?}");
     }
 }
+
+#[tokio::test]
+async fn a_sync_whose_clock_is_30_s_ahead_counts_in_the_databases_window_and_stamps_its_time() {
+    use crate::helpers::{backend, Backend};
+    if backend() == Backend::Sqlite {
+        // SQLite's clock is this machine's: there is no other clock to follow.
+        return;
+    }
+    let libfaketime = crate::queue_faults::libfaketime();
+    let app = spawn_app().await;
+    let api = LimitedApi::new(2, 100);
+    api.mount(&app).await;
+    let budget = "app = [{ requests = 100, per = \"10s\" }]";
+    let config = app.write_config(&provider(&app, &["alice"], budget, "0s"));
+
+    let sync = run(tributary(&config)
+        .args(["sync", "--quiet"])
+        .env("LD_PRELOAD", &libfaketime)
+        .env("FAKETIME", "+30s"));
+    let end = Utc::now();
+
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    assert_eq!(api.total(), 2, "both pages fetched");
+    let backend = app.db.get_database_backend();
+    let windows = app
+        .db
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT window_start FROM rate_budgets",
+        ))
+        .await
+        .expect("rate_budgets read");
+    assert!(!windows.is_empty(), "the budget was taken from");
+    for window in &windows {
+        let start: i64 = window.try_get("", "window_start").expect("window_start");
+        assert!(
+            start <= end.timestamp(),
+            "the window is the database's, not 30 s ahead: starts {start}, now {}",
+            end.timestamp()
+        );
+    }
+    let runs = crate::daemon::runs_of(&app, "alice").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(
+        runs[0].started_at <= end && runs[0].finished_at.is_some_and(|at| at <= end),
+        "the run is stamped by the database's clock: {:?}, now {end}",
+        runs[0]
+    );
+}
+
+#[tokio::test]
+async fn a_sync_queued_by_a_clock_30_s_ahead_is_due_by_the_databases_clock() {
+    use crate::helpers::{backend, Backend};
+    use sea_orm::EntityTrait;
+    use tributary::entities::sync_job;
+    if backend() == Backend::Sqlite {
+        return;
+    }
+    let libfaketime = crate::queue_faults::libfaketime();
+    let app = spawn_app().await;
+    let config = app.write_config(&provider(&app, &["alice"], "", "0s"));
+
+    let queued = run(tributary(&config)
+        .args(["sync", "--queue"])
+        .env("LD_PRELOAD", &libfaketime)
+        .env("FAKETIME", "+30s"));
+    let end = Utc::now();
+
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    let jobs = sync_job::Entity::find().all(&app.db).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert!(
+        jobs[0].not_before.is_some_and(|due| due <= end),
+        "due now by the database's clock, not in 30 s: {:?}, now {end}",
+        jobs[0]
+    );
+}

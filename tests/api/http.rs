@@ -42,10 +42,53 @@ impl Served {
         name: &str,
         edit: impl FnOnce(String) -> String,
     ) -> Served {
+        Served::launch(app, providers, name, edit, None).await
+    }
+
+    /// [`Served::start`] over HTTPS: `[api] tls_cert` and `tls_key` name `cert.pem` and
+    /// `key.pem`, written beside the config from `identity` and given as paths relative to
+    /// it; the client trusts that certificate alone.
+    pub(crate) async fn start_https(
+        app: &TestApp,
+        providers: &str,
+        identity: &rcgen::CertifiedKey<rcgen::KeyPair>,
+    ) -> Served {
+        Served::launch(app, providers, "daemon", |text| text, Some(identity)).await
+    }
+
+    async fn launch(
+        app: &TestApp,
+        providers: &str,
+        name: &str,
+        edit: impl FnOnce(String) -> String,
+        tls: Option<&rcgen::CertifiedKey<rcgen::KeyPair>>,
+    ) -> Served {
         let port = free_port();
         let config = app.dir.path().join(format!("{name}.toml"));
+        let (scheme, tls_keys, client) = match tls {
+            Some(identity) => {
+                let cert = identity.cert.pem();
+                std::fs::write(app.dir.path().join("cert.pem"), &cert).expect("cert written");
+                std::fs::write(
+                    app.dir.path().join("key.pem"),
+                    identity.signing_key.serialize_pem(),
+                )
+                .expect("key written");
+                let trusted = reqwest::Certificate::from_pem(cert.as_bytes()).expect("PEM");
+                let client = reqwest::Client::builder()
+                    .tls_certs_only([trusted])
+                    .build()
+                    .expect("client");
+                (
+                    "https",
+                    "tls_cert = \"cert.pem\"\ntls_key = \"key.pem\"\n",
+                    client,
+                )
+            }
+            None => ("http", "", reqwest::Client::new()),
+        };
         let text = app.config_text(&format!(
-            "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{providers}",
+            "{}[api]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 1024\n{tls_keys}{providers}",
             daemon_table(None)
         ));
         std::fs::write(&config, edit(text)).expect("config written");
@@ -58,8 +101,8 @@ impl Served {
         let served = Served {
             daemon,
             config,
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
+            base: format!("{scheme}://127.0.0.1:{port}"),
+            client,
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {

@@ -437,3 +437,274 @@ async fn bad_parameters_foreign_cursors_and_a_missing_scope_are_problems_naming_
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// Syncs `user`'s connection alone.
+async fn sync_user(db: tributary::db::DatabasePools, settings: Settings, user: &str) -> RunStatus {
+    let filter = tributary::sync::SyncFilter {
+        user_id: Some(user.to_string()),
+        ..tributary::sync::SyncFilter::default()
+    };
+    let outcomes = tributary::sync::sync_matching(
+        &db,
+        &settings,
+        &filter,
+        &tributary::pipeline::RunOptions::manual(),
+        &tributary::pipeline::NoProgress,
+    )
+    .await
+    .expect("runs recorded")
+    .outcomes;
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    outcomes[0].status
+}
+
+/// The records changed after `since` (all of them without), read to the end.
+async fn poll(served: &Served, key: &str, since: Option<&str>) -> Vec<Value> {
+    let path = match since {
+        Some(since) => format!(
+            "/v1/records?provider=acme&limit=100&modified_after={}",
+            since.replace('+', "%2B")
+        ),
+        None => "/v1/records?provider=acme&limit=100".to_string(),
+    };
+    walk(served, key, &path).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_stamped_before_a_readers_position_but_committed_after_it_is_not_skipped() {
+    use crate::helpers::{backend, Backend};
+    use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
+    use tributary::entities::sync_run;
+    if backend() == Backend::Sqlite {
+        // A page takes SQLite's one write lock before it is stamped: stamps follow commits.
+        return;
+    }
+    let app = spawn_app().await;
+    let providers = acme(&app, "");
+    let settings = app.settings(&providers).await;
+    mount_listing(&app, "alice", items("a", "alice", 0..3)).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..3)).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let baseline = poll(&served, &key, None).await;
+    assert_eq!(baseline.len(), 6, "{baseline:?}");
+    let mut since = baseline
+        .iter()
+        .filter_map(|r| r["changed_at"].as_str())
+        .max()
+        .expect("changed_at")
+        .to_string();
+
+    // alice's a0 changes, in a page that is stamped, then held before its commit (the
+    // test locks the run's row, which a page locks first) while bob's b0 changes and
+    // commits later stamps.
+    let changed = |prefix: &str, owner: &str| {
+        let mut listing = items(prefix, owner, 0..3);
+        listing[0]["changed"] = Value::Bool(true);
+        listing
+    };
+    app.api.reset().await;
+    wiremock::Mock::given(wiremock::matchers::path("/v1/items"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(
+                    serde_json::json!({"data": changed("a", "alice"), "next_cursor": null}),
+                )
+                .set_delay(Duration::from_secs(2)),
+        )
+        .mount(&app.api)
+        .await;
+    mount_listing(&app, "bob", changed("b", "bob")).await;
+    let alice = tokio::spawn(sync_user(app.db.clone(), settings.clone(), "alice"));
+    // Found well within the listing's 2 s, before the page is stamped.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let run = loop {
+        let running = sync_run::Entity::find()
+            .filter(sync_run::Column::UserId.eq("alice"))
+            .filter(sync_run::Column::Status.eq(RunStatus::Running))
+            .one(&app.db)
+            .await
+            .unwrap();
+        if let Some(run) = running {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "alice's run started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let hold = app.db.begin().await.unwrap();
+    hold.execute_unprepared(&format!(
+        "SELECT id FROM sync_runs WHERE id = {} FOR UPDATE",
+        run.id
+    ))
+    .await
+    .unwrap();
+    // The listing answers after 2 s; the page is then stamped and waits for the row.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!alice.is_finished(), "alice's page waits for its run's row");
+    assert_eq!(
+        sync_user(app.db.clone(), settings.clone(), "bob").await,
+        RunStatus::Succeeded
+    );
+
+    // The app polls what changed since its last poll, then again once alice's page is in.
+    let mut read = poll(&served, &key, Some(&since)).await;
+    if let Some(latest) = read.iter().filter_map(|r| r["changed_at"].as_str()).max() {
+        since = latest.to_string();
+    }
+    hold.commit().await.unwrap();
+    assert_eq!(alice.await.unwrap(), RunStatus::Succeeded);
+    read.extend(poll(&served, &key, Some(&since)).await);
+
+    let changed_ids: BTreeSet<String> = read
+        .iter()
+        .filter(|r| r["payload"]["changed"] == true)
+        .map(|r| r["external_id"].as_str().expect("external_id").to_string())
+        .collect();
+    assert_eq!(
+        changed_ids,
+        BTreeSet::from(["a0".to_string(), "b0".to_string()]),
+        "both changes reach the app: {read:?}"
+    );
+}
+
+#[tokio::test]
+async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "track_deletes = true");
+    let settings = app.settings(&providers).await;
+    mount_listing(&app, "alice", items("a", "alice", 0..6)).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    // a1 changes, a2 is gone (deleted), a5 is gone then back (restored: updated).
+    let mut second = items("a", "alice", 0..6);
+    second[1]["changed"] = Value::Bool(true);
+    second.retain(|item| item["id"] != "a2" && item["id"] != "a5");
+    app.api.reset().await;
+    mount_listing(&app, "alice", second).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    let mut third = items("a", "alice", 0..6);
+    third[1]["changed"] = Value::Bool(true);
+    third.retain(|item| item["id"] != "a2");
+    app.api.reset().await;
+    mount_listing(&app, "alice", third).await;
+    mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let sorted = |records: Vec<Value>| {
+        let mut found: Vec<(String, String)> = records
+            .iter()
+            .map(|r| {
+                (
+                    r["external_id"].as_str().expect("id").to_string(),
+                    r["last_action"].as_str().expect("last_action").to_string(),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let pairs = |expected: &[(&str, &str)]| -> Vec<(String, String)> {
+        expected
+            .iter()
+            .map(|(id, action)| (id.to_string(), action.to_string()))
+            .collect()
+    };
+
+    let all = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&include_deleted=true&limit=3",
+    )
+    .await;
+    assert_eq!(
+        sorted(all),
+        pairs(&[
+            ("a0", "added"),
+            ("a1", "updated"),
+            ("a2", "deleted"),
+            ("a3", "added"),
+            ("a4", "added"),
+            ("a5", "updated"),
+            ("b0", "added"),
+            ("b1", "added"),
+        ])
+    );
+    let by_id = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&external_id=a1&external_id=b1&external_id=a2&external_id=zz&limit=1",
+    )
+    .await;
+    // a2 is a tombstone: left out without include_deleted.
+    assert_eq!(sorted(by_id), pairs(&[("a1", "updated"), ("b1", "added")]));
+    let updated = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&last_action=updated",
+    )
+    .await;
+    assert_eq!(
+        sorted(updated),
+        pairs(&[("a1", "updated"), ("a5", "updated")])
+    );
+    let gone_or_changed = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&user_id=alice&last_action=deleted&last_action=updated&limit=1",
+    )
+    .await;
+    assert_eq!(
+        sorted(gone_or_changed.clone()),
+        pairs(&[("a1", "updated"), ("a2", "deleted"), ("a5", "updated")])
+    );
+    let tombstone = gone_or_changed
+        .iter()
+        .find(|r| r["external_id"] == "a2")
+        .expect("a2");
+    assert_eq!(tombstone["payload"], Value::Null, "{tombstone}");
+    let added = walk(
+        &served,
+        &key,
+        "/v1/records?provider=acme&last_action=added&external_id=a0&external_id=a1",
+    )
+    .await;
+    assert_eq!(sorted(added), pairs(&[("a0", "added")]));
+
+    // Bad filters are problems naming them, and a cursor is bound to its filters.
+    for (query, field) in [
+        ("last_action=renamed", "last_action"),
+        ("external_id=", "external_id"),
+        ("limit=", "limit"),
+    ] {
+        let (status, problem) = served
+            .get(&format!("/v1/records?provider=acme&{query}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+    let many: String = (0..101).map(|i| format!("&external_id=x{i}")).collect();
+    let (status, problem) = served
+        .get(&format!("/v1/records?provider=acme{many}"), &key)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "external_id", "{problem}");
+    let (_, first) = served
+        .get("/v1/records?provider=acme&last_action=added&limit=1", &key)
+        .await;
+    let cursor = first["next"].as_str().expect("a next page");
+    let (status, problem) = served
+        .get(
+            &format!("/v1/records?provider=acme&last_action=updated&limit=1&cursor={cursor}"),
+            &key,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "cursor", "{problem}");
+}

@@ -26,6 +26,7 @@ mod http;
 mod http_feed;
 mod http_records;
 mod http_syncs;
+mod http_tls;
 mod http_write;
 mod keying;
 mod leases;

@@ -317,7 +317,7 @@ async fn three_daemons_under_load_run_each_slot_of_each_connection_once() {
 /// libfaketime, which fakes the clock of the process it is preloaded into (Debian package
 /// `faketime`; `TRIBUTARY_TEST_LIBFAKETIME` names another path). Fails, never skips, when
 /// it is missing: the clock-skew test would otherwise pass without testing anything.
-fn libfaketime() -> String {
+pub(crate) fn libfaketime() -> String {
     let path = std::env::var("TRIBUTARY_TEST_LIBFAKETIME").unwrap_or_else(|_| {
         format!(
             "/usr/lib/{}-linux-gnu/faketime/libfaketime.so.1",

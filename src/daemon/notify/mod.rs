@@ -104,7 +104,7 @@ impl Notifier {
     /// Sends every delivery due now that heads its connection's queue, a few at a time.
     /// Once `cancel` fires no attempt starts; those in flight finish.
     pub async fn deliver_due(&self, cancel: &CancellationToken) -> Result<DeliveryPass, DbErr> {
-        let due = claim::due(&self.db, Utc::now(), PASS_SIZE).await?;
+        let due = claim::due(&self.db, crate::db::now(), PASS_SIZE).await?;
         let results: Vec<Result<Attempted, DbErr>> = futures::stream::iter(due)
             .take_while(|_| std::future::ready(!cancel.is_cancelled()))
             .map(|delivery| self.attempt(delivery))
@@ -168,7 +168,7 @@ impl Notifier {
         if room == 0 {
             return Ok(());
         }
-        let due = claim::due(&self.db, Utc::now(), PASS_SIZE).await?;
+        let due = claim::due(&self.db, crate::db::now(), PASS_SIZE).await?;
         let mut started = 0;
         for delivery in due {
             let connection = connection_of(&delivery);
@@ -190,13 +190,13 @@ impl Notifier {
 
     /// One attempt at `delivery`: claim it, POST it, record the answer.
     async fn attempt(&self, delivery: Delivery) -> Result<Attempted, DbErr> {
-        let now = Utc::now();
+        let now = crate::db::now();
         let until = later(now, self.settings.timeout.saturating_add(CLAIM_MARGIN));
         let Some(attempt) = claim::claim(&self.db, &delivery, now, until).await? else {
             return Ok(Attempted::Contended);
         };
         let sent = send::post(&self.client, &self.settings, &self.secret, &delivery).await;
-        let finished = Utc::now();
+        let finished = crate::db::now();
         let (settle, attempted) = match sent {
             Ok(()) => (Settle::Delivered { at: finished }, Attempted::Delivered),
             Err(error) => self.after_failure(&delivery, attempt, finished, error),

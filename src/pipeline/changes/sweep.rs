@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -40,7 +39,7 @@ pub async fn sweep_expired_changes(
     // nothing.
     let Some(cutoff) = chrono::Duration::from_std(retention)
         .ok()
-        .and_then(|retention| Utc::now().checked_sub_signed(retention))
+        .and_then(|retention| crate::db::now().checked_sub_signed(retention))
     else {
         return Ok(SweptChanges::default());
     };

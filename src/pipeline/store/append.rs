@@ -136,7 +136,7 @@ async fn processed_keys(
 /// Deletes the keys whose retention has passed; returns how many.
 pub async fn sweep_expired_keys(db: &DatabaseConnection) -> Result<u64, DbErr> {
     let deleted = processed_key::Entity::delete_many()
-        .filter(processed_key::Column::ExpiresAt.lte(Utc::now()))
+        .filter(processed_key::Column::ExpiresAt.lte(crate::db::now()))
         .exec(db)
         .await?
         .rows_affected;

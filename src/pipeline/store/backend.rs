@@ -421,7 +421,7 @@ pub struct PageBookkeeping<'a> {
 }
 
 impl PageBookkeeping<'_> {
-    /// `UPDATE sync_runs SET <counters>, heartbeat_at WHERE id = run_id`.
+    /// `UPDATE sync_runs SET <counters>, heartbeat_at, stamps_from WHERE id = run_id`.
     pub(crate) fn counts_update(&self) -> UpdateStatement {
         Query::update()
             .table(sync_run::Entity)
@@ -451,10 +451,12 @@ impl PageBookkeeping<'_> {
     }
 
     /// The run's columns a page sets, in [`counter_columns`] order: its counters, then
-    /// its heartbeat.
+    /// its heartbeat and `stamps_from`.
     pub(crate) fn counter_values(&self) -> Vec<(sync_run::Column, Value)> {
         let mut values = counter_columns(self.counts).to_vec();
         values.push((sync_run::Column::HeartbeatAt, self.now.into()));
+        // The run's next page is stamped after this one commits, so no later.
+        values.push((sync_run::Column::StampsFrom, Some(self.now).into()));
         values
     }
 }

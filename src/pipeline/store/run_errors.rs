@@ -36,7 +36,7 @@ pub async fn record_page_error(
         message: message.into(),
         payload: body.to_string(),
     }];
-    let now = Utc::now();
+    let now = crate::db::now();
     let txn = begin_page_transaction(db).await?;
     let (run_id, fence) = (context.run_id, context.lease);
     if let Err(unheld) = fence::hold(&txn, run_id, context.connection.id, fence, now).await? {

@@ -1,5 +1,5 @@
-//! Retention: deletes the history older than `[retention]` from `sync_runs`, `run_errors`
-//! and `notification_deliveries`, and the sightings of runs that ended without removing
+//! Retention: deletes the history older than `[retention]` from `sync_runs`, `run_errors`,
+//! `notification_deliveries` and `api_audit`, and the sightings of runs that ended without removing
 //! theirs (a run killed before it closed, of a connection that never ran again).
 //!
 //! A sweep deletes in batches of at most `batch_size` rows. Each batch is one `SELECT` of
@@ -41,6 +41,8 @@ pub struct Swept {
     pub deliveries: u64,
     /// Rows deleted from `run_sightings`.
     pub sightings: u64,
+    /// Rows deleted from `api_audit`.
+    pub audit: u64,
     /// Delete statements sent, each its own transaction.
     pub batches: u64,
     /// The most rows one of them deleted: at most `batch_size`.
@@ -60,6 +62,7 @@ impl Swept {
             self.open_errors,
             self.deliveries,
             self.sightings,
+            self.audit,
         ]
         .iter()
         .fold(0u64, |total, rows| total.saturating_add(*rows))
@@ -138,6 +141,21 @@ pub async fn sweep(
             })
             .await?;
     }
+    if let Some(cutoff) = before(now, settings.audit) {
+        sweeper.swept.audit = sweeper
+            .walk(&Walk {
+                table: "api_audit",
+                age_column: "at",
+                cutoff,
+                // Every row up to the first young one; a younger row among them (an
+                // instance whose clock lags) is kept by the delete's own check.
+                select: "1 = 1",
+                select_values: Vec::new(),
+                delete: "at < ?",
+                delete_values: vec![cutoff.into()],
+            })
+            .await?;
+    }
     Ok(sweeper.swept)
 }
 
@@ -171,6 +189,7 @@ pub(crate) fn scheduled(
                     open_errors = swept.open_errors,
                     deliveries = swept.deliveries,
                     sightings = swept.sightings,
+                    audit = swept.audit,
                     batches = swept.batches,
                     longest_statement_ms = swept.longest_statement.as_millis() as u64,
                     elapsed_ms = started.elapsed().as_millis() as u64,

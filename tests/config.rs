@@ -48,6 +48,7 @@ runs = "90d"
 resolved_errors = "30d"
 open_errors = "1year"
 deliveries = "30d"
+audit = "90d"
 batch_size = 1000
 sweep_schedule = "0 37 * * * *"
 
@@ -657,6 +658,11 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("deliveries", "deliveries = \"59m\""),
             "retention.deliveries",
             "between 1h and 100years, got 59m",
+        ),
+        (
+            with_line("audit", "audit = \"30m\""),
+            "retention.audit",
+            "between 1h and 100years, got 30m",
         ),
         (
             with_line("batch_size", "batch_size = 0"),

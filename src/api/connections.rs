@@ -17,6 +17,7 @@ use super::state::ApiState;
 use crate::ops::connections::{
     self as ops, ConnectionView, ConnectionsQuery, NewConnection, ScheduleOverride, Target,
 };
+use crate::ops::health::Health;
 
 /// The name cursors of this list carry.
 const LIST: &str = "connections";
@@ -106,6 +107,14 @@ pub(crate) struct ListParams {
     user_id: Option<String>,
     /// Only enabled (`true`) or disabled (`false`) connections.
     enabled: Option<bool>,
+    /// Only connections that sync this stream: those of the providers (of `provider`,
+    /// when given) whose config lists it. A stream none of them syncs is a 400.
+    stream: Option<String>,
+    /// Only connections of this health, as their `syncs` shows it: `healthy`,
+    /// `never_synced`, `degraded` or `failing`; the worst of their streams', or with
+    /// `stream` that stream's. Pages stay full: `next` is absent only on the last page.
+    #[param(pattern = "^(healthy|never_synced|degraded|failing)$")]
+    health: Option<String>,
     /// The `next` of the page before.
     cursor: Option<String>,
     /// At most this many connections (1 to 1000, default 100).
@@ -140,6 +149,12 @@ pub(crate) async fn list_connections(
         provider: params.provider,
         user_id: params.user_id,
         enabled: params.enabled,
+        stream: params.stream,
+        health: params
+            .health
+            .as_deref()
+            .map(|text| Health::parse("health", text))
+            .transpose()?,
         after,
         limit: params.limit.unwrap_or(DEFAULT_LIMIT),
     };

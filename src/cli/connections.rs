@@ -14,6 +14,7 @@ use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::db::DatabasePools;
 use crate::ops::connections::{self as ops, ConnectionView, ConnectionsQuery, NewConnection};
+use crate::ops::health::Health;
 use crate::ops::OpsError;
 
 #[derive(Debug, Subcommand)]
@@ -27,6 +28,14 @@ pub enum ConnectionsCommand {
         /// Only this user's.
         #[arg(long)]
         user: Option<String>,
+        /// Only those that sync this stream (of the providers whose config lists it).
+        #[arg(long)]
+        stream: Option<String>,
+        /// Only those of this health, as `connections status` shows it (healthy,
+        /// never_synced, degraded, failing): the worst of their streams', or with
+        /// `--stream` that stream's.
+        #[arg(long)]
+        health: Option<String>,
         /// Only connections after this one (the `--after` a previous page printed).
         #[arg(long, value_name = "CONNECTION_ID")]
         after: Option<i64>,
@@ -170,6 +179,8 @@ async fn run(
         ConnectionsCommand::List {
             provider,
             user,
+            stream,
+            health,
             after,
             limit,
             json,
@@ -178,6 +189,11 @@ async fn run(
                 provider,
                 user_id: user,
                 enabled: None,
+                stream,
+                health: health
+                    .as_deref()
+                    .map(|text| Health::parse("health", text))
+                    .transpose()?,
                 after,
                 limit,
             };

@@ -1,4 +1,4 @@
-//! `[retention]`: how long the history tables keep their rows, and when the daemon sweeps
+//! `[retention]`: how long the history tables (and the API's audit) keep their rows, and when the daemon sweeps
 //! them (`crate::retention`).
 
 use std::time::Duration;
@@ -17,7 +17,7 @@ pub mod limits {
 
     use super::{CENTURY, HOUR};
 
-    /// `runs`, `resolved_errors`, `open_errors` and `deliveries`: at least an hour, so a
+    /// `runs`, `resolved_errors`, `open_errors`, `deliveries` and `audit`: at least an hour, so a
     /// run or delivery can be looked at after it ends.
     pub const HISTORY: (Duration, Duration) =
         (Duration::from_secs(HOUR), Duration::from_secs(CENTURY));
@@ -40,6 +40,9 @@ pub struct RetentionSettings {
     /// How long a delivered or given-up notification stays in `notification_deliveries`
     /// after it was delivered or given up. Pending ones always stay.
     pub deliveries: Duration,
+    /// How long a row stays in `api_audit` (one per write request made to the API) after
+    /// it was answered.
+    pub audit: Duration,
     /// The most rows one delete statement removes.
     pub batch_size: usize,
     /// When the daemon sweeps: cron with seconds.
@@ -53,6 +56,7 @@ impl Default for RetentionSettings {
             resolved_errors: Duration::from_secs(30 * DAY),
             open_errors: None,
             deliveries: Duration::from_secs(30 * DAY),
+            audit: Duration::from_secs(90 * DAY),
             batch_size: 1_000,
             sweep_schedule: "0 37 * * * *".to_string(),
         }
@@ -71,6 +75,8 @@ pub(super) struct RawRetentionSettings {
     open_errors: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     deliveries: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    audit: Option<Duration>,
     batch_size: Option<usize>,
     sweep_schedule: Option<String>,
 }
@@ -106,6 +112,7 @@ pub(super) fn parse(
         resolved_errors: raw.resolved_errors.unwrap_or(defaults.resolved_errors),
         open_errors: raw.open_errors,
         deliveries,
+        audit: raw.audit.unwrap_or(defaults.audit),
         batch_size: raw.batch_size.unwrap_or(defaults.batch_size),
         sweep_schedule: raw.sweep_schedule.unwrap_or(defaults.sweep_schedule),
     };
@@ -113,6 +120,7 @@ pub(super) fn parse(
     let mut durations = vec![
         ("runs", settings.runs),
         ("resolved_errors", settings.resolved_errors),
+        ("audit", settings.audit),
     ];
     if let Some(key) = deliveries_key {
         durations.push((key, settings.deliveries));

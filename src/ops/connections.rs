@@ -13,6 +13,8 @@ use sea_orm::{
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
+use super::health::Health;
+use super::stream_states::stream_states;
 use super::{check_limit, OpsError, Page};
 use crate::config::{ProviderSettings, Settings};
 use crate::credentials::StoredCredentials;
@@ -21,6 +23,9 @@ use crate::entities::{connection, connection_stream, stream_schedule};
 
 /// The largest page of connections.
 pub const MAX_LIMIT: u64 = 1_000;
+
+/// The connections read at a time while filtering by health.
+const HEALTH_BATCH: u64 = 100;
 
 /// The longest user id.
 const MAX_USER_ID_BYTES: usize = 255;
@@ -45,6 +50,12 @@ pub struct ConnectionsQuery {
     pub user_id: Option<String>,
     /// Only enabled connections (`true`) or only disabled ones.
     pub enabled: Option<bool>,
+    /// Only connections that sync this stream: those of the providers whose config.toml
+    /// table lists it (a connection syncs every stream of its provider).
+    pub stream: Option<String>,
+    /// Only connections of this health, as their sync status shows it: the worst of their
+    /// streams', or with `stream` that stream's.
+    pub health: Option<Health>,
     /// Only connections after this connection's id in that order (the `next` of the page
     /// before).
     pub after: Option<i64>,
@@ -79,6 +90,10 @@ pub struct ConnectionView {
 }
 
 /// One page of connections, each as one view per stream. `next` is a connection id.
+///
+/// Health is summed up from each connection's runs as its sync status does, so a health
+/// filter reads the connections in batches and keeps those that match until the page is
+/// full (and one more is found) or none are left: a page is short only when it is the last.
 pub async fn list(
     db: &DatabasePools,
     settings: &Settings,
@@ -89,39 +104,152 @@ pub async fn list(
     if let Some(provider) = &query.provider {
         select = select.filter(connection::Column::Provider.eq(provider.as_str()));
     }
+    if let Some(stream) = &query.stream {
+        select = select.filter(connection::Column::Provider.is_in(providers_syncing(
+            settings,
+            query.provider.as_deref(),
+            stream,
+        )?));
+    }
     if let Some(user_id) = &query.user_id {
         select = select.filter(connection::Column::UserId.eq(user_id.as_str()));
     }
     if let Some(enabled) = query.enabled {
         select = select.filter(connection::Column::Enabled.eq(enabled));
     }
-    if let Some(after) = query.after {
-        let Some(last) = connection::Entity::find_by_id(after).one(db).await? else {
-            return Err(OpsError::Invalid {
-                field: "after",
-                message: format!("no connection has id {after}"),
-            });
-        };
-        select = select.filter(
-            Condition::any()
-                .add(connection::Column::Provider.gt(last.provider.as_str()))
-                .add(
-                    Condition::all()
-                        .add(connection::Column::Provider.eq(last.provider.as_str()))
-                        .add(connection::Column::UserId.gt(last.user_id.as_str())),
-                ),
-        );
+    let mut after = match query.after {
+        Some(after) => {
+            let Some(last) = connection::Entity::find_by_id(after).one(db).await? else {
+                return Err(OpsError::Invalid {
+                    field: "after",
+                    message: format!("no connection has id {after}"),
+                });
+            };
+            Some((last.provider, last.user_id))
+        }
+        None => None,
+    };
+    // One more than the page, so that the extra one tells whether a next page exists.
+    let wanted = limit.saturating_add(1);
+    // A health filter may skip many rows: read more at a time than the page holds.
+    let batch_size = match query.health {
+        Some(_) => wanted.max(HEALTH_BATCH),
+        None => wanted,
+    };
+    let wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
+    let mut rows = Vec::new();
+    loop {
+        let mut batch = select.clone();
+        if let Some((provider, user_id)) = &after {
+            batch = batch.filter(
+                Condition::any()
+                    .add(connection::Column::Provider.gt(provider.as_str()))
+                    .add(
+                        Condition::all()
+                            .add(connection::Column::Provider.eq(provider.as_str()))
+                            .add(connection::Column::UserId.gt(user_id.as_str())),
+                    ),
+            );
+        }
+        let batch = batch
+            .order_by_asc(connection::Column::Provider)
+            .order_by_asc(connection::Column::UserId)
+            .limit(batch_size)
+            .all(db)
+            .await?;
+        let read_all = u64::try_from(batch.len()).unwrap_or(u64::MAX) < batch_size;
+        after = batch
+            .last()
+            .map(|row| (row.provider.clone(), row.user_id.clone()));
+        match query.health {
+            None => rows.extend(batch),
+            Some(health) => {
+                let room = wanted.saturating_sub(rows.len());
+                let stream = query.stream.as_deref();
+                rows.extend(of_health(db, settings, batch, health, stream, room).await?);
+            }
+        }
+        if read_all || rows.len() >= wanted {
+            break;
+        }
     }
-    let rows = select
-        .order_by_asc(connection::Column::Provider)
-        .order_by_asc(connection::Column::UserId)
-        .limit(limit.saturating_add(1))
-        .all(db)
-        .await?;
     let rows = Page::from_rows(rows, limit, |row| row.id);
     Ok(Page {
         items: views_of(db, settings, rows.items).await?,
         next: rows.next,
+    })
+}
+
+/// The first `room` of `rows` whose health (or stream `stream`'s) is `health`.
+async fn of_health(
+    db: &DatabasePools,
+    settings: &Settings,
+    rows: Vec<connection::Model>,
+    health: Health,
+    stream: Option<&str>,
+    room: usize,
+) -> Result<Vec<connection::Model>, OpsError> {
+    let ids = rows.iter().map(|row| row.id).collect();
+    let mut states: HashMap<i64, Vec<connection_stream::Model>> = HashMap::new();
+    for state in crate::pipeline::streams::states_of(db.main(), ids).await? {
+        states.entry(state.connection_id).or_default().push(state);
+    }
+    let mut matching = Vec::new();
+    for row in rows {
+        if matching.len() == room {
+            break;
+        }
+        let own = states.remove(&row.id).unwrap_or_default();
+        if super::health::health(db.main(), settings, &row, own, stream).await? == health {
+            matching.push(row);
+        }
+    }
+    Ok(matching)
+}
+
+/// The providers, of `provider` alone when given, whose config.toml table lists stream
+/// `stream`; none is [`OpsError::Invalid`] naming `stream` and listing what they sync.
+fn providers_syncing(
+    settings: &Settings,
+    provider: Option<&str>,
+    stream: &str,
+) -> Result<Vec<String>, OpsError> {
+    let covered: Vec<&ProviderSettings> = settings
+        .providers
+        .values()
+        .filter(|settings| provider.is_none_or(|name| settings.name == name))
+        .collect();
+    let syncing: Vec<String> = covered
+        .iter()
+        .filter(|settings| settings.stream(stream).is_some())
+        .map(|settings| settings.name.clone())
+        .collect();
+    if !syncing.is_empty() {
+        return Ok(syncing);
+    }
+    let known: Vec<String> = covered
+        .iter()
+        .flat_map(|settings| {
+            settings
+                .streams
+                .iter()
+                .map(move |configured| format!("{}.{}", settings.name, configured.name))
+        })
+        .collect();
+    Err(OpsError::Invalid {
+        field: "stream",
+        message: format!(
+            "no provider {} syncs a stream named {:?}; configured: {}",
+            match provider {
+                Some(name) => format!(
+                    "named {:?}",
+                    tributary_providers::quote::truncated(name, 64)
+                ),
+                None => "in the config".to_string(),
+            },
+            tributary_providers::quote::truncated(stream, 64),
+            known.join(", ")
+        ),
     })
 }
 
@@ -615,69 +743,6 @@ fn not_found(target: &Target) -> OpsError {
         what: format!("connection {target}"),
         hint: "; `tributary connections list` lists them",
     }
-}
-
-/// One stream's state as a list shows it.
-pub(super) struct StreamState {
-    pub name: Option<String>,
-    pub cursor: Option<String>,
-    pub checkpoint: Option<String>,
-    pub last_success_run_id: Option<i64>,
-    pub last_success_at: Option<DateTime<Utc>>,
-}
-
-/// The streams of connection `row` to show, given its stream states `own`: the configured
-/// ones in their order, then any other stream that has state. A stream that never ran shows
-/// nothing, except the primary stream, which shows the state the connection kept from
-/// before streams until its first run takes it over.
-pub(super) fn stream_states(
-    settings: &Settings,
-    row: &connection::Model,
-    own: Vec<connection_stream::Model>,
-) -> Vec<StreamState> {
-    let provider = settings.providers.get(&row.provider);
-    let primary = provider.map(|provider| provider.primary_stream().name);
-    let mut names: Vec<String> = provider
-        .map(|provider| provider.streams.iter().map(|s| s.name.clone()).collect())
-        .unwrap_or_default();
-    for state in &own {
-        if !names.contains(&state.stream) {
-            names.push(state.stream.clone());
-        }
-    }
-    let legacy = || StreamState {
-        name: None,
-        cursor: row.cursor.clone(),
-        checkpoint: row.checkpoint.clone(),
-        last_success_run_id: row.last_success_run_id,
-        last_success_at: row.last_success_at,
-    };
-    if names.is_empty() {
-        return vec![legacy()];
-    }
-    names
-        .into_iter()
-        .map(|name| match own.iter().find(|state| state.stream == name) {
-            Some(state) => StreamState {
-                name: Some(name),
-                cursor: state.cursor.clone(),
-                checkpoint: state.checkpoint.clone(),
-                last_success_run_id: state.last_success_run_id,
-                last_success_at: state.last_success_at,
-            },
-            None if primary.as_ref() == Some(&name) => StreamState {
-                name: Some(name),
-                ..legacy()
-            },
-            None => StreamState {
-                name: Some(name),
-                cursor: None,
-                checkpoint: None,
-                last_success_run_id: None,
-                last_success_at: None,
-            },
-        })
-        .collect()
 }
 
 async fn find(

@@ -10,12 +10,14 @@ pub(crate) mod api_keys;
 pub mod changes;
 pub mod connections;
 pub mod errors;
+pub(crate) mod health;
 pub mod jobs;
 pub mod notifications;
 pub(crate) mod records;
 pub mod replay;
 pub mod runs;
 pub mod secrets;
+pub(crate) mod stream_states;
 pub mod sync;
 pub(crate) mod sync_status;
 

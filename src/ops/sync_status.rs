@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::Serialize;
 
-use super::connections::stream_states;
+use super::health::{finished, health_of, recent_runs, worst, Health};
 use super::jobs::JobView;
+use super::stream_states::stream_states;
 use super::OpsError;
 use crate::config::Settings;
 use crate::db::DatabasePools;
@@ -18,36 +19,8 @@ use crate::entities::sync_job::{self, JobStatus};
 use crate::entities::sync_run::{self, RunStatus, Trigger};
 use crate::entities::{connection, stream_schedule};
 
-/// The runs of a stream read to find its last run and its failures in a row.
-const RECENT_RUNS: u64 = 20;
 /// The most jobs a status lists (queued and running, the most urgent first).
 const MAX_JOBS: u64 = 100;
-
-/// How a stream's (or a connection's) syncs are going, from its latest finished run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    /// The last run stored every record it fetched (or stopped early for a reason that
-    /// is no fault: a shutdown, a spent budget, its turn given up).
-    Healthy,
-    /// No run has finished yet.
-    NeverSynced,
-    /// The last run fetched every page but some records failed (`errors` lists them).
-    Degraded,
-    /// The last run failed.
-    Failing,
-}
-
-impl std::fmt::Display for Health {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Health::Healthy => "healthy",
-            Health::NeverSynced => "never_synced",
-            Health::Degraded => "degraded",
-            Health::Failing => "failing",
-        })
-    }
-}
 
 impl std::fmt::Display for ScheduleFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -206,15 +179,10 @@ pub async fn status(
             .iter()
             .find(|run| run.status == RunStatus::Running)
             .cloned();
-        let finished: Vec<&sync_run::Model> = recent
-            .iter()
-            .filter(|run| run.status != RunStatus::Running)
-            .collect();
-        let failures_in_a_row = finished
-            .iter()
+        let failures_in_a_row = finished(&recent)
             .take_while(|run| run.status == RunStatus::Failed)
             .count();
-        let last_run = finished.first().map(|run| (*run).clone());
+        let last_run = finished(&recent).next().cloned();
         let running_job_id = running.as_ref().and_then(|_| {
             jobs.iter()
                 .find(|job| {
@@ -245,11 +213,7 @@ pub async fn status(
             unfinished_run: state.checkpoint.is_some(),
         });
     }
-    let health = streams
-        .iter()
-        .map(|stream| stream.health)
-        .max()
-        .unwrap_or(Health::NeverSynced);
+    let health = worst(streams.iter().map(|stream| stream.health));
     Ok(SyncStatus {
         connection_id: row.id,
         health,
@@ -275,16 +239,6 @@ pub async fn status_of(
     status(db, settings, id).await
 }
 
-/// A stream's health from its latest finished run.
-fn health_of(last: Option<&sync_run::Model>) -> Health {
-    match last {
-        None => Health::NeverSynced,
-        Some(run) if run.status == RunStatus::Failed => Health::Failing,
-        Some(run) if run.records_failed > 0 => Health::Degraded,
-        Some(_) => Health::Healthy,
-    }
-}
-
 /// The connection's running and queued jobs: running first, then by urgency.
 async fn active_jobs(
     db: &DatabaseConnection,
@@ -301,24 +255,4 @@ async fn active_jobs(
         .await?;
     jobs.sort_by_key(|job| job.status != JobStatus::Running);
     Ok(jobs)
-}
-
-/// The stream's latest runs, newest first.
-async fn recent_runs(
-    db: &DatabaseConnection,
-    row: &connection::Model,
-    stream: Option<&str>,
-) -> Result<Vec<sync_run::Model>, OpsError> {
-    let mut select = sync_run::Entity::find()
-        .filter(sync_run::Column::UserId.eq(row.user_id.as_str()))
-        .filter(sync_run::Column::Provider.eq(row.provider.as_str()));
-    select = match stream {
-        Some(stream) => select.filter(sync_run::Column::Stream.eq(stream)),
-        None => select.filter(sync_run::Column::Stream.is_null()),
-    };
-    Ok(select
-        .order_by_desc(sync_run::Column::Id)
-        .limit(RECENT_RUNS)
-        .all(db)
-        .await?)
 }

@@ -11,6 +11,7 @@ mod changes;
 mod cli;
 mod clock;
 mod concurrency;
+mod connection_filters;
 mod connections;
 mod crash;
 mod daemon;

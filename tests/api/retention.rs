@@ -1,4 +1,4 @@
-//! `[retention]`: the sweep of old runs, errors, deliveries and sightings, a batch at a
+//! `[retention]`: the sweep of old runs, errors, deliveries, sightings and API audit rows, a batch at a
 //! time, beside a sync.
 
 use std::time::{Duration, Instant};
@@ -267,6 +267,66 @@ async fn delivered_and_given_up_deliveries_are_swept_pending_ones_kept() {
     assert_eq!(left, vec![pending, failed_lately, young]);
 }
 
+/// Inserts an `api_audit` row answered at `at`; returns its id.
+async fn audit_at(app: &TestApp, at: DateTime<Utc>) -> i64 {
+    use sea_orm::sea_query::{Alias, Query};
+    let insert = Query::insert()
+        .into_table(Alias::new("api_audit"))
+        .columns(["key_id", "method", "path", "status", "at"].map(Alias::new))
+        .values_panic([
+            None::<i64>.into(),
+            "POST".into(),
+            "/v1/connections".into(),
+            201.into(),
+            at.into(),
+        ])
+        .to_owned();
+    app.db.execute(&insert).await.expect("audit row inserted");
+    audit_ids(app).await.last().copied().expect("an audit row")
+}
+
+async fn audit_ids(app: &TestApp) -> Vec<i64> {
+    let backend = app.db.get_database_backend();
+    app.db
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT id FROM api_audit ORDER BY id",
+        ))
+        .await
+        .expect("api_audit")
+        .iter()
+        .map(|row| row.try_get_by_index::<i64>(0).expect("id"))
+        .collect()
+}
+
+#[tokio::test]
+async fn audit_rows_older_than_audit_are_swept_in_batches_and_younger_ones_kept() {
+    let app = spawn_app().await;
+    let first = audit_at(&app, days_ago(200)).await;
+    let second = audit_at(&app, days_ago(150)).await;
+    // Stamped by a clock running late: young, among old rows by id.
+    let late = audit_at(&app, days_ago(1)).await;
+    let third = audit_at(&app, days_ago(91)).await;
+    let nearly = audit_at(&app, days_ago(89)).await;
+    let new = audit_at(&app, Utc::now()).await;
+    let settings = RetentionSettings {
+        batch_size: 2,
+        ..RetentionSettings::default()
+    };
+    assert_eq!(settings.audit, 90 * DAY, "the default");
+
+    let swept = swept(&app, &settings).await;
+
+    assert_eq!(
+        (swept.audit, swept.batches, swept.largest_batch),
+        (3, 2, 2),
+        "{swept:?}"
+    );
+    assert_eq!(audit_ids(&app).await, vec![late, nearly, new]);
+    assert!(first < second && third < nearly, "{first} {second} {third}");
+    assert_eq!(swept.rows(), 3, "{swept:?}");
+}
+
 #[tokio::test]
 async fn a_sweep_deletes_at_most_batch_size_rows_per_statement_until_all_are_gone() {
     let app = spawn_app().await;
@@ -442,6 +502,8 @@ async fn the_daemon_sweeps_on_its_schedule_and_logs_what_it_deleted() {
         )
         .await;
     }
+    let old_audit = audit_at(&app, days_ago(100)).await;
+    let new_audit = audit_at(&app, Utc::now()).await;
     let config = app.write_config(&format!(
         "[retention]\nsweep_schedule = \"* * * * * *\"\n{}",
         cursor_provider("acme", &app.api.uri(), &["alice"])
@@ -464,6 +526,9 @@ async fn the_daemon_sweeps_on_its_schedule_and_logs_what_it_deleted() {
     })
     .await;
     assert!(daemon.log().contains("runs=2"), "{}", daemon.log());
+    assert!(daemon.log().contains("audit=1"), "{}", daemon.log());
+    assert_eq!(audit_ids(&app).await, vec![new_audit]);
+    assert!(old_audit < new_audit);
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DbErr, EntityTrait};
+use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tributary_providers::Provider;
 
@@ -63,9 +63,14 @@ pub(crate) struct JobContext<'a> {
     pub progress: &'a dyn ProgressSink,
 }
 
-/// Runs the claimed `job` and records its end. Returns the runs it made, if any.
-pub(crate) async fn run(context: &JobContext<'_>, job: &sync_job::Model) -> Option<SyncReport> {
-    match run_and_record(context, job).await {
+/// Runs the claimed `job` of `connection` (as the claim read it; `None`: removed) and
+/// records its end. Returns the runs it made, if any.
+pub(crate) async fn run(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+    connection: Option<connection::Model>,
+) -> Option<SyncReport> {
+    match run_and_record(context, job, connection).await {
         Ok(report) => report,
         Err(error) => {
             tracing::error!(job_id = job.id, %error, "Recording the job's end failed.");
@@ -77,18 +82,11 @@ pub(crate) async fn run(context: &JobContext<'_>, job: &sync_job::Model) -> Opti
 async fn run_and_record(
     context: &JobContext<'_>,
     job: &sync_job::Model,
+    connection: Option<connection::Model>,
 ) -> Result<Option<SyncReport>, DbErr> {
     let db = context.db;
-    if let Some(later) = queue::later_slot(db, job).await? {
-        // A backed-up queue runs a connection's latest slot only: its run serves the
-        // earlier ones, as one run of a busy connection serves a slot it overlaps.
-        let why = format!("superseded by the slot at {later}, queued behind it");
-        return skip(context, job, &why).await;
-    }
-    let Some(connection) = connection::Entity::find_by_id(job.connection_id)
-        .one(db.main())
-        .await?
-    else {
+    // A slot superseded by a later one was skipped by the claim already.
+    let Some(connection) = connection else {
         return skip(context, job, "the connection was removed").await;
     };
     if !connection.enabled {

@@ -208,7 +208,7 @@ pub(crate) async fn renewing<T>(
 
 /// Gives the lease up (only if this holder still has it).
 pub async fn release(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     connection: &connection::Model,
     holder: &Holder,
 ) -> Result<(), DbErr> {

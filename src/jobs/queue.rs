@@ -69,7 +69,10 @@ impl NewJob {
 
 /// Queues `jobs`; a slot some instance queued already is left as it is. Returns how many
 /// were inserted.
-pub(crate) async fn enqueue(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<u64, DbErr> {
+pub(crate) async fn enqueue(
+    db: &impl sea_orm::ConnectionTrait,
+    jobs: &[NewJob],
+) -> Result<u64, DbErr> {
     let now = crate::db::now();
     let mut inserted = 0u64;
     for chunk in jobs.chunks(INSERT_CHUNK) {
@@ -302,7 +305,7 @@ async fn supersede(
 
 /// Records how job `job_id` ended.
 pub(crate) async fn finish(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
     status: JobStatus,
     outcome: String,
@@ -320,7 +323,7 @@ pub(crate) async fn finish(
 /// Puts job `job_id` back in the queue, due at `not_before`, saying why; a job someone
 /// asked to cancel meanwhile ends `cancelled` instead.
 pub(crate) async fn requeue(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
     not_before: DateTime<Utc>,
     outcome: String,
@@ -406,7 +409,7 @@ pub(crate) async fn cancel(
 
 /// Of `job_ids` (the jobs this instance runs), those someone asked to cancel.
 pub(crate) async fn cancel_requested(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_ids: Vec<i64>,
 ) -> Result<Vec<i64>, DbErr> {
     if job_ids.is_empty() {
@@ -424,7 +427,7 @@ pub(crate) async fn cancel_requested(
 
 /// Whether someone asked to cancel job `job_id`.
 pub(crate) async fn is_cancel_requested(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
 ) -> Result<bool, DbErr> {
     Ok(!cancel_requested(db, vec![job_id]).await?.is_empty())

@@ -79,7 +79,7 @@ pub async fn claim(
         // Only if the row still names that same dead holder.
         free = free.add(connection::Column::LeaseHolder.eq(dead));
     }
-    let claimed = connection::Entity::update_many()
+    let claim = connection::Entity::update_many()
         .col_expr(
             connection::Column::LeaseHolder,
             Expr::value(holder.as_str()),
@@ -93,13 +93,26 @@ pub async fn claim(
             Expr::col(connection::Column::LeaseGeneration).add(1),
         )
         .filter(connection::Column::Id.eq(connection.id))
-        .filter(free)
-        .exec(db)
-        .await?
-        .rows_affected;
-    let row = connection::Entity::find_by_id(connection.id)
-        .one(db)
-        .await?;
+        .filter(free);
+    // Where the backend returns the updated row, the claim learns its generation in its
+    // own statement; elsewhere a read after it does.
+    let (claimed, row) = if db.support_returning() {
+        let mut rows = claim.exec_with_returning(db).await?;
+        let claimed = rows.len();
+        (claimed, rows.pop())
+    } else {
+        let claimed = claim.exec(db).await?.rows_affected;
+        let claimed = usize::try_from(claimed).unwrap_or(usize::MAX);
+        (claimed, None)
+    };
+    let row = match row {
+        Some(row) => Some(row),
+        None => {
+            connection::Entity::find_by_id(connection.id)
+                .one(db)
+                .await?
+        }
+    };
     let fence = row.as_ref().and_then(|row| {
         (claimed == 1 && row.lease_holder.as_deref() == Some(holder.as_str())).then(|| Fence {
             holder: holder.as_str().to_string(),
@@ -195,7 +208,7 @@ pub(crate) async fn renewing<T>(
 
 /// Gives the lease up (only if this holder still has it).
 pub async fn release(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     connection: &connection::Model,
     holder: &Holder,
 ) -> Result<(), DbErr> {

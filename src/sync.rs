@@ -86,6 +86,10 @@ pub(crate) struct LeaseSettings {
     pub holder: Holder,
     /// How long a claim lasts without renewal; renewed every third of it.
     pub ttl: Duration,
+    /// The caller releases the leases of the connections whose runs went (those not in
+    /// the report's `skipped`) itself, in the transaction that records what the runs
+    /// came to (a job's end); released here only when the runs fail to record.
+    pub keep: bool,
 }
 
 /// Syncs every enabled connection that matches `filter`, one run each. Providers are
@@ -106,6 +110,7 @@ pub async fn sync_matching(
     let lease = LeaseSettings {
         holder: Holder::current(),
         ttl: settings.daemon.lease_ttl,
+        keep: false,
     };
 
     let mut report = SyncReport::default();
@@ -378,6 +383,9 @@ async fn sync_leased(
         Ok::<_, DbErr>(outcomes)
     };
     let outcomes = renewing(db, connection, &fence, lease.ttl, &lost_lease, runs).await;
+    if lease.keep && outcomes.is_ok() {
+        return outcomes.map(Leased::Ran);
+    }
     let released = release(db, connection, &lease.holder).await;
     let outcomes = outcomes?;
     released?;

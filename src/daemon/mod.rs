@@ -170,6 +170,7 @@ pub async fn run_with(
             lease: LeaseSettings {
                 holder: holder.clone(),
                 ttl: settings.daemon.lease_ttl,
+                keep: false,
             },
             cancel: cancel.clone(),
             panics: panics.clone(),

@@ -221,7 +221,11 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
                 continue;
             }
         };
-        for claimed_job in claimed {
+        for crate::jobs::Claimed {
+            job: claimed_job,
+            connection,
+        } in claimed
+        {
             worker.count(name, true);
             let cancel = worker.job_started(claimed_job.id);
             let (worker, provider_job) = (worker.clone(), job.clone());
@@ -241,7 +245,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
                     retry: Some(&worker.retry),
                     progress: &NoProgress,
                 };
-                if let Some(report) = crate::jobs::run(&context, &claimed_job).await {
+                if let Some(report) = crate::jobs::run(&context, &claimed_job, connection).await {
                     for outcome in &report.outcomes {
                         provider_job.panics.note(outcome);
                     }

@@ -11,8 +11,10 @@ use sea_orm::{
     TransactionTrait,
 };
 
-use crate::entities::instance;
+use std::collections::HashMap;
+
 use crate::entities::sync_job::{self, JobKind, JobStatus};
+use crate::entities::{connection, instance};
 
 /// Rows per insert statement: far below SQLite's limit on bound parameters.
 const INSERT_CHUNK: usize = 500;
@@ -67,7 +69,10 @@ impl NewJob {
 
 /// Queues `jobs`; a slot some instance queued already is left as it is. Returns how many
 /// were inserted.
-pub(crate) async fn enqueue(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<u64, DbErr> {
+pub(crate) async fn enqueue(
+    db: &impl sea_orm::ConnectionTrait,
+    jobs: &[NewJob],
+) -> Result<u64, DbErr> {
     let now = crate::db::now();
     let mut inserted = 0u64;
     for chunk in jobs.chunks(INSERT_CHUNK) {
@@ -118,16 +123,25 @@ pub(crate) async fn insert_queued(db: &DatabaseConnection, job: &NewJob) -> Resu
     Ok(row.id)
 }
 
+/// A job claimed, with its connection's row as the claim read it (`None`: removed).
+pub(crate) struct Claimed {
+    pub job: sync_job::Model,
+    pub connection: Option<connection::Model>,
+}
+
 /// Claims for `holder` up to `limit` of `provider`'s queued jobs due at `now`, the highest
 /// priority first, then the longest due. Jobs another instance is claiming at the same
-/// moment are skipped, not waited for.
+/// moment are skipped, not waited for. A scheduled job with a later slot of its
+/// connection queued and due is skipped instead, superseded by it. The connections of
+/// the jobs claimed are read in the same transaction, so a run starts without a read of
+/// its own.
 pub(crate) async fn claim(
     db: &DatabaseConnection,
     provider: &str,
     holder: &str,
     limit: u64,
     now: DateTime<Utc>,
-) -> Result<Vec<sync_job::Model>, DbErr> {
+) -> Result<Vec<Claimed>, DbErr> {
     if limit == 0 {
         return Ok(Vec::new());
     }
@@ -154,10 +168,11 @@ pub(crate) async fn claim(
         due = due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
     }
     let mut jobs = due.all(&txn).await?;
-    let superseded = supersede(&txn, &mut jobs, now).await?;
+    let later = later_slots(&txn, &jobs, now).await?;
+    let superseded = supersede(&txn, &mut jobs, &later, now).await?;
     if jobs.is_empty() {
         txn.commit().await?;
-        return Ok(jobs);
+        return Ok(Vec::new());
     }
     // One statement per job, by primary key: `id IN (...)` let MariaDB's planner read
     // through the queue's index or the whole table when its statistics were stale,
@@ -182,6 +197,13 @@ pub(crate) async fn claim(
         txn.rollback().await?;
         return Ok(Vec::new());
     }
+    let mut ids: Vec<i64> = jobs.iter().map(|job| job.connection_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let connections = connection::Entity::find()
+        .filter(connection::Column::Id.is_in(ids))
+        .all(&txn)
+        .await?;
     txn.commit().await?;
     if superseded > 0 {
         tracing::info!(
@@ -190,58 +212,73 @@ pub(crate) async fn claim(
             "Slots of a backed-up queue skipped: a later slot of their connection runs."
         );
     }
-    for job in &mut jobs {
-        job.status = JobStatus::Running;
-        job.holder = Some(holder.to_string());
-        job.started_at = Some(now);
-    }
-    Ok(jobs)
+    Ok(jobs
+        .into_iter()
+        .map(|mut job| {
+            job.status = JobStatus::Running;
+            job.holder = Some(holder.to_string());
+            job.started_at = Some(now);
+            let connection = connections
+                .iter()
+                .find(|connection| connection.id == job.connection_id)
+                .cloned();
+            Claimed { job, connection }
+        })
+        .collect())
 }
 
-/// For a scheduled job, the slot of a later scheduled job of the same connection and
-/// stream queued and due, if there is one.
-pub(crate) async fn later_slot(
-    db: &DatabaseConnection,
-    job: &sync_job::Model,
-) -> Result<Option<DateTime<Utc>>, DbErr> {
-    let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) else {
-        return Ok(None);
-    };
-    let later = sync_job::Entity::find()
-        .filter(sync_job::Column::ConnectionId.eq(job.connection_id))
-        .filter(sync_job::Column::Stream.eq(job.stream.as_str()))
+/// The latest slot of each connection and stream among the scheduled jobs queued and due
+/// at `now` for the connections of `jobs`: one read for the whole claim, whose jobs are
+/// among them (still `queued` in its view).
+async fn later_slots(
+    txn: &impl sea_orm::ConnectionTrait,
+    jobs: &[sync_job::Model],
+    now: DateTime<Utc>,
+) -> Result<HashMap<(i64, String), DateTime<Utc>>, DbErr> {
+    let mut ids: Vec<i64> = jobs
+        .iter()
+        .filter(|job| job.kind == JobKind::Scheduled && job.slot_at.is_some())
+        .map(|job| job.connection_id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let due: Vec<(i64, String, Option<DateTime<Utc>>)> = sync_job::Entity::find()
+        .select_only()
+        .column(sync_job::Column::ConnectionId)
+        .column(sync_job::Column::Stream)
+        .column_as(sync_job::Column::SlotAt.max(), "slot_at")
+        .filter(sync_job::Column::ConnectionId.is_in(ids))
         .filter(sync_job::Column::Kind.eq(JobKind::Scheduled))
         .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-        .filter(sync_job::Column::SlotAt.gt(slot))
-        .filter(sync_job::Column::NotBefore.lte(crate::db::now()))
-        .order_by_desc(sync_job::Column::SlotAt)
-        .one(db)
+        .filter(sync_job::Column::NotBefore.lte(now))
+        .group_by(sync_job::Column::ConnectionId)
+        .group_by(sync_job::Column::Stream)
+        .into_tuple()
+        .all(txn)
         .await?;
-    Ok(later.and_then(|job| job.slot_at))
+    Ok(due
+        .into_iter()
+        .filter_map(|(connection, stream, slot)| Some(((connection, stream), slot?)))
+        .collect())
 }
 
-/// Of the scheduled jobs among `jobs` that share a connection and stream, keeps the latest
-/// slot's and marks the others skipped, superseded by it: its run serves them, as one
-/// run of a busy connection serves the slots it overlaps. Returns how many.
+/// Of the scheduled jobs among `jobs`, marks skipped those with a later slot of their
+/// connection and stream queued and due (`latest`, claimed here or not), superseded by
+/// it: its run serves them, as one run of a busy connection serves the slots it overlaps.
+/// Returns how many.
 async fn supersede(
     txn: &impl sea_orm::ConnectionTrait,
     jobs: &mut Vec<sync_job::Model>,
+    latest: &HashMap<(i64, String), DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
-    use std::collections::HashMap;
-    let mut latest: HashMap<(i64, &str), DateTime<Utc>> = HashMap::new();
-    for job in jobs.iter() {
-        if let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) {
-            let entry = latest
-                .entry((job.connection_id, job.stream.as_str()))
-                .or_insert(slot);
-            *entry = std::cmp::max(*entry, slot);
-        }
-    }
     let mut superseded: Vec<(i64, DateTime<Utc>)> = Vec::new();
     for job in jobs.iter() {
         if let (JobKind::Scheduled, Some(slot)) = (job.kind, job.slot_at) {
-            if let Some(later) = latest.get(&(job.connection_id, job.stream.as_str())) {
+            if let Some(later) = latest.get(&(job.connection_id, job.stream.clone())) {
                 if *later > slot {
                     superseded.push((job.id, *later));
                 }
@@ -268,7 +305,7 @@ async fn supersede(
 
 /// Records how job `job_id` ended.
 pub(crate) async fn finish(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
     status: JobStatus,
     outcome: String,
@@ -286,7 +323,7 @@ pub(crate) async fn finish(
 /// Puts job `job_id` back in the queue, due at `not_before`, saying why; a job someone
 /// asked to cancel meanwhile ends `cancelled` instead.
 pub(crate) async fn requeue(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
     not_before: DateTime<Utc>,
     outcome: String,
@@ -372,7 +409,7 @@ pub(crate) async fn cancel(
 
 /// Of `job_ids` (the jobs this instance runs), those someone asked to cancel.
 pub(crate) async fn cancel_requested(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_ids: Vec<i64>,
 ) -> Result<Vec<i64>, DbErr> {
     if job_ids.is_empty() {
@@ -390,7 +427,7 @@ pub(crate) async fn cancel_requested(
 
 /// Whether someone asked to cancel job `job_id`.
 pub(crate) async fn is_cancel_requested(
-    db: &DatabaseConnection,
+    db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
 ) -> Result<bool, DbErr> {
     Ok(!cancel_requested(db, vec![job_id]).await?.is_empty())

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DbErr, EntityTrait};
+use sea_orm::{
+    ConnectionTrait, DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
 use tokio_util::sync::CancellationToken;
 use tributary_providers::Provider;
 
@@ -13,6 +15,7 @@ use crate::config::{parse_cron, DaemonSettings, ProviderSettings, StreamSettings
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::entities::sync_job::{self, JobKind, JobStatus};
+use crate::lease::release;
 use crate::pipeline::{ProgressSink, RunOptions, RunStatus, Trigger};
 use crate::sync::{sync_provider, LeaseSettings, SyncReport};
 
@@ -63,9 +66,14 @@ pub(crate) struct JobContext<'a> {
     pub progress: &'a dyn ProgressSink,
 }
 
-/// Runs the claimed `job` and records its end. Returns the runs it made, if any.
-pub(crate) async fn run(context: &JobContext<'_>, job: &sync_job::Model) -> Option<SyncReport> {
-    match run_and_record(context, job).await {
+/// Runs the claimed `job` of `connection` (as the claim read it; `None`: removed) and
+/// records its end. Returns the runs it made, if any.
+pub(crate) async fn run(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+    connection: Option<connection::Model>,
+) -> Option<SyncReport> {
+    match run_and_record(context, job, connection).await {
         Ok(report) => report,
         Err(error) => {
             tracing::error!(job_id = job.id, %error, "Recording the job's end failed.");
@@ -77,18 +85,11 @@ pub(crate) async fn run(context: &JobContext<'_>, job: &sync_job::Model) -> Opti
 async fn run_and_record(
     context: &JobContext<'_>,
     job: &sync_job::Model,
+    connection: Option<connection::Model>,
 ) -> Result<Option<SyncReport>, DbErr> {
     let db = context.db;
-    if let Some(later) = queue::later_slot(db, job).await? {
-        // A backed-up queue runs a connection's latest slot only: its run serves the
-        // earlier ones, as one run of a busy connection serves a slot it overlaps.
-        let why = format!("superseded by the slot at {later}, queued behind it");
-        return skip(context, job, &why).await;
-    }
-    let Some(connection) = connection::Entity::find_by_id(job.connection_id)
-        .one(db.main())
-        .await?
-    else {
+    // A slot superseded by a later one was skipped by the claim already.
+    let Some(connection) = connection else {
         return skip(context, job, "the connection was removed").await;
     };
     if !connection.enabled {
@@ -119,6 +120,11 @@ async fn run_and_record(
         lease: None,
         yield_after: Some(context.settings.max_run_duration),
     };
+    // The lease is released with the job's end, in one transaction.
+    let lease = LeaseSettings {
+        keep: true,
+        ..context.lease.clone()
+    };
     let report = sync_provider(
         db,
         context.settings,
@@ -126,7 +132,7 @@ async fn run_and_record(
         vec![connection.clone()],
         &streams,
         &options,
-        context.lease,
+        &lease,
         context.progress,
     )
     .await;
@@ -138,8 +144,43 @@ async fn run_and_record(
             return Ok(None);
         }
     };
-    record_end(context, job, &connection, &report).await?;
+    // A connection skipped as busy was not claimed; otherwise its lease is held still.
+    let held = report.skipped.is_empty();
+    let ended = end_and_release(context, job, &connection, &report, held).await;
+    if ended.is_err() && held {
+        // The job's end is lost with the error; the lease must not wait out its expiry.
+        if let Err(error) = release(db, &connection, &context.lease.holder).await {
+            tracing::warn!(job_id = job.id, %error, "Releasing the connection's lease failed; it expires.");
+        }
+    }
+    ended?;
     Ok(Some(report))
+}
+
+/// Records how the job's runs ended and releases the connection's lease (`held`) in one
+/// transaction: a crash leaves both as they were (the job `running`, re-queued once its
+/// instance is gone; the lease held until it expires) or neither.
+async fn end_and_release(
+    context: &JobContext<'_>,
+    job: &sync_job::Model,
+    connection: &connection::Model,
+    report: &SyncReport,
+    held: bool,
+) -> Result<(), DbErr> {
+    // SQLite: the write lock up front, since the transaction reads before it writes.
+    let txn = context
+        .db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        })
+        .await?;
+    record_end(&txn, context, job, connection, report).await?;
+    if held {
+        // After the job's row: the connection's row stays locked the shortest.
+        release(&txn, connection, &context.lease.holder).await?;
+    }
+    txn.commit().await
 }
 
 async fn skip(
@@ -154,12 +195,12 @@ async fn skip(
 
 /// Records how the job's runs ended.
 async fn record_end(
+    db: &impl ConnectionTrait,
     context: &JobContext<'_>,
     job: &sync_job::Model,
     connection: &connection::Model,
     report: &SyncReport,
 ) -> Result<(), DbErr> {
-    let db = context.db;
     let now = crate::db::now();
     if let Some(busy) = report.skipped.first() {
         // A slot finds the connection's run going: that run serves it (a full pass stays
@@ -248,7 +289,7 @@ async fn record_end(
         .iter()
         .any(|outcome| outcome.status == RunStatus::Failed);
     if let (true, Some(policy)) = (failed, context.retry) {
-        if let Some(note) = retry(context, policy, job, connection, now).await? {
+        if let Some(note) = retry(db, context, policy, job, connection, now).await? {
             outcome.push_str("; ");
             outcome.push_str(&note);
         }
@@ -259,6 +300,7 @@ async fn record_end(
 /// Queues the retry of a job whose run failed, unless its tries are spent or the
 /// connection's next slot comes first (that slot is the retry). Returns what was decided.
 async fn retry(
+    db: &impl ConnectionTrait,
     context: &JobContext<'_>,
     policy: &RetryPolicy,
     job: &sync_job::Model,
@@ -289,7 +331,7 @@ async fn retry(
         }
     }
     queue::enqueue(
-        context.db,
+        db,
         &[NewJob {
             connection_id: job.connection_id,
             provider: job.provider.clone(),

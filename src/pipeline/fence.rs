@@ -89,17 +89,22 @@ pub(crate) async fn hold(
 ) -> Result<Result<(), Unheld>, DbErr> {
     // Locked by its id alone, and its status read after: a condition on the status lets
     // MariaDB lock gaps of `sync_runs`' status index, which other runs' closings insert into.
-    let locked = sync_run::Entity::update_many()
+    let lock = sync_run::Entity::update_many()
         .col_expr(sync_run::Column::HeartbeatAt, Expr::value(now))
-        .filter(sync_run::Column::Id.eq(run_id))
-        .exec(txn)
-        .await?
-        .rows_affected;
-    let running = locked == 1
-        && sync_run::Entity::find_by_id(run_id)
-            .one(txn)
+        .filter(sync_run::Column::Id.eq(run_id));
+    // Where the backend returns the updated row, the lock reads the status too.
+    let running = if txn.support_returning() {
+        lock.exec_with_returning(txn)
             .await?
-            .is_some_and(|run| run.status == RunStatus::Running);
+            .first()
+            .is_some_and(|run| run.status == RunStatus::Running)
+    } else {
+        lock.exec(txn).await?.rows_affected == 1
+            && sync_run::Entity::find_by_id(run_id)
+                .one(txn)
+                .await?
+                .is_some_and(|run| run.status == RunStatus::Running)
+    };
     let run = u64::from(running);
     let connection = match (run, fence) {
         (0, _) => 0,

@@ -134,7 +134,14 @@ pub async fn sync_connection(
         );
         let cursor = stored_cursor(&stream.state);
         let since = if full { None } else { cursor.clone() };
-        match deletions::remove_orphans(db, connection, run_id, lease).await {
+        let track_deletes = settings.deletions.track && since.is_none();
+        // Only a run that notes sightings needs an unfinished run's gone first: the
+        // others leave them to the next run that does, and to retention.
+        let orphans = match track_deletes {
+            true => deletions::remove_orphans(db, connection, run_id, lease).await,
+            false => Ok(Some(0)),
+        };
+        match orphans {
             Ok(Some(0)) => {}
             Ok(Some(removed)) => {
                 tracing::info!(removed, "Removed the sightings of an unfinished run.")
@@ -149,7 +156,7 @@ pub async fn sync_connection(
             provider,
             settings,
             connection,
-            track_deletes: settings.deletions.track && since.is_none(),
+            track_deletes,
             since,
             cancel: cancel.child_token(),
             progress,

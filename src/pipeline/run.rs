@@ -357,8 +357,11 @@ async fn finish_run(
                 state.cursor = Set(Some(cursor));
             }
         }
-        // The connection's row first, as every writer of the connection takes it.
-        lock_connection(&txn, connection.id, now).await?;
+        // The connection's row first, as every writer of the connection takes it; a
+        // leased run's fence holds it already.
+        if lease.is_none() {
+            lock_connection(&txn, connection.id, now).await?;
+        }
         connection_stream::Entity::update(state).exec(&txn).await?;
         if end.listing_complete && end.full_passes_served > 0 {
             serve_full_passes(&txn, stream, end.full_passes_served).await?;

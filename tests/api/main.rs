@@ -55,4 +55,5 @@ mod streams;
 mod stripe_events;
 mod tenants;
 mod tools;
+mod transactions;
 mod upgrades;

@@ -422,8 +422,8 @@ async fn a_backed_up_queue_runs_a_connections_latest_slot_only() {
 
 #[tokio::test]
 async fn a_slot_claimed_alone_is_skipped_when_a_later_one_is_due() {
-    // One claim at a time: the earliest slot is claimed alone, and finds the later one
-    // due as it starts.
+    // One claim at a time: the earliest slot is claimed alone, and its claim finds the
+    // later ones due.
     latest_slot_only(1).await;
 }
 

@@ -184,14 +184,14 @@ pub(crate) async fn list_records(
     let database = state.database_id().await?;
     let filters = filters_of(&query);
     if let Some(cursor) = params.cursor.as_deref() {
-        query.after = Some(decode_cursor(database, &filters, cursor)?);
+        query.after = Some(decode_cursor(&database, &filters, cursor)?);
     }
     let page = ops::list(state.db.main(), &state.settings, &query).await?;
     Ok(axum::Json(RecordPage {
         items: page.items.into_iter().map(Record::from).collect(),
         next: page
             .next
-            .map(|position| encode_cursor(database, &filters, position)),
+            .map(|position| encode_cursor(&database, &filters, position)),
     }))
 }
 

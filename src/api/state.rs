@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::OnceCell;
-
 use crate::config::Settings;
 use crate::db::DatabasePools;
 
@@ -14,8 +12,6 @@ pub(crate) struct ApiState {
     pub settings: Arc<Settings>,
     /// `/v1/openapi.json`, rendered once.
     pub openapi: Arc<String>,
-    /// The database's id, read once: a migration draws it and nothing changes it.
-    database_id: Arc<OnceCell<String>>,
 }
 
 impl ApiState {
@@ -24,16 +20,13 @@ impl ApiState {
             db,
             settings,
             openapi,
-            database_id: Arc::default(),
         }
     }
 
-    /// The id of the database this API serves, which cursors are bound to.
-    pub(crate) async fn database_id(&self) -> Result<&str, crate::ops::OpsError> {
-        let id = self
-            .database_id
-            .get_or_try_init(|| crate::ops::records::database_id(self.db.main()))
-            .await?;
-        Ok(id.as_str())
+    /// The id of the database this API serves, which cursors are bound to. Read at each
+    /// request, not kept: a database restored in place under a running server is another
+    /// database, and its cursors must be refused.
+    pub(crate) async fn database_id(&self) -> Result<String, crate::ops::OpsError> {
+        crate::ops::records::database_id(self.db.main()).await
     }
 }

@@ -59,7 +59,9 @@ pub async fn run_api_phase(
     let settings = Settings::parse(
         Path::new("(bench config)"),
         &format!(
-            "{config_text}\n[api]\nlisten = \"127.0.0.1:{port}\"\nrequest_timeout = \"120s\"\n"
+            "{config_text}\n[api]\nlisten = \"127.0.0.1:{port}\"\nrequest_timeout = \"120s\"\n\
+             # Counted as in production, but high enough for the phase's ~1,000 requests.\n\
+             rate_limit = \"100000/minute\"\n"
         ),
         None,
         &|_| true,

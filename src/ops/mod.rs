@@ -7,18 +7,18 @@
 //! page boundary never moves when rows are added.
 
 pub(crate) mod api_keys;
-pub mod changes;
-pub mod connections;
-pub mod errors;
+pub(crate) mod changes;
+pub(crate) mod connections;
+pub(crate) mod errors;
 pub(crate) mod health;
-pub mod jobs;
-pub mod notifications;
+pub(crate) mod jobs;
+pub(crate) mod notifications;
 pub(crate) mod records;
 pub mod replay;
-pub mod runs;
-pub mod secrets;
+pub(crate) mod runs;
+pub(crate) mod secrets;
 pub(crate) mod stream_states;
-pub mod sync;
+pub(crate) mod sync;
 pub(crate) mod sync_status;
 
 use sea_orm::DbErr;
@@ -26,7 +26,7 @@ use serde::Serialize;
 
 /// One page of a list; `K` is its paging key (a row id unless the list says otherwise).
 #[derive(Clone, Debug, Serialize)]
-pub struct Page<T, K = i64> {
+pub(crate) struct Page<T, K = i64> {
     pub items: Vec<T>,
     /// Where the next page starts (pass it as the query's `after`/`before`); `None` on the
     /// last page.

@@ -41,16 +41,16 @@ pub struct Cli {
         env = "TRIBUTARY_CONFIG",
         default_value = "config.toml"
     )]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Log filter (tracing's EnvFilter syntax, e.g. "info" or "tributary=debug").
     /// Defaults to "warn" (env RUST_LOG).
     #[arg(long, global = true, env = "RUST_LOG")]
-    pub log: Option<String>,
+    pub(crate) log: Option<String>,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 impl Cli {
@@ -82,7 +82,7 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the scheduler: sync each provider's connections on its cron schedule until
     /// SIGTERM or SIGINT. Meant to run under systemd (see deploy/tributary.service).
     /// Migrates first, refusing (exit 4) while instances of an older schema are alive.
@@ -136,7 +136,7 @@ pub enum Command {
 
 /// What `migrate` and `daemon` do about instances of an older schema.
 #[derive(Debug, clap::Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// Migrate even while instances of an older schema are alive (announced in
     /// `instances`, or holding leases or running runs). They go on writing under the old
     /// schema; stop them instead unless you know they are gone.

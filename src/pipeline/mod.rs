@@ -46,8 +46,9 @@ pub use streams::{open_stream, StreamScope};
 
 pub(crate) use budget::take_one_from;
 use checkpoint::stored_cursor;
+pub use walk::NoProgress;
+pub(crate) use walk::ProgressSink;
 use walk::{walk_listing, Committed, RunContext, RunFault};
-pub use walk::{NoProgress, ProgressSink};
 
 /// How a run is asked for.
 #[derive(Clone, Debug)]

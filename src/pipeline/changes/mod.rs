@@ -14,17 +14,17 @@ mod read;
 mod sweep;
 mod write;
 
-pub use cursor::{Cursor, CursorError, FeedCursor};
+pub use cursor::{Cursor, FeedCursor};
 pub use order::align_clock;
 pub(crate) use order::{clock_missing, TRANSACTION_SEQ};
 pub(crate) use read::position_in;
 pub use read::{
-    database_id, head, read_changes, run_cursor_bounds, FeedChange, FeedError, FeedPage, FeedQuery,
-    RunCursors, MAX_LIMIT,
+    database_id, head, read_changes, run_cursor_bounds, FeedChange, FeedError, FeedQuery, MAX_LIMIT,
 };
 pub use sweep::{sweep_expired_changes, SweptChanges};
 // Public only for the tests that drive the feed's write path a statement at a time; only
 // the pipeline writes changes, each in the transaction of the write it records.
 pub(crate) use write::discard_batch;
-pub use write::{open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch, ChangeSlot};
+pub(crate) use write::ChangeSlot;
+pub use write::{open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch};
 pub(crate) use write::{CLOCK_SEQ, TICK};

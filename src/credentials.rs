@@ -64,7 +64,7 @@ pub struct RefreshedCredentials {
 
 impl StoredCredentials {
     /// The source part for a connection listed in the config.
-    pub fn from_config(connection: &ConnectionSettings) -> StoredCredentials {
+    pub(crate) fn from_config(connection: &ConnectionSettings) -> StoredCredentials {
         StoredCredentials {
             token_env: connection.token_env.clone(),
             token: connection

@@ -25,13 +25,15 @@ mod tests;
 mod tls;
 pub(crate) use api::{parse_rate_limit, ApiSettings};
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
-pub use notify::{NotifyRuns, NotifySettings};
+pub use notify::NotifyRuns;
+pub(crate) use notify::NotifySettings;
 pub use redact::redact_url;
 pub use retention::RetentionSettings;
-pub use streams::{namespace, ParentStream, StreamSettings};
+pub(crate) use streams::namespace;
+pub use streams::StreamSettings;
 
 /// What `Debug` output shows in place of a secret.
-pub const REDACTED: &str = "[REDACTED]";
+pub(crate) const REDACTED: &str = "[REDACTED]";
 
 /// The environment variable that overrides `database.url`.
 pub(crate) const DATABASE_URL_ENV: &str = "TRIBUTARY_DATABASE_URL";
@@ -116,13 +118,13 @@ pub struct Settings {
     pub path: PathBuf,
     pub database: DatabaseSettings,
     /// `[daemon]`.
-    pub daemon: DaemonSettings,
+    pub(crate) daemon: DaemonSettings,
     /// `[secrets]`: where the key for stored credentials comes from.
     pub secrets: SecretsSettings,
     /// `[notify]`: the webhook after runs; `None` when the table is absent.
     pub notify: Option<NotifySettings>,
     /// `[changes]`: the change feed's retention.
-    pub changes: ChangesSettings,
+    pub(crate) changes: ChangesSettings,
     /// `[retention]`: how long the history tables keep their rows.
     pub retention: RetentionSettings,
     /// `[api]`: the HTTP API; `None` when the table is absent.
@@ -149,7 +151,7 @@ pub struct SecretsSettings {
 /// `[changes]`: how long the change feed keeps its changes.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ChangesSettings {
+pub(crate) struct ChangesSettings {
     /// How long a change is kept after it committed. A reader whose cursor is older is
     /// told to resync from `records`.
     #[serde(with = "humantime_serde")]
@@ -202,7 +204,7 @@ impl std::fmt::Debug for DatabaseSettings {
 /// `[daemon]`: how `tributary daemon` runs, and the leases every sync takes.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DaemonSettings {
+pub(crate) struct DaemonSettings {
     /// Address of the `/healthz` and `/metrics` endpoints, e.g. "127.0.0.1:9464".
     /// Off when omitted.
     pub listen: Option<std::net::SocketAddr>,
@@ -281,7 +283,7 @@ pub struct ProviderSettings {
     pub notify: NotifyRuns,
     /// `track_deletes` and `max_delete_fraction`: whether a complete full pass marks the
     /// records it no longer returned deleted.
-    pub deletions: DeletionSettings,
+    pub(crate) deletions: DeletionSettings,
     /// `full_sync_schedule`: the daemon's firings that also match this cron expression
     /// are full passes (the cursor ignored), which is when an incremental provider can
     /// see deletions.
@@ -316,7 +318,7 @@ impl ProviderSettings {
 
 /// Deletion detection for one provider.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DeletionSettings {
+pub(crate) struct DeletionSettings {
     /// Mark the records a complete full pass no longer returned deleted. Off by default:
     /// it costs a write per record seen on every full pass, unchanged or not.
     pub track: bool,

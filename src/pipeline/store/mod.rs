@@ -36,8 +36,8 @@ use crate::pipeline::ground::RunCounts;
 
 pub(crate) use crate::pipeline::checkpoint::CheckpointMove;
 pub use append::sweep_expired_keys;
-pub(crate) use backend::{ChangedRecord, NewPageWriter, Refusal, StoreError};
-pub use backend::{PageBookkeeping, StoreBackend, Stored};
+pub use backend::PageBookkeeping;
+pub(crate) use backend::{ChangedRecord, NewPageWriter, Refusal, StoreBackend, StoreError};
 pub use context::{PageContext, PageExpectation};
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 

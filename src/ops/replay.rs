@@ -5,7 +5,7 @@ use crate::config::Settings;
 use crate::db::DatabasePools;
 use crate::pipeline::replay::ReplayError;
 
-pub use crate::pipeline::replay::ReplayReport;
+pub(crate) use crate::pipeline::replay::ReplayReport;
 
 /// Replays the open record-level errors of run `run_id` as a new run.
 pub async fn replay(

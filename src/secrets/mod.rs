@@ -14,7 +14,7 @@ mod key;
 mod keyring;
 mod sealed;
 
-pub use error::SecretsError;
+pub(crate) use error::SecretsError;
 pub(crate) use error::HOW_TO_CONFIGURE;
 pub use key::{generate_key_file, SecretKey};
 pub use keyring::{KeySource, Keyring};

@@ -28,7 +28,6 @@ use crate::config::NotifySettings;
 use crate::entities::notification_delivery::Model as Delivery;
 
 use claim::Settle;
-pub use signature::signature;
 
 /// The most deliveries one pass reads.
 const PASS_SIZE: u64 = 64;

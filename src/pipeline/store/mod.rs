@@ -11,7 +11,7 @@
 
 mod append;
 mod backend;
-mod context;
+pub(super) mod context;
 mod deleted;
 mod mysql;
 mod postgres;
@@ -38,7 +38,8 @@ pub(crate) use crate::pipeline::checkpoint::CheckpointMove;
 pub use append::sweep_expired_keys;
 pub use backend::PageBookkeeping;
 pub(crate) use backend::{ChangedRecord, NewPageWriter, Refusal, StoreBackend, StoreError};
-pub use context::{PageContext, PageExpectation};
+pub use context::PageContext;
+pub(crate) use context::PageExpectation;
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
 use backend::{explain_unheld, KEY_LOOKUP, RECORD_UPDATE};

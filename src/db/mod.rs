@@ -292,16 +292,8 @@ pub(crate) async fn connect_for_reading(
 
 /// Applies every pending migration, under the database's migration lock so that only
 /// one of the instances starting at once creates the tables (see [`MigrationLock`]);
-/// waits at most [`MIGRATION_LOCK_WAIT`] for another instance's migrations.
-pub async fn migrate(
-    db: &DatabaseConnection,
-    settings: &DatabaseSettings,
-) -> Result<(), DbSetupError> {
-    migrate_waiting_at_most(db, settings, MIGRATION_LOCK_WAIT).await
-}
-
-/// [`migrate`], waiting at most `wait` for the migration lock (tests wait a second, not
-/// minutes, for the lock they hold).
+/// waits at most `wait` for another instance's migrations (the service waits
+/// [`MIGRATION_LOCK_WAIT`]; tests wait a second, not minutes, for the lock they hold).
 pub async fn migrate_waiting_at_most(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,

@@ -39,10 +39,9 @@ pub use crate::lease::Fence;
 
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
-pub use ground::RunCounts;
+pub use ground::{PageStoreCounts, RunCounts};
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
 pub use store::context::PageExpectation;
-pub use store::PageStoreCounts;
 pub use streams::{open_stream, StreamScope};
 
 pub(crate) use budget::take_one_from;

@@ -15,10 +15,11 @@ use tributary_providers::{
 
 use super::checkpoint::{newest, resumable_checkpoint, Checkpoint};
 use super::credential_store::ConnectionCredentials;
+use super::ground::PageStoreCounts;
 use super::ground::RunCounts;
 use super::parents::{self, Parent};
 use super::run::{Run, RunPage};
-use super::store::{PageExpectation, PageStoreCounts};
+use super::store::PageExpectation;
 use crate::config::ProviderSettings;
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;

@@ -1,9 +1,26 @@
-//! A run's counters, and the statements that store them in `sync_runs`.
+//! A run's counters and a page's, and the statements that store a run's in `sync_runs`.
 
 use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, Set};
 use serde::Serialize;
 
 use crate::entities::sync_run;
+
+/// What one page did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageStoreCounts {
+    pub inserted: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub duplicate: u64,
+    pub failed: u64,
+    /// Records marked deleted that the page carried again.
+    pub restored: u64,
+    /// Stored records the page reported deleted, marked so.
+    pub deleted: u64,
+    /// Every record was unchanged and nothing was written (see
+    /// [`PageExpectation::Unchanged`](crate::pipeline::PageExpectation::Unchanged)).
+    pub deferred: bool,
+}
 
 /// A run's counters, as stored in `sync_runs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

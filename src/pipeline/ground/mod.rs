@@ -12,8 +12,8 @@ use sea_orm::{
     TransactionTrait,
 };
 
-pub use counts::RunCounts;
 pub(crate) use counts::{counter_columns, counts_model, to_db, update_counts};
+pub use counts::{PageStoreCounts, RunCounts};
 
 /// Opens a page's transaction. On SQLite it takes the write lock at once (`BEGIN
 /// IMMEDIATE`), waiting for it under the busy timeout. A deferred transaction would read

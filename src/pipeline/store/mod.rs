@@ -32,7 +32,7 @@ use crate::config::WriteMode;
 use crate::db::DatabasePools;
 use crate::entities::change::ChangeKind;
 use crate::pipeline::ground::begin_page_transaction;
-use crate::pipeline::ground::RunCounts;
+use crate::pipeline::ground::{PageStoreCounts, RunCounts};
 
 pub(crate) use crate::pipeline::checkpoint::CheckpointMove;
 pub use append::sweep_expired_keys;
@@ -45,23 +45,6 @@ pub(crate) use run_errors::{record_page_error, ErrorScope};
 use backend::{explain_unheld, KEY_LOOKUP, RECORD_UPDATE};
 use run_errors::{insert_run_errors, persist_failure};
 use writes::{insert_carefully, insert_fast, PageChanges};
-
-/// What one page did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PageStoreCounts {
-    pub inserted: u64,
-    pub updated: u64,
-    pub unchanged: u64,
-    pub duplicate: u64,
-    pub failed: u64,
-    /// Records marked deleted that the page carried again.
-    pub restored: u64,
-    /// Stored records the page reported deleted, marked so.
-    pub deleted: u64,
-    /// Every record was unchanged and nothing was written (see
-    /// [`PageExpectation::Unchanged`]).
-    pub deferred: bool,
-}
 
 /// The store strategy of the database `db` is on.
 pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {

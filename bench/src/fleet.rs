@@ -452,10 +452,34 @@ fn measure(
         }
     }
     // A run of the killed daemon ends `interrupted` (marked by the next claim of its
-    // connection's lease) and no job names it: its job was put back and ran again.
+    // connection's lease) and no job names it: its job was put back and ran again. So
+    // does one that closed just before the kill, whose job's end was never recorded.
+    let killed_connections: BTreeSet<i64> = killed_jobs
+        .iter()
+        .filter_map(|id| jobs.iter().find(|job| job.id == *id))
+        .map(|job| job.connection_id)
+        .collect();
+    // Jobs know their connection, runs their user: joined through the runs jobs name.
+    let connection_of_user: BTreeMap<&str, i64> = jobs
+        .iter()
+        .flat_map(|job| {
+            runs_named(job)
+                .into_iter()
+                .filter_map(|id| run_by_id.get(&id))
+                .map(|run| (run.user_id.as_str(), job.connection_id))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let killed_daemons_run = |run: &sync_run::Model| {
+        killed_when.is_some_and(|killed| run.started_at < killed)
+            && connection_of_user
+                .get(run.user_id.as_str())
+                .is_some_and(|id| killed_connections.contains(id))
+    };
     let unnamed: Vec<i64> = runs
         .iter()
         .filter(|run| run.status != tributary::pipeline::RunStatus::Interrupted)
+        .filter(|run| !killed_daemons_run(run))
         .map(|run| run.id)
         .filter(|id| !named_by.contains_key(id))
         .collect();
@@ -533,14 +557,34 @@ fn measure(
         killed_jobs
             .iter()
             .filter_map(|id| jobs.iter().find(|job| job.id == *id))
-            .filter_map(|job| job.started_at)
+            .filter_map(|job| match job.status {
+                // Superseded: served by the connection's later run (its latest, at most).
+                JobStatus::Skipped => last_finished_start.get(&job.connection_id).copied(),
+                _ => job.started_at,
+            })
             .map(|started| (started - killed).num_milliseconds() as f64 / 1000.0)
             .reduce(f64::max)
     });
+    // Put back once the killed daemon's heartbeat is stale, a job whose connection has a
+    // later slot due by then is superseded by it at the claim: served when the connection
+    // has a finished run that started after the kill.
     let killed_done = killed_jobs
         .iter()
         .filter_map(|id| jobs.iter().find(|job| job.id == *id))
-        .filter(|job| job.status == JobStatus::Done)
+        .filter(|job| match job.status {
+            JobStatus::Done => true,
+            JobStatus::Skipped => {
+                job.outcome
+                    .as_deref()
+                    .is_some_and(|outcome| outcome.contains("superseded"))
+                    && killed_when.is_some_and(|killed| {
+                        last_finished_start
+                            .get(&job.connection_id)
+                            .is_some_and(|started| *started >= killed)
+                    })
+            }
+            _ => false,
+        })
         .count();
     let mut checks = vec![
         Check::equal(

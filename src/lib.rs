@@ -47,3 +47,5 @@ pub mod retention;
 pub mod secrets;
 pub mod sync;
 pub(crate) mod telemetry;
+#[cfg(test)]
+mod testing;

@@ -54,19 +54,9 @@ mod tests {
     /// A database that does not answer makes the instance unhealthy: 503, as a problem.
     #[tokio::test]
     async fn an_unreachable_database_is_503() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("api.db").display());
-        let settings = crate::config::Settings::parse(
-            std::path::Path::new("config.toml"),
-            &format!("[database]\nurl = \"{url}\"\n"),
-            None,
-            &|_| true,
-        )
-        .expect("settings");
-        let db = crate::db::connect_and_migrate(&settings.database)
-            .await
-            .expect("migrated database");
-        let state = ApiState::new(db.clone(), Arc::new(settings), Arc::default());
+        let test = crate::testing::TestDb::new().await;
+        let db = test.db.clone();
+        let state = ApiState::new(db.clone(), test.settings(""), Arc::default());
         let healthy = super::health(State(state.clone())).await.expect("healthy");
         assert_eq!(healthy.status, "ok");
 

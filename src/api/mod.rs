@@ -410,20 +410,12 @@ mod tests {
     /// problems.
     #[tokio::test]
     async fn a_slow_request_and_a_large_body_are_answered_as_problems() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("api.db").display());
-        let settings = crate::config::Settings::parse(
-            std::path::Path::new("config.toml"),
-            &format!("[database]\nurl = \"{url}\"\n[api]\nlisten = \"127.0.0.1:0\"\nmax_body_bytes = 1024\nrequest_timeout = \"200ms\"\n"),
-            None,
-            &|_| true,
-        )
-        .expect("settings");
-        let db = crate::db::connect_and_migrate(&settings.database)
-            .await
-            .expect("migrated database");
+        let test = crate::testing::TestDb::new().await;
+        let settings = test.settings(
+            "[api]\nlisten = \"127.0.0.1:0\"\nmax_body_bytes = 1024\nrequest_timeout = \"200ms\"\n",
+        );
         let api = settings.api.clone().expect("[api]");
-        let state = ApiState::new(db, Arc::new(settings), Arc::default());
+        let state = ApiState::new(test.db.clone(), settings, Arc::default());
         let router = Router::new()
             .route(
                 "/slow",

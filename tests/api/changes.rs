@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
@@ -17,17 +16,14 @@ use serde_json::{json, Value};
 use tributary::config::{DatabaseSettings, WriteMode};
 use tributary::entities::change::ChangeKind;
 use tributary::entities::{change, change_batch, change_clock, connection};
-use tributary::pipeline::changes::{
-    self, BatchOwner, ChangeBatch, Cursor, FeedChange, FeedCursor, FeedError, FeedQuery,
-};
+use tributary::pipeline::changes::{self, Cursor, FeedChange, FeedCursor, FeedError, FeedQuery};
 use tributary::pipeline::{PageExpectation, PageStoreCounts, Run, RunPage};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::helpers::{
-    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, open_run,
-    proptest_config, read_feed, run, runtime, spawn_app, tributary, Backend, TestApp,
-    LOCK_WAITS_POLL,
+    backend, cursor_provider, items, mount_cursor_listing, mount_cursor_pages, open_run, read_feed,
+    run, spawn_app, tributary, Backend, TestApp, LOCK_WAITS_POLL,
 };
 
 /// Every change after `since` committed so far, read `limit` at a time, and the cursor
@@ -856,273 +852,8 @@ impl Poller {
     }
 }
 
-/// One writer's open transaction, driven a statement at a time as the store path runs
-/// them: the batch, its changes, then the stamp and the commit.
-struct Writer {
-    txn: DatabaseTransaction,
-    batch: ChangeBatch,
-    ids: Vec<String>,
-}
-
-impl Writer {
-    async fn begin(db: &DatabaseConnection, run_id: i64) -> Writer {
-        let txn = db.begin().await.expect("begin");
-        let owner = BatchOwner {
-            run_id,
-            user_id: "alice",
-            provider: "acme",
-        };
-        let batch = changes::open_batch(&txn, owner).await.expect("batch");
-        Writer {
-            txn,
-            batch,
-            ids: Vec::new(),
-        }
-    }
-
-    async fn record(&mut self, ids: &[String]) {
-        let slot = self.batch.reserve(ids.len()).expect("slot");
-        let recorded = changes::record_changes(
-            &self.txn,
-            slot,
-            ChangeKind::Inserted,
-            ids.iter().map(String::as_str),
-        )
-        .await
-        .expect("changes");
-        assert_eq!(recorded, ids.len() as u64);
-        self.ids.extend(ids.iter().cloned());
-    }
-
-    async fn stamp(&self) {
-        changes::stamp_batch(&self.txn, &self.batch, chrono::Utc::now())
-            .await
-            .expect("stamped");
-    }
-
-    /// The stamp and the commit; returns the ids committed.
-    async fn finish(self) -> Vec<String> {
-        self.stamp().await;
-        self.txn.commit().await.expect("commit");
-        self.ids
-    }
-}
-
 fn ids(names: &[&str]) -> Vec<String> {
     names.iter().map(|name| name.to_string()).collect()
-}
-
-/// Where the clock ticks (MariaDB/MySQL), the feed is in commit order: a transaction that
-/// began writing first and commits last is read last, and a stamp waits for the commit of
-/// the one before. On PostgreSQL the feed is in the order transactions began writing: one
-/// that committed early is read once every transaction that began before it has ended.
-/// Either way a reader polling with its last cursor reads each change once.
-#[tokio::test]
-async fn transactions_that_commit_out_of_the_order_they_began_writing_are_read_once_each() {
-    let app = spawn_app().await;
-    let (_, run_id) = app.alice_with_a_run().await;
-    let mut poller = Poller::new(&app).await;
-    let writers = pool(&app, 4).await;
-    if backend() == Backend::Sqlite {
-        // One writer at a time: a transaction's changes appear when it commits, whole.
-        let mut a = Writer::begin(&writers, run_id).await;
-        a.record(&ids(&["a1", "a2", "a3"])).await;
-        assert!(poller.poll().await.is_empty());
-        a.stamp().await;
-        assert!(poller.poll().await.is_empty(), "stamped is not committed");
-        a.txn.commit().await.expect("commit");
-        poller.drain_to(3).await;
-        assert_eq!(poller.seen, ids(&["a1", "a2", "a3"]));
-        return;
-    }
-    let postgres = backend() == Backend::Postgres;
-
-    // A writes first, B overtakes it and commits first.
-    let mut a = Writer::begin(&writers, run_id).await;
-    a.record(&ids(&["a1", "a2", "a3"])).await;
-    let mut b = Writer::begin(&writers, run_id).await;
-    b.record(&ids(&["b1"])).await;
-    assert!(
-        a.batch.id < b.batch.id,
-        "A's batch has the smaller id: an autoincrement would order it first"
-    );
-    assert!(poller.poll().await.is_empty());
-    b.stamp().await;
-    assert!(poller.poll().await.is_empty(), "stamped is not committed");
-    b.finish().await;
-    if postgres {
-        assert!(
-            poller.poll().await.is_empty(),
-            "B waits behind A, still open"
-        );
-        a.finish().await;
-        poller.drain_to(4).await;
-        assert_eq!(poller.seen, ids(&["a1", "a2", "a3", "b1"]));
-    } else {
-        poller.drain_to(1).await;
-        assert_eq!(poller.seen, ids(&["b1"]));
-        // A commits after the reader moved past B: its smaller ids are read all the same.
-        a.finish().await;
-        poller.drain_to(4).await;
-        assert_eq!(poller.seen, ids(&["b1", "a1", "a2", "a3"]));
-    }
-    let read_so_far = poller.seen.clone();
-
-    // C stamps first; D stamps while C is not committed yet.
-    let mut c = Writer::begin(&writers, run_id).await;
-    c.record(&ids(&["c1"])).await;
-    let mut d = Writer::begin(&writers, run_id).await;
-    d.record(&ids(&["d1", "d2"])).await;
-    c.stamp().await;
-    let d_stamp = tokio::spawn(async move {
-        d.stamp().await;
-        d
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(poller.poll().await.is_empty());
-    let expected: Vec<String> = read_so_far
-        .into_iter()
-        .chain(ids(&["c1", "d1", "d2"]))
-        .collect();
-    if postgres {
-        // No clock: D's stamp waits for nobody, and D commits before C.
-        assert!(d_stamp.is_finished(), "D's stamp did not wait for C");
-        let d = d_stamp.await.expect("D stamped");
-        d.txn.commit().await.expect("commit");
-        assert!(
-            poller.poll().await.is_empty(),
-            "D waits behind C, still open"
-        );
-        c.txn.commit().await.expect("commit");
-    } else {
-        assert!(!d_stamp.is_finished(), "D's tick waits for C's commit");
-        c.txn.commit().await.expect("commit");
-        let d = d_stamp.await.expect("D stamped");
-        poller.drain_to(expected.len() - 2).await;
-        assert_eq!(poller.seen, expected[..expected.len() - 2]);
-        d.txn.commit().await.expect("commit");
-    }
-    poller.drain_to(expected.len()).await;
-    assert_eq!(poller.seen, expected);
-}
-
-/// One step of a random interleaving.
-#[derive(Clone, Debug)]
-enum Step {
-    /// Writer `n` opens its transaction (if it has none open).
-    Begin(usize),
-    /// Writer `n` records this many changes.
-    Record(usize, usize),
-    /// Writer `n` stamps and commits.
-    Finish(usize),
-    /// Writer `n` rolls back.
-    Abort(usize),
-    /// The reader polls, reading at most this many.
-    Poll(u64),
-}
-
-const WRITERS: usize = 3;
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        3 => (0..WRITERS).prop_map(Step::Begin),
-        4 => (0..WRITERS, 1..4usize).prop_map(|(n, changes)| Step::Record(n, changes)),
-        3 => (0..WRITERS).prop_map(Step::Finish),
-        1 => (0..WRITERS).prop_map(Step::Abort),
-        3 => (1..5u64).prop_map(Step::Poll),
-    ]
-}
-
-/// Runs `steps` from the head: writers on their own connections, a reader polling in
-/// between. Returns what committed, in the feed's order (commit order where the clock
-/// ticks, the order the transactions began writing on PostgreSQL), and what the reader
-/// read.
-async fn interleave(
-    app: &TestApp,
-    writers_db: &DatabaseConnection,
-    run_id: i64,
-    case: usize,
-    steps: &[Step],
-) -> (Vec<String>, Vec<String>) {
-    let mut poller = Poller::new(app).await;
-    // Each open writer, with the place its transaction took when it began writing.
-    let mut open: Vec<Option<(usize, Writer)>> = (0..WRITERS).map(|_| None).collect();
-    let mut began = 0;
-    // What committed, with that place, in commit order.
-    let mut committed: Vec<(usize, Vec<String>)> = Vec::new();
-    let mut next_id = 0;
-    for step in steps {
-        match *step {
-            // SQLite has one writer: a second transaction would wait for the first.
-            Step::Begin(n)
-                if open[n].is_none()
-                    && (backend() != Backend::Sqlite || open.iter().all(Option::is_none)) =>
-            {
-                open[n] = Some((began, Writer::begin(writers_db, run_id).await));
-                began += 1;
-            }
-            Step::Record(n, count) => {
-                if let Some((_, writer)) = open[n].as_mut() {
-                    let names: Vec<String> = (0..count)
-                        .map(|_| {
-                            next_id += 1;
-                            format!("case{case}-w{n}-{next_id}")
-                        })
-                        .collect();
-                    writer.record(&names).await;
-                }
-            }
-            Step::Finish(n) => {
-                if let Some((place, writer)) = open[n].take() {
-                    committed.push((place, writer.finish().await));
-                }
-            }
-            Step::Abort(n) => {
-                if let Some((_, writer)) = open[n].take() {
-                    writer.txn.rollback().await.expect("rollback");
-                }
-            }
-            Step::Poll(limit) => {
-                poller.limit = limit;
-                poller.poll().await;
-            }
-            Step::Begin(_) => {}
-        }
-    }
-    for (place, writer) in open.into_iter().flatten() {
-        committed.push((place, writer.finish().await));
-    }
-    if backend() == Backend::Postgres {
-        committed.sort_by_key(|(place, _)| *place);
-    }
-    let committed: Vec<String> = committed.into_iter().flat_map(|(_, ids)| ids).collect();
-    poller.limit = 3;
-    poller.drain_to(committed.len()).await;
-    (committed, poller.seen)
-}
-
-/// Random interleavings of three writers and a reader: what the reader read is exactly
-/// what committed, each change once, in the feed's order.
-#[test]
-fn a_poller_reads_every_committed_change_once_in_order_under_any_interleaving() {
-    let runtime = runtime();
-    let (app, writers, run_id) = runtime.block_on(async {
-        let app = spawn_app().await;
-        let (_, run_id) = app.alice_with_a_run().await;
-        let writers = pool(&app, WRITERS as u32 + 1).await;
-        (app, writers, run_id)
-    });
-    let case = std::cell::Cell::new(0);
-    let mut runner = proptest::test_runner::TestRunner::new(proptest_config(48, 0xfeed));
-    runner
-        .run(&proptest::collection::vec(step(), 4..40), |steps| {
-            case.set(case.get() + 1);
-            let (committed, seen) =
-                runtime.block_on(interleave(&app, &writers, run_id, case.get(), &steps));
-            prop_assert_eq!(&seen, &committed, "steps: {:?}", steps);
-            Ok(())
-        })
-        .expect("the reader read every committed change once, in order");
 }
 
 /// A page of records `{"id": id}`, all new.
@@ -1337,75 +1068,6 @@ async fn appended_events_are_inserted_changes_and_a_repeated_event_is_none() {
     assert_eq!(feed[2].run_id, second.run_id);
 }
 
-#[tokio::test]
-async fn a_runs_cursor_bounds_enclose_exactly_its_changes() {
-    let app = spawn_app().await;
-    mount_cursor_listing(&app.api, "alice", "k", 2, 2, Duration::ZERO).await;
-    let settings = app
-        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
-        .await;
-    let first = app.sync_one(&settings).await;
-    let bounds = changes::run_cursor_bounds(&app.db, first.run_id)
-        .await
-        .expect("bounds");
-    let seqs = app.batch_seqs().await;
-    assert_eq!(seqs.len(), 2);
-    // On PostgreSQL `before` is the head instead when that is lower.
-    assert!(bounds.before <= Cursor::after_batch(seqs[0] - 1));
-    if backend() != Backend::Postgres {
-        assert_eq!(bounds.before, Cursor::after_batch(seqs[0] - 1));
-    }
-    assert_eq!(bounds.after, Cursor::after_batch(seqs[1]));
-    let (feed, next) = read_all(&app.db, bounds.before, 100).await;
-    assert_eq!(feed.len(), 4);
-    assert!(feed.iter().all(|change| change.run_id == first.run_id));
-    assert!(next >= bounds.after);
-
-    // A run that changed nothing: both bounds are the head when it closed.
-    let head = next;
-    let unchanged = app.sync_one(&settings).await;
-    let bounds = changes::run_cursor_bounds(&app.db, unchanged.run_id)
-        .await
-        .expect("bounds");
-    assert_eq!(bounds.before, bounds.after);
-    assert!(bounds.before >= head);
-    if backend() != Backend::Postgres {
-        assert_eq!(bounds.before, head);
-    }
-    assert!(read_all(&app.db, head, 100).await.0.is_empty());
-
-    // Inside the transaction that stamps a run's batch, the bounds count it.
-    let (_, run_id) = app.alice_with_a_run().await;
-    let txn = app.db.begin().await.expect("begin");
-    let owner = BatchOwner {
-        run_id,
-        user_id: "alice",
-        provider: "acme",
-    };
-    let mut batch = changes::open_batch(&txn, owner).await.expect("batch");
-    let slot = batch.reserve(1).expect("slot");
-    changes::record_changes(&txn, slot, ChangeKind::Deleted, ["k0"])
-        .await
-        .expect("change");
-    changes::stamp_batch(&txn, &batch, chrono::Utc::now())
-        .await
-        .expect("stamped");
-    let inside = changes::run_cursor_bounds(&txn, run_id)
-        .await
-        .expect("bounds");
-    txn.commit().await.expect("commit");
-    let seqs = app.batch_seqs().await;
-    assert_eq!(seqs.len(), 3);
-    assert_eq!(inside.after, Cursor::after_batch(seqs[2]));
-    assert!(inside.before <= Cursor::after_batch(seqs[2] - 1));
-    if backend() != Backend::Postgres {
-        assert_eq!(inside.before, Cursor::after_batch(seqs[2] - 1));
-    }
-    let (feed, _) = read_all(&app.db, inside.before, 100).await;
-    assert_eq!(kinds(&feed), vec![("k0".to_string(), ChangeKind::Deleted)]);
-    assert!(feed[0].payload.is_some() && !feed[0].deleted);
-}
-
 /// `changes` only reads: it needs neither the tokens' variables nor the secrets key.
 #[tokio::test]
 async fn the_feed_is_read_without_the_tokens_or_the_key() {
@@ -1448,7 +1110,10 @@ async fn a_restored_database_is_aligned_so_its_next_change_reads_after_the_store
     let config = app.write_config(&providers);
     app.settings(&providers).await;
     if backend() != Backend::Postgres {
-        assert!(!changes::align_clock(&app.db).await.expect("aligned"));
+        mount_cursor_pages(&app.api, vec![(json!(items("k", "alice", 0..2)), None)]).await;
+        let sync = run(tributary(&config).args(["sync", "--quiet"]));
+        assert_eq!(sync.code, 0, "{}", sync.stderr);
+        assert!(!sync.stderr.contains("restored"), "{}", sync.stderr);
         return;
     }
     // A batch from the old cluster, far above this one's transaction ids.
@@ -1481,125 +1146,11 @@ async fn a_restored_database_is_aligned_so_its_next_change_reads_after_the_store
         ],
         "a reader past the restored batch reads the new changes"
     );
+    let again = run(tributary(&config).args(["sync", "--quiet"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(
-        !changes::align_clock(&app.db).await.expect("aligned"),
-        "aligned once, it stays aligned"
+        !again.stderr.contains("restored"),
+        "aligned once, it stays aligned: {}",
+        again.stderr
     );
-}
-
-/// On PostgreSQL a transaction that began writing before a run holds the head back below
-/// the run's batches. The run's cursors are still accepted: `after` is not "ahead of this
-/// database", and nothing can appear below `before`, so a reader that follows the feed
-/// from it reads the run's changes once the older transaction has ended. Nor is the
-/// run's batch, above the open transaction, taken for a restored database's.
-#[tokio::test]
-async fn a_runs_cursors_are_accepted_while_an_older_transaction_is_open() {
-    let app = spawn_app().await;
-    mount_cursor_listing(&app.api, "alice", "k", 2, 2, Duration::ZERO).await;
-    let settings = app
-        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
-        .await;
-    let writers = pool(&app, 2).await;
-    // SQLite has one writer: an open writer would hold the run back instead.
-    let held = match backend() {
-        Backend::Sqlite => None,
-        _ => Some(Writer::begin(&writers, 0).await),
-    };
-    let run = app.sync_one(&settings).await;
-    assert_eq!(run.counts.inserted, 4);
-    let bounds = changes::run_cursor_bounds(&app.db, run.run_id)
-        .await
-        .expect("bounds");
-    let head = changes::head(&app.db).await.expect("head");
-    assert!(bounds.before <= head, "{bounds:?} {head:?}");
-    if backend() == Backend::Postgres {
-        assert!(
-            bounds.after > head,
-            "the run is behind the open transaction"
-        );
-    }
-    // A batch above a running transaction is no restored database: the clock stays.
-    assert!(!changes::align_clock(&app.db).await.expect("aligned"));
-    for since in [bounds.before, bounds.after] {
-        let query = FeedQuery {
-            since: Some(since),
-            provider: None,
-            user_id: None,
-            limit: 100,
-        };
-        let page = changes::read_changes(&app.db, &query).await;
-        assert!(page.is_ok(), "{since:?}: {page:?}");
-    }
-    if let Some(held) = held {
-        held.txn.rollback().await.expect("rollback");
-    }
-    let (feed, next) = read_all(&app.db, bounds.before, 100).await;
-    assert_eq!(feed.len(), 4, "{feed:?}");
-    assert!(feed.iter().all(|change| change.run_id == run.run_id));
-    assert!(next >= bounds.after);
-}
-
-/// The retention sweep takes only batches a reader may already read: on PostgreSQL an
-/// expired batch above a head held back by an older open transaction waits, or the swept
-/// seq would pass readers that are up to date and refuse them as expired.
-#[tokio::test]
-async fn the_sweep_leaves_a_batch_no_reader_may_read_yet() {
-    let app = spawn_app().await;
-    let (_, run_id) = app.alice_with_a_run().await;
-    let writers = pool(&app, 2).await;
-    let (_, reader) = read_all(&app.db, Cursor::START, 100).await;
-    // SQLite has one writer: an open writer would hold the next one back instead.
-    let held = match backend() {
-        Backend::Sqlite => None,
-        _ => Some(Writer::begin(&writers, run_id).await),
-    };
-    let mut expired = Writer::begin(&app.db, run_id).await;
-    expired.record(&ids(&["old"])).await;
-    let expired_id = expired.batch.id;
-    expired.finish().await;
-    change_batch::Entity::update_many()
-        .col_expr(
-            change_batch::Column::CommittedAt,
-            Expr::value(chrono::Utc::now() - chrono::Duration::days(2)),
-        )
-        .filter(change_batch::Column::Id.eq(expired_id))
-        .exec(&app.db)
-        .await
-        .expect("backdated");
-    let day = Duration::from_secs(24 * 60 * 60);
-    let swept = changes::sweep_expired_changes(&app.db, day)
-        .await
-        .expect("swept");
-    let total = |swept: changes::SweptChanges| (swept.batches, swept.changes);
-    if backend() != Backend::Postgres {
-        // No reader is held back where the clock ticks.
-        assert_eq!(total(swept), (1, 1));
-    } else {
-        assert_eq!(
-            swept,
-            changes::SweptChanges::default(),
-            "behind the open one"
-        );
-        let query = FeedQuery {
-            since: Some(reader),
-            provider: None,
-            user_id: None,
-            limit: 10,
-        };
-        assert!(
-            changes::read_changes(&app.db, &query).await.is_ok(),
-            "an up-to-date reader is not refused as expired"
-        );
-        held.expect("held on PostgreSQL")
-            .txn
-            .rollback()
-            .await
-            .expect("rollback");
-        read_all(&app.db, reader, 100).await;
-        let swept = changes::sweep_expired_changes(&app.db, day)
-            .await
-            .expect("swept");
-        assert_eq!(total(swept), (1, 1), "once readable, it is swept");
-    }
-    assert_eq!(app.batch_seqs().await, Vec::<i64>::new());
 }

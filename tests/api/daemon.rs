@@ -700,28 +700,21 @@ async fn the_daemon_sweeps_changes_past_their_retention_on_its_schedule() {
     use sea_orm::sea_query::Expr;
     use tributary::entities::{change, change_batch, change_clock};
     let app = crate::helpers::spawn_app().await;
-    let (connection, run_id) = app.alice_with_a_run().await;
-    let owner = tributary::pipeline::changes::BatchOwner {
-        run_id,
-        user_id: &connection.user_id,
-        provider: &connection.provider,
-    };
+    // Two pages of one run: a batch each.
+    let connection = app.alice().await;
+    let mut run = crate::helpers::open_run(&app.db, &connection).await;
     for external_id in ["old", "new"] {
-        let txn = sea_orm::TransactionTrait::begin(app.db.main())
-            .await
-            .unwrap();
-        let mut batch = tributary::pipeline::changes::open_batch(&txn, owner)
-            .await
-            .unwrap();
-        let kind = tributary::entities::change::ChangeKind::Inserted;
-        let slot = batch.reserve(1).unwrap();
-        tributary::pipeline::changes::record_changes(&txn, slot, kind, [external_id])
-            .await
-            .unwrap();
-        tributary::pipeline::changes::stamp_batch(&txn, &batch, chrono::Utc::now())
-            .await
-            .unwrap();
-        txn.commit().await.unwrap();
+        let payload = format!(r#"{{"id":"{external_id}"}}"#);
+        let item = tributary_providers::PageItem::Record(tributary_providers::Record {
+            external_id: external_id.to_string(),
+            content_hash: tributary_providers::record::sha256_hex(payload.as_bytes()),
+            payload,
+        });
+        let page = tributary::pipeline::RunPage {
+            items: vec![item],
+            ..tributary::pipeline::RunPage::default()
+        };
+        run.store(page).await.unwrap();
     }
     let seqs = app.batch_seqs().await;
     assert_eq!(seqs.len(), 2);

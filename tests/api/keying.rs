@@ -1,17 +1,13 @@
 //! The three-part key: the index matches it, a re-run inserts nothing, tenants never merge.
 
-use sea_orm::{ColumnTrait, EntityTrait, Iden, QueryFilter};
+use sea_orm::Iden;
 use serde_json::json;
-use tributary::entities::change::ChangeKind;
-use tributary::entities::{change, connection, record};
-use tributary::pipeline::changes;
-use tributary::pipeline::store::{backend_for, PageContext};
+use tributary::entities::record;
 use tributary::pipeline::RunStatus;
-use tributary_providers::Record;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
-use crate::helpers::{connections, cursor_provider, items, open_run, primary_stream, spawn_app};
+use crate::helpers::{connections, cursor_provider, items, spawn_app};
 
 /// Serves `data` as one page for requests carrying `token`.
 async fn serve_one_page(server: &wiremock::MockServer, token: &str, data: Vec<serde_json::Value>) {
@@ -150,99 +146,6 @@ async fn overlapping_external_ids_never_merge_across_users_or_providers() {
         .iter()
         .all(|o| o.counts.inserted == 0 && o.counts.unchanged == 10));
     assert_eq!(app.records().await, records);
-}
-
-#[tokio::test]
-async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
-    let app = spawn_app().await;
-    serve_one_page(&app.api, "token-alice", items("it_", "alice", 0..3)).await;
-    let settings = app
-        .settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
-        .await;
-    app.sync_one(&settings).await;
-    let before = app.dump_records().await;
-
-    // A second run whose lookup missed the rows (it raced the first) inserts the same keys.
-    let connection = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    let stream = primary_stream(&app.db, &connection).await;
-
-    let racing_run = open_run(&app.db, &connection).await.id();
-    let context = PageContext {
-        run_id: racing_run,
-        connection: &connection,
-        stream: &stream,
-        next_checkpoint: None,
-        mode: Default::default(),
-        leave_checkpoint: false,
-        expect: Default::default(),
-        sightings: false,
-        lease: None,
-    };
-    // Once as one statement for the page, once as a statement per record: each write
-    // shape meets the unique index the same way.
-    let store = backend_for(&app.db);
-    for (round, (new_id, per_record)) in [("it_new_a", false), ("it_new_b", true)]
-        .into_iter()
-        .enumerate()
-    {
-        let stale = ["it_0", "it_1", new_id].map(|id| Record {
-            external_id: id.to_string(),
-            payload: format!("{{\"id\":\"{id}\",\"late\":true}}"),
-            content_hash: "0".repeat(64),
-        });
-        let stale: Vec<&Record> = stale.iter().collect();
-        let statements: Vec<&[&Record]> = if per_record {
-            stale.chunks(1).collect()
-        } else {
-            vec![&stale[..]]
-        };
-        let txn = sea_orm::TransactionTrait::begin(app.db.main())
-            .await
-            .unwrap();
-        let mut batch = changes::open_batch(&txn, context.batch_owner())
-            .await
-            .unwrap();
-        let mut inserted = 0;
-        for records in statements {
-            // A conflict is not an error: the row is skipped.
-            inserted += store
-                .insert(
-                    &txn,
-                    &context,
-                    records,
-                    chrono::Utc::now(),
-                    batch.reserve(records.len()).unwrap(),
-                )
-                .await
-                .expect("a conflict is not an error");
-        }
-        txn.commit().await.unwrap();
-
-        let duplicate = stale.len() as u64 - inserted;
-        assert_eq!((inserted, duplicate), (1, 2), "per record: {per_record}");
-        // Only the row that went in is a change; the keys turned away are none.
-        let recorded: Vec<(String, ChangeKind)> = change::Entity::find()
-            .filter(change::Column::BatchId.eq(batch.id))
-            .all(&app.db)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|change| (change.external_id, change.kind))
-            .collect();
-        assert_eq!(recorded, vec![(new_id.to_string(), ChangeKind::Inserted)]);
-        let records = app.records().await;
-        assert_eq!(records.len(), 4 + round, "no second row for it_0 or it_1");
-        let after = app.dump_records().await;
-        assert_eq!(
-            &after[..3],
-            &before[..],
-            "existing rows are left as they were"
-        );
-    }
 }
 
 #[tokio::test]

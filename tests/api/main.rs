@@ -5,7 +5,6 @@
 mod adapters;
 mod bad_input;
 mod big_pages;
-mod bookkeeping;
 mod budgets;
 mod changes;
 mod cli;

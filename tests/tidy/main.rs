@@ -207,6 +207,13 @@ fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
     let mut scanned = Vec::new();
     for file in files {
         let module = module_path(&file.path);
+        // Test code sits outside the layers, as `tests/` does: the library's test files
+        // (`tests.rs` beside the module they test) and the harness they share.
+        if module.last().is_some_and(|name| name == "tests")
+            || module.first().is_some_and(|name| name == "testing")
+        {
+            continue;
+        }
         let scan = match scan::scan(&module, &file.text) {
             Ok(scan) => scan,
             Err(error) => {
@@ -458,10 +465,16 @@ fn pipeline_layers() -> Layers {
     Layers::parse_pipeline(&architecture()).unwrap_or_else(|message| panic!("{message}"))
 }
 
-/// The modules `file` declares with `mod NAME;`, whatever their visibility.
+/// The modules `file` declares with `mod NAME;`, whatever their visibility, but those
+/// compiled for tests only (`#[cfg(test)]` on the line before).
 fn declared_modules(file: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(root().join(file)).expect("module file");
-    text.lines()
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(at, _)| *at == 0 || lines[at - 1].trim() != "#[cfg(test)]")
+        .map(|(_, line)| *line)
         .filter_map(|line| {
             ["pub mod ", "pub(crate) mod ", "mod "]
                 .iter()
@@ -498,7 +511,7 @@ const PUBLIC_ITEMS_AIM: usize = 80;
 
 /// The most public items the library may have today: it only comes down, towards
 /// [`PUBLIC_ITEMS_AIM`], as items become `pub(crate)`.
-const PUBLIC_ITEMS_CEILING: usize = 113;
+const PUBLIC_ITEMS_CEILING: usize = 102;
 
 #[test]
 fn the_library_has_no_more_public_items_than_its_ceiling() {

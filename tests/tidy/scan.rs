@@ -1,7 +1,8 @@
 //! Reading one source file: the paths of ours it names, the macros it calls, and the
 //! paths and strings that write `records`. Parsed with `syn`, so comments, doc links and
 //! strings never count as imports, and a `super::` is resolved from the module it is
-//! written in (inline `mod tests { use super::*; }` included).
+//! written in. Test code sits outside the layers, as `tests/` does: an inline
+//! `#[cfg(test)] mod` is not read.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::visit::Visit;
@@ -209,6 +210,9 @@ impl<'ast> Visit<'ast> for Visitor {
     fn visit_visibility(&mut self, _visibility: &'ast syn::Visibility) {}
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if is_test_only(&item.attrs) {
+            return;
+        }
         if item.content.is_some() {
             self.module.push(item.ident.to_string());
             syn::visit::visit_item_mod(self, item);
@@ -247,4 +251,14 @@ impl<'ast> Visit<'ast> for Visitor {
             .strings
             .push((line(literal.span()), literal.value()));
     }
+}
+
+/// Whether `attrs` hold `#[cfg(test)]`.
+fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| {
+        attr.path().is_ident("cfg")
+            && attr
+                .parse_args::<syn::Ident>()
+                .is_ok_and(|ident| ident == "test")
+    })
 }

@@ -15,16 +15,16 @@ mod sweep;
 mod write;
 
 pub use cursor::{Cursor, FeedCursor};
-pub use order::align_clock;
-pub(crate) use order::{clock_missing, TRANSACTION_SEQ};
+pub(crate) use order::{align_clock, clock_missing, TRANSACTION_SEQ};
 pub(crate) use read::position_in;
-pub use read::{
-    database_id, head, read_changes, run_cursor_bounds, FeedChange, FeedError, FeedQuery, MAX_LIMIT,
-};
+pub(crate) use read::run_cursor_bounds;
+pub use read::{database_id, head, read_changes, FeedChange, FeedError, FeedQuery, MAX_LIMIT};
 pub use sweep::{sweep_expired_changes, SweptChanges};
-// Public only for the tests that drive the feed's write path a statement at a time; only
-// the pipeline writes changes, each in the transaction of the write it records.
-pub(crate) use write::discard_batch;
-pub(crate) use write::ChangeSlot;
-pub use write::{open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch};
+// Only the pipeline writes changes, each in the transaction of the write it records.
+pub(crate) use write::{
+    discard_batch, open_batch, record_changes, stamp_batch, BatchOwner, ChangeBatch, ChangeSlot,
+};
 pub(crate) use write::{CLOCK_SEQ, TICK};
+
+#[cfg(test)]
+mod tests;

@@ -134,7 +134,7 @@ async fn processed_keys(
 }
 
 /// Deletes the keys whose retention has passed; returns how many.
-pub async fn sweep_expired_keys(db: &DatabaseConnection) -> Result<u64, DbErr> {
+pub(crate) async fn sweep_expired_keys(db: &DatabaseConnection) -> Result<u64, DbErr> {
     let deleted = processed_key::Entity::delete_many()
         .filter(processed_key::Column::ExpiresAt.lte(crate::db::now()))
         .exec(db)
@@ -175,5 +175,37 @@ mod tests {
                 assert!(values <= max_parameters(backend), "{backend:?}: {values}");
             }
         }
+    }
+
+    /// Keys past their retention are swept; live ones stay.
+    #[tokio::test]
+    async fn keys_past_their_retention_are_swept_and_live_ones_stay() {
+        let test = crate::testing::TestDb::new().await;
+        let now = Utc::now();
+        let key = |id: &str, expires_at| processed_key::ActiveModel {
+            user_id: Set("alice".into()),
+            provider: Set("acme".into()),
+            external_id: Set(id.into()),
+            processed_at: Set(now),
+            expires_at: Set(expires_at),
+            ..Default::default()
+        };
+        let rows = vec![
+            key("expired", now - chrono::Duration::seconds(1)),
+            key("live", now + chrono::Duration::days(30)),
+        ];
+        processed_keys_insert(rows)
+            .exec(test.main())
+            .await
+            .expect("keys written");
+        assert_eq!(sweep_expired_keys(test.main()).await.expect("swept"), 1);
+        let left: Vec<String> = processed_key::Entity::find()
+            .all(test.main())
+            .await
+            .expect("keys")
+            .into_iter()
+            .map(|key| key.external_id)
+            .collect();
+        assert_eq!(left, ["live"]);
     }
 }

@@ -35,11 +35,11 @@ use crate::pipeline::ground::begin_page_transaction;
 use crate::pipeline::ground::{PageStoreCounts, RunCounts};
 
 pub(crate) use crate::pipeline::checkpoint::CheckpointMove;
-pub use append::sweep_expired_keys;
-pub use backend::PageBookkeeping;
-pub(crate) use backend::{ChangedRecord, NewPageWriter, Refusal, StoreBackend, StoreError};
-pub use context::PageContext;
-pub(crate) use context::PageExpectation;
+pub(crate) use append::sweep_expired_keys;
+pub(crate) use backend::{
+    ChangedRecord, NewPageWriter, PageBookkeeping, Refusal, StoreBackend, StoreError,
+};
+pub(crate) use context::{PageContext, PageExpectation};
 pub(crate) use run_errors::{record_page_error, ErrorScope};
 
 use backend::{explain_unheld, KEY_LOOKUP, RECORD_UPDATE};
@@ -47,7 +47,7 @@ use run_errors::{insert_run_errors, persist_failure};
 use writes::{insert_carefully, insert_fast, PageChanges};
 
 /// The store strategy of the database `db` is on.
-pub fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
+pub(crate) fn backend_for(db: &DatabasePools) -> Box<dyn StoreBackend + '_> {
     match db.get_database_backend() {
         DbBackend::Sqlite => Box::new(sqlite::SqliteStore::new(db)),
         DbBackend::Postgres => Box::new(postgres::PostgresStore::new(db)),
@@ -536,3 +536,6 @@ fn not_appendable(gone: DeletedRecord) -> RejectedRecord {
         payload: gone.payload,
     }
 }
+
+#[cfg(test)]
+mod tests;

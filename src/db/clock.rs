@@ -75,3 +75,25 @@ pub(crate) async fn follow_clock(db: &DatabaseConnection, warn: bool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestDb;
+
+    /// The database's clock is read on every backend; this machine's and the server's
+    /// agree.
+    #[tokio::test]
+    async fn the_offset_from_the_database_clock_is_measured_on_every_backend() {
+        let test = TestDb::new().await;
+        let offset = sync_clock(test.main())
+            .await
+            .expect("the database's clock read");
+        assert!(
+            offset.abs() < TimeDelta::seconds(1),
+            "the test database runs on this machine: {offset}"
+        );
+        let skew = now() - Utc::now();
+        assert!(skew.abs() < TimeDelta::seconds(1), "{skew}");
+    }
+}

@@ -89,11 +89,6 @@ impl Instance {
         Ok(Instance { row: inserted })
     }
 
-    /// The row as written.
-    pub fn row(&self) -> &instance::Model {
-        &self.row
-    }
-
     /// Refreshes the row's heartbeat and sweeps the rows of processes that are gone. A
     /// row swept meanwhile (this process was stopped past [`STALE_AFTER`]) is written
     /// again.
@@ -238,4 +233,61 @@ pub(crate) async fn alive_under_older_schema(
         alive.push(format!("{more} more"));
     }
     Ok(alive)
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ActiveValue::NotSet, EntityTrait, Set};
+
+    use super::*;
+    use crate::testing::TestDb;
+
+    async fn rows(db: &DatabaseConnection) -> Vec<instance::Model> {
+        instance::Entity::find().all(db).await.expect("instances")
+    }
+
+    /// A heartbeat writes its row again when a sweep took it, and sweeps the rows whose
+    /// heartbeat is stale; the instance's withdrawal removes its own.
+    #[tokio::test]
+    async fn a_heartbeat_writes_a_swept_row_again_and_sweeps_the_stale_ones() {
+        let test = TestDb::new().await;
+        let db = test.main();
+        let mut instance = Instance::announce(db, "here:1:cafe", "here", "sync")
+            .await
+            .expect("announced");
+        instance::Entity::delete_many()
+            .exec(db)
+            .await
+            .expect("rows swept");
+        let heartbeat = Utc::now() - chrono::TimeDelta::hours(1);
+        instance::Entity::insert(instance::ActiveModel {
+            id: NotSet,
+            holder: Set("gone:2:dead".to_string()),
+            host: Set("old-host".to_string()),
+            pid: Set(4242),
+            command: Set("daemon".to_string()),
+            version: Set("0.0.9 (old)".to_string()),
+            schema_version: Set("m0".to_string()),
+            started_at: Set(heartbeat),
+            heartbeat_at: Set(heartbeat),
+        })
+        .exec(db)
+        .await
+        .expect("a stale row");
+
+        instance.heartbeat(db).await.expect("heartbeat");
+        let found = rows(db).await;
+        assert_eq!(
+            found
+                .iter()
+                .map(|row| row.holder.as_str())
+                .collect::<Vec<_>>(),
+            vec!["here:1:cafe"],
+            "{found:?}"
+        );
+        assert!(found[0].heartbeat_at > found[0].started_at, "{found:?}");
+
+        instance.withdraw(db).await.expect("withdrawn");
+        assert_eq!(rows(db).await, vec![]);
+    }
 }

@@ -22,11 +22,12 @@ mod schema;
 mod wal_checkpoints;
 
 pub(crate) use clock::follow_clock;
+pub use clock::now;
 pub(crate) use clock::SYNC_CLOCK_EVERY;
-pub use clock::{now, sync_clock};
+pub use instances::schema_version;
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;
-pub use instances::{schema_version, Instance, RELEASE};
+pub(crate) use instances::{Instance, RELEASE};
 pub(crate) use migration_lock::MIGRATION_LOCK_WAIT;
 pub use migration_lock::{MigrationLock, MigrationLockError};
 pub(crate) use paths::{lock_path, sqlite_file};

@@ -46,7 +46,7 @@ static DURABLE_COMMIT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(()
 /// Waits (at most `limit`) for refreshes still in flight, e.g. of runs cancelled by a
 /// shutdown, so that a token the provider already rotated is committed before the process
 /// exits. Returns whether they all finished.
-pub async fn wait_for_refreshes(limit: Duration) -> bool {
+pub(crate) async fn wait_for_refreshes(limit: Duration) -> bool {
     REFRESHES.close();
     let finished = tokio::time::timeout(limit, REFRESHES.wait()).await.is_ok();
     REFRESHES.reopen();

@@ -487,18 +487,3 @@ async fn a_daemon_whose_clock_is_30_s_ahead_runs_no_slot_twice() {
         );
     }
 }
-
-/// The database's clock is read on every backend; this machine's and the server's agree.
-#[tokio::test]
-async fn the_offset_from_the_database_clock_is_measured_on_every_backend() {
-    let app = spawn_app().await;
-    let offset = tributary::db::sync_clock(&app.db)
-        .await
-        .expect("the database's clock read");
-    assert!(
-        offset.abs() < chrono::TimeDelta::seconds(1),
-        "the test database runs on this machine: {offset}"
-    );
-    let skew = tributary::db::now() - Utc::now();
-    assert!(skew.abs() < chrono::TimeDelta::seconds(1), "{skew}");
-}

@@ -12,6 +12,7 @@ use crate::config::{DatabaseSettings, Settings, StreamSettings, WriteMode};
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::pipeline::{PageExpectation, Run, RunPage, Trigger};
+use crate::secrets::{KeySource, Keyring, SecretKey};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
 
@@ -36,7 +37,12 @@ impl TestDb {
             max_connections: 4,
         })
         .await
-        .expect("migrated test database");
+        .expect("migrated test database")
+        // A key of its own seals the tokens a test stores, as a deployment's would.
+        .with_keyring(Keyring::with_key(
+            SecretKey::generate(),
+            KeySource::Ephemeral,
+        ));
         TestDb { db, url, _dir: dir }
     }
 
@@ -49,7 +55,8 @@ impl TestDb {
     }
 
     /// A pool of the test's own on this database (on SQLite, another connection to the
-    /// file, so that it reads while another pool's one writer is inside a transaction).
+    /// file, so that it reads while another pool's one writer is inside a transaction),
+    /// without the key.
     pub async fn pool(&self, connections: u32) -> DatabasePools {
         crate::db::connect(&DatabaseSettings {
             url: self.url.clone(),

@@ -53,10 +53,9 @@ pub(crate) async fn wait_for_refreshes(limit: Duration) -> bool {
     finished
 }
 
-/// The credentials of one connection for one run, refreshed through its row. Public so
-/// that a caller can race refreshes with a refresher of its own (tests/api/adapters.rs);
-/// the pipeline makes one per run.
-pub struct ConnectionCredentials {
+/// The credentials of one connection for one run, refreshed through its row; the
+/// pipeline makes one per run.
+pub(crate) struct ConnectionCredentials {
     db: DatabaseConnection,
     secrets: Arc<Keyring>,
     connection_id: i64,
@@ -365,5 +364,99 @@ enum Claimed {
 fn claiming(error: DbErr) -> FetchError {
     FetchError::Client {
         message: format!("claiming the connection to refresh its credentials failed: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use sea_orm::ActiveModelTrait;
+    use secrecy::{ExposeSecret, SecretString};
+    use tributary_providers::TokenRefresher;
+
+    use super::*;
+    use crate::credentials::StoredCredentials;
+    use crate::testing::TestDb;
+
+    /// Stands in for a token endpoint: counts the refreshes it was asked for.
+    struct CountingRefresher(AtomicU32);
+
+    #[async_trait::async_trait]
+    impl TokenRefresher for CountingRefresher {
+        async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+            assert_eq!(
+                current
+                    .refresh_token
+                    .as_ref()
+                    .map(|token| token.expose_secret()),
+                Some("r0")
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(Credentials {
+                token: Some(SecretString::from(format!("a{n}"))),
+                refresh_token: Some(SecretString::from(format!("r{n}"))),
+                expires_at: Some(i64::MAX / 2),
+            })
+        }
+    }
+
+    /// Two runs of one connection that find its token expired at once spend the refresh
+    /// token once: the second waits for the first's refresh and takes its result.
+    #[tokio::test]
+    async fn concurrent_refreshes_of_one_connection_spend_the_refresh_token_once() {
+        let test = TestDb::new().await;
+        let stored = StoredCredentials {
+            token: Some("a0".to_string()),
+            refresh_token: Some("r0".to_string()),
+            ..StoredCredentials::default()
+        };
+        let row =
+            connection::ActiveModel::new_connection("alice", "acme", true, stored.to_column())
+                .insert(test.main())
+                .await
+                .expect("alice's connection");
+        let stale = stored.resolve().expect("credentials");
+        let refresher = Arc::new(CountingRefresher(AtomicU32::new(0)));
+        let first = ConnectionCredentials::new(&test.db, &row, stale.clone());
+        let second = ConnectionCredentials::new(&test.db, &row, stale.clone());
+        let (a, b) = tokio::join!(
+            first.refresh(&stale, refresher.clone()),
+            second.refresh(&stale, refresher.clone())
+        );
+        let (a, b) = (a.expect("refreshed"), b.expect("refreshed"));
+        assert_eq!(
+            refresher.0.load(Ordering::SeqCst),
+            1,
+            "the refresh token was spent once"
+        );
+        let token = |credentials: Credentials| {
+            credentials
+                .token
+                .map(|token| token.expose_secret().to_string())
+        };
+        assert_eq!(token(a).as_deref(), Some("a1"));
+        assert_eq!(
+            token(b).as_deref(),
+            Some("a1"),
+            "the second waited and reused it"
+        );
+        let row = connection::Entity::find_by_id(row.id)
+            .one(test.main())
+            .await
+            .expect("query")
+            .expect("the row");
+        let stored =
+            StoredCredentials::from_column(test.db.secrets(), row.binding(), &row.credentials)
+                .expect("credentials open");
+        assert_eq!(
+            stored
+                .oauth
+                .and_then(|oauth| oauth.refresh_token)
+                .as_deref(),
+            Some("r1")
+        );
     }
 }

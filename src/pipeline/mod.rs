@@ -8,7 +8,7 @@
 mod budget;
 pub mod changes;
 pub(crate) mod checkpoint;
-pub mod credential_store;
+pub(crate) mod credential_store;
 mod deletions;
 pub(crate) mod fence;
 mod ground;
@@ -42,7 +42,6 @@ pub use deletions::DeletionPass;
 pub use ground::{PageStoreCounts, RunCounts};
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
 pub use store::context::PageExpectation;
-pub use streams::{open_stream, StreamScope};
 
 pub(crate) use budget::take_one_from;
 use checkpoint::stored_cursor;

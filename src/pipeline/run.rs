@@ -145,7 +145,7 @@ impl<'a> Run<'a> {
     }
 
     /// The stream the run syncs, as it was when the run opened.
-    pub fn stream(&self) -> &StreamScope {
+    pub(crate) fn stream(&self) -> &StreamScope {
         &self.stream
     }
 

@@ -2,16 +2,10 @@
 //! record, rate limits that end a run `partial` and resume, and OAuth refreshes committed
 //! before use.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
-
 use sea_orm::EntityTrait;
-use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 use tributary::entities::connection;
-use tributary::pipeline::credential_store::ConnectionCredentials;
 use tributary::pipeline::RunStatus;
-use tributary_providers::{CredentialStore, Credentials, FetchError, TokenRefresher};
 use wiremock::matchers::{
     body_string_contains, header, method, path, query_param, query_param_is_missing,
 };
@@ -285,66 +279,4 @@ async fn an_expired_strava_token_is_refreshed_committed_and_then_used() {
     assert!(row.credentials.starts_with(&format!("sealed:v1:{key_id}:")));
     let tokens = ["old-access", "old-refresh", "new-access", "new-refresh"];
     crate::secrets::assert_nowhere_in_clear(&app, &tokens).await;
-}
-
-/// Stands in for a token endpoint: counts the refreshes it was asked for.
-struct CountingRefresher(AtomicU32);
-
-#[async_trait::async_trait]
-impl TokenRefresher for CountingRefresher {
-    async fn refresh(&self, current: &Credentials) -> Result<Credentials, FetchError> {
-        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
-        assert_eq!(
-            current.refresh_token.as_ref().unwrap().expose_secret(),
-            "r0"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        Ok(Credentials {
-            token: Some(SecretString::from(format!("a{n}"))),
-            refresh_token: Some(SecretString::from(format!("r{n}"))),
-            expires_at: Some(i64::MAX / 2),
-        })
-    }
-}
-
-#[tokio::test]
-async fn concurrent_refreshes_of_one_connection_spend_the_refresh_token_once() {
-    let app = spawn_app().await;
-    let providers = format!(
-        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\nschedule = \"0 * * * * *\"\n\
-         [[providers.acme.connections]]\nuser_id = \"alice\"\ntoken = \"a0\"\nrefresh_token = \"r0\"\n",
-        app.api.uri()
-    );
-    app.settings(&providers).await;
-    let row = connection::Entity::find()
-        .one(&app.db)
-        .await
-        .unwrap()
-        .unwrap();
-    let stale = app
-        .stored_credentials("alice", "acme")
-        .await
-        .resolve()
-        .unwrap();
-    let refresher = std::sync::Arc::new(CountingRefresher(AtomicU32::new(0)));
-    let first = ConnectionCredentials::new(&app.db, &row, stale.clone());
-    let second = ConnectionCredentials::new(&app.db, &row, stale.clone());
-    let (a, b) = tokio::join!(
-        first.refresh(&stale, refresher.clone()),
-        second.refresh(&stale, refresher.clone())
-    );
-    let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(
-        refresher.0.load(Ordering::SeqCst),
-        1,
-        "the refresh token was spent once"
-    );
-    assert_eq!(a.token.unwrap().expose_secret(), "a1");
-    assert_eq!(
-        b.token.unwrap().expose_secret(),
-        "a1",
-        "the second waited and reused it"
-    );
-    let stored = app.stored_credentials("alice", "acme").await;
-    assert_eq!(stored.oauth.unwrap().refresh_token.as_deref(), Some("r1"));
 }

@@ -34,17 +34,6 @@ mod scratch;
 pub use scratch::{backend, scratch_database_url, Backend};
 
 /// Starts a wiremock server and opens a fresh, migrated database (see [`backend`]).
-/// Opens the primary stream of `connection`, a `kind = "rest"` connection (whose one
-/// stream is `records`), for tests that start runs and store pages directly.
-pub async fn primary_stream(
-    db: &sea_orm::DatabaseConnection,
-    connection: &connection::Model,
-) -> tributary::pipeline::StreamScope {
-    tributary::pipeline::open_stream(db, connection, &records_stream(connection))
-        .await
-        .expect("stream opened")
-}
-
 /// The primary stream of `connection`, a `kind = "rest"` connection: `records`, whose
 /// records keep the provider's name.
 pub fn records_stream(connection: &connection::Model) -> tributary::config::StreamSettings {

@@ -30,19 +30,21 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use sea_orm::ActiveValue::{NotSet, Set};
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, PaginatorTrait, QueryFilter,
+    TransactionTrait,
 };
 use serde_json::json;
 use tributary::config::DatabaseSettings;
-use tributary::entities::{connection, sync_run};
+use tributary::entities::{connection, connection_stream, sync_run};
 use tributary::pipeline::{sync_connection, NoProgress, RunCounts, RunOptions, RunStatus};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{
-    backend, cursor_provider, items, mount_cursor_listing, primary_stream, spawn_app, Backend,
-    TestApp, LOCK_WAITS_POLL,
+    backend, cursor_provider, items, mount_cursor_listing, spawn_app, Backend, TestApp,
+    LOCK_WAITS_POLL,
 };
 use crate::scripted::{Reply, ScriptedApi};
 
@@ -191,7 +193,29 @@ async fn race_in_process(
     // The stream's row first: creating it checks the connection's row, which on MySQL
     // waits for a page that locked it. A run holding the lease never has such a page
     // beside it; these lease-free runs would.
-    primary_stream(&app.db, connection).await;
+    let now = chrono::Utc::now();
+    let opened = connection_stream::Entity::find()
+        .filter(connection_stream::Column::ConnectionId.eq(connection.id))
+        .one(&app.db)
+        .await
+        .expect("the stream's row read");
+    if opened.is_none() {
+        connection_stream::Entity::insert(connection_stream::ActiveModel {
+            id: NotSet,
+            connection_id: Set(connection.id),
+            stream: Set("records".to_string()),
+            cursor: Set(None),
+            checkpoint: Set(None),
+            last_success_run_id: Set(None),
+            last_success_at: Set(None),
+            full_passes_owed: Set(0),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .exec(&app.db)
+        .await
+        .expect("the stream's row");
+    }
     let runs = (0..n).map(|_| {
         sync_connection(
             &pool,

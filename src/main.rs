@@ -3,6 +3,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = tributary::cli::Cli::parse_args();
-    tributary::cli::run(cli)
+    tributary::cli::main()
 }

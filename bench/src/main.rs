@@ -4,24 +4,18 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tributary::cli::LogFormat;
 use tributary_bench::BenchArgs;
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
-    tributary::cli::init_tracing(LogFormat::Text, args.log.as_deref().unwrap_or("warn"));
-    let runtime = match tributary::cli::runtime() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
+    let filter = args.log.clone().unwrap_or_else(|| "warn".to_string());
+    tributary::cli::run_tool(&filter, async {
+        match tributary_bench::run(args).await {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
         }
-    };
-    match runtime.block_on(tributary_bench::run(args)) {
-        Ok(code) => code,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }

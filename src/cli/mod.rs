@@ -33,7 +33,7 @@ use exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_SCHEMA};
 /// third-party APIs and stores each once per (user_id, provider, external_id).
 #[derive(Debug, Parser)]
 #[command(name = "tributary", version = crate::db::RELEASE, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The config file.
     #[arg(
         long,
@@ -57,7 +57,7 @@ impl Cli {
     /// The process's command line, as `Parser::parse` reads it, except that a value
     /// refused is quoted at most [`MAX_QUOTED_CHARS`] characters long: an argument can be
     /// a whole file's worth of text, and clap echoes it in its error.
-    pub fn parse_args() -> Cli {
+    pub(crate) fn parse_args() -> Cli {
         Cli::try_parse().unwrap_or_else(|error| bounded_value(error).exit())
     }
 }
@@ -74,7 +74,7 @@ fn bounded_value(mut error: clap::Error) -> clap::Error {
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line, for log shippers.
@@ -153,8 +153,28 @@ impl MigrateArgs {
     }
 }
 
+/// The `tributary` binary: parses the process's command line, runs the command and
+/// returns the process exit code.
+pub fn main() -> ExitCode {
+    run(Cli::parse_args())
+}
+
+/// Runs `work` as a one-shot tool built on the library (the benchmark): text logs on
+/// stderr filtered by `filter`, on the same runtime every command runs on, so that what
+/// it measures is what `tributary` does.
+pub fn run_tool(filter: &str, work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    init_tracing(LogFormat::Text, filter);
+    match runtime() {
+        Ok(runtime) => runtime.block_on(work),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
 /// Runs a parsed command line and returns the process exit code.
-pub fn run(cli: Cli) -> ExitCode {
+fn run(cli: Cli) -> ExitCode {
     // The daemon's log is its record of work; one-shot commands print their own results.
     let default_filter = match cli.command {
         Command::Daemon(_) => "info",
@@ -237,8 +257,8 @@ fn blocking_threads() -> usize {
 }
 
 /// The runtime every command runs on: multi-threaded, with [`blocking_threads`] for
-/// parsing. Public so that the benchmark runs the pipeline on the same one.
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+/// parsing.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(blocking_threads())
@@ -246,7 +266,7 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 /// Logs to stderr in `format`, filtered by `filter` (EnvFilter syntax; "warn" if invalid).
-pub fn init_tracing(format: LogFormat, filter: &str) {
+fn init_tracing(format: LogFormat, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let colour = use_colour(

@@ -812,3 +812,43 @@ mod checker {
         );
     }
 }
+
+/// Every test ARCHITECTURE.md names as an invariant's proof (`module::test_name`) exists:
+/// a renamed or moved test cannot leave an invariant pointing at nothing.
+#[test]
+fn every_test_architecture_md_names_exists() {
+    let mut defined = BTreeSet::new();
+    for dir in ["src", "tests", "bench", "providers"] {
+        for file in source_files(&root().join(dir)) {
+            for line in file.text.lines() {
+                let line = line.trim_start();
+                let rest = line
+                    .strip_prefix("async fn ")
+                    .or_else(|| line.strip_prefix("fn "));
+                if let Some(name) = rest.and_then(|rest| rest.split('(').next()) {
+                    defined.insert(name.to_string());
+                }
+            }
+        }
+    }
+    let text = architecture();
+    let missing: Vec<&str> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| quoted.contains("::"))
+        .filter(|quoted| {
+            let name = quoted.rsplit("::").next().unwrap_or_default();
+            // A test's name is a sentence; an item's is a word or two.
+            name.matches('_').count() >= 4
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .filter(|quoted| !defined.contains(quoted.rsplit("::").next().unwrap_or_default()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names tests that do not exist: {missing:?}"
+    );
+}

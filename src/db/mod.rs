@@ -32,7 +32,6 @@ pub(crate) use migration_lock::MIGRATION_LOCK_WAIT;
 pub use migration_lock::{MigrationLock, MigrationLockError};
 pub(crate) use paths::{lock_path, sqlite_file};
 pub use pools::DatabasePools;
-pub use readers::SqliteReaders;
 
 /// A database problem at start-up, with the URL (password redacted) in the message.
 #[derive(Debug, thiserror::Error)]

@@ -89,8 +89,7 @@ impl DatabasePools {
     }
 
     /// The read-only connections for lookups outside transactions, on a SQLite file.
-    /// Public so that tests can check they are read-only and bounded.
-    pub fn sqlite_readers(&self) -> Option<&SqliteReaders> {
+    pub(crate) fn sqlite_readers(&self) -> Option<&SqliteReaders> {
         self.readers.as_deref()
     }
 

@@ -60,6 +60,7 @@ impl SqliteReaders {
     }
 
     /// Connections open and idle now.
+    #[cfg(test)]
     pub fn idle_connections(&self) -> usize {
         self.idle_list().len()
     }
@@ -106,5 +107,168 @@ impl Reader<'_> {
     /// The lookup finished: the connection goes back to the idle list for the next one.
     pub fn give_back(self) {
         self.readers.idle_list().push(self.connection);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+
+    use super::*;
+    use crate::db::DatabasePools;
+    use crate::pipeline::PageExpectation;
+    use crate::testing::{backend, open_run, page_of, Backend, TestDb};
+
+    async fn count(db: &DatabaseConnection, table: &str) -> i64 {
+        let row = db
+            .query_one_raw(Statement::from_string(
+                db.get_database_backend(),
+                format!("SELECT count(*) AS n FROM {table}"),
+            ))
+            .await
+            .expect("count")
+            .expect("one row");
+        row.try_get("", "n").expect("n")
+    }
+
+    async fn count_on_reader(readers: &SqliteReaders, table: &str) -> i64 {
+        let mut reader = readers.acquire().await.expect("a reader");
+        let n = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(reader.connection())
+            .await
+            .expect("count");
+        reader.give_back();
+        n
+    }
+
+    /// A migrated SQLite file in `dir`, whatever backend the suite runs on.
+    async fn sqlite_file(dir: &tempfile::TempDir) -> DatabasePools {
+        let settings = crate::config::DatabaseSettings {
+            url: format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("pools.db").display()
+            ),
+            max_connections: 4,
+        };
+        crate::db::connect_and_migrate(&settings)
+            .await
+            .expect("migrated")
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_file_gets_read_only_readers_that_see_every_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sqlite_file(&dir).await;
+        let readers = db.sqlite_readers().expect("a SQLite file has readers");
+        assert_eq!(readers.idle_connections(), 0, "opened when first used");
+        db.execute_unprepared("CREATE TABLE probe (x INTEGER NOT NULL)")
+            .await
+            .unwrap();
+        db.execute_unprepared("INSERT INTO probe (x) VALUES (1)")
+            .await
+            .unwrap();
+        assert_eq!(count_on_reader(readers, "probe").await, 1);
+        assert_eq!(readers.idle_connections(), 1, "given back, kept open");
+        let mut reader = readers.acquire().await.unwrap();
+        let cache_kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
+            .fetch_one(reader.connection())
+            .await
+            .unwrap();
+        reader.give_back();
+        assert_eq!(cache_kib, -128, "a reader keeps a small page cache");
+
+        let mut reader = readers.acquire().await.unwrap();
+        let refused = sqlx::query("INSERT INTO probe (x) VALUES (2)")
+            .execute(reader.connection())
+            .await
+            .expect_err("a reader cannot write");
+        assert!(
+            refused.to_string().contains("readonly"),
+            "the error says why: {refused}"
+        );
+        drop(reader);
+        assert_eq!(
+            readers.idle_connections(),
+            0,
+            "a reader dropped without being given back is closed"
+        );
+        db.execute_unprepared("INSERT INTO probe (x) VALUES (3)")
+            .await
+            .unwrap();
+        assert_eq!(
+            count_on_reader(readers, "probe").await,
+            2,
+            "the readers see the main pool's latest commit, and nothing of the refused write"
+        );
+        assert_eq!(count(db.main(), "probe").await, 2);
+        db.close().await.expect("both close");
+    }
+
+    /// At most four readers are out at once; a fifth lookup waits for one to come back.
+    #[tokio::test]
+    async fn sqlite_readers_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sqlite_file(&dir).await;
+        let readers = db.sqlite_readers().expect("readers");
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(readers.acquire().await.expect("a reader"));
+        }
+        let fifth = tokio::time::timeout(std::time::Duration::from_millis(100), readers.acquire());
+        assert!(fifth.await.is_err(), "the fifth waits while four are out");
+        out.pop().expect("one").give_back();
+        let fifth = tokio::time::timeout(std::time::Duration::from_secs(5), readers.acquire())
+            .await
+            .expect("served once one is given back")
+            .expect("a reader");
+        fifth.give_back();
+        assert_eq!(readers.idle_connections(), 1);
+    }
+
+    /// An in-memory database cannot be shared with other connections: it reads through its
+    /// one connection.
+    #[tokio::test]
+    async fn an_in_memory_sqlite_database_has_no_readers() {
+        let settings = crate::config::DatabaseSettings {
+            url: "sqlite::memory:".to_string(),
+            max_connections: 4,
+        };
+        let db = crate::db::connect_and_migrate(&settings)
+            .await
+            .expect("migrated");
+        assert!(db.sqlite_readers().is_none());
+    }
+
+    /// On the suite's backend: a page expected unchanged is answered by one lookup, which
+    /// on a SQLite file goes through the readers, and on a server through the main pool.
+    #[tokio::test]
+    async fn an_unchanged_page_is_looked_up_through_the_readers_on_a_sqlite_file() {
+        let test = TestDb::new().await;
+        let on_sqlite = backend() == Backend::Sqlite;
+        assert_eq!(test.db.sqlite_readers().is_some(), on_sqlite);
+        let readers_open = || {
+            test.db
+                .sqlite_readers()
+                .map(SqliteReaders::idle_connections)
+        };
+        assert_eq!(readers_open(), on_sqlite.then_some(0), "opened lazily");
+        let alice = test.alice().await;
+        let names: Vec<String> = (0..20).map(|i| format!("it{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+
+        let mut first = open_run(&test.db, &alice).await;
+        let stored = first.store(page_of(&names)).await.expect("stored");
+        assert_eq!((stored.inserted, stored.unchanged), (20, 0));
+        let mut again = open_run(&test.db, &alice).await;
+        let page = crate::pipeline::RunPage {
+            expect: PageExpectation::Unchanged,
+            ..page_of(&names)
+        };
+        let stored = again.store(page).await.expect("stored");
+        assert_eq!((stored.inserted, stored.unchanged), (0, 20));
+        assert_eq!(count(test.main(), "records").await, 20);
+        if let Some(open) = readers_open() {
+            assert!(open >= 1, "the lookup went through the readers");
+        }
     }
 }

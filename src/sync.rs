@@ -10,8 +10,9 @@ use tributary_providers::{build_provider, FetchError, Provider};
 use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::connection;
+use crate::entities::sync_run::RunStatus;
 use crate::lease::{claim, release, renewing, Holder};
-use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome, RunStatus};
+use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
 
 /// Which connections a `sync` covers. `None` matches all.
 #[derive(Clone, Debug, Default)]

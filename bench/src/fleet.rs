@@ -439,7 +439,7 @@ fn measure(
         .iter()
         .flat_map(|job| runs_named(job))
         .filter_map(|id| run_by_id.get(&id))
-        .filter(|run| run.status != tributary::pipeline::RunStatus::Succeeded)
+        .filter(|run| run.status != tributary::entities::sync_run::RunStatus::Succeeded)
         .count();
     // Each run named by one job only; no job names two runs of one stream.
     let mut named_by: BTreeMap<i64, i64> = BTreeMap::new();
@@ -478,7 +478,7 @@ fn measure(
     };
     let unnamed: Vec<i64> = runs
         .iter()
-        .filter(|run| run.status != tributary::pipeline::RunStatus::Interrupted)
+        .filter(|run| run.status != tributary::entities::sync_run::RunStatus::Interrupted)
         .filter(|run| !killed_daemons_run(run))
         .map(|run| run.id)
         .filter(|id| !named_by.contains_key(id))

@@ -34,7 +34,8 @@ use emulator::{Dataset, Emulator, TOKEN_PREFIX};
 use report::{PhaseReport, ScaleReport};
 use tributary::config::{redact_url, Settings};
 use tributary::db::DatabasePools;
-use tributary::pipeline::{NoProgress, RunOptions, RunOutcome, RunStatus, Trigger};
+use tributary::entities::sync_run::{RunStatus, Trigger};
+use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
 use tributary::sync::{sync_matching, SyncFilter};
 use verify::Check;
 

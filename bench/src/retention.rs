@@ -19,10 +19,9 @@ use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, Statement
 use serde::Serialize;
 use tributary::config::{NotifyRuns, RetentionSettings, Settings, StreamSettings, WriteMode};
 use tributary::db::DatabasePools;
+use tributary::entities::sync_run::{RunStatus, Trigger};
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::{
-    CheckpointMove, DeletionPass, PageExpectation, Run, RunEnd, RunPage, RunStatus, Trigger,
-};
+use tributary::pipeline::{CheckpointMove, DeletionPass, PageExpectation, Run, RunEnd, RunPage};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
 

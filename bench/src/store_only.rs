@@ -28,9 +28,8 @@ use super::PROVIDER;
 use tributary::config::{StreamSettings, WriteMode};
 use tributary::db::DatabasePools;
 use tributary::entities::connection;
-use tributary::pipeline::{
-    Checkpoint, PageExpectation, Run, RunCounts, RunEnd, RunPage, RunStatus, Trigger,
-};
+use tributary::entities::sync_run::{RunStatus, Trigger};
+use tributary::pipeline::{Checkpoint, PageExpectation, Run, RunCounts, RunEnd, RunPage};
 
 /// Records per stored page, as the emulator serves them.
 const PAGE_SIZE: u64 = 100;

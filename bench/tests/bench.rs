@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, connection_stream, record, sync_run};
-use tributary::pipeline::RunStatus;
 use tributary_bench::{run_scale, ScaleOptions};
 
 use scratch::scratch_database_url;

@@ -10,8 +10,9 @@ use clap::Args;
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::db::OlderInstances;
+use crate::entities::sync_run::RunStatus;
 use crate::ops::sync::SyncFilter;
-use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome, RunStatus};
+use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
 
 use super::exit::EXIT_FAILURE;
 use super::progress::BarProgress;

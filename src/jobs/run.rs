@@ -15,8 +15,9 @@ use crate::config::{parse_cron, DaemonSettings, ProviderSettings, StreamSettings
 use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::entities::sync_job::{self, JobKind, JobStatus};
+use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::lease::release;
-use crate::pipeline::{ProgressSink, RunOptions, RunStatus, Trigger};
+use crate::pipeline::{ProgressSink, RunOptions};
 use crate::sync::{sync_provider, LeaseSettings, SyncReport};
 
 /// When a job whose run failed is tried again.

@@ -40,7 +40,8 @@ pub use crate::lease::Fence;
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::{PageStoreCounts, RunCounts};
-pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
+pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage};
+pub(crate) use run::{RunStatus, Trigger};
 pub use store::context::PageExpectation;
 
 pub(crate) use budget::take_one_from;

@@ -23,7 +23,7 @@ use super::store::{self, PageContext, PageExpectation};
 use super::streams::{open_stream, StreamScope};
 use crate::config::{NotifyRuns, StreamSettings, WriteMode};
 use crate::db::DatabasePools;
-pub use crate::entities::sync_run::{RunStatus, Trigger};
+pub(crate) use crate::entities::sync_run::{RunStatus, Trigger};
 use crate::entities::{connection, connection_stream, sync_run};
 use crate::lease::Fence;
 

@@ -5,7 +5,7 @@
 use sea_orm::EntityTrait;
 use serde_json::json;
 use tributary::entities::connection;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{
     body_string_contains, header, method, path, query_param, query_param_is_missing,
 };

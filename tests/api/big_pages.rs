@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use serde_json::{json, Value};
 use tributary::entities::run_error::{Scope, Stage};
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 

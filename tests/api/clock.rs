@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::EntityTrait;
 use serde_json::json;
 use tributary::entities::connection;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use tributary_providers::Watermark;
 use wiremock::matchers::{method, path, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, QueryOrder, Statement};
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, record, sync_run};
-use tributary::pipeline::RunStatus;
 
 use crate::helpers::{cursor_provider, mount_cursor_listing, spawn_app, TestApp};
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
+use tributary::entities::sync_run::{RunStatus, Trigger};
 use tributary::entities::{connection, processed_key, sync_run};
-use tributary::pipeline::{RunStatus, Trigger};
 
 use crate::helpers::{backend, cursor_provider, mount_cursor_listing, spawn_app, Backend, TestApp};
 
@@ -609,7 +609,7 @@ async fn a_run_past_its_run_timeout_fails_and_keeps_its_committed_pages() {
     );
     let settings = app.settings(&providers).await;
     let run = app.sync_one(&settings).await;
-    assert_eq!(run.status, tributary::pipeline::RunStatus::Failed);
+    assert_eq!(run.status, tributary::entities::sync_run::RunStatus::Failed);
     assert!(
         run.error.as_deref().unwrap_or("").contains("run_timeout"),
         "{:?}",

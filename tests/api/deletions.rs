@@ -9,11 +9,10 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFi
 use serde_json::{json, Value};
 use tributary::config::Settings;
 use tributary::entities::change::ChangeKind;
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, connection_stream, record, run_sighting};
 use tributary::pipeline::changes::{self, Cursor, FeedChange};
-use tributary::pipeline::{
-    NoProgress, PageExpectation, RunOptions, RunOutcome, RunPage, RunStatus,
-};
+use tributary::pipeline::{NoProgress, PageExpectation, RunOptions, RunOutcome, RunPage};
 use tributary::sync::{sync_matching, SyncFilter};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
@@ -838,7 +837,7 @@ async fn a_record_written_by_another_run_during_the_pass_is_not_marked_deleted()
             let running = tributary::entities::sync_run::Entity::find()
                 .filter(
                     tributary::entities::sync_run::Column::Status
-                        .eq(tributary::pipeline::RunStatus::Running),
+                        .eq(tributary::entities::sync_run::RunStatus::Running),
                 )
                 .count(&app.db)
                 .await

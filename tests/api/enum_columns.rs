@@ -7,8 +7,8 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QuerySelect, Set};
 use tributary::entities::connection::DefinedIn;
 use tributary::entities::run_error::{Scope, Stage};
+use tributary::entities::sync_run::{RunStatus, Trigger};
 use tributary::entities::{connection, run_error, sync_run};
-use tributary::pipeline::{RunStatus, Trigger};
 
 use crate::helpers::{spawn_app, TestApp};
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tributary::entities::run_error::Stage;
-use tributary::pipeline::{RunOutcome, RunStatus};
+use tributary::entities::sync_run::RunStatus;
+use tributary::pipeline::RunOutcome;
 
 use crate::helpers::{connections, spawn_app, TestApp};
 use crate::scripted::{Reply, ScriptedApi, Seen};

@@ -13,13 +13,14 @@ use nix::unistd::Pid;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde_json::json;
 use tributary::config::{NotifyRuns, WriteMode};
+use tributary::entities::sync_run::{RunStatus, Trigger};
 use tributary::entities::{
     change_batch, connection, notification_delivery, record, run_error, run_sighting, sync_run,
 };
 use tributary::pipeline::CheckpointMove;
 use tributary::pipeline::{
     sync_connection, Checkpoint, DeletionPass, Fence, NoProgress, PageExpectation, Run, RunCounts,
-    RunEnd, RunOptions, RunPage, RunStatus, Trigger,
+    RunEnd, RunOptions, RunPage,
 };
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};

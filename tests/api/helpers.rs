@@ -8,11 +8,11 @@ use sea_orm::{
 };
 use tempfile::TempDir;
 use tributary::config::{DatabaseSettings, Settings};
+use tributary::entities::sync_run::Trigger;
 use tributary::entities::{
     change_batch, connection, connection_stream, record, run_error, sync_run,
 };
 use tributary::pipeline::changes::{self, Cursor, FeedChange, FeedQuery};
-use tributary::pipeline::Trigger;
 use tributary::pipeline::{NoProgress, RunOptions, RunOutcome};
 use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::MockServer;

@@ -819,7 +819,10 @@ async fn a_sync_asked_for_is_queued_as_a_job_that_the_daemon_runs() {
     assert_eq!((job.kind, job.full), (JobKind::Manual, true));
     let runs = crate::daemon::runs_of(&app, "alice").await;
     assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!(runs[0].status, tributary::pipeline::RunStatus::Succeeded);
+    assert_eq!(
+        runs[0].status,
+        tributary::entities::sync_run::RunStatus::Succeeded
+    );
     assert_eq!(app.record_ids().await, ["alice0"]);
     let audit = audit_rows(&app).await;
     assert!(

@@ -10,9 +10,9 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tributary::entities::notification_delivery::{self, DeliveryStatus};
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{change_batch, run_error};
 use tributary::pipeline::changes::{self, Cursor, FeedCursor};
-use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

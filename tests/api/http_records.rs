@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 use tributary::config::Settings;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 
 use crate::helpers::{cursor_provider, items, mount_cursor_listing, spawn_app, TestApp};
 use crate::http::Served;

@@ -8,7 +8,7 @@ use reqwest::{Method, StatusCode};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde_json::Value;
 use tributary::entities::sync_job::{self, JobKind, JobStatus};
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 
 use crate::daemon::{eventually, runs_of};
 use crate::helpers::{

@@ -3,7 +3,7 @@
 use sea_orm::Iden;
 use serde_json::json;
 use tributary::entities::record;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 

@@ -4,8 +4,9 @@
 use chrono::{Duration, Utc};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set};
 use serde_json::json;
+use tributary::entities::sync_run::{RunStatus, Trigger};
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::{Run, RunStatus, Trigger};
+use tributary::pipeline::Run;
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 use tributary::config::Settings;
 use tributary::entities::run_error::Stage;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sea_orm::EntityTrait;
 use serde_json::json;
 use tributary::entities::connection;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 

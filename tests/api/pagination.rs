@@ -2,7 +2,7 @@
 //! page, and the loop and max-pages guards stop listings that never end.
 
 use serde_json::json;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sea_orm::EntityTrait;
 use tributary::entities::connection;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use tributary_providers::{FetchContext, FetchError, Page, PagePosition, Provider};
 
 use crate::daemon::{daemon_table, eventually, every_second, free_port, runs_of};

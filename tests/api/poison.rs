@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use tributary::entities::run_error::Stage;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 

@@ -4,7 +4,7 @@
 use sea_orm::sqlx;
 use tributary::config::DatabaseSettings;
 use tributary::db::DatabasePools;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 
 use crate::helpers::{cursor_provider, mount_cursor_listing};
 

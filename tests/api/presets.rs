@@ -4,7 +4,7 @@
 //! pagination), so the second run shows the cursor sent and only what is new inserted.
 
 use serde_json::json;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Match, Mock, Request, ResponseTemplate};
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 use tributary::entities::sync_job::{self, JobKind, JobStatus};
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::RunStatus;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 

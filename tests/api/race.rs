@@ -37,8 +37,9 @@ use sea_orm::{
 };
 use serde_json::json;
 use tributary::config::DatabaseSettings;
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, connection_stream, sync_run};
-use tributary::pipeline::{sync_connection, NoProgress, RunCounts, RunOptions, RunStatus};
+use tributary::pipeline::{sync_connection, NoProgress, RunCounts, RunOptions};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};
 

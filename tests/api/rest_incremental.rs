@@ -2,7 +2,7 @@
 //! runs that ask from the stream's cursor, keep boundary ties and insert only what is new.
 
 use serde_json::json;
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 

@@ -8,8 +8,8 @@ use sea_orm::{
 };
 use serde_json::json;
 use tributary::credentials::StoredCredentials;
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::RunStatus;
 use tributary::secrets::Keyring;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};

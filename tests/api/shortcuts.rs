@@ -9,8 +9,9 @@ use std::time::Duration;
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement};
 use tributary::config::Settings;
 use tributary::config::WriteMode;
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, sync_run};
-use tributary::pipeline::{Checkpoint, PageExpectation, RunCounts, RunOutcome, RunPage, RunStatus};
+use tributary::pipeline::{Checkpoint, PageExpectation, RunCounts, RunOutcome, RunPage};
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, PagePosition, Record};
 

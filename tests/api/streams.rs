@@ -8,8 +8,8 @@ use sea_orm::{
     Statement,
 };
 use serde_json::json;
+use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, connection_stream, record, sync_run};
-use tributary::pipeline::RunStatus;
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

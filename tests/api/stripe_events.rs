@@ -4,8 +4,8 @@
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde_json::json;
 use tributary::entities::connection_stream;
+use tributary::entities::sync_run::RunStatus;
 use tributary::pipeline::changes::{Cursor, FeedChange};
-use tributary::pipeline::RunStatus;
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use serde_json::{json, Value};
-use tributary::pipeline::RunStatus;
+use tributary::entities::sync_run::RunStatus;
 use wiremock::matchers::{header, method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, ResponseTemplate};
 

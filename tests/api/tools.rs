@@ -4,9 +4,9 @@ use chrono::{Duration, Utc};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set};
 use serde_json::json;
 use tributary::entities::run_error::Stage;
+use tributary::entities::sync_run::RunStatus;
+use tributary::entities::sync_run::Trigger;
 use tributary::entities::{processed_key, record};
-use tributary::pipeline::RunStatus;
-use tributary::pipeline::Trigger;
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 

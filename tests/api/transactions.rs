@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tributary::config::DatabaseSettings;
-use tributary::pipeline::{NoProgress, RunOptions, RunStatus};
+use tributary::entities::sync_run::RunStatus;
+use tributary::pipeline::{NoProgress, RunOptions};
 use tributary::sync::{sync_matching, SyncFilter};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, ResponseTemplate};

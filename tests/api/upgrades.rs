@@ -293,7 +293,7 @@ async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_l
     sync_run::Entity::update_many()
         .col_expr(
             sync_run::Column::Status,
-            sea_orm::sea_query::Expr::value(tributary::pipeline::RunStatus::Interrupted),
+            sea_orm::sea_query::Expr::value(tributary::entities::sync_run::RunStatus::Interrupted),
         )
         .filter(sync_run::Column::Id.eq(run_id))
         .exec(&app.db)

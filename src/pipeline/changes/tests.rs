@@ -20,7 +20,8 @@ use super::{
 use crate::config::NotifyRuns;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_batch;
-use crate::pipeline::{CheckpointMove, DeletionPass, Run, RunEnd, RunStatus};
+use crate::entities::sync_run::RunStatus;
+use crate::pipeline::{CheckpointMove, DeletionPass, Run, RunEnd};
 use crate::testing::{backend, open_run, page_of, Backend, TestDb};
 
 /// Every change after `since` up to the newest batch committed when it is called, read

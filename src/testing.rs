@@ -13,7 +13,7 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::entities::sync_run::Trigger;
 use crate::pipeline::{PageExpectation, Run, RunPage};
-use crate::secrets::{KeySource, Keyring, SecretKey};
+use crate::secrets::Keyring;
 use tributary_providers::record::sha256_hex;
 use tributary_providers::{PageItem, Record};
 
@@ -40,10 +40,7 @@ impl TestDb {
         .await
         .expect("migrated test database")
         // A key of its own seals the tokens a test stores, as a deployment's would.
-        .with_keyring(Keyring::with_key(
-            SecretKey::generate(),
-            KeySource::Ephemeral,
-        ));
+        .with_keyring(Keyring::ephemeral());
         TestDb { db, url, _dir: dir }
     }
 

@@ -491,10 +491,7 @@ async fn run_phases(options: &ScaleOptions, all: bool) -> anyhow::Result<ScaleRe
         &|_| true,
     )?;
     // A fresh database that only this run reads: a key of its own seals the tokens.
-    let keyring = tributary::secrets::Keyring::with_key(
-        tributary::secrets::SecretKey::generate(),
-        tributary::secrets::KeySource::Ephemeral,
-    );
+    let keyring = tributary::secrets::Keyring::ephemeral();
     let access = tributary::app::Access::Work {
         command: "bench",
         older: tributary::db::OlderInstances::Refuse,

@@ -97,10 +97,7 @@ pub async fn run_retention(
         url = toml::Value::String(database_url.to_string()),
     );
     let settings = Settings::parse(Path::new("(bench config)"), &text, None, &|_| true)?;
-    let keyring = tributary::secrets::Keyring::with_key(
-        tributary::secrets::SecretKey::generate(),
-        tributary::secrets::KeySource::Ephemeral,
-    );
+    let keyring = tributary::secrets::Keyring::ephemeral();
     let access = tributary::app::Access::Work {
         command: "bench",
         older: tributary::db::OlderInstances::Refuse,

@@ -51,8 +51,15 @@ impl Keyring {
         Keyring::default()
     }
 
+    /// A keyring of one new random key that lives as long as the process: for a
+    /// throwaway database (the demo's, the bench's, a test's) whose tokens are sealed as a
+    /// deployment's would be.
+    pub fn ephemeral() -> Keyring {
+        Keyring::with_key(SecretKey::generate(), KeySource::Ephemeral)
+    }
+
     /// Only `key`, as the current key.
-    pub fn with_key(key: SecretKey, source: KeySource) -> Keyring {
+    pub(crate) fn with_key(key: SecretKey, source: KeySource) -> Keyring {
         Keyring {
             current: Some((key, source)),
             ..Keyring::default()
@@ -98,8 +105,13 @@ impl Keyring {
         })
     }
 
+    /// The id of the key new secrets are sealed with, if there is one.
+    pub fn current_key_id(&self) -> Option<&str> {
+        self.current().map(|(id, _)| id)
+    }
+
     /// The current key's id and where it came from.
-    pub fn current(&self) -> Option<(&str, &KeySource)> {
+    pub(crate) fn current(&self) -> Option<(&str, &KeySource)> {
         self.current
             .as_ref()
             .map(|(key, source)| (key.id(), source))

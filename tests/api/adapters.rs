@@ -270,7 +270,7 @@ async fn an_expired_strava_token_is_refreshed_committed_and_then_used() {
     let errors = serde_json::to_string(&again).unwrap();
     assert!(!errors.contains("new-access") && !errors.contains("client-secret-value"));
     // Sealed at rest: no token is in the database's files (or, on a server, its column).
-    let key_id = app.db.secrets().current().unwrap().0.to_string();
+    let key_id = app.db.secrets().current_key_id().unwrap().to_string();
     let row = connection::Entity::find()
         .one(&app.db)
         .await

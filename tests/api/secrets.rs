@@ -110,7 +110,7 @@ async fn credentials_stored_in_clear_are_sealed_at_the_first_start_with_a_key_le
     );
 
     let after = status_json(&config).await;
-    let key_id = app.db.secrets().current().unwrap().0.to_string();
+    let key_id = app.db.secrets().current_key_id().unwrap().to_string();
     assert_eq!(after["in_clear"], 0, "{after}");
     assert_eq!(after["sealed_by_key_id"][&key_id], 2, "{after}");
     assert_eq!(
@@ -189,12 +189,14 @@ async fn a_wrong_key_refuses_to_start_naming_the_key_and_writes_nothing() {
     std::fs::write(&wrong, text).unwrap();
     let sync = run(tributary(&wrong).args(["sync", "--quiet"]));
     assert_eq!(sync.code, 1, "{}", sync.stderr);
-    let key_id = app.db.secrets().current().unwrap().0.to_string();
+    let key_id = app.db.secrets().current_key_id().unwrap().to_string();
     assert!(
         sync.stderr.contains("alice@acme")
             && sync.stderr.contains(&key_id)
             && sync.stderr.contains("not configured")
-            && sync.stderr.contains(other_keyring.current().unwrap().0),
+            && sync
+                .stderr
+                .contains(other_keyring.current_key_id().unwrap()),
         "{}",
         sync.stderr
     );
@@ -217,7 +219,7 @@ async fn a_rotation_stopped_halfway_and_run_again_leaves_every_row_on_the_new_ke
     }
     let providers = cursor_provider("acme", &app.api.uri(), &users);
     app.settings(&providers).await;
-    let old_id = app.db.secrets().current().unwrap().0.to_string();
+    let old_id = app.db.secrets().current_key_id().unwrap().to_string();
 
     let new_dir = tempfile::tempdir().unwrap();
     let (new_key, _) = test_key(new_dir.path());
@@ -230,7 +232,7 @@ async fn a_rotation_stopped_halfway_and_run_again_leaves_every_row_on_the_new_ke
         &|_| None,
     )
     .unwrap();
-    let new_id = rotated.current().unwrap().0.to_string();
+    let new_id = rotated.current_key_id().unwrap().to_string();
     // The first row rewritten under the new key and the others not yet, as a rotation
     // killed between two rows' statements leaves them.
     let first = connection::Entity::find()
@@ -568,10 +570,10 @@ async fn a_rotation_killed_mid_way_and_run_again_leaves_every_row_on_the_new_key
     let users: Vec<&str> = users.iter().map(String::as_str).collect();
     let providers = cursor_provider("acme", &app.api.uri(), &users);
     app.settings(&providers).await;
-    let old_id = app.db.secrets().current().unwrap().0.to_string();
+    let old_id = app.db.secrets().current_key_id().unwrap().to_string();
     let new_dir = tempfile::tempdir().unwrap();
     let (new_key, rotated) = test_key(new_dir.path());
-    let new_id = rotated.current().unwrap().0.to_string();
+    let new_id = rotated.current_key_id().unwrap().to_string();
     let config = app.dir.path().join("rotating.toml");
     std::fs::write(
         &config,

@@ -13,7 +13,7 @@ use crate::config::{redact_url, DatabaseSettings, SecretsSettings, Settings, DAT
 use crate::db::DatabasePools;
 use crate::entities::run_error;
 use crate::pipeline::{NoProgress, ProgressSink, RunOptions, RunOutcome};
-use crate::secrets::{KeySource, Keyring, SecretKey};
+use crate::secrets::Keyring;
 use crate::sync::{sync_matching, SyncFilter};
 
 /// The database used when there is no config file to name one.
@@ -170,7 +170,7 @@ fn demo_keyring(secrets: &SecretsSettings) -> anyhow::Result<Keyring> {
     let configured = Keyring::load(secrets, &|name| std::env::var(name).ok())?;
     Ok(match configured.current() {
         Some(_) => configured,
-        None => Keyring::with_key(SecretKey::generate(), KeySource::Ephemeral),
+        None => Keyring::ephemeral(),
     })
 }
 

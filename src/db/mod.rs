@@ -24,7 +24,7 @@ mod wal_checkpoints;
 pub(crate) use clock::follow_clock;
 pub use clock::now;
 pub(crate) use clock::SYNC_CLOCK_EVERY;
-pub use instances::schema_version;
+pub(crate) use instances::schema_version;
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;
 pub(crate) use instances::{Instance, RELEASE};

@@ -11,7 +11,7 @@ use crate::pipeline::changes::{self, FeedChange, FeedQuery};
 
 /// A reader's position, as the faces parse it from the text a read issued.
 pub(crate) use crate::pipeline::changes::FeedCursor;
-pub use crate::pipeline::changes::MAX_LIMIT;
+pub(crate) use crate::pipeline::changes::MAX_LIMIT;
 
 /// Which changes to read.
 #[derive(Clone, Debug, Default)]

@@ -810,7 +810,7 @@ impl Poller {
     /// still be below one, held back by another test's transaction).
     async fn new(app: &TestApp) -> Poller {
         let db = pool(app, 2).await;
-        let (_, cursor) = read_feed(db.main(), Cursor::START, changes::MAX_LIMIT).await;
+        let (_, cursor) = read_feed(db.main(), Cursor::START, 1_000).await;
         Poller {
             db,
             cursor,

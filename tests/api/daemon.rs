@@ -1297,7 +1297,7 @@ async fn a_job_whose_instance_stopped_is_put_back_in_the_queue_and_run() {
         pid: Set(2),
         command: Set("daemon".to_string()),
         version: Set("test".to_string()),
-        schema_version: Set(tributary::db::schema_version()),
+        schema_version: Set(crate::helpers::newest_schema()),
         started_at: Set(now),
         heartbeat_at: Set(now),
         ..Default::default()

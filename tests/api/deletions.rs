@@ -11,7 +11,7 @@ use tributary::config::Settings;
 use tributary::entities::change::ChangeKind;
 use tributary::entities::sync_run::RunStatus;
 use tributary::entities::{connection, connection_stream, record, run_sighting};
-use tributary::pipeline::changes::{self, Cursor, FeedChange};
+use tributary::pipeline::changes::{Cursor, FeedChange};
 use tributary::pipeline::{NoProgress, PageExpectation, RunOptions, RunOutcome, RunPage};
 use tributary::sync::{sync_matching, SyncFilter};
 use tributary_providers::record::sha256_hex;
@@ -118,16 +118,14 @@ async fn assert_nothing_deleted(app: &TestApp, outcome: &RunOutcome) {
 
 /// Every change after `since` committed so far.
 async fn feed_after(app: &TestApp, since: Cursor) -> Vec<FeedChange> {
-    crate::helpers::read_feed(&app.db, since, changes::MAX_LIMIT)
-        .await
-        .0
+    crate::helpers::read_feed(&app.db, since, 1_000).await.0
 }
 
 /// The cursor after every change committed so far. On PostgreSQL the head can still be
 /// below a batch just committed while another test's older transaction runs, so this
 /// reads the feed until it has passed the newest batch.
 async fn head(app: &TestApp) -> Cursor {
-    crate::helpers::read_feed(&app.db, Cursor::START, changes::MAX_LIMIT)
+    crate::helpers::read_feed(&app.db, Cursor::START, 1_000)
         .await
         .1
 }

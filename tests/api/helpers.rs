@@ -667,6 +667,15 @@ pub async fn read_feed(
     }
 }
 
+/// The newest migration the binary knows: the schema version it announces.
+pub fn newest_schema() -> String {
+    use tributary_migrations::{Migrator, MigratorTrait};
+    Migrator::migrations()
+        .last()
+        .map(|migration| migration.name().to_string())
+        .expect("migrations")
+}
+
 /// `tributary --config PATH ARGS...` with a clean environment for the variables it reads.
 pub fn tributary(config: &std::path::Path) -> assert_cmd::Command {
     let mut command = assert_cmd::Command::cargo_bin("tributary").expect("binary built");

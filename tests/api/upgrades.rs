@@ -76,7 +76,7 @@ async fn the_daemon_announces_itself_while_it_runs_and_removes_its_row_at_sigter
     );
     assert_eq!(
         row.schema_version,
-        tributary::db::schema_version(),
+        crate::helpers::newest_schema(),
         "{row:?}"
     );
     assert!(row.heartbeat_at >= row.started_at, "{row:?}");
@@ -149,7 +149,7 @@ async fn a_schema_newer_than_the_binary_is_refused_naming_both_versions_before_a
             refused.stderr.contains(&format!(
                 "has schema {FUTURE}, newer than this binary knows (tributary {}, schema {})",
                 env!("TRIBUTARY_RELEASE"),
-                tributary::db::schema_version()
+                crate::helpers::newest_schema()
             )),
             "{args:?}: {}",
             refused.stderr
@@ -203,7 +203,7 @@ async fn migrate_refuses_while_an_instance_of_an_older_schema_heartbeats_unless_
     )
     .await;
     roll_back_newest_migration(&app).await;
-    let newest = tributary::db::schema_version();
+    let newest = crate::helpers::newest_schema();
 
     let refused = run(tributary(&config).arg("migrate"));
     assert_eq!(refused.code, 4, "{}", refused.stderr);
@@ -255,7 +255,7 @@ async fn migrate_refuses_while_a_release_that_does_not_announce_itself_holds_a_l
     Migrator::down(app.db.main(), Some(1))
         .await
         .expect("rolled back");
-    let newest = tributary::db::schema_version();
+    let newest = crate::helpers::newest_schema();
     assert!(!recorded(&app, &newest).await);
     let until = Utc::now() + chrono::TimeDelta::seconds(60);
     // Not through the entity's model: the rolled-back schema lacks the newest columns.
@@ -430,7 +430,7 @@ fn version_names_the_commit_it_was_built_from() {
 async fn migrate_says_when_nothing_is_pending_and_names_what_it_applied() {
     let app = crate::helpers::spawn_app().await;
     let config = app.write_config("");
-    let newest = tributary::db::schema_version();
+    let newest = crate::helpers::newest_schema();
 
     let idle = run(tributary(&config).arg("migrate"));
     assert_eq!(idle.code, 0, "{}", idle.stderr);

@@ -92,6 +92,11 @@ impl ProviderConfig {
         self.as_kind().needs_token()
     }
 
+    /// See [`ProviderKind::takes_key`].
+    pub fn takes_key(&self) -> bool {
+        self.as_kind().takes_key()
+    }
+
     /// See [`ProviderKind::required_env_vars`]. The root crate checks at start that each
     /// is set, so a missing one fails config validation naming the key.
     pub fn required_env_vars(&self) -> Vec<(String, String)> {

@@ -22,6 +22,13 @@ pub trait ProviderKind {
         true
     }
 
+    /// Whether a user connects an account by pasting a key (an API key or a personal
+    /// token kept as is) on the Connect page: a provider whose connections hold a token
+    /// that no OAuth2 grant renews.
+    fn takes_key(&self) -> bool {
+        self.needs_token()
+    }
+
     /// The environment variables the provider reads when it is built, as (config key,
     /// variable name) pairs, e.g. `("client_secret_env", "STRAVA_CLIENT_SECRET")`.
     fn required_env_vars(&self) -> Vec<(String, String)> {

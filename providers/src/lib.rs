@@ -141,6 +141,19 @@ pub trait Provider: Send + Sync {
         position: Option<&PagePosition>,
     ) -> Result<Page, FetchError>;
 
+    /// Checks `credentials` with one light request before a key pasted on the Connect
+    /// page is saved: [`FetchError::Unauthorized`] when the API refuses them. By default,
+    /// the first page of `stream` (a stream without a parent).
+    async fn verify_credentials(
+        &self,
+        credentials: &Credentials,
+        stream: &str,
+    ) -> Result<(), FetchError> {
+        self.fetch_page(&FetchContext::full(credentials, stream), None)
+            .await
+            .map(|_| ())
+    }
+
     /// How this provider keys its records; replays re-key stored payloads with it. The
     /// built-in APIs key on `id`; the `rest` provider on its configured `id_field` or
     /// `key_fields`.

@@ -492,6 +492,10 @@ impl ProviderKind for RestConfig {
         RestConfig::needs_token(self)
     }
 
+    fn takes_key(&self) -> bool {
+        RestConfig::needs_token(self) && !matches!(self.auth, auth::Auth::OAuth2(_))
+    }
+
     fn required_env_vars(&self) -> Vec<(String, String)> {
         self.auth.required_env_vars()
     }

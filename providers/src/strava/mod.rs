@@ -245,6 +245,11 @@ impl ProviderKind for StravaConfig {
         vec![StreamSpec::top(ACTIVITIES), StreamSpec::top(ATHLETE)]
     }
 
+    /// Strava's tokens expire within hours: a user connects through OAuth2.
+    fn takes_key(&self) -> bool {
+        false
+    }
+
     fn required_env_vars(&self) -> Vec<(String, String)> {
         vec![(
             "client_secret_env".to_string(),

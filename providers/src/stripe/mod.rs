@@ -240,6 +240,36 @@ impl Provider for StripeProvider {
             Err(error) => Err(error.redact_secret(token)),
         }
     }
+
+    /// One object of `stream`'s list (`limit=1`): a restricted key is checked for the
+    /// permission the sync needs, which `GET /v1/account` would not show.
+    async fn verify_credentials(
+        &self,
+        credentials: &crate::Credentials,
+        stream: &str,
+    ) -> Result<(), FetchError> {
+        let token = adapter::token(credentials)
+            .ok_or_else(|| adapter::missing_token("stripe", "a Stripe secret API key"))?;
+        let stream = Stream::named(stream).ok_or_else(|| unknown_stream("stripe", stream))?;
+        let page = ListPage {
+            after: None,
+            created_gte: None,
+            watermark: list::ListWatermark::Without,
+        };
+        let checked = async {
+            let url = page.url(&self.config.base_url, stream, None, 1)?;
+            let read = move |answered: &Answered<'_>| {
+                list::read_page(answered, stream.object, list::ListWatermark::Without)
+            };
+            self.client
+                .get_read(url, self.headers(token)?, &StripePolicy, read)
+                .await
+        };
+        checked
+            .await
+            .map(|_| ())
+            .map_err(|error| error.redact_secret(token))
+    }
 }
 
 /// `text` with `secret` (never empty: blank tokens are refused) replaced.

@@ -16,6 +16,7 @@ use tributary_providers::{HttpSettings, ProviderConfig};
 
 mod api;
 mod budget;
+mod connect;
 mod notify;
 mod redact;
 mod retention;
@@ -25,6 +26,7 @@ mod tests;
 mod tls;
 pub(crate) use api::{parse_rate_limit, ApiSettings};
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
+pub(crate) use connect::ConnectSettings;
 pub use notify::NotifyRuns;
 pub(crate) use notify::NotifySettings;
 pub use redact::redact_url;
@@ -129,6 +131,9 @@ pub struct Settings {
     pub retention: RetentionSettings,
     /// `[api]`: the HTTP API; `None` when the table is absent.
     pub(crate) api: Option<ApiSettings>,
+    /// `[connect]`: the hosted page where users connect their accounts; `None` when the
+    /// table is absent.
+    pub(crate) connect: Option<ConnectSettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -409,6 +414,7 @@ struct RawSettings {
     changes: ChangesSettings,
     retention: Option<toml::Value>,
     api: Option<toml::Value>,
+    connect: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -544,6 +550,20 @@ impl Settings {
             ),
             None => None,
         };
+        let connect = match raw.connect {
+            Some(_) if api.is_none() => {
+                return Err(invalid(
+                    "connect".into(),
+                    "the Connect page is served by the API: add an [api] table".into(),
+                ))
+            }
+            Some(value) => Some(
+                deserialize_at("connect", value)
+                    .and_then(connect::parse)
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
         let notify_runs = notify
             .as_ref()
             .map_or(NotifyRuns::None, NotifySettings::runs);
@@ -607,6 +627,7 @@ impl Settings {
             changes: raw.changes,
             retention,
             api,
+            connect,
             providers,
         })
     }

@@ -1,5 +1,5 @@
 //! Retention: deletes the history older than `[retention]` from `sync_runs`, `run_errors`,
-//! `notification_deliveries` and `api_audit`, and the sightings of runs that ended without removing
+//! `notification_deliveries` and `api_audit`, expired `connect_sessions`, and the sightings of runs that ended without removing
 //! theirs (a run killed before it closed, of a connection that never ran again).
 //!
 //! A sweep deletes in batches of at most `batch_size` rows. Each batch is one `SELECT` of
@@ -43,6 +43,8 @@ pub struct Swept {
     pub sightings: u64,
     /// Rows deleted from `api_audit`.
     pub audit: u64,
+    /// Expired rows deleted from `connect_sessions`.
+    pub connect_sessions: u64,
     /// Delete statements sent, each its own transaction.
     pub batches: u64,
     /// The most rows one of them deleted: at most `batch_size`.
@@ -63,6 +65,7 @@ impl Swept {
             self.deliveries,
             self.sightings,
             self.audit,
+            self.connect_sessions,
         ]
         .iter()
         .fold(0u64, |total, rows| total.saturating_add(*rows))
@@ -156,6 +159,18 @@ pub async fn sweep(
             })
             .await?;
     }
+    // An expired session connects nothing: it goes as soon as it expires.
+    sweeper.swept.connect_sessions = sweeper
+        .walk(&Walk {
+            table: "connect_sessions",
+            age_column: "expires_at",
+            cutoff: now,
+            select: "1 = 1",
+            select_values: Vec::new(),
+            delete: "expires_at < ?",
+            delete_values: vec![now.into()],
+        })
+        .await?;
     Ok(sweeper.swept)
 }
 
@@ -190,6 +205,7 @@ pub(crate) fn scheduled(
                     deliveries = swept.deliveries,
                     sightings = swept.sightings,
                     audit = swept.audit,
+                    connect_sessions = swept.connect_sessions,
                     batches = swept.batches,
                     longest_statement_ms = swept.longest_statement.as_millis() as u64,
                     elapsed_ms = started.elapsed().as_millis() as u64,

@@ -34,6 +34,7 @@ mod m20261204_000070_job_cancel;
 mod m20261204_000071_api_key_rate_limit;
 mod m20261204_000080_run_stamps_from;
 mod m20261204_000081_api_audit_at;
+mod m20261205_000090_connect_sessions;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -71,6 +72,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000071_api_key_rate_limit::Migration),
             Box::new(m20261204_000080_run_stamps_from::Migration),
             Box::new(m20261204_000081_api_audit_at::Migration),
+            Box::new(m20261205_000090_connect_sessions::Migration),
         ]
     }
 }

@@ -143,8 +143,9 @@ pub(crate) async fn audit_writes(
     let slot = AuditSlot::default();
     request.extensions_mut().insert(slot.clone());
     let method = request.method().to_string();
-    // The path only: a query string could carry anything, a key included.
-    let path = request.uri().path().to_string();
+    // The path only: a query string could carry anything, a key included. A Connect
+    // link's token, a credential, is left out.
+    let path = redacted_path(request.uri().path());
     let response = next.run(request).await;
     let entry = AuditEntry {
         key_id: slot.0.get().copied(),
@@ -156,4 +157,28 @@ pub(crate) async fn audit_writes(
         tracing::error!(%error, method, path, "Writing the audit row of an API request failed.");
     }
     response
+}
+
+/// `path` with a Connect link's token (`/connect/{token}/...`) replaced by `{token}`.
+pub(crate) fn redacted_path(path: &str) -> String {
+    match path.strip_prefix("/connect/") {
+        Some(rest) => match rest.split_once('/') {
+            Some((_, after)) => format!("/connect/{{token}}/{after}"),
+            None => "/connect/{token}".to_string(),
+        },
+        None => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_connect_links_token_never_reaches_the_audit() {
+        assert_eq!(
+            super::redacted_path("/connect/abcDEF_123/stripe"),
+            "/connect/{token}/stripe"
+        );
+        assert_eq!(super::redacted_path("/connect/abc"), "/connect/{token}");
+        assert_eq!(super::redacted_path("/v1/connections"), "/v1/connections");
+    }
 }

@@ -10,6 +10,7 @@
 
 mod auth;
 mod changes;
+mod connect;
 mod connections;
 mod errors;
 mod health;
@@ -64,6 +65,8 @@ pub enum ApiError {
         Problem,
         connections::Connection,
         connections::StreamState,
+        connect::NewSessionBody,
+        connect::ConnectSession,
         connections::ConnectionPage,
         connections::ConnectionChange,
         connections::NewConnectionBody,
@@ -93,6 +96,7 @@ pub enum ApiError {
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
+        (name = "connect", description = "Links where users connect their own accounts"),
         (name = "runs", description = "The run history"),
         (name = "syncs", description = "Where a connection's syncs stand; runs asked for now, queued as jobs"),
         (name = "jobs", description = "Sync jobs: their status, and cancelling them"),
@@ -151,6 +155,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         "connections",
         delete(connections::delete_connection),
     )
+    .add::<connect::__path_create_session>("connect", post(connect::create_session))
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<syncs::__path_sync_status>("syncs", get(syncs::sync_status))
     .add::<jobs::__path_get_job>("jobs", get(jobs::get_job))
@@ -255,7 +260,7 @@ async fn openapi_json(State(state): State<ApiState>) -> impl IntoResponse {
 
 /// The whole service: routes and layers.
 fn app(api: &ApiSettings, state: ApiState) -> Router {
-    layered(routes().0, api, state)
+    layered(routes().0.merge(connect::pages()), api, state)
 }
 
 /// `router` with the layers every route has.

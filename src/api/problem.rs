@@ -168,7 +168,12 @@ pub(crate) async fn problems_everywhere(request: Request, next: Next) -> Respons
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+    // The Connect page answers its errors as pages for a person.
+    let is_page = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem || is_page {
         return response;
     }
     let (mut parts, body) = response.into_parts();

@@ -6,6 +6,7 @@ pub(crate) mod api_key;
 pub mod change;
 pub mod change_batch;
 pub mod change_clock;
+pub(crate) mod connect_session;
 pub mod connection;
 pub mod connection_stream;
 pub mod instance;

@@ -377,6 +377,20 @@ pub async fn add(
     settings: &Settings,
     new: NewConnection,
 ) -> Result<Added, OpsError> {
+    let txn = db.begin().await?;
+    let added = add_in(&txn, db, settings, new).await?;
+    txn.commit().await?;
+    Ok(added)
+}
+
+/// [`add`] within `txn`, which the caller commits with writes of its own (the Connect
+/// page marks its session used in the same transaction).
+pub(crate) async fn add_in(
+    txn: &sea_orm::DatabaseTransaction,
+    db: &DatabasePools,
+    settings: &Settings,
+    new: NewConnection,
+) -> Result<Added, OpsError> {
     let target = &new.target;
     let provider = check_target(settings, target)?;
     if let Some(expression) = &new.schedule {
@@ -386,7 +400,8 @@ pub async fn add(
         check_stream(settings, target, stream)?;
         check_schedule(expression)?;
     }
-    if find(db, target).await?.is_some() {
+    // Read in the transaction: SQLite's one writing connection is the transaction's.
+    if find(txn, target).await?.is_some() {
         return Err(already_exists(target));
     }
     let env_vars = [
@@ -434,19 +449,17 @@ pub async fn add(
         column,
     );
     row.schedule = Set(new.schedule.clone());
-    let txn = db.begin().await?;
     // Two adds of one connection at once: the unique index refuses the second.
     let row = row
-        .insert(&txn)
+        .insert(txn)
         .await
         .map_err(|error| match error.sql_err() {
             Some(SqlErr::UniqueConstraintViolation(_)) => already_exists(target),
             _ => OpsError::Database(error),
         })?;
     for (stream, expression) in &new.stream_schedules {
-        write_stream_schedule(&txn, row.id, stream, Some(expression)).await?;
+        write_stream_schedule(txn, row.id, stream, Some(expression)).await?;
     }
-    txn.commit().await?;
     Ok(Added {
         id: row.id,
         provider: row.provider,
@@ -746,7 +759,7 @@ fn not_found(target: &Target) -> OpsError {
 }
 
 async fn find(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     target: &Target,
 ) -> Result<Option<connection::Model>, OpsError> {
     Ok(connection::Entity::find()
@@ -772,10 +785,17 @@ fn check_target<'a>(
                 settings.path.display()
             ),
         })?;
+    check_user_id(&target.user_id)?;
+    refuse_config_defined(settings, target)?;
+    Ok(provider)
+}
+
+/// Refuses a user id that is empty, too long or holds control characters.
+pub(crate) fn check_user_id(user_id: &str) -> Result<(), OpsError> {
     // PostgreSQL's text refuses NUL, and no id of a provider holds control characters.
-    if target.user_id.trim().is_empty()
-        || target.user_id.len() > MAX_USER_ID_BYTES
-        || target.user_id.chars().any(char::is_control)
+    if user_id.trim().is_empty()
+        || user_id.len() > MAX_USER_ID_BYTES
+        || user_id.chars().any(char::is_control)
     {
         return Err(OpsError::Invalid {
             field: "user_id",
@@ -784,8 +804,7 @@ fn check_target<'a>(
             ),
         });
     }
-    refuse_config_defined(settings, target)?;
-    Ok(provider)
+    Ok(())
 }
 
 fn defined_in(settings: &Settings, row: &connection::Model) -> connection::DefinedIn {
@@ -800,7 +819,7 @@ fn defined_in(settings: &Settings, row: &connection::Model) -> connection::Defin
     }
 }
 
-fn refuse_config_defined(settings: &Settings, target: &Target) -> Result<(), OpsError> {
+pub(crate) fn refuse_config_defined(settings: &Settings, target: &Target) -> Result<(), OpsError> {
     if settings.lists_connection(&target.provider, &target.user_id) {
         return Err(OpsError::Conflict(format!(
             "{target} is defined in {} (providers.{}.connections); change it there",

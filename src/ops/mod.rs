@@ -8,6 +8,7 @@
 
 pub(crate) mod api_keys;
 pub(crate) mod changes;
+pub(crate) mod connect;
 pub(crate) mod connections;
 pub(crate) mod errors;
 pub(crate) mod health;

@@ -550,7 +550,10 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
     let providers = yearly(&app, &["alice"]);
     let settings = app.settings(&providers).await;
     app.sync(&settings).await;
-    let served = Served::start(&app, &providers).await;
+    let served = Served::start_with(&app, &providers, "daemon", |text| {
+        format!("{text}\n[connect]\npublic_url = \"http://127.0.0.1:9\"\nreturn_urls = [\"http://127.0.0.1:9/back\"]\n")
+    })
+    .await;
     let alice = connection_row(&app, "alice").await.expect("alice").id;
     let run = crate::daemon::runs_of(&app, "alice").await[0].id;
     let admin = served.create_key("matrix-admin", &["admin"]);
@@ -588,6 +591,15 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             method: Method::DELETE,
             path: "/v1/connections/{victim}?records=keep",
             body: None,
+            needs: Some("connections:write"),
+            missing: false,
+        },
+        Route {
+            method: Method::POST,
+            path: "/v1/connect/sessions",
+            body: Some(
+                json!({"user_id": "{user}", "providers": ["acme"], "return_url": "http://127.0.0.1:9/back"}),
+            ),
             needs: Some("connections:write"),
             missing: false,
         },

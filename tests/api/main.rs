@@ -10,6 +10,7 @@ mod changes;
 mod cli;
 mod clock;
 mod concurrency;
+mod connect;
 mod connection_filters;
 mod connections;
 mod crash;

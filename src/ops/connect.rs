@@ -1,0 +1,640 @@
+//! Connect: an app's users connect their own accounts on a hosted page
+//! (docs/decisions/connect.md). The app asks for a session (a single-use link); the page
+//! binds it to the first browser that opens it with a cookie; a pasted key is checked
+//! with one request to the provider, then sealed into a connection (or, on reconnect,
+//! into the connection's credentials) and its first sync queued, in the transaction that
+//! marks the session used.
+//!
+//! Only SHA-256 hashes of the link's token and of the cookie are stored, so a copy of the
+//! database connects nothing; the CSRF token is an HMAC of the cookie, so nothing else
+//! is stored for it and every instance checks it alike.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use hmac::{Hmac, Mac};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set, TransactionTrait};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tributary_providers::{Credentials, FetchError};
+
+use super::connections::{self, NewConnection, Target};
+use super::OpsError;
+use crate::config::{ConnectSettings, ProviderSettings, Settings};
+use crate::credentials::StoredCredentials;
+use crate::db::DatabasePools;
+use crate::entities::{connect_session, connection};
+
+/// The most providers one session offers.
+const MAX_PROVIDERS: usize = 32;
+/// The longest key the form takes.
+pub(crate) const MAX_KEY_BYTES: usize = 4096;
+/// Random bytes in a link's token and in a cookie.
+const TOKEN_BYTES: usize = 32;
+
+/// A session to create.
+#[derive(Debug)]
+pub(crate) struct NewSession {
+    pub user_id: String,
+    pub providers: Vec<String>,
+    pub return_url: String,
+    /// A connection whose credentials the session replaces.
+    pub reconnect: Option<i64>,
+}
+
+/// A session created: its link, shown once, and when it expires.
+#[derive(Debug)]
+pub(crate) struct CreatedSession {
+    pub url: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Why the page refuses a request; each is a page in plain words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("Connect is off: config.toml has no [connect] table")]
+    Off,
+    #[error("this link is not known; ask the app for a new one")]
+    Unknown,
+    #[error("this link has expired; ask the app for a new one")]
+    Expired,
+    #[error("this link was used already; ask the app for a new one")]
+    Used,
+    #[error(
+        "this link was opened in another browser; open it there, or ask the app for a new one"
+    )]
+    OtherBrowser,
+    #[error("the form was not sent from this page; reload the page and try again")]
+    Forged,
+    #[error("this link does not connect {0}")]
+    NotOffered(String),
+    #[error("{0}")]
+    BadForm(String),
+    #[error("{provider} refused this key (HTTP {status}); check it and try again")]
+    KeyRefused { provider: String, status: u16 },
+    #[error("{provider} could not check the key just now; try again in a moment")]
+    ProviderFailed { provider: String },
+    #[error(transparent)]
+    Ops(#[from] OpsError),
+}
+
+impl From<sea_orm::DbErr> for ConnectError {
+    fn from(error: sea_orm::DbErr) -> ConnectError {
+        ConnectError::Ops(OpsError::Database(error))
+    }
+}
+
+/// Creates a session for `new.user_id` to connect one of `new.providers`, sending the
+/// user back to `new.return_url` (one of `[connect] return_urls`).
+pub(crate) async fn create_session(
+    db: &DatabasePools,
+    settings: &Settings,
+    new: NewSession,
+) -> Result<CreatedSession, OpsError> {
+    let connect = settings.connect.as_ref().ok_or_else(|| {
+        OpsError::Conflict(
+            "Connect is off: add a [connect] table to config.toml (docs/operations.md)".to_string(),
+        )
+    })?;
+    connections::check_user_id(&new.user_id)?;
+    if !connect.return_urls.contains(&new.return_url) {
+        return Err(OpsError::Invalid {
+            field: "return_url",
+            message: format!(
+                "{:?} is not one of [connect] return_urls (matched exactly)",
+                tributary_providers::quote::truncated(&new.return_url, 128)
+            ),
+        });
+    }
+    let providers = check_providers(settings, &new.user_id, &new.providers)?;
+    if let Some(id) = new.reconnect {
+        check_reconnect(db, &new.user_id, &providers, id).await?;
+    }
+    let ttl = TimeDelta::from_std(connect.session_ttl).unwrap_or(TimeDelta::minutes(30));
+    let now = crate::db::now();
+    let expires_at = now
+        .checked_add_signed(ttl)
+        .ok_or_else(|| OpsError::Invalid {
+            field: "session_ttl",
+            message: "the expiry is past the calendar's end".to_string(),
+        })?;
+    let token = random_token();
+    let providers_json = serde_json::to_string(&providers).unwrap_or_default();
+    connect_session::ActiveModel {
+        token_hash: Set(hash(&token)),
+        user_id: Set(new.user_id),
+        providers: Set(providers_json),
+        reconnect_connection_id: Set(new.reconnect),
+        return_url: Set(new.return_url),
+        created_at: Set(now),
+        expires_at: Set(expires_at),
+        used_at: Set(None),
+        binding_hash: Set(None),
+        ..Default::default()
+    }
+    .insert(db.main())
+    .await?;
+    Ok(CreatedSession {
+        url: page_url(connect, &token, None),
+        expires_at,
+    })
+}
+
+/// The providers named, each once: configured, taking a key, and not a connection
+/// config.toml lists for the user.
+fn check_providers(
+    settings: &Settings,
+    user_id: &str,
+    names: &[String],
+) -> Result<Vec<String>, OpsError> {
+    let invalid = |message: String| OpsError::Invalid {
+        field: "providers",
+        message,
+    };
+    if names.is_empty() {
+        return Err(invalid("name at least one provider".to_string()));
+    }
+    if names.len() > MAX_PROVIDERS {
+        return Err(invalid(format!(
+            "at most {MAX_PROVIDERS} providers, got {}",
+            names.len()
+        )));
+    }
+    let mut providers: Vec<String> = Vec::new();
+    for name in names {
+        let shown = tributary_providers::quote::truncated(name, 64);
+        let Some(provider) = settings.providers.get(name) else {
+            return Err(invalid(format!(
+                "no provider named {shown:?} in {}",
+                settings.path.display()
+            )));
+        };
+        if !provider.adapter.takes_key() {
+            return Err(invalid(format!(
+                "provider {shown:?} connects through OAuth2 or needs no key; the Connect page takes keys only for now"
+            )));
+        }
+        if settings.lists_connection(name, user_id) {
+            return Err(invalid(format!(
+                "config.toml lists {user_id}@{name}; change its credentials there"
+            )));
+        }
+        if !providers.contains(name) {
+            providers.push(name.clone());
+        }
+    }
+    Ok(providers)
+}
+
+/// A reconnect names an existing connection of the user, of the one provider offered.
+async fn check_reconnect(
+    db: &DatabasePools,
+    user_id: &str,
+    providers: &[String],
+    id: i64,
+) -> Result<(), OpsError> {
+    let invalid = |message: String| OpsError::Invalid {
+        field: "reconnect",
+        message,
+    };
+    let row = connection::Entity::find_by_id(id).one(db.main()).await?;
+    match row {
+        Some(row) if row.user_id == user_id && providers == [row.provider.clone()] => Ok(()),
+        Some(row) if row.user_id == user_id => Err(invalid(format!(
+            "connection {id} is of provider {:?}: name it alone in providers",
+            row.provider
+        ))),
+        _ => Err(invalid(format!("user {user_id:?} has no connection {id}"))),
+    }
+}
+
+/// The session's page: what it offers, and the cookie it sets on the first visit.
+#[derive(Debug)]
+pub(crate) struct PageView {
+    /// The providers offered, with the path of each one's form.
+    pub providers: Vec<(String, String)>,
+    /// The cookie's value, when this visit bound the session to the browser.
+    pub new_cookie: Option<String>,
+    /// The cookie's path: the session's own, so that sessions open side by side keep
+    /// their cookies apart.
+    pub cookie_path: String,
+    /// Seconds the cookie lives: until the session expires.
+    pub cookie_max_age: i64,
+    pub reconnect: bool,
+}
+
+/// Opens session `token` for the browser that holds `cookie`: the first visit binds it
+/// (and sets the cookie), later visits must present that cookie.
+pub(crate) async fn open_page(
+    db: &DatabasePools,
+    settings: &Settings,
+    token: &str,
+    cookie: Option<&str>,
+) -> Result<PageView, ConnectError> {
+    let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
+    let session = live_session(db, token).await?;
+    let new_cookie = match (&session.binding_hash, cookie) {
+        (Some(bound), Some(cookie)) if same(bound, &hash(cookie)) => None,
+        (Some(_), _) => return Err(ConnectError::OtherBrowser),
+        (None, _) => {
+            let cookie = random_token();
+            // Conditional, so that of two browsers opening the link at once one binds it.
+            let bound = connect_session::Entity::update_many()
+                .col_expr(
+                    connect_session::Column::BindingHash,
+                    Expr::value(hash(&cookie)),
+                )
+                .filter(connect_session::Column::Id.eq(session.id))
+                .filter(connect_session::Column::BindingHash.is_null())
+                .exec(db.main())
+                .await?;
+            if bound.rows_affected == 0 {
+                return Err(ConnectError::OtherBrowser);
+            }
+            Some(cookie)
+        }
+    };
+    let providers = offered(&session)
+        .into_iter()
+        .map(|name| {
+            let path = page_path(connect, token, Some(&name));
+            (name, path)
+        })
+        .collect();
+    let remaining = session
+        .expires_at
+        .signed_duration_since(crate::db::now())
+        .num_seconds()
+        .max(1);
+    Ok(PageView {
+        providers,
+        new_cookie,
+        cookie_path: page_path(connect, token, None),
+        cookie_max_age: remaining,
+        reconnect: session.reconnect_connection_id.is_some(),
+    })
+}
+
+/// A provider's key form.
+#[derive(Debug)]
+pub(crate) struct KeyForm {
+    pub provider: String,
+    /// Where the form posts.
+    pub action: String,
+    /// Where "back" goes: the session's page.
+    pub back: String,
+    pub csrf: String,
+    /// What the key looks like, when the provider says.
+    pub hint: &'static str,
+    /// The origin of the return URL, where the form's answer redirects.
+    pub return_origin: Option<String>,
+}
+
+/// The key form of `provider` in session `token`, for the browser the session is bound to.
+pub(crate) async fn key_form(
+    db: &DatabasePools,
+    settings: &Settings,
+    token: &str,
+    provider: &str,
+    cookie: Option<&str>,
+) -> Result<KeyForm, ConnectError> {
+    let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
+    let session = live_session(db, token).await?;
+    let cookie = bound_cookie(&session, cookie)?;
+    let settings_of = offered_provider(settings, &session, provider)?;
+    Ok(KeyForm {
+        provider: provider.to_string(),
+        action: page_path(connect, token, Some(provider)),
+        back: page_path(connect, token, None),
+        csrf: csrf_of(cookie),
+        hint: hint_of(settings_of),
+        return_origin: url::Url::parse(&session.return_url)
+            .ok()
+            .map(|url| url.origin().ascii_serialization()),
+    })
+}
+
+/// A key as the form sent it.
+pub(crate) struct KeySubmission<'a> {
+    pub token: &'a str,
+    pub provider: &'a str,
+    pub cookie: Option<&'a str>,
+    pub csrf: Option<&'a str>,
+    pub key: SecretString,
+}
+
+/// Checks the key with one request to the provider and, if it is taken, stores it as
+/// the API's create does (or replaces the reconnected connection's credentials), marks
+/// the session used and queues the first sync. Returns where to send the browser: the
+/// session's return URL with the outcome.
+pub(crate) async fn submit_key(
+    db: &DatabasePools,
+    settings: &Settings,
+    submission: KeySubmission<'_>,
+) -> Result<String, ConnectError> {
+    settings.connect.as_ref().ok_or(ConnectError::Off)?;
+    let session = live_session(db, submission.token).await?;
+    let cookie = bound_cookie(&session, submission.cookie)?;
+    let expected = csrf_of(cookie);
+    match submission.csrf {
+        Some(sent) if same(sent, &expected) => {}
+        _ => return Err(ConnectError::Forged),
+    }
+    let provider_settings = offered_provider(settings, &session, submission.provider)?;
+    let key = submission.key.expose_secret();
+    if key.trim().is_empty() {
+        return Err(ConnectError::BadForm("paste the key first".to_string()));
+    }
+    if key.len() > MAX_KEY_BYTES || key.chars().any(char::is_control) {
+        return Err(ConnectError::BadForm(format!(
+            "a key is at most {MAX_KEY_BYTES} characters on one line; check what was pasted"
+        )));
+    }
+    let key = SecretString::from(key.trim().to_string());
+    verify(provider_settings, &key).await?;
+    let provider = submission.provider;
+    let txn = db.begin().await?;
+    // Marked first, conditionally: of two posts racing, one connects.
+    let now = crate::db::now();
+    let marked = connect_session::Entity::update_many()
+        .col_expr(connect_session::Column::UsedAt, Expr::value(Some(now)))
+        .filter(connect_session::Column::Id.eq(session.id))
+        .filter(connect_session::Column::UsedAt.is_null())
+        .filter(connect_session::Column::ExpiresAt.gt(now))
+        .exec(&txn)
+        .await?;
+    if marked.rows_affected == 0 {
+        return Err(ConnectError::Used);
+    }
+    let connection_id = match session.reconnect_connection_id {
+        Some(id) => {
+            replace_credentials(&txn, db, &session, provider, id, &key).await?;
+            id
+        }
+        None => {
+            let new = NewConnection {
+                target: Target {
+                    provider: provider.to_string(),
+                    user_id: session.user_id.clone(),
+                },
+                token_env: None,
+                token: Some(key),
+                refresh_token_env: None,
+                refresh_token: None,
+                expires_at: None,
+                enabled: true,
+                schedule: None,
+                stream_schedules: Vec::new(),
+            };
+            match connections::add_in(&txn, db, settings, new).await {
+                Ok(added) => added.id,
+                Err(OpsError::Conflict(_)) => {
+                    drop(txn);
+                    return Ok(outcome(
+                        &session.return_url,
+                        "error",
+                        Some("already_connected"),
+                    ));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    };
+    txn.commit().await?;
+    tracing::info!(
+        session_id = session.id,
+        connection_id,
+        provider,
+        user_id = %session.user_id,
+        "A user connected an account on the Connect page."
+    );
+    // The connection is stored; a first sync that cannot be queued waits for its schedule.
+    if let Err(error) =
+        super::sync::queue_connection(db, settings, connection_id, None, false).await
+    {
+        tracing::warn!(connection_id, %error, "Queueing the first sync of a connection made on the Connect page failed; its schedule will sync it.");
+    }
+    Ok(outcome(&session.return_url, "connected", None))
+}
+
+/// Replaces connection `id`'s credentials with `key`, keeping its records, cursors and
+/// history.
+async fn replace_credentials(
+    txn: &sea_orm::DatabaseTransaction,
+    db: &DatabasePools,
+    session: &connect_session::Model,
+    provider: &str,
+    id: i64,
+    key: &SecretString,
+) -> Result<(), ConnectError> {
+    let row = connection::Entity::find_by_id(id)
+        .one(txn)
+        .await?
+        .filter(|row| row.user_id == session.user_id && row.provider == provider)
+        .ok_or_else(|| {
+            ConnectError::BadForm(
+                "the connection to reconnect is gone; ask the app for a new link".to_string(),
+            )
+        })?;
+    let stored = StoredCredentials {
+        token: Some(key.expose_secret().to_string()),
+        ..Default::default()
+    };
+    let column = stored
+        .to_column_for(db.secrets(), row.binding())
+        .map_err(OpsError::from)?;
+    let mut active: connection::ActiveModel = row.into();
+    active.credentials = Set(column);
+    active.updated_at = Set(crate::db::now());
+    active.update(txn).await?;
+    Ok(())
+}
+
+/// One request to the provider with `key`: refused (401, 403) and failed are told apart.
+async fn verify(provider: &ProviderSettings, key: &SecretString) -> Result<(), ConnectError> {
+    let name = provider.name.clone();
+    let failed = |error: FetchError| {
+        tracing::warn!(provider = %name, %error, "Checking a key pasted on the Connect page failed.");
+        ConnectError::ProviderFailed {
+            provider: name.clone(),
+        }
+    };
+    let adapter =
+        tributary_providers::build_provider(&provider.adapter, &provider.http).map_err(&failed)?;
+    let stream = provider
+        .streams
+        .iter()
+        .find(|stream| stream.parent.is_none())
+        .map(|stream| stream.name.clone())
+        .unwrap_or_default();
+    let credentials = Credentials {
+        token: Some(key.clone()),
+        ..Default::default()
+    };
+    match adapter.verify_credentials(&credentials, &stream).await {
+        Ok(()) => Ok(()),
+        Err(FetchError::Unauthorized { status, .. }) => Err(ConnectError::KeyRefused {
+            provider: name.clone(),
+            status,
+        }),
+        Err(error) => Err(failed(error)),
+    }
+}
+
+/// Session `token`, if it is known, unused and unexpired.
+async fn live_session(
+    db: &DatabasePools,
+    token: &str,
+) -> Result<connect_session::Model, ConnectError> {
+    if token.is_empty() || token.len() > 128 {
+        return Err(ConnectError::Unknown);
+    }
+    let session = connect_session::Entity::find()
+        .filter(connect_session::Column::TokenHash.eq(hash(token)))
+        .one(db.main())
+        .await?
+        .ok_or(ConnectError::Unknown)?;
+    if session.used_at.is_some() {
+        return Err(ConnectError::Used);
+    }
+    if session.expires_at <= crate::db::now() {
+        return Err(ConnectError::Expired);
+    }
+    Ok(session)
+}
+
+/// The cookie, when it is the one the session is bound to.
+fn bound_cookie<'a>(
+    session: &connect_session::Model,
+    cookie: Option<&'a str>,
+) -> Result<&'a str, ConnectError> {
+    match (&session.binding_hash, cookie) {
+        (Some(bound), Some(cookie)) if same(bound, &hash(cookie)) => Ok(cookie),
+        _ => Err(ConnectError::OtherBrowser),
+    }
+}
+
+/// Provider `name`'s settings, when the session offers it.
+fn offered_provider<'a>(
+    settings: &'a Settings,
+    session: &connect_session::Model,
+    name: &str,
+) -> Result<&'a ProviderSettings, ConnectError> {
+    let not_offered = || ConnectError::NotOffered(tributary_providers::quote::truncated(name, 64));
+    if !offered(session).iter().any(|offered| offered == name) {
+        return Err(not_offered());
+    }
+    settings
+        .providers
+        .get(name)
+        .filter(|provider| provider.adapter.takes_key())
+        .ok_or_else(not_offered)
+}
+
+fn offered(session: &connect_session::Model) -> Vec<String> {
+    serde_json::from_str(&session.providers).unwrap_or_default()
+}
+
+/// What a provider's key looks like.
+fn hint_of(provider: &ProviderSettings) -> &'static str {
+    match provider.adapter.kind() {
+        "stripe" => "A secret key (sk_...) or a restricted key (rk_...) with read access, from the Stripe Dashboard's API keys page.",
+        "github" => "A personal access token with read access.",
+        _ => "The API key or token the service gave you.",
+    }
+}
+
+/// `return_url` with `outcome` (and `code`) added to its query.
+fn outcome(return_url: &str, outcome: &str, code: Option<&str>) -> String {
+    match url::Url::parse(return_url) {
+        Ok(mut url) => {
+            {
+                let mut query = url.query_pairs_mut();
+                query.append_pair("outcome", outcome);
+                if let Some(code) = code {
+                    query.append_pair("code", code);
+                }
+            }
+            url.to_string()
+        }
+        // The allow-list holds URLs only; a row from an older config still goes back.
+        Err(_) => return_url.to_string(),
+    }
+}
+
+/// The session's page (or a provider's form) as an absolute URL.
+fn page_url(connect: &ConnectSettings, token: &str, provider: Option<&str>) -> String {
+    let mut url = connect.public_url.clone();
+    set_page_path(&mut url, token, provider);
+    url.to_string()
+}
+
+/// The session's page (or a provider's form) as a path under `public_url`'s.
+fn page_path(connect: &ConnectSettings, token: &str, provider: Option<&str>) -> String {
+    let mut url = connect.public_url.clone();
+    set_page_path(&mut url, token, provider);
+    url.path().to_string()
+}
+
+fn set_page_path(url: &mut url::Url, token: &str, provider: Option<&str>) {
+    if let Ok(mut segments) = url.path_segments_mut() {
+        segments.pop_if_empty().push("connect").push(token);
+        if let Some(provider) = provider {
+            segments.push(provider);
+        }
+    }
+}
+
+/// A new random token: URL-safe base64 of 32 random bytes.
+fn random_token() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; TOKEN_BYTES]>())
+}
+
+/// SHA-256 of `value` in lowercase hex.
+fn hash(value: &str) -> String {
+    const_hex::encode(Sha256::digest(value.as_bytes()))
+}
+
+/// The CSRF token of the browser holding `cookie`: only that browser can compute it.
+fn csrf_of(cookie: &str) -> String {
+    match Hmac::<Sha256>::new_from_slice(cookie.as_bytes()) {
+        Ok(mut mac) => {
+            mac.update(b"tributary connect csrf");
+            const_hex::encode(mac.finalize().into_bytes())
+        }
+        // HMAC takes a key of any length: unreachable, and an empty token matches nothing.
+        Err(_) => String::new(),
+    }
+}
+
+/// Constant-time equality of two secrets' texts.
+fn same(a: &str, b: &str) -> bool {
+    !a.is_empty() && a.as_bytes().ct_eq(b.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_outcome_is_added_to_the_return_urls_query() {
+        assert_eq!(
+            super::outcome("https://app.example/done?x=1", "connected", None),
+            "https://app.example/done?x=1&outcome=connected"
+        );
+        assert_eq!(
+            super::outcome(
+                "https://app.example/done",
+                "error",
+                Some("already_connected")
+            ),
+            "https://app.example/done?outcome=error&code=already_connected"
+        );
+    }
+
+    #[test]
+    fn a_csrf_token_is_bound_to_its_cookie() {
+        assert_eq!(super::csrf_of("a"), super::csrf_of("a"));
+        assert_ne!(super::csrf_of("a"), super::csrf_of("b"));
+        assert!(!super::same("", ""));
+    }
+}

@@ -61,7 +61,12 @@ async fn post_json(
 
 /// A session's link for `user`, made with an admin key.
 async fn session(served: &Served, key: &str, user: &str) -> String {
-    let body = json!({"user_id": user, "providers": ["stripe"], "return_url": RETURN_URL});
+    session_to(served, key, user, RETURN_URL).await
+}
+
+/// A session's link for `user` to connect Stripe, sending the browser to `return_url`.
+pub(crate) async fn session_to(served: &Served, key: &str, user: &str, return_url: &str) -> String {
+    let body = json!({"user_id": user, "providers": ["stripe"], "return_url": return_url});
     let (status, _, created) = post_json(served, "/v1/connect/sessions", key, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     created["url"].as_str().expect("url").to_string()
@@ -179,7 +184,7 @@ async fn sessions(app: &TestApp) -> Vec<(bool, bool)> {
     .collect()
 }
 
-async fn mount_charges(app: &TestApp, key: &str, answer: ResponseTemplate, times: u64) {
+pub(crate) async fn mount_charges(app: &TestApp, key: &str, answer: ResponseTemplate, times: u64) {
     Mock::given(method("GET"))
         .and(path("/v1/charges"))
         .and(query_param("limit", "1"))
@@ -190,7 +195,7 @@ async fn mount_charges(app: &TestApp, key: &str, answer: ResponseTemplate, times
         .await;
 }
 
-fn empty_list() -> ResponseTemplate {
+pub(crate) fn empty_list() -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(
         json!({"object": "list", "data": [], "has_more": false, "url": "/v1/charges"}),
     )

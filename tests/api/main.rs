@@ -11,6 +11,7 @@ mod cli;
 mod clock;
 mod concurrency;
 mod connect;
+mod connect_browser;
 mod connection_filters;
 mod connections;
 mod crash;

@@ -52,7 +52,8 @@ pub(crate) struct CreatedSession {
 /// Why the page refuses a request; each is a page in plain words.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectError {
-    #[error("Connect is off: config.toml has no [connect] table")]
+    /// Connect is off (no `[connect]`); the page says no more to the public.
+    #[error("this page is not available")]
     Off,
     #[error("this link is not known; ask the app for a new one")]
     Unknown,

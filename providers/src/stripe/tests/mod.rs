@@ -508,3 +508,50 @@ fn config_defaults_ranges_and_unknown_keys() {
         );
     }
 }
+
+/// A key is checked with one object of the stream's own list: a restricted key is tried
+/// on the permission the sync needs. 401 is `Unauthorized`, never retried, and the key
+/// is in no error.
+#[tokio::test]
+async fn a_key_is_verified_with_one_object_of_the_streams_list() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/customers"))
+        .and(query_param("limit", "1"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .and(header("stripe-version", DEFAULT_API_VERSION))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"object": "list", "data": [], "has_more": false, "url": "/v1/customers"}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let refused = "sk_test_refused0123456789";
+    Mock::given(method("GET"))
+        .and(header(
+            "authorization",
+            format!("Bearer {refused}").as_str(),
+        ))
+        .respond_with(ResponseTemplate::new(401).set_body_json(stripe_error(
+            "invalid_request_error",
+            None,
+            &format!("Invalid API Key provided: {refused}"),
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = provider(&server);
+    provider
+        .verify_credentials(&token_credentials(KEY), "customers")
+        .await
+        .expect("a good key");
+    let error = provider
+        .verify_credentials(&token_credentials(refused), "customers")
+        .await
+        .expect_err("a refused key");
+    assert!(
+        matches!(error, FetchError::Unauthorized { status: 401, .. }),
+        "{error}"
+    );
+    assert!(!error.to_string().contains(refused), "{error}");
+}

@@ -40,6 +40,7 @@ pub use crate::lease::Fence;
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::{PageStoreCounts, RunCounts};
+pub(crate) use run::OpenedRun;
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
 pub use store::context::PageExpectation;
 pub use streams::{open_stream, StreamScope};
@@ -99,6 +100,21 @@ pub async fn sync_connection(
     options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
+    sync_opened(db, provider, settings, connection, options, progress, None).await
+}
+
+/// [`sync_connection`] of a run whose row the caller inserted already, in the
+/// transaction that claimed the connection's lease ([`Run::open_in`]), or, with `None`,
+/// of one it opens itself.
+pub(crate) async fn sync_opened(
+    db: &DatabasePools,
+    provider: &dyn Provider,
+    settings: &ProviderSettings,
+    connection: &connection::Model,
+    options: RunOptions,
+    progress: &dyn ProgressSink,
+    opened: Option<OpenedRun>,
+) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
     let RunOptions {
         trigger,
@@ -113,14 +129,17 @@ pub async fn sync_connection(
         None => settings.primary_stream(),
     };
     let lease = lease.as_ref();
-    let run = Run::open(db, connection, &stream_settings, trigger, lease).await?;
+    let run = match opened {
+        Some(opened) => Run::opened(db, connection, opened, lease),
+        None => Run::open(db, connection, &stream_settings, trigger, lease).await?,
+    };
     let run_id = run.id();
     let span = tracing::info_span!(
         "run",
         run_id,
         user_id = %connection.user_id,
         provider = %connection.provider,
-        stream = %stream_settings.name
+        stream = %run.stream().name()
     );
     async move {
         let stream = run.stream();

@@ -20,7 +20,7 @@ use super::fence;
 use super::ground::PageStoreCounts;
 use super::ground::{begin_page_transaction, counts_model, RunCounts};
 use super::store::{self, PageContext, PageExpectation};
-use super::streams::{open_stream, StreamScope};
+use super::streams::{find_stream, open_stream, StreamScope};
 use crate::config::{NotifyRuns, StreamSettings, WriteMode};
 use crate::db::DatabasePools;
 pub use crate::entities::sync_run::{RunStatus, Trigger};
@@ -85,6 +85,14 @@ pub struct Run<'a> {
     counts: RunCounts,
 }
 
+/// A run's `running` row inserted in a transaction of the caller's ([`Run::open_in`]),
+/// with its stream as that transaction read it.
+#[derive(Debug)]
+pub(crate) struct OpenedRun {
+    stream: StreamScope,
+    id: i64,
+}
+
 /// A page for [`Run::store`]: its items, and what the store needs to know about it.
 #[derive(Debug, Default)]
 pub struct RunPage<'p> {
@@ -131,6 +139,39 @@ impl<'a> Run<'a> {
             lease,
             counts: RunCounts::default(),
         })
+    }
+
+    /// Inserts, as a statement of `txn` (the lease's claim), the `running` row of a new
+    /// run of `stream`, which must have run before: `None` when its state row does not
+    /// exist yet, for [`Run::open`] to create in a transaction of its own.
+    pub(crate) async fn open_in(
+        txn: &impl ConnectionTrait,
+        connection: &connection::Model,
+        stream: &StreamSettings,
+        trigger: Trigger,
+    ) -> Result<Option<OpenedRun>, DbErr> {
+        let Some(stream) = find_stream(txn, connection, stream).await? else {
+            return Ok(None);
+        };
+        let id = start_run(txn, connection, &stream, trigger).await?;
+        Ok(Some(OpenedRun { stream, id }))
+    }
+
+    /// The run [`Run::open_in`] opened, once its transaction committed.
+    pub(crate) fn opened(
+        db: &'a DatabasePools,
+        connection: &'a connection::Model,
+        opened: OpenedRun,
+        lease: Option<&'a Fence>,
+    ) -> Run<'a> {
+        Run {
+            db,
+            connection,
+            stream: opened.stream,
+            id: opened.id,
+            lease,
+            counts: RunCounts::default(),
+        }
     }
 
     /// The run's id (its row in `sync_runs`).
@@ -231,7 +272,7 @@ impl<'a> Run<'a> {
 
 /// Inserts the `running` row for a new run of `stream` and returns its id.
 async fn start_run(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     connection: &connection::Model,
     stream: &StreamScope,
     trigger: Trigger,

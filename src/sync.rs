@@ -15,7 +15,8 @@ use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::connection;
 use crate::lease::{claim_in, mark_abandoned_runs, release, renewing, Busy, Fence, Holder};
 use crate::pipeline::{
-    sync_opened, OpenedRun, ProgressSink, Run, RunOptions, RunOutcome, RunStatus,
+    sync_opened, CloseStep, OpenedRun, ProgressSink, Run, RunHooks, RunOptions, RunOutcome,
+    RunStatus,
 };
 
 /// Which connections a `sync` covers. `None` matches all.
@@ -131,6 +132,7 @@ pub async fn sync_matching(
             options,
             &lease,
             progress,
+            None,
         )
         .await?;
         report.outcomes.extend(part.outcomes);
@@ -271,7 +273,8 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError
 }
 
 /// Syncs `streams` of the given connections of one provider, bounded by its
-/// `max_concurrent_connections`, each connection under its lease.
+/// `max_concurrent_connections`, each connection under its lease. `with_close`: writes
+/// that commit with the close of a run of one stream (a job's end).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sync_provider(
     db: &DatabasePools,
@@ -282,6 +285,7 @@ pub(crate) async fn sync_provider(
     options: &RunOptions,
     lease: &LeaseSettings,
     progress: &dyn ProgressSink,
+    with_close: Option<&dyn CloseStep>,
 ) -> Result<SyncReport, SyncError> {
     let results: Vec<Result<Leased, DbErr>> = stream::iter(connections)
         .map(|connection| async move {
@@ -291,6 +295,7 @@ pub(crate) async fn sync_provider(
                 settings,
                 connection: &connection,
                 streams,
+                with_close,
             };
             sync_leased(&run, options, lease, progress).await
         })
@@ -320,6 +325,8 @@ struct ConnectionRun<'a> {
     settings: &'a ProviderSettings,
     connection: &'a connection::Model,
     streams: &'a [StreamSettings],
+    /// Writes that commit with the run's close, when there is one stream to run.
+    with_close: Option<&'a dyn CloseStep>,
 }
 
 /// Claims the connection's lease, runs its streams one after another while renewing the
@@ -338,6 +345,7 @@ async fn sync_leased(
         settings,
         connection,
         streams,
+        ..
     } = *run;
     // A run stopped already opens no run: it would end at once, `interrupted`.
     let first = streams.first().filter(|_| !options.cancel.is_cancelled());
@@ -378,10 +386,12 @@ async fn sync_leased(
                 stream: Some(stream.clone()),
                 ..run_options.clone()
             };
-            let outcome = sync_opened(
-                db, provider, settings, connection, options, progress, opened,
-            )
-            .await?;
+            let hooks = RunHooks {
+                opened,
+                with_close: run.with_close.filter(|_| streams.len() == 1),
+            };
+            let outcome =
+                sync_opened(db, provider, settings, connection, options, progress, hooks).await?;
             // A run ends `interrupted` only when it was stopped or lost the lease, which
             // its page may find before the renewal does: no further stream opens a run.
             // A run that yielded its turn leaves its siblings to the job it queues.

@@ -40,7 +40,7 @@ pub use crate::lease::Fence;
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::{PageStoreCounts, RunCounts};
-pub(crate) use run::OpenedRun;
+pub(crate) use run::{CloseStep, OpenedRun};
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage, RunStatus, Trigger};
 pub use store::context::PageExpectation;
 pub use streams::{open_stream, StreamScope};
@@ -100,12 +100,21 @@ pub async fn sync_connection(
     options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
-    sync_opened(db, provider, settings, connection, options, progress, None).await
+    let hooks = RunHooks::default();
+    sync_opened(db, provider, settings, connection, options, progress, hooks).await
 }
 
-/// [`sync_connection`] of a run whose row the caller inserted already, in the
-/// transaction that claimed the connection's lease ([`Run::open_in`]), or, with `None`,
-/// of one it opens itself.
+/// What a caller inside the crate brings to a run besides its options.
+#[derive(Default)]
+pub(crate) struct RunHooks<'h> {
+    /// The run's row, inserted in the transaction that claimed the connection's lease
+    /// ([`Run::open_in`]); `None`: the run opens its row itself.
+    pub opened: Option<OpenedRun>,
+    /// Writes that commit with the run's close ([`Run::close_with`]).
+    pub with_close: Option<&'h dyn CloseStep>,
+}
+
+/// [`sync_connection`] with `hooks`.
 pub(crate) async fn sync_opened(
     db: &DatabasePools,
     provider: &dyn Provider,
@@ -113,7 +122,7 @@ pub(crate) async fn sync_opened(
     connection: &connection::Model,
     options: RunOptions,
     progress: &dyn ProgressSink,
-    opened: Option<OpenedRun>,
+    hooks: RunHooks<'_>,
 ) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
     let RunOptions {
@@ -129,7 +138,7 @@ pub(crate) async fn sync_opened(
         None => settings.primary_stream(),
     };
     let lease = lease.as_ref();
-    let run = match opened {
+    let run = match hooks.opened {
         Some(opened) => Run::opened(db, connection, opened, lease),
         None => Run::open(db, connection, &stream_settings, trigger, lease).await?,
     };
@@ -234,7 +243,7 @@ pub(crate) async fn sync_opened(
             ),
         };
         let stream_name = committed.run.stream().name().to_string();
-        let closed = committed.run.close(end).await?;
+        let closed = committed.run.close_with(end, hooks.with_close).await?;
         // Only a run that closed deferred (not one whose lease was lost meanwhile).
         let resume_at = resume_at.filter(|_| closed.status == RunStatus::Deferred);
         if let Some(resume_at) = resume_at {

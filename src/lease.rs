@@ -215,11 +215,15 @@ pub(crate) async fn renewing<T>(
             match renew(db, connection, fence, ttl).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!(
-                        user_id = %connection.user_id,
-                        provider = %connection.provider,
-                        "The connection's lease was lost; stopping the run."
-                    );
+                    // A job's end releases the lease as its run closes, just before `work`
+                    // returns: only a lease taken over is worth a warning.
+                    if !released(db, connection, fence).await {
+                        tracing::warn!(
+                            user_id = %connection.user_id,
+                            provider = %connection.provider,
+                            "The connection's lease was lost; stopping the run."
+                        );
+                    }
                     lost.cancel();
                     return std::future::pending::<std::convert::Infallible>().await;
                 }
@@ -231,6 +235,17 @@ pub(crate) async fn renewing<T>(
         done = work => done,
         never = renewal => match never {},
     }
+}
+
+/// Whether the connection's lease was released after `fence`'s claim, none claiming it
+/// since (`false` also when the row cannot be read).
+async fn released(db: &DatabaseConnection, connection: &connection::Model, fence: &Fence) -> bool {
+    connection::Entity::find_by_id(connection.id)
+        .one(db)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|row| row.lease_holder.is_none() && row.lease_generation == fence.generation)
 }
 
 /// Gives the lease up (only if this holder still has it).

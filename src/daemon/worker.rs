@@ -191,7 +191,7 @@ async fn requeue_orphans(worker: &Worker) {
 }
 
 /// Stops the runs of the jobs running here that someone asked to cancel, whichever
-/// instance took the request: one query for all of them, at every poll.
+/// instance took the request: one query for all of them, every [`POLL_EVERY`].
 async fn stop_cancelled(worker: &Worker) {
     let ids: Vec<i64> = worker
         .running_jobs

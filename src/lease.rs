@@ -70,6 +70,33 @@ pub async fn claim(
     holder: &Holder,
     ttl: Duration,
 ) -> Result<Result<Fence, Busy>, DbErr> {
+    let claim = match claim_in(db, connection, holder, ttl).await? {
+        Ok(claim) => claim,
+        Err(busy) => return Ok(Err(busy)),
+    };
+    mark_abandoned_runs(db, connection, claim.abandoned).await?;
+    Ok(Ok(claim.fence))
+}
+
+/// A claim of a connection's lease that has not yet dealt with the runs its last holder
+/// left (see [`claim_in`]).
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub fence: Fence,
+    /// The connection's runs still marked `running` as the claim saw them: their holder
+    /// is gone, and [`mark_abandoned_runs`] marks them `interrupted`.
+    pub abandoned: Vec<i64>,
+}
+
+/// [`claim`] as statements of `db`, which may be a transaction the caller goes on with
+/// (the run's opening): the lease and the ids of the runs left `running`, which it does
+/// not mark. The connection's row stays locked until the caller's transaction ends.
+pub(crate) async fn claim_in(
+    db: &impl ConnectionTrait,
+    connection: &connection::Model,
+    holder: &Holder,
+    ttl: Duration,
+) -> Result<Result<Claim, Busy>, DbErr> {
     // The database's clock: the lease's other holders compare theirs with it.
     let now = crate::db::now();
     let mut free = Condition::any()
@@ -129,8 +156,8 @@ pub async fn claim(
             until: row.and_then(|r| r.lease_expires_at),
         }));
     };
-    mark_abandoned_runs(db, connection).await?;
-    Ok(Ok(fence))
+    let abandoned = running_runs_of(db, connection).await?;
+    Ok(Ok(Claim { fence, abandoned }))
 }
 
 /// Extends the lease and the running run's heartbeat. `Ok(false)` means the lease was
@@ -188,11 +215,15 @@ pub(crate) async fn renewing<T>(
             match renew(db, connection, fence, ttl).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!(
-                        user_id = %connection.user_id,
-                        provider = %connection.provider,
-                        "The connection's lease was lost; stopping the run."
-                    );
+                    // A job's end releases the lease as its run closes, just before `work`
+                    // returns: only a lease taken over is worth a warning.
+                    if !released(db, connection, fence).await {
+                        tracing::warn!(
+                            user_id = %connection.user_id,
+                            provider = %connection.provider,
+                            "The connection's lease was lost; stopping the run."
+                        );
+                    }
                     lost.cancel();
                     return std::future::pending::<std::convert::Infallible>().await;
                 }
@@ -204,6 +235,17 @@ pub(crate) async fn renewing<T>(
         done = work => done,
         never = renewal => match never {},
     }
+}
+
+/// Whether the connection's lease was released after `fence`'s claim, none claiming it
+/// since (`false` also when the row cannot be read).
+async fn released(db: &DatabaseConnection, connection: &connection::Model, fence: &Fence) -> bool {
+    connection::Entity::find_by_id(connection.id)
+        .one(db)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|row| row.lease_holder.is_none() && row.lease_generation == fence.generation)
 }
 
 /// Gives the lease up (only if this holder still has it).
@@ -237,7 +279,8 @@ pub async fn interrupt_runs_of(db: &DatabaseConnection, holder: &Holder) -> Resu
         .await?;
     let mut marked = 0;
     for connection in held {
-        marked += mark_abandoned_runs(db, &connection).await?;
+        let running = running_runs_of(db, &connection).await?;
+        marked += mark_abandoned_runs(db, &connection, running).await?;
         release(db, &connection, holder).await?;
     }
     Ok(marked)
@@ -257,22 +300,25 @@ pub async fn sweep_abandoned_runs(db: &DatabaseConnection) -> Result<u64, DbErr>
             (Some(holder), _) => dead_local_holder(Some(holder)).is_some(),
         };
         if holder_gone {
-            marked += mark_abandoned_runs(db, &connection).await?;
+            let running = running_runs_of(db, &connection).await?;
+            marked += mark_abandoned_runs(db, &connection, running).await?;
         }
     }
     Ok(marked)
 }
 
-async fn mark_abandoned_runs(
+/// Marks `interrupted` those of `running` (the connection's runs [`running_runs_of`]
+/// read) still `running`. Returns how many were marked.
+pub(crate) async fn mark_abandoned_runs(
     db: &impl ConnectionTrait,
     connection: &connection::Model,
+    running: Vec<i64>,
 ) -> Result<u64, DbErr> {
-    // The database's clock: the lease's other holders compare theirs with it.
-    let now = crate::db::now();
-    let running = running_runs_of(db, connection).await?;
     if running.is_empty() {
         return Ok(0);
     }
+    // The database's clock: the lease's other holders compare theirs with it.
+    let now = crate::db::now();
     let result = sync_run::Entity::update_many()
         .col_expr(
             sync_run::Column::Status,

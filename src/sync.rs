@@ -4,15 +4,20 @@
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
 use tributary_providers::{build_provider, FetchError, Provider};
 
 use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::db::{DatabasePools, DbSetupError};
 use crate::entities::connection;
 use crate::entities::sync_run::RunStatus;
-use crate::lease::{claim, release, renewing, Holder};
-use crate::pipeline::{sync_connection, ProgressSink, RunOptions, RunOutcome};
+use crate::lease::{claim_in, mark_abandoned_runs, release, renewing, Busy, Fence, Holder};
+use crate::pipeline::{
+    sync_opened, CloseStep, OpenedRun, ProgressSink, Run, RunHooks, RunOptions, RunOutcome,
+};
 
 /// Which connections a `sync` covers. `None` matches all.
 #[derive(Clone, Debug, Default)]
@@ -127,6 +132,7 @@ pub async fn sync_matching(
             options,
             &lease,
             progress,
+            None,
         )
         .await?;
         report.outcomes.extend(part.outcomes);
@@ -267,7 +273,8 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, SyncError
 }
 
 /// Syncs `streams` of the given connections of one provider, bounded by its
-/// `max_concurrent_connections`, each connection under its lease.
+/// `max_concurrent_connections`, each connection under its lease. `with_close`: writes
+/// that commit with the close of a run of one stream (a job's end).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sync_provider(
     db: &DatabasePools,
@@ -278,6 +285,7 @@ pub(crate) async fn sync_provider(
     options: &RunOptions,
     lease: &LeaseSettings,
     progress: &dyn ProgressSink,
+    with_close: Option<&dyn CloseStep>,
 ) -> Result<SyncReport, SyncError> {
     let results: Vec<Result<Leased, DbErr>> = stream::iter(connections)
         .map(|connection| async move {
@@ -287,6 +295,7 @@ pub(crate) async fn sync_provider(
                 settings,
                 connection: &connection,
                 streams,
+                with_close,
             };
             sync_leased(&run, options, lease, progress).await
         })
@@ -316,6 +325,8 @@ struct ConnectionRun<'a> {
     settings: &'a ProviderSettings,
     connection: &'a connection::Model,
     streams: &'a [StreamSettings],
+    /// Writes that commit with the run's close, when there is one stream to run.
+    with_close: Option<&'a dyn CloseStep>,
 }
 
 /// Claims the connection's lease, runs its streams one after another while renewing the
@@ -334,9 +345,12 @@ async fn sync_leased(
         settings,
         connection,
         streams,
+        ..
     } = *run;
-    let fence = match claim(db, connection, &lease.holder, lease.ttl).await? {
-        Ok(fence) => fence,
+    // A run stopped already opens no run: it would end at once, `interrupted`.
+    let first = streams.first().filter(|_| !options.cancel.is_cancelled());
+    let (fence, mut opened) = match claim_and_open(db, connection, lease, first, options).await? {
+        Ok(claimed) => claimed,
         Err(busy) => {
             tracing::info!(
                 user_id = %connection.user_id,
@@ -363,15 +377,21 @@ async fn sync_leased(
     let runs = async {
         let mut outcomes = Vec::with_capacity(streams.len());
         for stream in streams {
-            if run_options.cancel.is_cancelled() {
+            // A run opened with the claim goes on to its close, stopped or not.
+            let opened = opened.take();
+            if opened.is_none() && run_options.cancel.is_cancelled() {
                 break;
             }
             let options = RunOptions {
                 stream: Some(stream.clone()),
                 ..run_options.clone()
             };
+            let hooks = RunHooks {
+                opened,
+                with_close: run.with_close.filter(|_| streams.len() == 1),
+            };
             let outcome =
-                sync_connection(db, provider, settings, connection, options, progress).await?;
+                sync_opened(db, provider, settings, connection, options, progress, hooks).await?;
             // A run ends `interrupted` only when it was stopped or lost the lease, which
             // its page may find before the renewal does: no further stream opens a run.
             // A run that yielded its turn leaves its siblings to the job it queues.
@@ -391,6 +411,44 @@ async fn sync_leased(
     let outcomes = outcomes?;
     released?;
     Ok(Leased::Ran(outcomes))
+}
+
+/// Claims the connection's lease and, in the same transaction, opens the run of its
+/// `first` stream when that stream ran before (its first run creates its state in a
+/// transaction of its own, after the claim). Runs a vanished holder left `running` are
+/// marked `interrupted` after the claim commits, and then no run is opened with it: the
+/// claim holds the connection's row, and a stalled holder's page holds its run's row
+/// before it waits for the connection's.
+async fn claim_and_open(
+    db: &DatabasePools,
+    connection: &connection::Model,
+    lease: &LeaseSettings,
+    first: Option<&StreamSettings>,
+    options: &RunOptions,
+) -> Result<Result<(Fence, Option<OpenedRun>), Busy>, DbErr> {
+    // SQLite: the write lock up front, as every transaction that writes.
+    let txn = db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        })
+        .await?;
+    let claim = match claim_in(&txn, connection, &lease.holder, lease.ttl).await? {
+        Ok(claim) => claim,
+        Err(busy) => {
+            txn.rollback().await?;
+            return Ok(Err(busy));
+        }
+    };
+    let opened = match first {
+        Some(stream) if claim.abandoned.is_empty() => {
+            Run::open_in(&txn, connection, stream, options.trigger).await?
+        }
+        _ => None,
+    };
+    txn.commit().await?;
+    mark_abandoned_runs(db, connection, claim.abandoned).await?;
+    Ok(Ok((claim.fence, opened)))
 }
 
 /// The enabled connections of one provider that match the filter's user.

@@ -1,8 +1,14 @@
 //! The daemon's worker: claims due jobs from `sync_jobs`, the most urgent first, as many
 //! as its bounds allow (`[daemon] max_concurrent_runs` in all, each provider's
 //! `max_concurrent_connections`), runs each under its connection's lease, stops the runs
-//! of jobs someone asked to cancel (`sync_jobs.cancel_requested_at`, read at every poll),
-//! and re-queues the jobs of instances that stopped.
+//! of jobs someone asked to cancel (`sync_jobs.cancel_requested_at`, read every
+//! [`POLL_EVERY`]), and re-queues the jobs of instances that stopped.
+//!
+//! The queue is looked at when this instance queued jobs, when one of its runs ended and
+//! every [`POLL_EVERY`]. A provider whose last look found no more due jobs is looked at
+//! with one read that locks nothing before a claim's transaction, and not at all when
+//! one of its runs ends within [`POLL_EVERY`] of that look: a run's end queues nothing
+//! due before then but a yielded run's rest, which waits at most that long.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,8 +25,8 @@ use crate::db::DatabasePools;
 use crate::jobs::{JobContext, RetryPolicy};
 use crate::pipeline::NoProgress;
 
-/// How often the queue is read when nothing wakes the worker: jobs other instances
-/// queue, retries and re-queued jobs become due without a local signal.
+/// How often the queue is read whatever wakes the worker: jobs other instances queue,
+/// retries and re-queued jobs become due without a local signal.
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often the jobs of stopped instances are looked for.
 const ORPHANS_EVERY: Duration = Duration::from_secs(5);
@@ -32,8 +39,12 @@ pub(super) struct Worker {
     pub max_runs: usize,
     pub retry: RetryPolicy,
     pub cancel: CancellationToken,
-    /// Rung when jobs were queued here or a run ended.
+    /// Rung when jobs were queued here.
     pub wake: Arc<Notify>,
+    /// Rung when a run of this worker ended.
+    ended: Notify,
+    /// The providers whose last look at the queue found no more due jobs, and when.
+    drained: Mutex<HashMap<String, Instant>>,
     running: AtomicUsize,
     by_provider: Mutex<HashMap<String, usize>>,
     /// Which provider's jobs are claimed first next: turns round, so that no provider
@@ -62,6 +73,8 @@ impl Worker {
             retry,
             cancel,
             wake,
+            ended: Notify::new(),
+            drained: Mutex::default(),
             running: AtomicUsize::new(0),
             by_provider: Mutex::default(),
             turn: AtomicUsize::new(0),
@@ -84,6 +97,16 @@ impl Worker {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&job_id);
+    }
+
+    /// Notes whether the last look at `provider`'s queue found no more due jobs.
+    fn note_drained(&self, provider: &str, drained: bool) {
+        let mut by_provider = self.drained.lock().unwrap_or_else(PoisonError::into_inner);
+        if drained {
+            by_provider.insert(provider.to_string(), Instant::now());
+        } else {
+            by_provider.remove(provider);
+        }
     }
 
     fn running_of(&self, provider: &str) -> usize {
@@ -111,25 +134,42 @@ impl Worker {
     }
 }
 
+/// What made the worker look at the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    /// [`POLL_EVERY`] passed, or jobs were queued here.
+    Poll,
+    /// A run of this worker ended.
+    RunEnded,
+}
+
 /// Claims and runs jobs until `worker.cancel`; the runs it started are tracked by
 /// `tracker`, so shutdown waits for them.
 pub(super) async fn work(worker: Arc<Worker>, tracker: TaskTracker) {
-    let mut orphans_checked: Option<tokio::time::Instant> = None;
+    let mut orphans_checked: Option<Instant> = None;
+    let mut polls = tokio::time::interval(POLL_EVERY);
+    polls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut look = Look::Poll;
     loop {
         if worker.cancel.is_cancelled() {
             return;
         }
         if orphans_checked.is_none_or(|at| at.elapsed() >= ORPHANS_EVERY) {
-            orphans_checked = Some(tokio::time::Instant::now());
+            orphans_checked = Some(Instant::now());
             requeue_orphans(&worker).await;
         }
-        stop_cancelled(&worker).await;
-        claim_and_start(&worker, &tracker).await;
-        tokio::select! {
+        claim_and_start(&worker, &tracker, look).await;
+        look = tokio::select! {
             () = worker.cancel.cancelled() => return,
-            () = worker.wake.notified() => {}
-            () = tokio::time::sleep(POLL_EVERY) => {}
-        }
+            () = worker.wake.notified() => Look::Poll,
+            () = worker.ended.notified() => Look::RunEnded,
+            _ = polls.tick() => {
+                // Once a poll interval, not at every run's end: a cancel request is
+                // answered within it.
+                stop_cancelled(&worker).await;
+                Look::Poll
+            }
+        };
     }
 }
 
@@ -151,7 +191,7 @@ async fn requeue_orphans(worker: &Worker) {
 }
 
 /// Stops the runs of the jobs running here that someone asked to cancel, whichever
-/// instance took the request: one query for all of them, at every poll.
+/// instance took the request: one query for all of them, every [`POLL_EVERY`].
 async fn stop_cancelled(worker: &Worker) {
     let ids: Vec<i64> = worker
         .running_jobs
@@ -180,9 +220,38 @@ async fn stop_cancelled(worker: &Worker) {
     }
 }
 
+/// Whether provider `name`'s queue may hold due jobs, looked at for `look`: a provider
+/// whose last look found none is skipped when a run ended within [`POLL_EVERY`] of it,
+/// and otherwise read (one statement) before a claim's transaction is begun.
+async fn may_be_due(worker: &Worker, name: &str, look: Look) -> bool {
+    let drained_at = worker
+        .drained
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        .copied();
+    let Some(drained_at) = drained_at else {
+        return true;
+    };
+    if look == Look::RunEnded && drained_at.elapsed() < POLL_EVERY {
+        return false;
+    }
+    match crate::jobs::any_due(&worker.db, name, crate::db::now()).await {
+        Ok(true) => true,
+        Ok(false) => {
+            worker.note_drained(name, true);
+            false
+        }
+        Err(error) => {
+            tracing::warn!(provider = %name, %error, "Reading the queue failed; trying again at the next poll.");
+            false
+        }
+    }
+}
+
 /// Claims as many due jobs as the bounds leave room for, provider by provider, and
 /// starts their runs.
-async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
+async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker, look: Look) {
     let mut names: Vec<&String> = worker.providers.keys().collect();
     names.sort();
     if names.is_empty() {
@@ -202,7 +271,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
             .max_concurrent_connections
             .saturating_sub(worker.running_of(name));
         let room = free.min(provider_free);
-        if room == 0 || worker.cancel.is_cancelled() {
+        if room == 0 || worker.cancel.is_cancelled() || !may_be_due(worker, name, look).await {
             continue;
         }
         let claimed = crate::jobs::claim(
@@ -215,7 +284,10 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
         )
         .await;
         let claimed = match claimed {
-            Ok(claimed) => claimed,
+            Ok(claims) => {
+                worker.note_drained(name, !claims.more_due);
+                claims.claimed
+            }
             Err(error) => {
                 tracing::warn!(provider = %name, %error, "Claiming jobs failed; trying again at the next poll.");
                 continue;
@@ -252,7 +324,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker) {
                 }
                 worker.job_ended(claimed_job.id);
                 worker.count(&claimed_job.provider, false);
-                worker.wake.notify_one();
+                worker.ended.notify_one();
             });
         }
     }

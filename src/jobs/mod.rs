@@ -7,7 +7,7 @@ mod queue;
 mod run;
 
 pub(crate) use queue::{
-    cancel, cancel_requested, claim, enqueue, insert_claimed, insert_queued, requeue_orphans,
-    sweep_finished, CancelOutcome, Claimed, NewJob,
+    any_due, cancel, cancel_requested, claim, enqueue, insert_claimed, insert_queued,
+    requeue_orphans, sweep_finished, CancelOutcome, Claimed, NewJob,
 };
 pub(crate) use run::{finish_on_the_spot, run, JobContext, RetryPolicy};

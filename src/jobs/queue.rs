@@ -129,6 +129,44 @@ pub(crate) struct Claimed {
     pub connection: Option<connection::Model>,
 }
 
+/// What a claim took, and whether more may be due.
+pub(crate) struct Claims {
+    pub claimed: Vec<Claimed>,
+    /// The claim read as many due jobs as it could take (some perhaps superseded, or
+    /// taken by another instance first): more may be due. False: none was left.
+    pub more_due: bool,
+}
+
+/// `provider`'s queued jobs due at `now`.
+fn due_jobs(provider: &str, now: DateTime<Utc>) -> sea_orm::Select<sync_job::Entity> {
+    sync_job::Entity::find()
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .filter(sync_job::Column::Provider.eq(provider))
+        .filter(
+            Condition::any()
+                .add(sync_job::Column::NotBefore.is_null())
+                .add(sync_job::Column::NotBefore.lte(now)),
+        )
+}
+
+/// Whether any of `provider`'s queued jobs is due at `now`: one read outside a
+/// transaction that locks nothing, so that a worker whose last claim left none due looks
+/// at the queue for the price of a statement, not of a claim's transaction.
+pub(crate) async fn any_due(
+    db: &DatabaseConnection,
+    provider: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let due = due_jobs(provider, now)
+        .select_only()
+        .column(sync_job::Column::Id)
+        .limit(1)
+        .into_tuple::<i64>()
+        .one(db)
+        .await?;
+    Ok(due.is_some())
+}
+
 /// Claims for `holder` up to `limit` of `provider`'s queued jobs due at `now`, the highest
 /// priority first, then the longest due. Jobs another instance is claiming at the same
 /// moment are skipped, not waited for. A scheduled job with a later slot of its
@@ -141,9 +179,13 @@ pub(crate) async fn claim(
     holder: &str,
     limit: u64,
     now: DateTime<Utc>,
-) -> Result<Vec<Claimed>, DbErr> {
+) -> Result<Claims, DbErr> {
+    let mut claims = Claims {
+        claimed: Vec::new(),
+        more_due: true,
+    };
     if limit == 0 {
-        return Ok(Vec::new());
+        return Ok(claims);
     }
     // SQLite: the write lock up front, so the read and the update see one state.
     let txn = db
@@ -152,14 +194,7 @@ pub(crate) async fn claim(
             ..TransactionOptions::default()
         })
         .await?;
-    let mut due = sync_job::Entity::find()
-        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-        .filter(sync_job::Column::Provider.eq(provider))
-        .filter(
-            Condition::any()
-                .add(sync_job::Column::NotBefore.is_null())
-                .add(sync_job::Column::NotBefore.lte(now)),
-        )
+    let mut due = due_jobs(provider, now)
         .order_by_desc(sync_job::Column::Priority)
         .order_by_asc(sync_job::Column::NotBefore)
         .order_by_asc(sync_job::Column::Id)
@@ -168,11 +203,12 @@ pub(crate) async fn claim(
         due = due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
     }
     let mut jobs = due.all(&txn).await?;
+    claims.more_due = u64::try_from(jobs.len()).is_ok_and(|read| read >= limit);
     let later = later_slots(&txn, &jobs, now).await?;
     let superseded = supersede(&txn, &mut jobs, &later, now).await?;
     if jobs.is_empty() {
         txn.commit().await?;
-        return Ok(Vec::new());
+        return Ok(claims);
     }
     // One statement per job, by primary key: `id IN (...)` let MariaDB's planner read
     // through the queue's index or the whole table when its statistics were stale,
@@ -195,7 +231,8 @@ pub(crate) async fn claim(
     if usize::try_from(claimed).ok() != Some(jobs.len()) {
         // Only possible without row locks; the next poll tries again.
         txn.rollback().await?;
-        return Ok(Vec::new());
+        claims.more_due = true;
+        return Ok(claims);
     }
     let mut ids: Vec<i64> = jobs.iter().map(|job| job.connection_id).collect();
     ids.sort_unstable();
@@ -212,7 +249,7 @@ pub(crate) async fn claim(
             "Slots of a backed-up queue skipped: a later slot of their connection runs."
         );
     }
-    Ok(jobs
+    claims.claimed = jobs
         .into_iter()
         .map(|mut job| {
             job.status = JobStatus::Running;
@@ -224,7 +261,8 @@ pub(crate) async fn claim(
                 .cloned();
             Claimed { job, connection }
         })
-        .collect())
+        .collect();
+    Ok(claims)
 }
 
 /// The latest slot of each connection and stream among the scheduled jobs queued and due

@@ -1,11 +1,14 @@
 //! Running a claimed job: its connection's streams under the connection's lease, then its
 //! end recorded: done, skipped, put back in the queue, or followed by a retry.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use sea_orm::{
-    ConnectionTrait, DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseTransaction, DbErr, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait,
 };
 use tokio_util::sync::CancellationToken;
 use tributary_providers::Provider;
@@ -16,8 +19,8 @@ use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::entities::sync_job::{self, JobKind, JobStatus};
 use crate::entities::sync_run::{RunStatus, Trigger};
-use crate::lease::release;
-use crate::pipeline::{ProgressSink, RunOptions};
+use crate::lease::{release, Holder};
+use crate::pipeline::{CloseStep, ProgressSink, RunClosed, RunOptions};
 use crate::sync::{sync_provider, LeaseSettings, SyncReport};
 
 /// When a job whose run failed is tried again.
@@ -126,6 +129,12 @@ async fn run_and_record(
         keep: true,
         ..context.lease.clone()
     };
+    let end_with_close = EndWithClose {
+        job_id: job.id,
+        connection: &connection,
+        holder: &context.lease.holder,
+        ended: AtomicBool::new(false),
+    };
     let report = sync_provider(
         db,
         context.settings,
@@ -135,6 +144,7 @@ async fn run_and_record(
         &options,
         &lease,
         context.progress,
+        Some(&end_with_close),
     )
     .await;
     let report = match report {
@@ -145,6 +155,9 @@ async fn run_and_record(
             return Ok(None);
         }
     };
+    if end_with_close.ended.load(Ordering::SeqCst) {
+        return Ok(Some(report));
+    }
     // A connection skipped as busy was not claimed; otherwise its lease is held still.
     let held = report.skipped.is_empty();
     let ended = end_and_release(context, job, &connection, &report, held).await;
@@ -156,6 +169,39 @@ async fn run_and_record(
     }
     ended?;
     Ok(Some(report))
+}
+
+/// The end of a job of one stream whose run succeeded, and the lease's release, written
+/// in the transaction that closes the run: what [`record_end`] would write for it (the
+/// job `done`, naming the run), one transaction sooner. A run that ended otherwise leaves
+/// the job's end to [`end_and_release`].
+struct EndWithClose<'a> {
+    job_id: i64,
+    connection: &'a connection::Model,
+    holder: &'a Holder,
+    /// Set once the writes are made; they hold only if the close then commits.
+    ended: AtomicBool,
+}
+
+impl CloseStep for EndWithClose<'_> {
+    fn write<'t>(
+        &'t self,
+        txn: &'t DatabaseTransaction,
+        run_id: i64,
+        closed: &'t RunClosed,
+    ) -> BoxFuture<'t, Result<(), DbErr>> {
+        Box::pin(async move {
+            if closed.status != RunStatus::Succeeded {
+                return Ok(());
+            }
+            let outcome = format!("run {run_id} {}", closed.status);
+            queue::finish(txn, self.job_id, JobStatus::Done, outcome).await?;
+            // After the job's row, as in `end_and_release`.
+            release(txn, self.connection, self.holder).await?;
+            self.ended.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+    }
 }
 
 /// Records how the job's runs ended and releases the connection's lease (`held`) in one

@@ -40,8 +40,8 @@ pub use crate::lease::Fence;
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
 pub use ground::{PageStoreCounts, RunCounts};
+pub(crate) use run::{CloseStep, OpenedRun, RunStatus, Trigger};
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage};
-pub(crate) use run::{RunStatus, Trigger};
 pub use store::context::PageExpectation;
 
 pub(crate) use budget::take_one_from;
@@ -99,6 +99,30 @@ pub async fn sync_connection(
     options: RunOptions,
     progress: &dyn ProgressSink,
 ) -> Result<RunOutcome, DbErr> {
+    let hooks = RunHooks::default();
+    sync_opened(db, provider, settings, connection, options, progress, hooks).await
+}
+
+/// What a caller inside the crate brings to a run besides its options.
+#[derive(Default)]
+pub(crate) struct RunHooks<'h> {
+    /// The run's row, inserted in the transaction that claimed the connection's lease
+    /// ([`Run::open_in`]); `None`: the run opens its row itself.
+    pub opened: Option<OpenedRun>,
+    /// Writes that commit with the run's close ([`Run::close_with`]).
+    pub with_close: Option<&'h dyn CloseStep>,
+}
+
+/// [`sync_connection`] with `hooks`.
+pub(crate) async fn sync_opened(
+    db: &DatabasePools,
+    provider: &dyn Provider,
+    settings: &ProviderSettings,
+    connection: &connection::Model,
+    options: RunOptions,
+    progress: &dyn ProgressSink,
+    hooks: RunHooks<'_>,
+) -> Result<RunOutcome, DbErr> {
     let started = Instant::now();
     let RunOptions {
         trigger,
@@ -113,14 +137,17 @@ pub async fn sync_connection(
         None => settings.primary_stream(),
     };
     let lease = lease.as_ref();
-    let run = Run::open(db, connection, &stream_settings, trigger, lease).await?;
+    let run = match hooks.opened {
+        Some(opened) => Run::opened(db, connection, opened, lease),
+        None => Run::open(db, connection, &stream_settings, trigger, lease).await?,
+    };
     let run_id = run.id();
     let span = tracing::info_span!(
         "run",
         run_id,
         user_id = %connection.user_id,
         provider = %connection.provider,
-        stream = %stream_settings.name
+        stream = %run.stream().name()
     );
     async move {
         let stream = run.stream();
@@ -215,7 +242,7 @@ pub async fn sync_connection(
             ),
         };
         let stream_name = committed.run.stream().name().to_string();
-        let closed = committed.run.close(end).await?;
+        let closed = committed.run.close_with(end, hooks.with_close).await?;
         // Only a run that closed deferred (not one whose lease was lost meanwhile).
         let resume_at = resume_at.filter(|_| closed.status == RunStatus::Deferred);
         if let Some(resume_at) = resume_at {

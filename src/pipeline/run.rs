@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use futures::future::BoxFuture;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr,
+    EntityTrait, QueryFilter, Set,
 };
 use serde::Serialize;
 
@@ -20,7 +21,7 @@ use super::fence;
 use super::ground::PageStoreCounts;
 use super::ground::{begin_page_transaction, counts_model, RunCounts};
 use super::store::{self, PageContext, PageExpectation};
-use super::streams::{open_stream, StreamScope};
+use super::streams::{find_stream, open_stream, StreamScope};
 use crate::config::{NotifyRuns, StreamSettings, WriteMode};
 use crate::db::DatabasePools;
 pub(crate) use crate::entities::sync_run::{RunStatus, Trigger};
@@ -85,6 +86,14 @@ pub struct Run<'a> {
     counts: RunCounts,
 }
 
+/// A run's `running` row inserted in a transaction of the caller's ([`Run::open_in`]),
+/// with its stream as that transaction read it.
+#[derive(Debug)]
+pub(crate) struct OpenedRun {
+    stream: StreamScope,
+    id: i64,
+}
+
 /// A page for [`Run::store`]: its items, and what the store needs to know about it.
 #[derive(Debug, Default)]
 pub struct RunPage<'p> {
@@ -131,6 +140,39 @@ impl<'a> Run<'a> {
             lease,
             counts: RunCounts::default(),
         })
+    }
+
+    /// Inserts, as a statement of `txn` (the lease's claim), the `running` row of a new
+    /// run of `stream`, which must have run before: `None` when its state row does not
+    /// exist yet, for [`Run::open`] to create in a transaction of its own.
+    pub(crate) async fn open_in(
+        txn: &impl ConnectionTrait,
+        connection: &connection::Model,
+        stream: &StreamSettings,
+        trigger: Trigger,
+    ) -> Result<Option<OpenedRun>, DbErr> {
+        let Some(stream) = find_stream(txn, connection, stream).await? else {
+            return Ok(None);
+        };
+        let id = start_run(txn, connection, &stream, trigger).await?;
+        Ok(Some(OpenedRun { stream, id }))
+    }
+
+    /// The run [`Run::open_in`] opened, once its transaction committed.
+    pub(crate) fn opened(
+        db: &'a DatabasePools,
+        connection: &'a connection::Model,
+        opened: OpenedRun,
+        lease: Option<&'a Fence>,
+    ) -> Run<'a> {
+        Run {
+            db,
+            connection,
+            stream: opened.stream,
+            id: opened.id,
+            lease,
+            counts: RunCounts::default(),
+        }
     }
 
     /// The run's id (its row in `sync_runs`).
@@ -216,22 +258,34 @@ impl<'a> Run<'a> {
     /// notification. A run that lost its lease closes `interrupted` and commits nothing
     /// else; a run whose row another process closed is left as they closed it.
     pub async fn close(self, end: RunEnd<'_>) -> Result<RunClosed, DbErr> {
-        finish_run(
-            self.db,
-            self.connection,
-            &self.stream,
-            self.id,
-            &self.counts,
-            &end,
-            self.lease,
-        )
-        .await
+        finish_run(&self, &end, None).await
     }
+
+    /// [`Run::close`] with `also`'s writes in its transaction, when it commits the run's
+    /// end (not when the run lost its lease or its row).
+    pub(crate) async fn close_with(
+        self,
+        end: RunEnd<'_>,
+        also: Option<&dyn CloseStep>,
+    ) -> Result<RunClosed, DbErr> {
+        finish_run(&self, &end, also).await
+    }
+}
+
+/// Writes of the caller's that commit with a run's close, in its transaction (a job's
+/// end and its lease's release), given the run's id and how it closed.
+pub(crate) trait CloseStep: Sync {
+    fn write<'t>(
+        &'t self,
+        txn: &'t DatabaseTransaction,
+        run_id: i64,
+        closed: &'t RunClosed,
+    ) -> BoxFuture<'t, Result<(), DbErr>>;
 }
 
 /// Inserts the `running` row for a new run of `stream` and returns its id.
 async fn start_run(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     connection: &connection::Model,
     stream: &StreamScope,
     trigger: Trigger,
@@ -308,14 +362,13 @@ pub struct RunClosed {
 /// none of it, and only its own row is closed, `interrupted` with the reason; a run whose
 /// row someone else closed (marked `interrupted` as abandoned) is left as they closed it.
 async fn finish_run(
-    db: &DatabaseConnection,
-    connection: &connection::Model,
-    stream: &StreamScope,
-    run_id: i64,
-    counts: &RunCounts,
+    run: &Run<'_>,
     end: &RunEnd<'_>,
-    lease: Option<&Fence>,
+    also: Option<&dyn CloseStep>,
 ) -> Result<RunClosed, DbErr> {
+    let db: &DatabaseConnection = run.db;
+    let (connection, stream, run_id) = (run.connection, &run.stream, run.id);
+    let (counts, lease) = (&run.counts, run.lease);
     // The write lock first on SQLite: deciding deletions reads before it writes.
     let txn = begin_page_transaction(db).await?;
     let now = crate::db::now();
@@ -409,6 +462,9 @@ async fn finish_run(
         now,
     };
     let delivery_id = super::outbox::write(&txn, &outbox_run).await?;
+    if let Some(also) = also {
+        also.write(&txn, run_id, &closed).await?;
+    }
     txn.commit().await?;
     if let Some(delivery_id) = delivery_id {
         tracing::debug!(run_id, delivery_id, "Notification queued.");

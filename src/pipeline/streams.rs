@@ -154,6 +154,21 @@ fn has_state(row: &connection::Model) -> bool {
         || row.last_success_at.is_some()
 }
 
+/// Stream `settings` of `connection` when its state row exists (it ran before), as
+/// statements of `db`, which may be a caller's transaction.
+pub(crate) async fn find_stream(
+    db: &impl ConnectionTrait,
+    connection: &connection::Model,
+    settings: &StreamSettings,
+) -> Result<Option<StreamScope>, DbErr> {
+    Ok(find(db, connection.id, &settings.name)
+        .await?
+        .map(|state| StreamScope {
+            settings: settings.clone(),
+            state,
+        }))
+}
+
 async fn find(
     db: &impl ConnectionTrait,
     connection_id: i64,

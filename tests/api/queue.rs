@@ -41,7 +41,11 @@ async fn jobs(app: &TestApp) -> Vec<sync_job::Model> {
 
 /// Queues a scheduled job of `acme` for connection `connection_id` at `slot`, as a
 /// firing of the provider's schedule would.
-async fn queue_slot_job(app: &TestApp, connection_id: i64, slot: chrono::DateTime<chrono::Utc>) {
+pub(crate) async fn queue_slot_job(
+    app: &TestApp,
+    connection_id: i64,
+    slot: chrono::DateTime<chrono::Utc>,
+) {
     sync_job::ActiveModel {
         connection_id: Set(connection_id),
         provider: Set("acme".to_string()),

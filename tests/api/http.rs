@@ -45,13 +45,14 @@ impl Served {
         Served::launch(app, providers, name, edit, None, &[]).await
     }
 
-    /// [`Served::start`] with `env` set in the daemon's environment.
+    /// [`Served::start_with`] with `env` set in the daemon's environment.
     pub(crate) async fn start_with_env(
         app: &TestApp,
         providers: &str,
         env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
     ) -> Served {
-        Served::launch(app, providers, "daemon", |text| text, None, env).await
+        Served::launch(app, providers, "daemon", edit, None, env).await
     }
 
     /// [`Served::start`] over HTTPS: `[api] tls_cert` and `tls_key` name `cert.pem` and

@@ -72,7 +72,7 @@ fn providers() -> String {
 }
 
 async fn serve(app: &TestApp) -> Served {
-    Served::start_with_env(app, &providers(), &ENV).await
+    Served::start_with_env(app, &providers(), &ENV, |text| text).await
 }
 
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
@@ -374,7 +374,14 @@ fn stripe_headers_for(body: &[u8]) -> Vec<(String, String)> {
 async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
 {
     let app = spawn_app().await;
-    let served = serve(&app).await;
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with_env(&app, &providers(), &ENV, |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
     let mut secrets_and_signatures = Vec::new();
     for (scheme, make) in SCHEMES {
         let good = make("tampered", Signing::Good);
@@ -427,6 +434,27 @@ async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401
         );
     }
     assert_eq!(inbox(&app).await, Vec::new());
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    for (provider, outcome, count) in [
+        ("gh", "unauthorized", 3),
+        ("lab", "unauthorized", 2),
+        ("stripe", "unauthorized", 3),
+        ("stripe", "stale", 1),
+        ("custom", "stale", 1),
+    ] {
+        let counted = metrics.lines().any(|line| {
+            line.starts_with("tributary_webhook_deliveries_total{")
+                && line.contains(&format!("provider=\"{provider}\""))
+                && line.contains(&format!("outcome=\"{outcome}\""))
+                && line.ends_with(&format!(" {count}"))
+        });
+        assert!(counted, "{provider} {outcome} {count}:\n{metrics}");
+    }
     // The log says which check failed, never the signature, the token or the secret.
     let log = served.daemon.log();
     assert!(log.contains("A webhook delivery was refused."), "{log}");
@@ -488,4 +516,29 @@ async fn the_body_cap_is_the_providers_and_unknown_providers_and_verified_non_js
 
     let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
     assert_eq!(kept, ["gh-within"]);
+}
+
+/// A secret's variable that is not set stops the daemon before it starts, naming the key
+/// and the variable.
+#[tokio::test]
+async fn a_webhook_secret_variable_that_is_not_set_stops_the_daemon_naming_it() {
+    let app = spawn_app().await;
+    let config = app.write_config(&providers());
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30));
+    for (name, value) in ENV.iter().filter(|(name, _)| *name != "HOOK_GH_NEXT") {
+        command.env(name, value);
+    }
+    let output = crate::helpers::run(&mut command);
+    assert_ne!(output.code, 0, "{}", output.stderr);
+    assert!(
+        output.stderr.contains("providers.gh.webhooks.secret_env")
+            && output
+                .stderr
+                .contains("environment variable HOOK_GH_NEXT is not set"),
+        "{}",
+        output.stderr
+    );
 }

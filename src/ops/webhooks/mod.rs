@@ -190,3 +190,6 @@ fn event_type(
     }
     Some(cut).filter(|cut| !cut.is_empty() && !cut.chars().any(char::is_control))
 }
+
+#[cfg(test)]
+mod tests;

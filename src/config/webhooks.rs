@@ -67,7 +67,10 @@ pub(crate) enum SignatureEncoding {
 
 /// One variable name, or a list of them.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "an environment variable's name, or a list of them during a rotation"
+)]
 pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),

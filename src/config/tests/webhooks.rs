@@ -78,6 +78,12 @@ fn a_list_of_secrets_is_kept_in_order_and_each_variable_must_be_set() {
     }
     let (key, _) = refused("github", "");
     assert_eq!(key, "providers.acme.webhooks.secret_env");
+    let (key, message) = refused("github", "secret_env = 5");
+    assert_eq!(key, "providers.acme.webhooks.secret_env");
+    assert!(
+        message.contains("an environment variable's name"),
+        "{message}"
+    );
 }
 
 #[test]

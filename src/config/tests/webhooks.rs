@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::config::{
     ConfigError, HmacAlgorithm, HmacScheme, Settings, SignatureEncoding, WebhookScheme,
+    WebhookSettings,
 };
 
 fn parse(
@@ -24,6 +25,16 @@ fn parse(
     Settings::parse(Path::new("config.toml"), &text, None, env_is_set)
 }
 
+/// The webhook settings of a table that is accepted with every variable set.
+fn accepted(kind: &str, webhooks: &str) -> WebhookSettings {
+    let settings =
+        parse(kind, webhooks, &|_| true).unwrap_or_else(|error| panic!("{kind}: {error}"));
+    settings.providers["acme"]
+        .webhooks
+        .clone()
+        .expect("webhooks")
+}
+
 fn refused(kind: &str, webhooks: &str) -> (String, String) {
     match parse(kind, webhooks, &|_| true) {
         Err(ConfigError::Invalid { key, message, .. }) => (key, message),
@@ -37,12 +48,7 @@ fn the_scheme_defaults_by_kind_and_the_body_cap_to_one_mebibyte() {
         ("github", WebhookScheme::Github),
         ("stripe", WebhookScheme::Stripe),
     ] {
-        let settings = parse(kind, "secret_env = \"HOOK\"", &|_| true)
-            .unwrap_or_else(|error| panic!("{kind}: {error}"));
-        let webhooks = settings.providers["acme"]
-            .webhooks
-            .clone()
-            .expect("webhooks");
+        let webhooks = accepted(kind, "secret_env = \"HOOK\"");
         assert_eq!(webhooks.scheme, scheme);
         assert_eq!(webhooks.secret_env, ["HOOK"]);
         assert_eq!(webhooks.max_body_bytes, 1024 * 1024);
@@ -54,16 +60,10 @@ fn the_scheme_defaults_by_kind_and_the_body_cap_to_one_mebibyte() {
 
 #[test]
 fn a_list_of_secrets_is_kept_in_order_and_each_variable_must_be_set() {
-    let settings = parse(
+    let webhooks = accepted(
         "rest",
         "scheme = \"shopify\"\nsecret_env = [\"NEW\", \"OLD\"]",
-        &|_| true,
-    )
-    .expect("valid");
-    let webhooks = settings.providers["acme"]
-        .webhooks
-        .clone()
-        .expect("webhooks");
+    );
     assert_eq!(webhooks.secret_env, ["NEW", "OLD"]);
     match parse(
         "rest",
@@ -88,18 +88,10 @@ fn a_list_of_secrets_is_kept_in_order_and_each_variable_must_be_set() {
 
 #[test]
 fn the_hmac_scheme_reads_its_keys_and_other_schemes_refuse_them() {
-    let settings = parse(
-        "rest",
+    let webhooks = accepted("rest",
         "scheme = \"hmac\"\nsecret_env = \"HOOK\"\nheader = \"X-Signature\"\nalgorithm = \"sha1\"\n\
          encoding = \"base64\"\nprefix = \"sha1=\"\ntimestamp_header = \"X-Timestamp\"\n\
-         tolerance = \"2m\"\nid_header = \"X-Id\"\nmax_body_bytes = 2048",
-        &|_| true,
-    )
-    .expect("valid");
-    let webhooks = settings.providers["acme"]
-        .webhooks
-        .clone()
-        .expect("webhooks");
+         tolerance = \"2m\"\nid_header = \"X-Id\"\nmax_body_bytes = 2048");
     assert_eq!(
         webhooks.scheme,
         WebhookScheme::Hmac(HmacScheme {

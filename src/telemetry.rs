@@ -28,6 +28,10 @@ pub const STORE_FAST_PATH_FALLBACKS_TOTAL: &str = "tributary_store_fast_path_fal
 /// Notification attempts by outcome (`delivered`, `retrying`, `given_up`).
 pub const NOTIFICATION_ATTEMPTS_TOTAL: &str = "tributary_notification_attempts_total";
 
+/// Inbound webhook deliveries by provider (a configured name, so bounded) and outcome
+/// (`accepted`, `duplicate`, `unauthorized`, `stale`, `malformed`, `too_large`, `error`).
+pub const WEBHOOK_DELIVERIES_TOTAL: &str = "tributary_webhook_deliveries_total";
+
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
 pub fn install_prometheus() -> Result<PrometheusHandle, String> {
@@ -106,4 +110,10 @@ pub fn record_fast_path_fallback(path: &'static str, reason: &'static str) {
 /// Records one notification attempt that ended in `outcome`.
 pub fn record_notification_attempt(outcome: &'static str) {
     metrics::counter!(NOTIFICATION_ATTEMPTS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+/// Records one inbound webhook delivery of `provider` that ended in `outcome`.
+pub fn record_webhook_delivery(provider: &str, outcome: &'static str) {
+    metrics::counter!(WEBHOOK_DELIVERIES_TOTAL, "provider" => provider.to_string(), "outcome" => outcome)
+        .increment(1);
 }

@@ -23,6 +23,7 @@ mod runs;
 mod state;
 mod syncs;
 mod tls;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use tower_http::timeout::TimeoutLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::config::{ApiSettings, Settings};
+use crate::config::{ApiSettings, ConfigError, Settings};
 use crate::db::DatabasePools;
 use problem::Problem;
 use state::ApiState;
@@ -52,6 +53,9 @@ pub enum ApiError {
         #[source]
         source: std::io::Error,
     },
+    /// A webhook secret's variable is unset or unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 #[derive(OpenApi)]
@@ -93,6 +97,7 @@ pub enum ApiError {
         health::Health,
         records::Record,
         records::RecordPage,
+        webhooks::WebhookReceipt,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
@@ -104,6 +109,7 @@ pub enum ApiError {
         (name = "changes", description = "The change feed of the records"),
         (name = "notifications", description = "The webhook deliveries"),
         (name = "records", description = "The synced records, read-only"),
+        (name = "webhooks", description = "Providers' webhooks, authenticated by their signatures"),
         (name = "meta", description = "This document, and the instance's health"),
     )
 )]
@@ -175,7 +181,16 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<health::__path_health>("meta", get(health::health))
     .add::<records::__path_list_records>("records", get(records::list_records))
     .add::<__path_openapi_json>("meta", get(openapi_json));
-    (router.router, router.doc)
+    let mut doc = router.doc;
+    // Served by `webhooks::router`, outside `/v1` and its layers, but described here.
+    let mut operation = <webhooks::__path_receive as utoipa::Path>::operation();
+    operation.tags = Some(vec!["webhooks".to_string()]);
+    doc.paths.add_path_operation(
+        <webhooks::__path_receive as utoipa::Path>::path(),
+        <webhooks::__path_receive as utoipa::Path>::methods(),
+        operation,
+    );
+    (router.router, doc)
 }
 
 /// A router and its document, built together.
@@ -260,7 +275,8 @@ async fn openapi_json(State(state): State<ApiState>) -> impl IntoResponse {
 
 /// The whole service: routes and layers.
 fn app(api: &ApiSettings, state: ApiState) -> Router {
-    layered(routes().0.merge(connect::pages()), api, state)
+    let webhooks = webhooks::router(api.request_timeout, state.clone());
+    layered(routes().0.merge(connect::pages()), api, state).merge(webhooks)
 }
 
 /// `router` with the layers every route has.
@@ -296,7 +312,8 @@ pub(crate) async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ApiError::Listen { listen, source })?;
-    let state = ApiState::new(db, settings, Arc::new(openapi_document()));
+    let mut state = ApiState::new(db, settings.clone(), Arc::new(openapi_document()));
+    state.webhook_secrets = Arc::new(settings.webhook_secrets()?);
     let app = app(api, state);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");

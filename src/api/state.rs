@@ -1,6 +1,9 @@
 //! What the handlers read.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use secrecy::SecretString;
 
 use crate::config::Settings;
 use crate::db::DatabasePools;
@@ -12,6 +15,8 @@ pub(crate) struct ApiState {
     pub settings: Arc<Settings>,
     /// `/v1/openapi.json`, rendered once.
     pub openapi: Arc<String>,
+    /// Each webhook provider's secrets, read from their variables at start-up.
+    pub webhook_secrets: Arc<BTreeMap<String, Vec<SecretString>>>,
 }
 
 impl ApiState {
@@ -20,6 +25,7 @@ impl ApiState {
             db,
             settings,
             openapi,
+            webhook_secrets: Arc::default(),
         }
     }
 

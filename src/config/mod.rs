@@ -20,10 +20,12 @@ mod connect;
 mod notify;
 mod redact;
 mod retention;
+mod secret_env;
 mod streams;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod webhooks;
 pub(crate) use api::{parse_rate_limit, ApiSettings};
 pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub(crate) use connect::ConnectSettings;
@@ -33,6 +35,10 @@ pub use redact::redact_url;
 pub use retention::RetentionSettings;
 pub(crate) use streams::namespace;
 pub use streams::StreamSettings;
+pub(crate) use webhooks::{
+    standard_key, HmacAlgorithm, HmacScheme, SignatureEncoding, WebhookScheme, WebhookSettings,
+    DEFAULT_TOLERANCE as DEFAULT_WEBHOOK_TOLERANCE,
+};
 
 /// What `Debug` output shows in place of a secret.
 pub(crate) const REDACTED: &str = "[REDACTED]";
@@ -295,6 +301,8 @@ pub struct ProviderSettings {
     pub full_sync_schedule: Option<String>,
     /// `[providers.NAME.budget]`, shared by every instance; `None` when it sets no window.
     pub(crate) budget: Option<BudgetSettings>,
+    /// `[providers.NAME.webhooks]`: inbound webhooks; `None` when the table is absent.
+    pub(crate) webhooks: Option<WebhookSettings>,
 }
 
 impl ProviderSettings {
@@ -395,6 +403,7 @@ struct RawProviderSettings {
     streams: Option<toml::Value>,
     http: Option<toml::Value>,
     budget: Option<toml::Value>,
+    webhooks: Option<toml::Value>,
     #[serde(default)]
     connections: Vec<toml::Value>,
     #[serde(flatten)]
@@ -463,6 +472,28 @@ impl Settings {
                 key: "notify.secret_env".to_string(),
                 message,
             })
+    }
+
+    /// The inbound webhook secrets of every provider with a `webhooks` table, by provider,
+    /// read from their variables. Refused, naming the key and the variable and never the
+    /// value, when one is unset or empty.
+    pub(crate) fn webhook_secrets(
+        &self,
+    ) -> Result<BTreeMap<String, Vec<SecretString>>, ConfigError> {
+        let mut secrets = BTreeMap::new();
+        for (name, provider) in &self.providers {
+            let Some(webhooks) = &provider.webhooks else {
+                continue;
+            };
+            let resolved =
+                webhooks::resolve_secrets(webhooks).map_err(|message| ConfigError::Invalid {
+                    path: self.path.clone(),
+                    key: format!("providers.{name}.webhooks.secret_env"),
+                    message,
+                })?;
+            secrets.insert(name.clone(), resolved);
+        }
+        Ok(secrets)
     }
 
     /// The API's TLS configuration from `[api] tls_cert` and `tls_key` (`None` without
@@ -795,6 +826,17 @@ fn parse_provider(
         .validate()
         .map_err(|message| (key_of_message(&prefix, &adapter_keys, &message), message))?;
     let streams = streams::parse(name, &adapter, raw.streams).map_err(at("streams"))?;
+    let webhooks = match raw.webhooks {
+        Some(value) => {
+            let key = format!("{prefix}.webhooks");
+            let raw = deserialize_at(&key, value)?;
+            Some(
+                webhooks::parse(raw, adapter.kind(), env_is_set)
+                    .map_err(|(inner, message)| (format!("{key}.{inner}"), message))?,
+            )
+        }
+        None => None,
+    };
     for (key, var) in adapter.required_env_vars() {
         if !env_is_set(&var) {
             return Err((
@@ -839,6 +881,7 @@ fn parse_provider(
         deletions,
         full_sync_schedule: raw.full_sync_schedule,
         budget,
+        webhooks,
     })
 }
 

@@ -107,13 +107,7 @@ impl NotifySettings {
     /// is wrong with it, never its value.
     pub fn signing_secret(&self) -> Result<SecretString, String> {
         let name = &self.secret_env;
-        let value = std::env::var(name).map_err(|error| match error {
-            std::env::VarError::NotPresent => format!("environment variable {name} is not set"),
-            std::env::VarError::NotUnicode(_) => {
-                format!("environment variable {name} is not valid UTF-8")
-            }
-        })?;
-        let secret = SecretString::from(value);
+        let secret = super::secret_env::secret_from_env(name)?;
         let length = secret.expose_secret().len();
         if length < MIN_SECRET_BYTES {
             return Err(format!(

@@ -19,6 +19,7 @@ pub mod run_sighting;
 pub(crate) mod stream_schedule;
 pub mod sync_job;
 pub mod sync_run;
+pub(crate) mod webhook_delivery;
 
 /// Displays enum columns as the strings they are stored as (the CLI prints those).
 macro_rules! display_as_stored {

@@ -21,6 +21,7 @@ pub(crate) mod secrets;
 pub(crate) mod stream_states;
 pub(crate) mod sync;
 pub(crate) mod sync_status;
+pub(crate) mod webhooks;
 
 use sea_orm::DbErr;
 use serde::Serialize;

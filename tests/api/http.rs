@@ -42,7 +42,17 @@ impl Served {
         name: &str,
         edit: impl FnOnce(String) -> String,
     ) -> Served {
-        Served::launch(app, providers, name, edit, None).await
+        Served::launch(app, providers, name, edit, None, &[]).await
+    }
+
+    /// [`Served::start_with`] with `env` set in the daemon's environment.
+    pub(crate) async fn start_with_env(
+        app: &TestApp,
+        providers: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Served {
+        Served::launch(app, providers, "daemon", edit, None, env).await
     }
 
     /// [`Served::start`] over HTTPS: `[api] tls_cert` and `tls_key` name `cert.pem` and
@@ -53,7 +63,7 @@ impl Served {
         providers: &str,
         identity: &rcgen::CertifiedKey<rcgen::KeyPair>,
     ) -> Served {
-        Served::launch(app, providers, "daemon", |text| text, Some(identity)).await
+        Served::launch(app, providers, "daemon", |text| text, Some(identity), &[]).await
     }
 
     async fn launch(
@@ -62,6 +72,7 @@ impl Served {
         name: &str,
         edit: impl FnOnce(String) -> String,
         tls: Option<&rcgen::CertifiedKey<rcgen::KeyPair>>,
+        env: &[(&str, &str)],
     ) -> Served {
         let port = free_port();
         let config = app.dir.path().join(format!("{name}.toml"));
@@ -96,7 +107,7 @@ impl Served {
             &config,
             app.dir.path().join(format!("{name}.log")),
             &["--log", "debug"],
-            &[],
+            env,
         );
         let served = Served {
             daemon,
@@ -150,7 +161,22 @@ impl Served {
         key: Option<&str>,
         body: Option<(&str, Vec<u8>)>,
     ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        self.call_with(method, path, key, body, &[]).await
+    }
+
+    /// [`Served::call`] with `headers` added to the request.
+    pub(crate) async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+        headers: &[(String, String)],
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }

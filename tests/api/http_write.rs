@@ -708,6 +708,14 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             needs: Some("records:read"),
             missing: false,
         },
+        // Not a key's route: a provider without `webhooks` is 404 to every caller.
+        Route {
+            method: Method::POST,
+            path: "/webhooks/acme",
+            body: Some(json!({})),
+            needs: None,
+            missing: true,
+        },
         Route {
             method: Method::GET,
             path: "/v1/health",

@@ -58,3 +58,4 @@ mod tenants;
 mod tools;
 mod transactions;
 mod upgrades;
+mod webhooks;

@@ -4,3 +4,4 @@
 mod budget;
 mod notify;
 mod streams;
+mod webhooks;

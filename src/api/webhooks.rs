@@ -1,0 +1,161 @@
+//! `POST /webhooks/{provider}`: a provider's webhook, outside `/v1` and without an API
+//! key, since the signature is the authentication. The body is read up to the provider's
+//! `max_body_bytes`, then `ops::webhooks` verifies it over those bytes and keeps it in the
+//! inbox before it is answered (docs/decisions/inbound-webhooks.md).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Serialize;
+use tower_http::timeout::TimeoutLayer;
+use utoipa::ToSchema;
+
+use super::problem::Problem;
+use super::state::ApiState;
+use crate::ops::webhooks::{self, Headers, Inbound, Refusal, WebhookError};
+
+/// A delivery kept in the inbox, now or before.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WebhookReceipt {
+    /// `accepted` when it was stored now, `duplicate` when its id was stored before.
+    pub status: &'static str,
+    /// The provider's id of the delivery.
+    pub delivery_id: String,
+}
+
+/// The webhook routes with their own layers: the problems and the request timeout, but
+/// neither the API's body limit (each provider has its own) nor the audit of key holders'
+/// writes.
+pub(crate) fn router(request_timeout: Duration, state: ApiState) -> Router {
+    Router::new()
+        .route("/webhooks/{provider}", post(receive))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            request_timeout,
+        ))
+        .layer(axum::middleware::from_fn(
+            super::problem::problems_everywhere,
+        ))
+        .with_state(state)
+}
+
+/// Receives a provider's webhook: verified over the raw body, kept once per delivery id.
+#[utoipa::path(
+    post,
+    path = "/webhooks/{provider}",
+    params(("provider" = String, Path, description = "The provider's name in config.toml; it needs a `webhooks` table")),
+    request_body(content = String, content_type = "application/json", description = "The provider's delivery, signed as its `scheme` says"),
+    responses(
+        (status = 200, description = "Verified and kept (or kept before: a replay writes nothing)", body = WebhookReceipt),
+        (status = 400, description = "Verified, but the body is not JSON or names no delivery id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "The signature is missing, wrong, or older than the tolerance", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No provider of that name receives webhooks", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than the provider's `max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn receive(
+    State(state): State<ApiState>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<WebhookReceipt>, Problem> {
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "no provider of that name receives webhooks",
+        )
+    };
+    let max_body_bytes = state
+        .settings
+        .providers
+        .get(&provider)
+        .and_then(|settings| settings.webhooks.as_ref())
+        .ok_or_else(not_found)?
+        .max_body_bytes;
+    let too_large = || {
+        webhooks::record_outcome(&provider, "too_large");
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than providers.{provider}.webhooks.max_body_bytes ({max_body_bytes} bytes)"
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > u64::try_from(max_body_bytes).unwrap_or(u64::MAX)) {
+        return Err(too_large());
+    }
+    let body = axum::body::to_bytes(body, max_body_bytes)
+        .await
+        .map_err(|_| too_large())?;
+    // The first value of a repeated header; names are lower case already.
+    let headers: Headers = headers
+        .keys()
+        .filter_map(|name| {
+            let value = headers.get(name)?.to_str().ok()?;
+            Some((name.as_str().to_string(), value.to_string()))
+        })
+        .collect();
+    let inbound = Inbound {
+        provider: &provider,
+        headers: &headers,
+        body: &body,
+    };
+    match webhooks::receive(
+        state.db.main(),
+        &state.settings,
+        &state.webhook_secrets,
+        inbound,
+    )
+    .await
+    {
+        Ok(received) => {
+            tracing::info!(
+                provider,
+                delivery_id = received.delivery_id,
+                status = received.status,
+                "A webhook delivery was received."
+            );
+            Ok(Json(WebhookReceipt {
+                status: received.status,
+                delivery_id: received.delivery_id,
+            }))
+        }
+        Err(WebhookError::UnknownProvider(_)) => Err(not_found()),
+        Err(WebhookError::Refused(refusal)) => {
+            // Neither the body nor the signature: only which check failed.
+            tracing::warn!(provider, reason = %refusal, "A webhook delivery was refused.");
+            let detail = match &refusal {
+                Refusal::Stale { tolerance } => format!(
+                    "{refusal} (the tolerance is {} seconds); a replayed delivery is refused",
+                    tolerance.as_secs()
+                ),
+                _ => refusal.to_string(),
+            };
+            Err(Problem::new(StatusCode::UNAUTHORIZED, detail))
+        }
+        Err(WebhookError::Malformed(message)) => {
+            tracing::warn!(
+                provider,
+                reason = message,
+                "A verified webhook delivery was malformed."
+            );
+            Err(Problem::invalid("body", message))
+        }
+        Err(WebhookError::Database(error)) => {
+            tracing::error!(provider, %error, "Storing a webhook delivery failed.");
+            Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the delivery could not be stored; it is not kept, so send it again",
+            ))
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! `[providers.NAME.webhooks]` read through `Settings`, as a config file reaches it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{
+    ConfigError, HmacAlgorithm, HmacScheme, Settings, SignatureEncoding, WebhookScheme,
+    WebhookSettings,
+};
+
+fn parse(
+    kind: &str,
+    webhooks: &str,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<Settings, ConfigError> {
+    let adapter = match kind {
+        "github" => "kind = \"github\"\n",
+        "stripe" => "kind = \"stripe\"\n",
+        _ => "kind = \"rest\"\nbase_url = \"https://api.example.com\"\npath = \"/items\"\nrecords_path = \"data\"\nid_field = \"id\"\nauth = \"none\"\n",
+    };
+    let text = format!(
+        "[database]\nurl = \"sqlite://t.db\"\n[providers.acme]\n{adapter}schedule = \"0 * * * * *\"\n\
+         [providers.acme.webhooks]\n{webhooks}\n"
+    );
+    Settings::parse(Path::new("config.toml"), &text, None, env_is_set)
+}
+
+/// The webhook settings of a table that is accepted with every variable set.
+fn accepted(kind: &str, webhooks: &str) -> WebhookSettings {
+    let settings =
+        parse(kind, webhooks, &|_| true).unwrap_or_else(|error| panic!("{kind}: {error}"));
+    settings.providers["acme"]
+        .webhooks
+        .clone()
+        .expect("webhooks")
+}
+
+fn refused(kind: &str, webhooks: &str) -> (String, String) {
+    match parse(kind, webhooks, &|_| true) {
+        Err(ConfigError::Invalid { key, message, .. }) => (key, message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_scheme_defaults_by_kind_and_the_body_cap_to_one_mebibyte() {
+    for (kind, scheme) in [
+        ("github", WebhookScheme::Github),
+        ("stripe", WebhookScheme::Stripe),
+    ] {
+        let webhooks = accepted(kind, "secret_env = \"HOOK\"");
+        assert_eq!(webhooks.scheme, scheme);
+        assert_eq!(webhooks.secret_env, ["HOOK"]);
+        assert_eq!(webhooks.max_body_bytes, 1024 * 1024);
+    }
+    let (key, message) = refused("rest", "secret_env = \"HOOK\"");
+    assert_eq!(key, "providers.acme.webhooks.scheme");
+    assert!(message.contains("\"standard\""), "{message}");
+}
+
+#[test]
+fn a_list_of_secrets_is_kept_in_order_and_each_variable_must_be_set() {
+    let webhooks = accepted(
+        "rest",
+        "scheme = \"shopify\"\nsecret_env = [\"NEW\", \"OLD\"]",
+    );
+    assert_eq!(webhooks.secret_env, ["NEW", "OLD"]);
+    match parse(
+        "rest",
+        "scheme = \"gitlab\"\nsecret_env = [\"NEW\", \"OLD\"]",
+        &|name| name != "OLD",
+    ) {
+        Err(ConfigError::Invalid { key, message, .. }) => {
+            assert_eq!(key, "providers.acme.webhooks.secret_env");
+            assert_eq!(message, "environment variable OLD is not set");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let (key, _) = refused("github", "");
+    assert_eq!(key, "providers.acme.webhooks.secret_env");
+    let (key, message) = refused("github", "secret_env = 5");
+    assert_eq!(key, "providers.acme.webhooks.secret_env");
+    assert!(
+        message.contains("an environment variable's name"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_hmac_scheme_reads_its_keys_and_other_schemes_refuse_them() {
+    let webhooks = accepted("rest",
+        "scheme = \"hmac\"\nsecret_env = \"HOOK\"\nheader = \"X-Signature\"\nalgorithm = \"sha1\"\n\
+         encoding = \"base64\"\nprefix = \"sha1=\"\ntimestamp_header = \"X-Timestamp\"\n\
+         tolerance = \"2m\"\nid_header = \"X-Id\"\nmax_body_bytes = 2048");
+    assert_eq!(
+        webhooks.scheme,
+        WebhookScheme::Hmac(HmacScheme {
+            header: "X-Signature".into(),
+            algorithm: HmacAlgorithm::Sha1,
+            encoding: SignatureEncoding::Base64,
+            prefix: "sha1=".into(),
+            timestamp_header: Some("X-Timestamp".into()),
+            tolerance: Duration::from_secs(120),
+            id_header: Some("X-Id".into()),
+        })
+    );
+    assert_eq!(webhooks.max_body_bytes, 2048);
+
+    let cases = [
+        ("scheme = \"hmac\"\nsecret_env = \"H\"", "header"),
+        (
+            "scheme = \"hmac\"\nsecret_env = \"H\"\nheader = \"X\"\nalgorithm = \"md5\"",
+            "algorithm",
+        ),
+        (
+            "scheme = \"hmac\"\nsecret_env = \"H\"\nheader = \"X\"\nencoding = \"hex2\"",
+            "encoding",
+        ),
+        (
+            "scheme = \"hmac\"\nsecret_env = \"H\"\nheader = \"X\"\ntolerance = \"1m\"",
+            "tolerance",
+        ),
+        (
+            "scheme = \"standard\"\nsecret_env = \"H\"\nheader = \"X\"",
+            "header",
+        ),
+        (
+            "scheme = \"stripe\"\nsecret_env = \"H\"\ntolerance = \"1m\"",
+            "tolerance",
+        ),
+        ("scheme = \"svix\"\nsecret_env = \"H\"", "scheme"),
+        (
+            "scheme = \"github\"\nsecret_env = \"H\"\nmax_body_bytes = 0",
+            "max_body_bytes",
+        ),
+        (
+            "scheme = \"github\"\nsecret_env = \"H\"\nsecret = \"literal\"",
+            "secret",
+        ),
+    ];
+    for (table, key) in cases {
+        let (refused_key, message) = refused("rest", table);
+        assert_eq!(
+            refused_key,
+            format!("providers.acme.webhooks.{key}"),
+            "{table}: {message}"
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! `[providers.NAME.webhooks]`: how a provider's inbound webhooks are verified. Holds the
+//! names of the secrets' variables, never the secrets; [`resolve_secrets`] reads them.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+/// `max_body_bytes` when not given.
+const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The range of `max_body_bytes`.
+const MAX_BODY_BYTES: (usize, usize) = (1, 64 * 1024 * 1024);
+/// The replay window of the timestamped schemes when not given (Stripe's and Standard
+/// Webhooks' own).
+pub(crate) const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
+/// The range of `tolerance`.
+const TOLERANCE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 60 * 60));
+
+/// One provider's webhook settings.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct WebhookSettings {
+    pub scheme: WebhookScheme,
+    /// The variables that hold the secrets; each is tried (several during a rotation).
+    pub secret_env: Vec<String>,
+    /// The largest body read; a larger one is refused with 413.
+    pub max_body_bytes: usize,
+}
+
+/// How deliveries are signed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum WebhookScheme {
+    Github,
+    Stripe,
+    Shopify,
+    Gitlab,
+    /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    Standard,
+    Hmac(HmacScheme),
+}
+
+/// `scheme = "hmac"`: an HMAC of the body (or of `{timestamp}.{body}`) in a header.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct HmacScheme {
+    pub header: String,
+    pub algorithm: HmacAlgorithm,
+    pub encoding: SignatureEncoding,
+    /// Text before the signature in the header, such as `sha256=`.
+    pub prefix: String,
+    /// When given, the header with the Unix seconds that are signed before the body.
+    pub timestamp_header: Option<String>,
+    pub tolerance: Duration,
+    /// The header with the delivery's id; without it, the body's SHA-256 is the id.
+    pub id_header: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HmacAlgorithm {
+    Sha256,
+    Sha1,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SignatureEncoding {
+    Hex,
+    Base64,
+}
+
+/// One variable name, or a list of them.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "an environment variable's name, or a list of them during a rotation"
+)]
+pub(super) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhookSettings {
+    secret_env: Option<OneOrMany>,
+    scheme: Option<String>,
+    header: Option<String>,
+    algorithm: Option<String>,
+    encoding: Option<String>,
+    prefix: Option<String>,
+    timestamp_header: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    tolerance: Option<Duration>,
+    id_header: Option<String>,
+    max_body_bytes: Option<usize>,
+}
+
+/// Validates a provider's `webhooks` table; `kind` is the provider's kind. Errors are
+/// `(key under the table, message)`.
+pub(super) fn parse(
+    mut raw: RawWebhookSettings,
+    kind: &str,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<WebhookSettings, (String, String)> {
+    let secret_env = match raw.secret_env.take() {
+        Some(OneOrMany::One(name)) => vec![name],
+        Some(OneOrMany::Many(names)) => names,
+        None => Vec::new(),
+    };
+    if secret_env.is_empty() || secret_env.iter().any(|name| name.trim().is_empty()) {
+        return Err((
+            "secret_env".into(),
+            "missing: expected the environment variable that holds the signing secret, or a list of them during a rotation".into(),
+        ));
+    }
+    if let Some(name) = secret_env.iter().find(|name| !env_is_set(name)) {
+        return Err((
+            "secret_env".into(),
+            format!("environment variable {name} is not set"),
+        ));
+    }
+    let scheme_name = match (raw.scheme.as_deref(), kind) {
+        (Some(name), _) => name,
+        (None, "github") => "github",
+        (None, "stripe") => "stripe",
+        (None, _) => {
+            return Err((
+                "scheme".into(),
+                format!("missing: kind {kind:?} has no default; expected one of {SCHEMES}"),
+            ))
+        }
+    };
+    let hmac_keys = [
+        ("header", raw.header.is_some()),
+        ("algorithm", raw.algorithm.is_some()),
+        ("encoding", raw.encoding.is_some()),
+        ("prefix", raw.prefix.is_some()),
+        ("timestamp_header", raw.timestamp_header.is_some()),
+        ("id_header", raw.id_header.is_some()),
+    ];
+    if scheme_name != "hmac" {
+        if let Some((key, _)) = hmac_keys.iter().find(|(_, given)| *given) {
+            return Err((
+                (*key).into(),
+                format!("only applies with scheme = \"hmac\", not {scheme_name:?}"),
+            ));
+        }
+    }
+    let tolerance = raw.tolerance.unwrap_or(DEFAULT_TOLERANCE);
+    if raw.tolerance.is_some() {
+        let takes_tolerance = matches!(scheme_name, "hmac") && raw.timestamp_header.is_some();
+        if !takes_tolerance {
+            return Err((
+                "tolerance".into(),
+                "only applies with scheme = \"hmac\" and a timestamp_header (Stripe's and Standard Webhooks' are 5 minutes)".into(),
+            ));
+        }
+        let (min, max) = TOLERANCE;
+        tributary_providers::bounds::duration_in(tolerance, min, max)
+            .map_err(|message| ("tolerance".to_string(), message))?;
+    }
+    let scheme = match scheme_name {
+        "github" => WebhookScheme::Github,
+        "stripe" => WebhookScheme::Stripe,
+        "shopify" => WebhookScheme::Shopify,
+        "gitlab" => WebhookScheme::Gitlab,
+        "standard" => WebhookScheme::Standard,
+        "hmac" => WebhookScheme::Hmac(parse_hmac(&raw, tolerance)?),
+        other => {
+            return Err((
+                "scheme".into(),
+                format!("expected one of {SCHEMES}, got {other:?}"),
+            ))
+        }
+    };
+    let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    let (min, max) = MAX_BODY_BYTES;
+    tributary_providers::bounds::count_in(max_body_bytes, min, max)
+        .map_err(|message| ("max_body_bytes".to_string(), message))?;
+    Ok(WebhookSettings {
+        scheme,
+        secret_env,
+        max_body_bytes,
+    })
+}
+
+const SCHEMES: &str = "\"github\", \"stripe\", \"shopify\", \"gitlab\", \"standard\" or \"hmac\"";
+
+fn parse_hmac(
+    raw: &RawWebhookSettings,
+    tolerance: Duration,
+) -> Result<HmacScheme, (String, String)> {
+    let header = raw
+        .header
+        .clone()
+        .filter(|header| valid_header_name(header))
+        .ok_or_else(|| {
+            (
+                "header".to_string(),
+                "missing or not a header name: expected the header that carries the signature, e.g. \"X-Signature\"".to_string(),
+            )
+        })?;
+    let algorithm = match raw.algorithm.as_deref() {
+        Some("sha256") | None => HmacAlgorithm::Sha256,
+        Some("sha1") => HmacAlgorithm::Sha1,
+        Some(other) => {
+            return Err((
+                "algorithm".into(),
+                format!("expected \"sha256\" or \"sha1\", got {other:?}"),
+            ))
+        }
+    };
+    let encoding = match raw.encoding.as_deref() {
+        Some("hex") | None => SignatureEncoding::Hex,
+        Some("base64") => SignatureEncoding::Base64,
+        Some(other) => {
+            return Err((
+                "encoding".into(),
+                format!("expected \"hex\" or \"base64\", got {other:?}"),
+            ))
+        }
+    };
+    for (key, value) in [
+        ("timestamp_header", &raw.timestamp_header),
+        ("id_header", &raw.id_header),
+    ] {
+        if value
+            .as_deref()
+            .is_some_and(|name| !valid_header_name(name))
+        {
+            return Err((key.into(), "not a header name".into()));
+        }
+    }
+    Ok(HmacScheme {
+        header,
+        algorithm,
+        encoding,
+        prefix: raw.prefix.clone().unwrap_or_default(),
+        timestamp_header: raw.timestamp_header.clone(),
+        tolerance,
+        id_header: raw.id_header.clone(),
+    })
+}
+
+/// An HTTP header name: letters, digits and `-`/`_`, as the headers providers use.
+fn valid_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Reads the secrets of `settings` from their variables, in the order listed. The error
+/// names the variable and what is wrong with it, never its value.
+pub(crate) fn resolve_secrets(settings: &WebhookSettings) -> Result<Vec<SecretString>, String> {
+    let mut secrets = Vec::with_capacity(settings.secret_env.len());
+    for name in &settings.secret_env {
+        let secret = super::secret_env::secret_from_env(name)?;
+        if secret.expose_secret().is_empty() {
+            return Err(format!("environment variable {name} is empty"));
+        }
+        if settings.scheme == WebhookScheme::Standard
+            && standard_key(secret.expose_secret()).is_none()
+        {
+            return Err(format!(
+                "environment variable {name} is not a Standard Webhooks secret (whsec_ and base64)"
+            ));
+        }
+        secrets.push(secret);
+    }
+    Ok(secrets)
+}
+
+/// The key of a Standard Webhooks secret: the base64 after `whsec_`.
+pub(crate) fn standard_key(secret: &str) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+    use base64::Engine;
+    let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .filter(|key| !key.is_empty())
+        .map(zeroize::Zeroizing::new)
+}

@@ -1,0 +1,195 @@
+//! Receiving a provider's webhook: verify its signature over the raw body, parse it, and
+//! keep it in the `webhook_deliveries` inbox, once per delivery id
+//! (docs/decisions/inbound-webhooks.md). Applying it is the inbox worker's.
+
+mod verify;
+
+use std::collections::BTreeMap;
+
+use sea_orm::{ActiveValue::Set, DatabaseConnection, DbErr, EntityTrait, SqlErr};
+use secrecy::SecretString;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Settings, WebhookScheme};
+use crate::entities::webhook_delivery::{self, InboxStatus};
+pub(crate) use verify::{Headers, Refusal};
+
+/// The longest delivery id kept (the column's length).
+const MAX_DELIVERY_ID_LEN: usize = 255;
+
+/// What became of a verified delivery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Received {
+    /// `accepted` when it was stored now, `duplicate` when it had been before.
+    pub status: &'static str,
+    /// The provider's id of the delivery.
+    pub delivery_id: String,
+}
+
+/// Why a delivery was not kept.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WebhookError {
+    /// No provider of that name receives webhooks.
+    #[error("no provider {0:?} receives webhooks")]
+    UnknownProvider(String),
+    #[error("{0}")]
+    Refused(Refusal),
+    /// Verified, but not a delivery we can keep: the JSON or its id.
+    #[error("{0}")]
+    Malformed(String),
+    #[error(transparent)]
+    Database(#[from] DbErr),
+}
+
+/// One request to `/webhooks/{provider}`.
+pub(crate) struct Inbound<'a> {
+    pub provider: &'a str,
+    pub headers: &'a Headers,
+    pub body: &'a [u8],
+}
+
+/// Verifies `inbound` with the provider's `secrets` and stores it unless its delivery id
+/// was stored before. Nothing is written for a refused or malformed delivery.
+pub(crate) async fn receive(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    secrets: &BTreeMap<String, Vec<SecretString>>,
+    inbound: Inbound<'_>,
+) -> Result<Received, WebhookError> {
+    let provider = inbound.provider;
+    let unknown = || WebhookError::UnknownProvider(provider.to_string());
+    let webhooks = settings
+        .providers
+        .get(provider)
+        .and_then(|settings| settings.webhooks.as_ref())
+        .ok_or_else(unknown)?;
+    let secrets = secrets.get(provider).ok_or_else(unknown)?;
+    let outcome = store_verified(db, &webhooks.scheme, secrets, &inbound).await;
+    let label = match &outcome {
+        Ok(received) => received.status,
+        Err(WebhookError::Refused(Refusal::Stale { .. })) => "stale",
+        Err(WebhookError::Refused(_)) => "unauthorized",
+        Err(WebhookError::Malformed(_)) => "malformed",
+        Err(_) => "error",
+    };
+    record_outcome(provider, label);
+    outcome
+}
+
+/// Counts a delivery of `provider` that ended in `outcome`.
+pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
+    crate::telemetry::record_webhook_delivery(provider, outcome);
+}
+
+async fn store_verified(
+    db: &DatabaseConnection,
+    scheme: &WebhookScheme,
+    secrets: &[SecretString],
+    inbound: &Inbound<'_>,
+) -> Result<Received, WebhookError> {
+    let received_at = crate::db::now();
+    verify::verify(scheme, secrets, inbound.headers, inbound.body, received_at)
+        .map_err(WebhookError::Refused)?;
+    let text = std::str::from_utf8(inbound.body)
+        .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
+    let json: serde_json::Value = serde_json::from_str(text)
+        .map_err(|error| WebhookError::Malformed(format!("the body is not JSON: {error}")))?;
+    let delivery_id = delivery_id(scheme, inbound.headers, &json, inbound.body)?;
+    let row = webhook_delivery::ActiveModel {
+        provider: Set(inbound.provider.to_string()),
+        delivery_id: Set(delivery_id.clone()),
+        event_type: Set(event_type(scheme, inbound.headers, &json)),
+        received_at: Set(received_at),
+        body: Set(text.to_string()),
+        status: Set(InboxStatus::Received),
+        attempts: Set(0),
+        next_attempt_at: Set(received_at),
+        error: Set(None),
+        applied_at: Set(None),
+        ..Default::default()
+    };
+    // The unique index decides, on every backend and across instances: a second insert
+    // of the id is the provider's retry.
+    let status = match webhook_delivery::Entity::insert(row).exec(db).await {
+        Ok(_) => "accepted",
+        Err(error) if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+            "duplicate"
+        }
+        Err(error) => return Err(error.into()),
+    };
+    Ok(Received {
+        status,
+        delivery_id,
+    })
+}
+
+/// The provider's id of the delivery (docs/decisions/inbound-webhooks.md).
+fn delivery_id(
+    scheme: &WebhookScheme,
+    headers: &Headers,
+    json: &serde_json::Value,
+    body: &[u8],
+) -> Result<String, WebhookError> {
+    let from_header = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|name| headers.get(&name.to_ascii_lowercase()))
+            .map(|value| value.trim().to_string())
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| {
+                WebhookError::Malformed(format!(
+                    "the delivery has no id: expected the {} header",
+                    names.join(" or ")
+                ))
+            })
+    };
+    let id = match scheme {
+        WebhookScheme::Github => from_header(&["X-GitHub-Delivery"])?,
+        WebhookScheme::Shopify => from_header(&["X-Shopify-Webhook-Id"])?,
+        WebhookScheme::Gitlab => from_header(&["Idempotency-Key", "X-Gitlab-Event-UUID"])?,
+        WebhookScheme::Standard => from_header(&["webhook-id"])?,
+        WebhookScheme::Stripe => json
+            .get("id")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| WebhookError::Malformed("the event has no string `id`".to_string()))?,
+        WebhookScheme::Hmac(hmac) => match &hmac.id_header {
+            Some(name) => from_header(&[name.as_str()])?,
+            None => const_hex::encode(Sha256::digest(body)),
+        },
+    };
+    if id.len() > MAX_DELIVERY_ID_LEN || id.chars().any(char::is_control) {
+        return Err(WebhookError::Malformed(format!(
+            "the delivery id is longer than {MAX_DELIVERY_ID_LEN} bytes or holds control characters"
+        )));
+    }
+    Ok(id)
+}
+
+/// The event's type when the delivery names one, cut to the column's length.
+fn event_type(
+    scheme: &WebhookScheme,
+    headers: &Headers,
+    json: &serde_json::Value,
+) -> Option<String> {
+    let header = |name: &str| headers.get(name).cloned();
+    let named = match scheme {
+        WebhookScheme::Github => header("x-github-event"),
+        WebhookScheme::Shopify => header("x-shopify-topic"),
+        WebhookScheme::Gitlab => header("x-gitlab-event"),
+        WebhookScheme::Stripe | WebhookScheme::Standard | WebhookScheme::Hmac(_) => json
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string),
+    }?;
+    let mut cut = named.trim().to_string();
+    while cut.len() > MAX_DELIVERY_ID_LEN {
+        cut.pop();
+    }
+    Some(cut).filter(|cut| !cut.is_empty() && !cut.chars().any(char::is_control))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,544 @@
+//! Inbound provider webhooks through a real daemon's API: each scheme's good delivery is
+//! kept once and its replay answered 200 with nothing new; a tampered byte, a wrong
+//! secret, a stale timestamp or no signature is 401 and kept nowhere; the body cap is the
+//! provider's; unknown providers are 404 and verified non-JSON 400.
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::helpers::{spawn_app, TestApp};
+use crate::http::{assert_problem, query, Served};
+
+const GITHUB_SECRET: &str = "It's a Secret to Everybody";
+const STRIPE_SECRET: &str = "whsec_stripe_test_secret";
+const SHOPIFY_SECRET: &str = "shopify_secret";
+const GITLAB_TOKEN: &str = "gitlab-token-0123456789";
+const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const CUSTOM_SECRET: &str = "legacy_secret";
+
+/// The variables the daemon gets: GitHub's secret is the second of its list, as after a
+/// rotation started.
+const ENV: [(&str, &str); 7] = [
+    ("HOOK_GH_NEXT", "a-secret-not-yet-used-by-github"),
+    ("HOOK_GH", GITHUB_SECRET),
+    ("HOOK_STRIPE", STRIPE_SECRET),
+    ("HOOK_SHOPIFY", SHOPIFY_SECRET),
+    ("HOOK_GITLAB", GITLAB_TOKEN),
+    ("HOOK_STD", STANDARD_SECRET),
+    ("HOOK_CUSTOM", CUSTOM_SECRET),
+];
+
+fn rest(name: &str, webhooks: &str) -> String {
+    format!(
+        "\n[providers.{name}]\nkind = \"rest\"\nbase_url = \"https://api.example.com\"\n\
+         path = \"/items\"\nrecords_path = \"data\"\nid_field = \"id\"\nauth = \"none\"\n\
+         schedule = \"0 0 0 1 1 *\"\n{webhooks}"
+    )
+}
+
+/// One provider per scheme, and `plain` without webhooks.
+fn providers() -> String {
+    [
+        "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.gh.webhooks]\nsecret_env = [\"HOOK_GH_NEXT\", \"HOOK_GH\"]\nmax_body_bytes = 2048\n"
+            .to_string(),
+        "\n[providers.stripe]\nkind = \"stripe\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.stripe.webhooks]\nsecret_env = \"HOOK_STRIPE\"\n"
+            .to_string(),
+        rest(
+            "shop",
+            "[providers.shop.webhooks]\nscheme = \"shopify\"\nsecret_env = \"HOOK_SHOPIFY\"\n",
+        ),
+        rest(
+            "lab",
+            "[providers.lab.webhooks]\nscheme = \"gitlab\"\nsecret_env = \"HOOK_GITLAB\"\n",
+        ),
+        rest(
+            "std",
+            "[providers.std.webhooks]\nscheme = \"standard\"\nsecret_env = \"HOOK_STD\"\n",
+        ),
+        rest(
+            "custom",
+            "[providers.custom.webhooks]\nscheme = \"hmac\"\nsecret_env = \"HOOK_CUSTOM\"\n\
+             header = \"X-Signature\"\nalgorithm = \"sha1\"\nencoding = \"hex\"\nprefix = \"sha1=\"\n\
+             timestamp_header = \"X-Timestamp\"\ntolerance = \"1m\"\nid_header = \"X-Id\"\n",
+        ),
+        rest("plain", ""),
+    ]
+    .concat()
+}
+
+async fn serve(app: &TestApp) -> Served {
+    Served::start_with_env(app, &providers(), &ENV, |text| text).await
+}
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key");
+    parts.iter().for_each(|part| mac.update(part));
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn hmac_sha1(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(key).expect("any key");
+    parts.iter().for_each(|part| mac.update(part));
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// A delivery as its provider would send it: the provider, the headers and the body.
+struct Delivery {
+    provider: &'static str,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// What the inbox row's `delivery_id` and `event_type` should be.
+    id: String,
+    event_type: Option<&'static str>,
+}
+
+/// How a delivery is signed.
+#[derive(Clone, Copy, PartialEq)]
+enum Signing {
+    Good,
+    WrongSecret,
+    /// Timestamped schemes: ten minutes old.
+    Stale,
+}
+
+fn secret_for(signing: Signing, good: &str) -> String {
+    match signing {
+        Signing::WrongSecret => "whsec_bm90IHRoZSBzZWNyZXQgYXQgYWxs".to_string(),
+        _ => good.to_string(),
+    }
+}
+
+fn timestamp_for(signing: Signing) -> i64 {
+    match signing {
+        Signing::Stale => now() - 600,
+        _ => now(),
+    }
+}
+
+fn header(name: &str, value: impl Into<String>) -> (String, String) {
+    (name.to_string(), value.into())
+}
+
+fn github(tag: &str, signing: Signing) -> Delivery {
+    let body = json!({"action": "opened", "issue": {"id": 1, "title": tag}}).to_string();
+    let secret = secret_for(signing, GITHUB_SECRET);
+    let signature = const_hex::encode(hmac_sha256(secret.as_bytes(), &[body.as_bytes()]));
+    let id = format!("gh-{tag}");
+    Delivery {
+        provider: "gh",
+        headers: vec![
+            header("X-Hub-Signature-256", format!("sha256={signature}")),
+            header("X-GitHub-Delivery", &id),
+            header("X-GitHub-Event", "issues"),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("issues"),
+    }
+}
+
+fn stripe(tag: &str, signing: Signing) -> Delivery {
+    let id = format!("evt_{tag}");
+    let body = json!({"id": id, "object": "event", "type": "charge.refunded", "data": {"object": {"id": "ch_1"}}}).to_string();
+    let t = timestamp_for(signing).to_string();
+    let secret = secret_for(signing, STRIPE_SECRET);
+    let v1 = const_hex::encode(hmac_sha256(
+        secret.as_bytes(),
+        &[t.as_bytes(), b".", body.as_bytes()],
+    ));
+    Delivery {
+        provider: "stripe",
+        headers: vec![header("Stripe-Signature", format!("t={t},v1={v1},v0=0000"))],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("charge.refunded"),
+    }
+}
+
+fn shopify(tag: &str, signing: Signing) -> Delivery {
+    let body = json!({"id": 820982911946154508_u64, "name": tag}).to_string();
+    let secret = secret_for(signing, SHOPIFY_SECRET);
+    let id = format!("shop-{tag}");
+    Delivery {
+        provider: "shop",
+        headers: vec![
+            header(
+                "X-Shopify-Hmac-Sha256",
+                base64(&hmac_sha256(secret.as_bytes(), &[body.as_bytes()])),
+            ),
+            header("X-Shopify-Webhook-Id", &id),
+            header("X-Shopify-Topic", "orders/create"),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("orders/create"),
+    }
+}
+
+fn gitlab(tag: &str, signing: Signing) -> Delivery {
+    let body = json!({"object_kind": "issue", "object_attributes": {"title": tag}}).to_string();
+    let id = format!("lab-{tag}");
+    Delivery {
+        provider: "lab",
+        headers: vec![
+            header("X-Gitlab-Token", secret_for(signing, GITLAB_TOKEN)),
+            header("X-Gitlab-Event-UUID", &id),
+            header("X-Gitlab-Event", "Issue Hook"),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("Issue Hook"),
+    }
+}
+
+fn standard(tag: &str, signing: Signing) -> Delivery {
+    let body = json!({"type": "invoice.paid", "data": {"tag": tag}}).to_string();
+    let id = format!("msg_{tag}");
+    let timestamp = timestamp_for(signing).to_string();
+    let secret = secret_for(signing, STANDARD_SECRET);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .expect("base64");
+    let signature = base64(&hmac_sha256(
+        &key,
+        &[
+            id.as_bytes(),
+            b".",
+            timestamp.as_bytes(),
+            b".",
+            body.as_bytes(),
+        ],
+    ));
+    Delivery {
+        provider: "std",
+        headers: vec![
+            header("webhook-id", &id),
+            header("webhook-timestamp", timestamp),
+            header("webhook-signature", format!("v1,{signature}")),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("invoice.paid"),
+    }
+}
+
+fn custom(tag: &str, signing: Signing) -> Delivery {
+    let body = json!({"type": "item.changed", "tag": tag}).to_string();
+    let timestamp = timestamp_for(signing).to_string();
+    let secret = secret_for(signing, CUSTOM_SECRET);
+    let signature = const_hex::encode(hmac_sha1(
+        secret.as_bytes(),
+        &[timestamp.as_bytes(), b".", body.as_bytes()],
+    ));
+    let id = format!("custom-{tag}");
+    Delivery {
+        provider: "custom",
+        headers: vec![
+            header("X-Signature", format!("sha1={signature}")),
+            header("X-Timestamp", timestamp),
+            header("X-Id", &id),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some("item.changed"),
+    }
+}
+
+type Scheme = fn(&str, Signing) -> Delivery;
+
+const SCHEMES: [(&str, Scheme); 6] = [
+    ("github", github),
+    ("stripe", stripe),
+    ("shopify", shopify),
+    ("gitlab", gitlab),
+    ("standard", standard),
+    ("hmac", custom),
+];
+
+/// POSTs `delivery` (with `body` in place of its own when given): the status, the
+/// headers and the answer as JSON.
+async fn send(
+    served: &Served,
+    delivery: &Delivery,
+    body: Option<Vec<u8>>,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let body = body.unwrap_or_else(|| delivery.body.clone());
+    let path = format!("/webhooks/{}", delivery.provider);
+    served
+        .call_with(
+            Method::POST,
+            &path,
+            None,
+            Some(("application/json", body)),
+            &delivery.headers,
+        )
+        .await
+}
+
+/// The inbox: (provider, delivery id, event type, status, attempts, body), oldest first.
+async fn inbox(app: &TestApp) -> Vec<(String, String, Option<String>, String, i64, String)> {
+    query(
+        app,
+        "SELECT provider, delivery_id, event_type, status, attempts, body FROM webhook_deliveries ORDER BY id",
+    )
+    .await
+    .into_iter()
+    .map(|row| {
+        (
+            row.try_get("", "provider").expect("provider"),
+            row.try_get("", "delivery_id").expect("delivery_id"),
+            row.try_get("", "event_type").expect("event_type"),
+            row.try_get("", "status").expect("status"),
+            row.try_get("", "attempts").expect("attempts"),
+            row.try_get("", "body").expect("body"),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn each_scheme_keeps_a_good_delivery_once_and_answers_its_replay_200() {
+    let app = spawn_app().await;
+    let served = serve(&app).await;
+    let mut expected = Vec::new();
+    for (scheme, make) in SCHEMES {
+        let delivery = make("first", Signing::Good);
+        let started = std::time::Instant::now();
+        let (status, _, answer) = send(&served, &delivery, None).await;
+        assert_eq!(status, StatusCode::OK, "{scheme}: {answer}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{scheme}"
+        );
+        assert_eq!(
+            answer,
+            json!({"status": "accepted", "delivery_id": delivery.id}),
+            "{scheme}"
+        );
+        let (status, _, answer) = send(&served, &delivery, None).await;
+        assert_eq!(status, StatusCode::OK, "{scheme}: {answer}");
+        assert_eq!(answer["status"], "duplicate", "{scheme}");
+        expected.push((
+            delivery.provider.to_string(),
+            delivery.id.clone(),
+            delivery.event_type.map(str::to_string),
+            "received".to_string(),
+            0,
+            String::from_utf8(delivery.body.clone()).expect("UTF-8"),
+        ));
+    }
+    assert_eq!(inbox(&app).await, expected);
+
+    // A Stripe event id that differs only in case is another delivery on every backend.
+    let mut upper = stripe("first", Signing::Good);
+    upper.body = String::from_utf8(upper.body)
+        .expect("UTF-8")
+        .replace("evt_first", "evt_FIRST")
+        .into_bytes();
+    let upper = Delivery {
+        headers: stripe_headers_for(&upper.body),
+        ..upper
+    };
+    let (status, _, answer) = send(&served, &upper, None).await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (StatusCode::OK, &json!("accepted")),
+        "{answer}"
+    );
+    assert_eq!(inbox(&app).await.len(), expected.len() + 1);
+}
+
+fn stripe_headers_for(body: &[u8]) -> Vec<(String, String)> {
+    let t = now().to_string();
+    let v1 = const_hex::encode(hmac_sha256(
+        STRIPE_SECRET.as_bytes(),
+        &[t.as_bytes(), b".", body],
+    ));
+    vec![header("Stripe-Signature", format!("t={t},v1={v1}"))]
+}
+
+#[tokio::test]
+async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
+{
+    let app = spawn_app().await;
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with_env(&app, &providers(), &ENV, |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
+    let mut secrets_and_signatures = Vec::new();
+    for (scheme, make) in SCHEMES {
+        let good = make("tampered", Signing::Good);
+        // GitLab's token signs nothing, so a changed body cannot be told by it.
+        if scheme != "gitlab" {
+            let mut tampered = good.body.clone();
+            let last = tampered.len() - 2;
+            tampered[last] ^= 0x01;
+            let (status, headers, problem) = send(&served, &good, Some(tampered)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{scheme}: {problem}");
+            assert_problem(status, &headers, &problem);
+        }
+
+        let wrong = make("wrong", Signing::WrongSecret);
+        let (status, _, problem) = send(&served, &wrong, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{scheme}: {problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("signature")),
+            "{scheme}: {problem}"
+        );
+
+        let mut unsigned = make("unsigned", Signing::Good);
+        unsigned.headers.remove(0);
+        let (status, _, problem) = send(&served, &unsigned, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{scheme}: {problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("missing")),
+            "{scheme}: {problem}"
+        );
+        secrets_and_signatures.extend(good.headers.iter().map(|(_, value)| value.clone()));
+        secrets_and_signatures.extend(wrong.headers.iter().take(1).map(|(_, value)| value.clone()));
+    }
+    for (scheme, make, tolerance) in [
+        ("stripe", stripe as Scheme, "300 seconds"),
+        ("standard", standard, "300 seconds"),
+        ("hmac", custom, "60 seconds"),
+    ] {
+        let stale = make("stale", Signing::Stale);
+        let (status, _, problem) = send(&served, &stale, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{scheme}: {problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(tolerance)),
+            "{scheme}: {problem}"
+        );
+    }
+    assert_eq!(inbox(&app).await, Vec::new());
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    for (provider, outcome, count) in [
+        ("gh", "unauthorized", 3),
+        ("lab", "unauthorized", 2),
+        ("stripe", "unauthorized", 3),
+        ("stripe", "stale", 1),
+        ("custom", "stale", 1),
+    ] {
+        let counted = metrics.lines().any(|line| {
+            line.starts_with("tributary_webhook_deliveries_total{")
+                && line.contains(&format!("provider=\"{provider}\""))
+                && line.contains(&format!("outcome=\"{outcome}\""))
+                && line.ends_with(&format!(" {count}"))
+        });
+        assert!(counted, "{provider} {outcome} {count}:\n{metrics}");
+    }
+    // The log says which check failed, never the signature, the token or the secret.
+    let log = served.daemon.log();
+    assert!(log.contains("A webhook delivery was refused."), "{log}");
+    for (_, secret) in ENV {
+        assert!(!log.contains(secret), "a secret is in the log");
+    }
+    for value in secrets_and_signatures
+        .iter()
+        .filter(|value| value.len() > 20 && !value.starts_with("gh-"))
+    {
+        assert!(!log.contains(value.as_str()), "{value} is in the log");
+    }
+}
+
+#[tokio::test]
+async fn the_body_cap_is_the_providers_and_unknown_providers_and_verified_non_json_are_refused() {
+    let app = spawn_app().await;
+    let served = serve(&app).await;
+
+    // 1,500 bytes: over the API's own cap of 1 KiB, within gh's 2,048.
+    let padded = |tag: &str, size: usize| {
+        let mut delivery = github(tag, Signing::Good);
+        let body = json!({"padding": "x".repeat(size)}).to_string();
+        let signature =
+            const_hex::encode(hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]));
+        delivery.headers[0] = header("X-Hub-Signature-256", format!("sha256={signature}"));
+        delivery.body = body.into_bytes();
+        delivery
+    };
+    let (status, _, answer) = send(&served, &padded("within", 1500), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, headers, problem) = send(&served, &padded("over", 3000), None).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{problem}");
+    assert_problem(status, &headers, &problem);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("providers.gh.webhooks.max_body_bytes")),
+        "{problem}"
+    );
+
+    for provider in ["nobody", "plain"] {
+        let mut delivery = github("nowhere", Signing::Good);
+        delivery.provider = provider;
+        let (status, headers, problem) = send(&served, &delivery, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{provider}: {problem}");
+        assert_problem(status, &headers, &problem);
+    }
+
+    // Signed correctly, but not JSON.
+    let body = b"{\"id\": evt_broken".to_vec();
+    let mut broken = github("broken", Signing::Good);
+    let signature = const_hex::encode(hmac_sha256(GITHUB_SECRET.as_bytes(), &[&body]));
+    broken.headers[0] = header("X-Hub-Signature-256", format!("sha256={signature}"));
+    let (status, headers, problem) = send(&served, &broken, Some(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_problem(status, &headers, &problem);
+    assert_eq!(problem["field"], "body", "{problem}");
+
+    let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(kept, ["gh-within"]);
+}
+
+/// A secret's variable that is not set stops the daemon before it starts, naming the key
+/// and the variable.
+#[tokio::test]
+async fn a_webhook_secret_variable_that_is_not_set_stops_the_daemon_naming_it() {
+    let app = spawn_app().await;
+    let config = app.write_config(&providers());
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30));
+    for (name, value) in ENV.iter().filter(|(name, _)| *name != "HOOK_GH_NEXT") {
+        command.env(name, value);
+    }
+    let output = crate::helpers::run(&mut command);
+    assert_ne!(output.code, 0, "{}", output.stderr);
+    assert!(
+        output.stderr.contains("providers.gh.webhooks.secret_env")
+            && output
+                .stderr
+                .contains("environment variable HOOK_GH_NEXT is not set"),
+        "{}",
+        output.stderr
+    );
+}

@@ -732,6 +732,14 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
                 .call(method.clone(), &path.replace("{id}", "1"), None, None)
                 .await;
             let expected = match operation.get("security") {
+                // The webhook receiver authenticates by signature: for a provider that
+                // receives none its own handler answers 404, which the router's would not
+                // explain.
+                None if path.contains("{provider}") => {
+                    let detail = json["detail"].as_str().unwrap_or_default();
+                    assert!(detail.contains("receives webhooks"), "{path}: {json}");
+                    StatusCode::NOT_FOUND
+                }
                 None => StatusCode::OK,
                 Some(_) => StatusCode::UNAUTHORIZED,
             };

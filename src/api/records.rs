@@ -6,9 +6,11 @@
 //! filters or from another database is refused rather than read from a wrong place.
 
 use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
@@ -75,13 +77,33 @@ pub(crate) struct Record {
     #[schema(value_type = Option<Object>)]
     pub payload: Option<Payload>,
     /// When tributary first stored it.
+    #[serde(serialize_with = "rfc3339")]
     pub first_seen_at: DateTime<Utc>,
     /// When it last changed (stored, rewritten, deleted or restored): what
     /// `modified_after` compares and the list is ordered by.
+    #[serde(serialize_with = "rfc3339")]
     pub changed_at: DateTime<Utc>,
     /// Whether it was deleted at the provider (a tombstone).
     pub deleted: bool,
+    #[serde(serialize_with = "rfc3339_or_null")]
     pub deleted_at: Option<DateTime<Utc>>,
+}
+
+/// A time as chrono's own `Serialize` writes it (RFC 3339 in UTC with `Z`, as many
+/// fraction digits as it needs), but formatted in one go: chrono's goes through
+/// `collect_str` a piece at a time, which was 60 % of serializing a page of records.
+fn rfc3339<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+}
+
+fn rfc3339_or_null<S: Serializer>(
+    time: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(time) => rfc3339(time, serializer),
+        None => serializer.serialize_none(),
+    }
 }
 
 impl From<RecordItem> for Record {
@@ -163,7 +185,7 @@ pub(crate) async fn list_records(
     _caller: Authorized<RecordsRead>,
     State(state): State<ApiState>,
     Query(params): Query<ListParams>,
-) -> Result<axum::Json<RecordPage>, Problem> {
+) -> Result<Response, Problem> {
     let modified_after = params
         .modified_after
         .as_deref()
@@ -187,12 +209,54 @@ pub(crate) async fn list_records(
         query.after = Some(decode_cursor(&database, &filters, cursor)?);
     }
     let page = ops::list(state.db.main(), &state.settings, &query).await?;
-    Ok(axum::Json(RecordPage {
+    json_body(&RecordPage {
         items: page.items.into_iter().map(Record::from).collect(),
         next: page
             .next
             .map(|position| encode_cursor(&database, &filters, position)),
-    }))
+    })
+}
+
+/// A record's JSON beyond its payload and strings: the keys, the id, three times and the
+/// flags, with room to spare.
+const ENVELOPE_BYTES: usize = 320;
+
+/// The page as a JSON body written into one buffer sized for it beforehand: left to
+/// double as it fills (as `axum::Json` starts it, at 128 bytes), the buffer of a page of
+/// 1,000 records (about 900 KB) is reallocated and copied a dozen times.
+fn json_body(page: &RecordPage) -> Result<Response, Problem> {
+    let capacity = page.items.iter().fold(0usize, |bytes, record| {
+        let payload = record
+            .payload
+            .as_ref()
+            .map_or(0, |payload| payload.text().len());
+        [
+            payload,
+            record.provider.len(),
+            record.stream.len(),
+            record.user_id.len(),
+            record.external_id.len(),
+            ENVELOPE_BYTES,
+        ]
+        .into_iter()
+        .fold(bytes, usize::saturating_add)
+    });
+    let mut body = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut body, page).map_err(|error| {
+        tracing::error!(%error, "Serializing a page of records failed.");
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the page of records could not be written",
+        )
+    })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
 }
 
 /// An RFC 3339 time; a `+` a client left unescaped arrives as a space and is taken back.
@@ -293,6 +357,31 @@ fn decode_cursor(database: &str, filters: &str, cursor: &str) -> Result<RecordPo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_written_as_chrono_writes_them() {
+        // Whole seconds, milli-, micro- and nanoseconds (PostgreSQL keeps micro, SQLite
+        // nano), a leap second, and the ends of four-digit years.
+        let times = [
+            (1_764_000_000, 0),
+            (1_764_000_000, 120_000_000),
+            (1_764_000_000, 123_456_000),
+            (1_764_000_000, 123_456_789),
+            (1_483_228_799, 1_500_000_000),
+            (0, 1),
+            (253_402_300_799, 999_999_999),
+        ];
+        for (seconds, nanos) in times {
+            let time = DateTime::from_timestamp(seconds, nanos).expect("time");
+            let mut ours = Vec::new();
+            rfc3339(&time, &mut serde_json::Serializer::new(&mut ours)).expect("written");
+            let chrono = serde_json::to_vec(&time).expect("written");
+            assert_eq!(String::from_utf8(ours), String::from_utf8(chrono));
+        }
+        let mut none = Vec::new();
+        rfc3339_or_null(&None, &mut serde_json::Serializer::new(&mut none)).expect("written");
+        assert_eq!(none, b"null");
+    }
 
     #[test]
     fn a_cursor_decodes_only_with_its_database_and_filters_and_unedited() {

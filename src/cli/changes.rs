@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::ops::changes::{self, ChangesQuery, Payload};
+use crate::ops::changes::{self, ChangesQuery};
 use crate::pipeline::changes::FeedCursor;
 
 #[derive(Debug, Args)]
@@ -96,8 +96,7 @@ pub async fn run(config: &Path, args: ChangesArgs) -> anyhow::Result<ExitCode> {
             change.external_id.to_string(),
             change.run_id.to_string(),
             match &change.payload {
-                Some(Payload::Json(json)) => super::history::shorten(json.get()),
-                Some(Payload::Text(text)) => super::history::shorten(text),
+                Some(payload) => super::history::shorten(payload.text()),
                 None => "(deleted)".to_string(),
             },
         ]

@@ -57,13 +57,31 @@ pub struct ChangeItem {
     pub payload: Option<Payload>,
 }
 
-/// A payload as stored: JSON as the API sent it, or (should a row hold something else)
-/// its text.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub enum Payload {
-    Json(Box<RawValue>),
-    Text(String),
+/// A payload as stored, written out as the JSON the API sent or, should a row hold
+/// something other than JSON, as its text in a string. Which of the two is found while it
+/// is written, in the one pass that checks it: a page of payloads is neither copied nor
+/// checked twice.
+#[derive(Debug)]
+pub struct Payload(String);
+
+impl Payload {
+    pub(crate) fn stored(text: String) -> Payload {
+        Payload(text)
+    }
+
+    /// The text as stored.
+    pub(crate) fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<&RawValue>(&self.0) {
+            Ok(json) => json.serialize(serializer),
+            Err(_) => serializer.serialize_str(&self.0),
+        }
+    }
 }
 
 /// The cursor after every change committed so far: take it before copying `records`,
@@ -124,12 +142,7 @@ impl ChangeItem {
             run_id: change.run_id,
             committed_at: change.committed_at,
             deleted: change.deleted,
-            payload: change
-                .payload
-                .map(|payload| match RawValue::from_string(payload.clone()) {
-                    Ok(json) => Payload::Json(json),
-                    Err(_) => Payload::Text(payload),
-                }),
+            payload: change.payload.map(Payload::stored),
         }
     }
 }
@@ -140,4 +153,23 @@ pub(crate) fn as_text<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_str(cursor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Payload;
+
+    #[test]
+    fn a_payload_is_written_as_its_json_or_else_as_its_text_in_a_string() {
+        let written = |text: &str| {
+            serde_json::to_string(&Payload::stored(text.to_string())).expect("written")
+        };
+        let json = r#"{"id":"ch_1","amount":4.5,"tags":["a",null],"note":"\u00e9"}"#;
+        assert_eq!(written(json), json);
+        // The whitespace around it is not part of the value.
+        assert_eq!(written(" [1, 2]\n"), "[1, 2]");
+        assert_eq!(written(r#"{"id": broken"#), r#""{\"id\": broken""#);
+        assert_eq!(written("[1] [2]"), r#""[1] [2]""#);
+        assert_eq!(written(""), r#""""#);
+    }
 }

@@ -9,7 +9,6 @@ use sea_orm::{
     QuerySelect,
 };
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 use super::changes::Payload;
 use super::{check_limit, OpsError, Page};
@@ -325,15 +324,7 @@ fn connection_of_row(provider: &str) -> sea_orm::sea_query::SelectStatement {
 
 fn item(scope: &Scope, row: Row) -> RecordItem {
     let deleted = row.deleted_at.is_some();
-    let payload = match deleted {
-        true => None,
-        // Should a row hold something other than JSON, its text rather than a broken
-        // answer.
-        false => Some(match RawValue::from_string(row.payload.clone()) {
-            Ok(json) => Payload::Json(json),
-            Err(_) => Payload::Text(row.payload),
-        }),
-    };
+    let payload = (!deleted).then(|| Payload::stored(row.payload));
     let last_action = match (deleted, row.updated_at == row.created_at) {
         (true, _) => LastAction::Deleted,
         (false, true) => LastAction::Added,

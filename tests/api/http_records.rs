@@ -708,3 +708,55 @@ async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
     assert_eq!(problem["field"], "cursor", "{problem}");
 }
+
+/// A page is one JSON body, its payloads the stored JSON itself and its times as
+/// written everywhere else; a row holding text that is not JSON (written by other hands
+/// than the pipeline's) is sent as that text in a string rather than breaking the page.
+#[tokio::test]
+async fn a_page_sends_stored_json_as_it_is_and_a_payload_that_is_not_json_as_text() {
+    let app = spawn_app().await;
+    let providers = acme(&app, "");
+    let settings = app.settings(&providers).await;
+    mount_cursor_listing(&app.api, "alice", "a", 1, 3, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "b", 1, 1, Duration::ZERO).await;
+    sync(&app, &settings).await;
+    let broken = r#"{"id": "a1", cut off"#;
+    crate::http::query(
+        &app,
+        &format!(
+            "UPDATE records SET payload = '{broken}' WHERE user_id = 'alice' AND external_id = 'a1'"
+        ),
+    )
+    .await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let (status, headers, page) = served
+        .call(
+            reqwest::Method::GET,
+            "/v1/records?provider=acme&user_id=alice",
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(headers["content-type"], "application/json");
+    let records = page["items"].as_array().expect("items");
+    let payloads: BTreeMap<&str, &Value> = records
+        .iter()
+        .map(|r| (r["external_id"].as_str().expect("id"), &r["payload"]))
+        .collect();
+    let expected = items("a", "alice", 0..3);
+    assert_eq!(payloads["a0"], &expected[0]);
+    assert_eq!(payloads["a2"], &expected[2]);
+    assert_eq!(payloads["a1"], &Value::String(broken.to_string()));
+    for record in records {
+        let changed = record["changed_at"].as_str().expect("changed_at");
+        let time = chrono::DateTime::parse_from_rfc3339(changed).expect("RFC 3339");
+        assert!(changed.ends_with('Z'), "{changed}");
+        assert_eq!(
+            serde_json::to_value(time.with_timezone(&chrono::Utc)).expect("time"),
+            record["changed_at"]
+        );
+        assert_eq!(record["deleted_at"], Value::Null);
+    }
+}

@@ -603,6 +603,13 @@ impl Settings {
             let mut settings = parse_provider(&name, value, env_is_set)
                 .map_err(|(key, message)| invalid(key, message))?;
             settings.notify = notify_runs;
+            // A receiver nothing serves would leave the provider's deliveries unanswered.
+            if settings.webhooks.is_some() && api.is_none() {
+                return Err(invalid(
+                    format!("providers.{name}.webhooks"),
+                    "inbound webhooks are received by the API: add an [api] table".into(),
+                ));
+            }
             providers.insert(name, settings);
         }
         let (min, max) = limits::LEASE_TTL;

@@ -523,7 +523,7 @@ async fn the_body_cap_is_the_providers_and_unknown_providers_and_verified_non_js
 #[tokio::test]
 async fn a_webhook_secret_variable_that_is_not_set_stops_the_daemon_naming_it() {
     let app = spawn_app().await;
-    let config = app.write_config(&providers());
+    let config = app.write_config(&format!("[api]\nlisten = \"127.0.0.1:0\"\n{}", providers()));
     let mut command = crate::helpers::tributary(&config);
     command
         .arg("daemon")

@@ -19,7 +19,8 @@ fn parse(
         _ => "kind = \"rest\"\nbase_url = \"https://api.example.com\"\npath = \"/items\"\nrecords_path = \"data\"\nid_field = \"id\"\nauth = \"none\"\n",
     };
     let text = format!(
-        "[database]\nurl = \"sqlite://t.db\"\n[providers.acme]\n{adapter}schedule = \"0 * * * * *\"\n\
+        "[database]\nurl = \"sqlite://t.db\"\n[api]\nlisten = \"127.0.0.1:0\"\n\
+         [providers.acme]\n{adapter}schedule = \"0 * * * * *\"\n\
          [providers.acme.webhooks]\n{webhooks}\n"
     );
     Settings::parse(Path::new("config.toml"), &text, None, env_is_set)
@@ -145,5 +146,20 @@ fn the_hmac_scheme_reads_its_keys_and_other_schemes_refuse_them() {
             format!("providers.acme.webhooks.{key}"),
             "{table}: {message}"
         );
+    }
+}
+
+/// Deliveries are received on the API's listener: a `webhooks` table without `[api]`
+/// would leave them unanswered, so it is refused naming the table.
+#[test]
+fn a_webhooks_table_without_an_api_to_receive_it_is_refused() {
+    let text = "[database]\nurl = \"sqlite://t.db\"\n[providers.acme]\nkind = \"github\"\n\
+                schedule = \"0 * * * * *\"\n[providers.acme.webhooks]\nsecret_env = \"HOOK\"\n";
+    match Settings::parse(Path::new("config.toml"), text, None, &|_| true) {
+        Err(ConfigError::Invalid { key, message, .. }) => {
+            assert_eq!(key, "providers.acme.webhooks");
+            assert!(message.contains("add an [api] table"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }

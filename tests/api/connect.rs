@@ -582,16 +582,24 @@ async fn a_form_without_its_cookie_or_csrf_token_or_with_repeated_or_oversized_f
     assert_eq!(sessions(&app).await, vec![(false, true)]);
 }
 
-#[tokio::test]
-async fn a_reconnect_replaces_the_key_and_keeps_the_connection() {
-    let app = spawn_app().await;
-    mount_charges(&app, GOOD_KEY, empty_list(), 1).await;
-    let served = serve_stripe(&app, RETURN_URL).await;
+/// A daemon with Stripe (its key check answering once for [`GOOD_KEY`]), an admin key,
+/// and u1's Stripe connection made over the API with an old key: the daemon, the key and
+/// the connection's id.
+async fn stripe_and_a_connection_of_u1(app: &TestApp) -> (Served, String, i64) {
+    mount_charges(app, GOOD_KEY, empty_list(), 1).await;
+    let served = serve_stripe(app, RETURN_URL).await;
     let admin = served.create_key("admin", &["admin"]);
     let body = json!({"provider": "stripe", "user_id": "u1", "token": "sk_test_old"});
     let (status, _, created) = post_json(&served, "/v1/connections", &admin, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["id"].as_i64().expect("id");
+    (served, admin, id)
+}
+
+#[tokio::test]
+async fn a_reconnect_replaces_the_key_and_keeps_the_connection() {
+    let app = spawn_app().await;
+    let (served, admin, id) = stripe_and_a_connection_of_u1(&app).await;
     let body = json!({"user_id": "u1", "providers": ["stripe"], "return_url": RETURN_URL, "reconnect": id});
     let (status, _, session) = post_json(&served, "/v1/connect/sessions", &admin, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{session}");
@@ -609,6 +617,38 @@ async fn a_reconnect_replaces_the_key_and_keeps_the_connection() {
     assert_eq!(rows.iter().map(|row| row.id).collect::<Vec<_>>(), vec![id]);
     let stored = app.stored_credentials("u1", "stripe").await;
     assert_eq!(stored.token.as_deref(), Some(GOOD_KEY));
+}
+
+/// A user who already has a connection at the provider, connecting again without
+/// `reconnect`: the key is checked, nothing is written, and the browser goes back with
+/// `outcome=error&code=already_connected`.
+#[tokio::test]
+async fn a_second_connection_of_one_user_and_provider_is_sent_back_as_already_connected() {
+    let app = spawn_app().await;
+    let (served, admin, _) = stripe_and_a_connection_of_u1(&app).await;
+    let url = session(&served, &admin, "u1").await;
+    let (cookie, _) = open(&url).await;
+    let (_, _, form_page) = get(&format!("{url}/stripe"), Some(&cookie)).await;
+    let (status, headers, body) = submit(&url, &cookie, &csrf_of(&form_page), GOOD_KEY).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(
+        headers["location"],
+        format!("{RETURN_URL}?outcome=error&code=already_connected")
+    );
+    let rows = connections_of(&app, "u1").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let stored = app.stored_credentials("u1", "stripe").await;
+    assert_eq!(
+        stored.token.as_deref(),
+        Some("sk_test_old"),
+        "the old key stays"
+    );
+    let jobs = sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(rows[0].id))
+        .all(&app.db)
+        .await
+        .expect("jobs");
+    assert!(jobs.is_empty(), "no sync queued: {jobs:?}");
 }
 
 #[tokio::test]

@@ -40,7 +40,7 @@ pub mod db;
 pub mod entities;
 pub(crate) mod jobs;
 pub(crate) mod lease;
-pub mod ops;
+pub(crate) mod ops;
 pub mod pipeline;
 pub(crate) mod reconcile;
 pub mod retention;

@@ -19,7 +19,7 @@ use tributary_providers::{PageItem, Record};
 
 #[path = "../tests/common/scratch.rs"]
 mod scratch;
-pub(crate) use scratch::{backend, Backend};
+pub(crate) use scratch::{backend, scratch_database_url, Backend};
 
 /// A test's database, and the folder its SQLite file lives in while the test runs.
 pub(crate) struct TestDb {

@@ -263,7 +263,7 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let config = dir.join("config.toml");
     let key_file = dir.join("secrets.key");
-    tributary::secrets::generate_key_file(&key_file)?;
+    tributary::secrets::Keyring::generate_key_file(&key_file)?;
     let text = format!(
         "{}\n[secrets]\nkey_file = {}\n",
         config_text(options, &emulator.base_url()),

@@ -40,7 +40,7 @@ pub enum SecretsCommand {
 pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
     match command {
         SecretsCommand::GenerateKey { out } => {
-            let id = crate::secrets::generate_key_file(&out)?;
+            let id = crate::secrets::Keyring::generate_key_file(&out)?;
             println!(
                 "Wrote a new key to {} (mode 0600), key id {id}. Name it in config.toml: [secrets] key_file = \"{}\".",
                 out.display(),

@@ -227,6 +227,192 @@ async fn wait_for_next_try(deadline: Instant) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::{Access, App};
+    use crate::config::DatabaseSettings;
+    use crate::db::{migrate_with, DbSetupError, OlderInstances};
+    use crate::testing::{backend, Backend, TestDb};
+    use tributary_migrations::MigratorTrait;
+
+    async fn migrate_waiting_at_most(
+        db: &DatabaseConnection,
+        settings: &DatabaseSettings,
+        wait: Duration,
+    ) -> Result<(), DbSetupError> {
+        migrate_with(db, settings, wait, OlderInstances::Refuse)
+            .await
+            .map(|_| ())
+    }
+
+    fn settings(url: &str) -> DatabaseSettings {
+        DatabaseSettings {
+            url: url.to_string(),
+            max_connections: 4,
+        }
+    }
+
+    /// What the error calls the lock on each backend.
+    fn lock_kind() -> &'static str {
+        match backend() {
+            Backend::Sqlite => "lock file ",
+            Backend::Postgres => "PostgreSQL advisory lock ",
+            Backend::Mysql => "MySQL named lock ",
+        }
+    }
+
+    /// The setup lock file only serialises opening; a database whose lock file cannot be
+    /// created (here a folder stands in its way) still opens, and migrating names the lock.
+    #[tokio::test]
+    async fn a_sqlite_database_opens_where_its_setup_lock_file_cannot_be_created() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("locked.db");
+        let settings = settings(&format!("sqlite://{}?mode=rwc", file.display()));
+        let db = crate::db::connect_and_migrate(&settings)
+            .await
+            .expect("created");
+        db.close().await.expect("closed");
+        let lock = dir.path().join("locked.db.migrate.lock");
+        std::fs::remove_file(&lock).expect("lock file removed");
+        std::fs::create_dir(&lock).expect("a folder in its way");
+
+        let db = crate::db::connect(&settings).await.expect("opens");
+        let tables = db
+            .query_all_raw(Statement::from_string(
+                db.get_database_backend(),
+                "SELECT id FROM records",
+            ))
+            .await
+            .expect("reads");
+        assert!(tables.is_empty());
+        // The service's wait: failing to create the lock file is no reason to wait.
+        let migrated = migrate_waiting_at_most(&db, &settings, MIGRATION_LOCK_WAIT).await;
+        let message = migrated.expect_err("no lock, no migration").to_string();
+        assert!(message.contains("migration lock (lock file"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_migration_waits_for_the_lock_no_longer_than_told_and_names_it() {
+        let test = TestDb::new().await;
+        let held = MigrationLock::acquire(test.main(), &test.url, Duration::from_secs(5))
+            .await
+            .expect("the lock is free");
+
+        let started = std::time::Instant::now();
+        let refused =
+            migrate_waiting_at_most(test.main(), &settings(&test.url), Duration::from_secs(1))
+                .await;
+        let waited = started.elapsed();
+        let error = refused.expect_err("the lock is held");
+        assert!(
+            matches!(
+                &error,
+                DbSetupError::MigrationLock {
+                    source: MigrationLockError::Timeout { .. },
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!(
+                "waited 1 s for the migration lock ({}",
+                lock_kind()
+            )),
+            "{message}"
+        );
+        assert!(
+            message.contains("another instance still holds"),
+            "{message}"
+        );
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_secs(10),
+            "waited {waited:?}"
+        );
+
+        held.release().await.expect("released");
+        migrate_waiting_at_most(test.main(), &settings(&test.url), Duration::from_secs(1))
+            .await
+            .expect("the lock is free again");
+    }
+
+    #[tokio::test]
+    async fn a_migration_lock_held_on_one_database_does_not_hold_up_another_on_the_same_server() {
+        let test = TestDb::new().await;
+        let held = MigrationLock::acquire(test.main(), &test.url, Duration::from_secs(5))
+            .await
+            .expect("the lock is free");
+
+        let other_dir = tempfile::tempdir().expect("temp dir");
+        let other_url = crate::testing::scratch_database_url(other_dir.path()).await;
+        assert_ne!(other_url, test.url);
+        let other = crate::db::connect(&settings(&other_url))
+            .await
+            .expect("connects");
+        migrate_waiting_at_most(&other, &settings(&other_url), Duration::from_secs(1))
+            .await
+            .expect("another database's lock is its own");
+        let applied = other
+            .query_all_raw(Statement::from_string(
+                other.get_database_backend(),
+                "SELECT version FROM seaql_migrations",
+            ))
+            .await
+            .expect("migrations listed");
+        assert_eq!(
+            applied.len(),
+            tributary_migrations::Migrator::migrations().len()
+        );
+        held.release().await.expect("released");
+    }
+
+    /// What `runs` and `errors --open` do, opening for reading and listing, takes no
+    /// migration lock when nothing is pending: it answers while another instance holds
+    /// the lock. (On SQLite the same lock file serialises opening the database, so there
+    /// every command waits for it.)
+    #[tokio::test]
+    async fn reading_answers_while_the_migration_lock_is_held() {
+        if backend() == Backend::Sqlite {
+            return;
+        }
+        let test = TestDb::new().await;
+        let held = MigrationLock::acquire(test.main(), &test.url, Duration::from_secs(5))
+            .await
+            .expect("the lock is free");
+
+        let read = async {
+            let settings = test.settings("").as_ref().clone();
+            let app = App::open(settings, Access::Read).await.expect("opened");
+            let runs = crate::ops::runs::list(
+                app.db(),
+                &crate::ops::runs::RunsQuery {
+                    provider: None,
+                    stream: None,
+                    user_id: None,
+                    before: None,
+                    limit: 20,
+                },
+            )
+            .await
+            .expect("runs");
+            let errors = crate::ops::errors::open(
+                app.db(),
+                &crate::ops::errors::OpenErrorsQuery {
+                    run_id: None,
+                    stream: None,
+                    after: None,
+                    limit: 20,
+                },
+            )
+            .await
+            .expect("open errors");
+            (runs.items.len(), errors.items.len())
+        };
+        let listed = tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("answered while the lock is held");
+        assert_eq!(listed, (0, 0));
+        held.release().await.expect("released");
+    }
 
     /// With the clock paused, the wait for a lock file someone else holds ends exactly
     /// when told, naming the file; a free lock file is taken at once.

@@ -28,8 +28,9 @@ pub(crate) use instances::schema_version;
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;
 pub(crate) use instances::{Instance, RELEASE};
+pub use migration_lock::MigrationLock;
+pub use migration_lock::MigrationLockError;
 pub(crate) use migration_lock::MIGRATION_LOCK_WAIT;
-pub use migration_lock::{MigrationLock, MigrationLockError};
 pub(crate) use paths::{lock_path, sqlite_file};
 pub use pools::DatabasePools;
 
@@ -291,21 +292,11 @@ pub(crate) async fn connect_for_reading(
 }
 
 /// Applies every pending migration, under the database's migration lock so that only
-/// one of the instances starting at once creates the tables (see [`MigrationLock`]);
-/// waits at most `wait` for another instance's migrations (the service waits
-/// [`MIGRATION_LOCK_WAIT`]; tests wait a second, not minutes, for the lock they hold).
-pub async fn migrate_waiting_at_most(
-    db: &DatabaseConnection,
-    settings: &DatabaseSettings,
-    wait: Duration,
-) -> Result<(), DbSetupError> {
-    migrate_with(db, settings, wait, OlderInstances::Refuse)
-        .await
-        .map(|_| ())
-}
-
-/// [`migrate_waiting_at_most`], with `older` saying what to do about instances of an
-/// older schema that are alive; returns the migrations applied, in the order they ran.
+/// one of the instances starting at once creates the tables (see [`MigrationLock`]),
+/// waiting at most `wait` for another instance's migrations (the service waits
+/// [`MIGRATION_LOCK_WAIT`]; tests wait a second, not minutes, for the lock they hold),
+/// with `older` saying what to do about instances of an older schema that are alive;
+/// returns the migrations applied, in the order they ran.
 pub(crate) async fn migrate_with(
     db: &DatabaseConnection,
     settings: &DatabaseSettings,

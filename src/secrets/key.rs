@@ -96,7 +96,7 @@ impl SecretKey {
 }
 
 /// Writes a new key to `path` with mode 0600, refusing to overwrite a file; returns its id.
-pub fn generate_key_file(path: &Path) -> Result<String, SecretsError> {
+pub(crate) fn generate_key_file(path: &Path) -> Result<String, SecretsError> {
     use std::os::unix::fs::OpenOptionsExt;
     let failed = |source| SecretsError::WriteKey {
         path: path.to_path_buf(),

@@ -46,6 +46,12 @@ pub struct Keyring {
 }
 
 impl Keyring {
+    /// Writes a new key to `path` with mode 0600, refusing to overwrite a file; returns
+    /// its id. A keyring loads it through `[secrets] key_file`.
+    pub fn generate_key_file(path: &std::path::Path) -> Result<String, SecretsError> {
+        super::key::generate_key_file(path)
+    }
+
     /// No key at all: secrets can be read only if stored in clear, and none can be stored.
     pub fn none() -> Keyring {
         Keyring::default()

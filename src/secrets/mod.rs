@@ -16,7 +16,6 @@ mod sealed;
 
 pub(crate) use error::SecretsError;
 pub(crate) use error::HOW_TO_CONFIGURE;
-pub use key::generate_key_file;
 pub use keyring::Keyring;
 pub(crate) use sealed::Binding;
 pub(crate) use sealed::{sealed_key_id, sealed_prefix};

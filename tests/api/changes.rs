@@ -34,12 +34,10 @@ async fn read_all(db: &DatabaseConnection, since: Cursor, limit: u64) -> (Vec<Fe
 
 /// `position` as a reader of `db`'s feed holds it: the text `changes` prints.
 async fn issued(db: &DatabaseConnection, position: Cursor) -> String {
-    let database = changes::database_id(db).await.expect("the database's id");
-    FeedCursor {
-        database: Some(database),
-        position,
-    }
-    .to_string()
+    FeedCursor::issued_by(db, position)
+        .await
+        .expect("the database's id")
+        .to_string()
 }
 
 /// The position of a cursor `changes` printed.
@@ -394,7 +392,7 @@ async fn a_cursor_older_than_the_retention_is_refused_with_a_resync_message() {
 
     // A cursor from beyond this database's head is refused too.
     // Past the head and every stored batch (on PostgreSQL a batch may be above the head).
-    let head = changes::head(&app.db).await.expect("head");
+    let head = Cursor::head(&app.db).await.expect("head");
     let newest = app.batch_seqs().await.last().copied().unwrap_or(0);
     let ahead = issued(
         &app.db,
@@ -496,8 +494,14 @@ async fn a_cursor_from_another_database_is_refused_with_a_resync_message() {
     }
     let (issuer_config, other_config) = (&configs[0], &configs[1]);
     assert_ne!(
-        changes::database_id(&issuer.db).await.expect("id"),
-        changes::database_id(&other.db).await.expect("id"),
+        FeedCursor::issued_by(&issuer.db, Cursor::START)
+            .await
+            .expect("id")
+            .database,
+        FeedCursor::issued_by(&other.db, Cursor::START)
+            .await
+            .expect("id")
+            .database,
         "each database draws its own id"
     );
 

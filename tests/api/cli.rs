@@ -182,7 +182,7 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("never.db");
     let key_file = dir.path().join("secrets.key");
-    tributary::secrets::generate_key_file(&key_file).unwrap();
+    tributary::secrets::Keyring::generate_key_file(&key_file).unwrap();
     let secrets = format!("[secrets]\nkey_file = \"{}\"\n", key_file.display());
     let valid = format!(
         "[database]\nurl = \"sqlite://{}?mode=rwc\"\n{secrets}{}",

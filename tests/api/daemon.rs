@@ -487,40 +487,6 @@ async fn a_sqlite_database_is_opened_in_wal_mode_with_infrequent_checkpoints() {
     );
 }
 
-/// The setup lock file only serialises opening; a database whose lock file cannot be
-/// created (here a folder stands in its way) still opens, and migrating names the lock.
-#[tokio::test]
-async fn a_sqlite_database_opens_where_its_setup_lock_file_cannot_be_created() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("locked.db");
-    let settings = tributary::config::DatabaseSettings {
-        url: format!("sqlite://{}?mode=rwc", file.display()),
-        max_connections: 4,
-    };
-    let db = tributary::db::connect_and_migrate(&settings)
-        .await
-        .expect("created");
-    db.close().await.unwrap();
-    let lock = dir.path().join("locked.db.migrate.lock");
-    std::fs::remove_file(&lock).unwrap();
-    std::fs::create_dir(&lock).unwrap();
-
-    let db = tributary::db::connect(&settings).await.expect("opens");
-    let tables = db
-        .query_all_raw(sea_orm::Statement::from_string(
-            db.get_database_backend(),
-            "SELECT id FROM records",
-        ))
-        .await
-        .expect("reads");
-    assert!(tables.is_empty());
-    // The service's wait: failing to create the lock file is no reason to wait.
-    let migrated =
-        tributary::db::migrate_waiting_at_most(&db, &settings, Duration::from_secs(300)).await;
-    let message = migrated.expect_err("no lock, no migration").to_string();
-    assert!(message.contains("migration lock (lock file"), "{message}");
-}
-
 #[tokio::test]
 async fn the_daemon_speaks_systemds_notify_protocol_and_logs_json_with_run_fields() {
     use std::os::unix::net::UnixDatagram;

@@ -88,7 +88,7 @@ async fn spawn_app_with(database_url: impl FnOnce(String) -> String) -> TestApp 
 /// Writes a new key file `secrets.key` into `dir` and returns it with a keyring holding it.
 pub fn test_key(dir: &std::path::Path) -> (PathBuf, tributary::secrets::Keyring) {
     let key_file = dir.join("secrets.key");
-    tributary::secrets::generate_key_file(&key_file).expect("test key written");
+    tributary::secrets::Keyring::generate_key_file(&key_file).expect("test key written");
     let keyring = keyring_of(&key_file);
     (key_file, keyring)
 }

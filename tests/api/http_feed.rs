@@ -298,12 +298,10 @@ async fn a_replay_of_a_run_whose_provider_left_the_config_is_a_conflict_that_wri
 
 /// `position` as the feed of `app`'s database issues it.
 async fn issued(app: &TestApp, position: Cursor) -> String {
-    let database = changes::database_id(&app.db).await.expect("database id");
-    FeedCursor {
-        database: Some(database),
-        position,
-    }
-    .to_string()
+    FeedCursor::issued_by(&app.db, position)
+        .await
+        .expect("database id")
+        .to_string()
 }
 
 #[tokio::test]

@@ -511,7 +511,7 @@ const PUBLIC_ITEMS_AIM: usize = 80;
 
 /// The most public items the library may have today: it only comes down, towards
 /// [`PUBLIC_ITEMS_AIM`], as items become `pub(crate)`.
-const PUBLIC_ITEMS_CEILING: usize = 85;
+const PUBLIC_ITEMS_CEILING: usize = 79;
 
 #[test]
 fn the_library_has_no_more_public_items_than_its_ceiling() {

@@ -19,7 +19,8 @@ pub(crate) use order::{align_clock, clock_missing, TRANSACTION_SEQ};
 pub(crate) use read::position_in;
 pub(crate) use read::run_cursor_bounds;
 pub(crate) use read::MAX_LIMIT;
-pub use read::{database_id, head, read_changes, FeedChange, FeedError, FeedQuery};
+pub(crate) use read::{database_id, head};
+pub use read::{read_changes, FeedChange, FeedError, FeedQuery};
 pub use sweep::{sweep_expired_changes, SweptChanges};
 // Only the pipeline writes changes, each in the transaction of the write it records.
 pub(crate) use write::{

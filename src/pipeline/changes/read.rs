@@ -178,7 +178,7 @@ async fn newest_batch(db: &impl ConnectionTrait) -> Result<Option<i64>, DbErr> {
 }
 
 /// This database's id, which every cursor its feed issues carries.
-pub async fn database_id(db: &impl ConnectionTrait) -> Result<DatabaseId, DbErr> {
+pub(crate) async fn database_id(db: &impl ConnectionTrait) -> Result<DatabaseId, DbErr> {
     let stored: Option<Option<String>> = change_clock::Entity::find_by_id(CLOCK_ROW)
         .select_only()
         .column(change_clock::Column::DatabaseId)
@@ -216,8 +216,30 @@ pub async fn position_in(
 /// The head: the cursor after every change readable so far (on PostgreSQL, those
 /// committed by transactions older than every running one). A reader that copies
 /// `records` after taking it and then follows the feed from it misses nothing.
-pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
+pub(crate) async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
     Ok(Clock::read(db).await?.head())
+}
+
+impl Cursor {
+    /// `db`'s head: the cursor after every change readable so far. A reader that copies
+    /// `records` after taking it and then follows the feed from it misses nothing.
+    pub async fn head(db: &impl ConnectionTrait) -> Result<Cursor, DbErr> {
+        head(db).await
+    }
+}
+
+impl FeedCursor {
+    /// `position` as `db`'s feed issues it to readers: carrying the database's id, so that
+    /// a cursor shown to another database's feed is refused.
+    pub async fn issued_by(
+        db: &impl ConnectionTrait,
+        position: Cursor,
+    ) -> Result<FeedCursor, DbErr> {
+        Ok(FeedCursor {
+            database: Some(database_id(db).await?),
+            position,
+        })
+    }
 }
 
 /// The cursors just before a run's first change batch and just after its last: reading

@@ -34,6 +34,7 @@ mod leases;
 mod lock_order;
 mod long_values;
 mod mid_run_changes;
+mod migration_lock;
 mod notifications;
 mod oauth_refresh;
 mod pagination;

@@ -8,7 +8,8 @@
 //! none missed but those deferred by the budget, which ran later; no 429 answered; the
 //! delay from a slot to its run's start (p50, p99); the database's transactions per slot
 //! (`pg_stat_database`: each statement outside a transaction is one); peak RSS per daemon
-//! (VmHWM); and how soon the killed daemon's jobs ran again elsewhere.
+//! (VmHWM); how soon the killed daemon's jobs ran again elsewhere; and where the machine's
+//! CPU went from the first slot on: each daemon, PostgreSQL, this process (the emulator).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
@@ -23,6 +24,7 @@ use serde::Serialize;
 use tributary::entities::sync_job::{self, JobKind, JobStatus};
 use tributary::entities::sync_run;
 
+use super::cpu::{CpuMeter, CpuSpent};
 use super::emulator::{Dataset, Emulator, GlobalLimit, TOKEN_PREFIX};
 use super::verify::Check;
 use super::PROVIDER;
@@ -69,6 +71,10 @@ pub struct FleetReport {
     pub transactions_per_slot: f64,
     pub transactions_per_run: f64,
     pub peak_rss_mib: Vec<f64>,
+    /// CPU seconds from the first slot to the end: each daemon, then this process.
+    pub cpu: CpuSpent,
+    /// CPU milliseconds a run: the daemons', PostgreSQL's, this process's.
+    pub cpu_ms_per_run: (f64, f64, f64),
     pub killed_jobs: usize,
     pub killed_jobs_rerun_within_seconds: Option<f64>,
     pub seconds: f64,
@@ -310,6 +316,7 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
     let mut killed_jobs: Vec<i64> = Vec::new();
     let mut killed_when: Option<DateTime<Utc>> = None;
     let mut next_boundary = 0usize;
+    let mut cpu: Option<CpuMeter> = None;
     // Watch until every slot job ended, or two periods past the last slot at most
     // beyond the ten minutes that a budget's deferrals may take.
     let give_up = last + period * 2 + chrono::TimeDelta::minutes(10);
@@ -318,7 +325,15 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
         for daemon in &mut daemons {
             daemon.sample_rss();
         }
+        if let Some(cpu) = &mut cpu {
+            cpu.sample();
+        }
         if next_boundary < slots.len() && now >= slots[next_boundary] {
+            if cpu.is_none() {
+                let mut pids: Vec<u32> = daemons.iter().map(|daemon| daemon.child.id()).collect();
+                pids.push(std::process::id());
+                cpu = Some(CpuMeter::start(pids));
+            }
             transactions_at.push(transactions(&db).await?);
             next_boundary += 1;
         }
@@ -363,6 +378,10 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let transactions_end = transactions(&db).await?;
+    let cpu = cpu.map(|mut cpu| {
+        cpu.sample();
+        cpu.spent()
+    });
     for daemon in &daemons {
         if !daemon.killed {
             daemon.signal("-TERM");
@@ -386,6 +405,7 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
         &killed_jobs,
         killed_when,
         started,
+        cpu.unwrap_or_default(),
     );
     if report.checks.iter().any(|check| !check.passed) {
         for (i, daemon) in daemons.iter().enumerate() {
@@ -415,6 +435,7 @@ fn measure(
     killed_jobs: &[i64],
     killed_when: Option<DateTime<Utc>>,
     started: Instant,
+    cpu: CpuSpent,
 ) -> FleetReport {
     let watched: BTreeSet<DateTime<Utc>> = slots.iter().copied().collect();
     let run_by_id: BTreeMap<i64, &sync_run::Model> = runs.iter().map(|run| (run.id, run)).collect();
@@ -606,6 +627,14 @@ fn measure(
             killed_jobs.len(),
         ));
     }
+    let per_run = |seconds: f64| seconds * 1000.0 / runs.len().max(1) as f64;
+    let daemons_cpu: f64 = cpu.processes.iter().take(daemons.len()).sum();
+    let own_cpu = cpu.processes.get(daemons.len()).copied().unwrap_or(0.0);
+    let cpu_ms_per_run = (
+        per_run(daemons_cpu),
+        per_run(cpu.postgres),
+        per_run(own_cpu),
+    );
     FleetReport {
         connections: options.connections,
         daemons: options.daemons,
@@ -630,6 +659,8 @@ fn measure(
             .iter()
             .map(|daemon| daemon.peak_rss_kib as f64 / 1024.0)
             .collect(),
+        cpu,
+        cpu_ms_per_run,
         killed_jobs: killed_jobs.len(),
         killed_jobs_rerun_within_seconds: rerun_within,
         seconds: started.elapsed().as_secs_f64(),
@@ -686,6 +717,31 @@ pub fn table(report: &FleetReport) -> String {
             ),
         ),
         ("peak RSS per daemon (MiB)", rss.join(", ")),
+        (
+            "CPU s: daemons / PostgreSQL / bench / machine",
+            format!(
+                "{} / {:.0} / {:.0} / {:.0} busy of {:.0}",
+                report
+                    .cpu
+                    .processes
+                    .iter()
+                    .take(report.daemons)
+                    .map(|seconds| format!("{seconds:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                report.cpu.postgres,
+                report.cpu.processes.last().copied().unwrap_or(0.0),
+                report.cpu.machine_busy,
+                report.cpu.machine_total
+            ),
+        ),
+        (
+            "CPU ms a run: daemons / PostgreSQL / bench",
+            format!(
+                "{:.1} / {:.1} / {:.1}",
+                report.cpu_ms_per_run.0, report.cpu_ms_per_run.1, report.cpu_ms_per_run.2
+            ),
+        ),
         (
             "killed daemon's jobs re-run within",
             match report.killed_jobs_rerun_within_seconds {

@@ -13,6 +13,7 @@
 //! is its own.
 
 pub mod api_phase;
+pub mod cpu;
 pub mod emulator;
 pub mod fleet;
 pub mod matrix;

@@ -36,6 +36,11 @@ pub(crate) enum WebhookScheme {
     /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
     Standard,
     Hmac(HmacScheme),
+    /// Strava: a `GET` handshake echoing `hub.challenge` for the verify token (the
+    /// secret), and unsigned event posts accepted only for this subscription.
+    Strava {
+        subscription_id: u64,
+    },
 }
 
 /// `scheme = "hmac"`: an HMAC of the body (or of `{timestamp}.{body}`) in a header.
@@ -89,6 +94,7 @@ pub(super) struct RawWebhookSettings {
     #[serde(default, with = "humantime_serde")]
     tolerance: Option<Duration>,
     id_header: Option<String>,
+    subscription_id: Option<u64>,
     max_body_bytes: Option<usize>,
 }
 
@@ -120,6 +126,7 @@ pub(super) fn parse(
         (Some(name), _) => name,
         (None, "github") => "github",
         (None, "stripe") => "stripe",
+        (None, "strava") => "strava",
         (None, _) => {
             return Err((
                 "scheme".into(),
@@ -143,6 +150,12 @@ pub(super) fn parse(
             ));
         }
     }
+    if scheme_name != "strava" && raw.subscription_id.is_some() {
+        return Err((
+            "subscription_id".into(),
+            format!("only applies with scheme = \"strava\", not {scheme_name:?}"),
+        ));
+    }
     let tolerance = raw.tolerance.unwrap_or(DEFAULT_TOLERANCE);
     if raw.tolerance.is_some() {
         let takes_tolerance = matches!(scheme_name, "hmac") && raw.timestamp_header.is_some();
@@ -163,6 +176,15 @@ pub(super) fn parse(
         "gitlab" => WebhookScheme::Gitlab,
         "standard" => WebhookScheme::Standard,
         "hmac" => WebhookScheme::Hmac(parse_hmac(&raw, tolerance)?),
+        "strava" => WebhookScheme::Strava {
+            subscription_id: raw.subscription_id.ok_or_else(|| {
+                (
+                    "subscription_id".to_string(),
+                    "missing: expected the id Strava answered when the subscription was created"
+                        .to_string(),
+                )
+            })?,
+        },
         other => {
             return Err((
                 "scheme".into(),
@@ -181,7 +203,8 @@ pub(super) fn parse(
     })
 }
 
-const SCHEMES: &str = "\"github\", \"stripe\", \"shopify\", \"gitlab\", \"standard\" or \"hmac\"";
+const SCHEMES: &str =
+    "\"github\", \"stripe\", \"shopify\", \"gitlab\", \"standard\", \"strava\" or \"hmac\"";
 
 fn parse_hmac(
     raw: &RawWebhookSettings,

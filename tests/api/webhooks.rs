@@ -542,3 +542,193 @@ async fn a_webhook_secret_variable_that_is_not_set_stops_the_daemon_naming_it() 
         output.stderr
     );
 }
+
+/// Strava's subscription: the verify token is the secret, 120475 the subscription.
+fn strava_provider(extra: &str) -> String {
+    "\n[providers.strava]\nkind = \"strava\"\nbase_url = \"https://www.strava.com/api/v3\"\n\
+     client_id = \"4242\"\nclient_secret_env = \"HOOK_STRAVA_CLIENT\"\nschedule = \"0 0 0 1 1 *\"\n\
+     [providers.strava.webhooks]\nsecret_env = \"HOOK_STRAVA_VERIFY\"\nsubscription_id = 120475\n"
+        .to_string()
+        + extra
+}
+
+const STRAVA_ENV: [(&str, &str); 3] = [
+    ("HOOK_STRAVA_CLIENT", "client-secret-value"),
+    ("HOOK_STRAVA_VERIFY", "STRAVA-verify-token"),
+    ("HOOK_GH", GITHUB_SECRET),
+];
+
+/// Strava's own example event (developers.strava.com/docs/webhooks), with `changes`.
+fn strava_event(changes: Value) -> Vec<u8> {
+    let mut event = json!({
+        "aspect_type": "update",
+        "event_time": 1516126040,
+        "object_id": 1360128428,
+        "object_type": "activity",
+        "owner_id": 134815,
+        "subscription_id": 120475,
+        "updates": {"title": "Messy"}
+    });
+    if let (Some(event), Some(changes)) = (event.as_object_mut(), changes.as_object()) {
+        for (key, value) in changes {
+            match value {
+                Value::Null => event.remove(key),
+                _ => event.insert(key.clone(), value.clone()),
+            };
+        }
+    }
+    event.to_string().into_bytes()
+}
+
+#[tokio::test]
+async fn strava_s_handshake_echoes_the_challenge_only_for_the_verify_token() {
+    let app = spawn_app().await;
+    let gh = "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+              [providers.gh.webhooks]\nsecret_env = \"HOOK_GH\"\n";
+    let served = Served::start_with_env(&app, &strava_provider(gh), &STRAVA_ENV, |text| text).await;
+    let handshake = |provider: &str, mode: &str, token: Option<&str>| {
+        let token = token.map_or(String::new(), |token| format!("&hub.verify_token={token}"));
+        format!("/webhooks/{provider}?hub.mode={mode}&hub.challenge=15f7d1a91c1f40f8a748fd134752feb3{token}")
+    };
+    let (status, _, answer) = served
+        .call(
+            Method::GET,
+            &handshake("strava", "subscribe", Some("STRAVA-verify-token")),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"hub.challenge": "15f7d1a91c1f40f8a748fd134752feb3"})
+    );
+
+    for token in [Some("STRAVA-verify-tokeN"), Some("STRAVA"), Some(""), None] {
+        let (status, headers, problem) = served
+            .call(
+                Method::GET,
+                &handshake("strava", "subscribe", token),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{token:?}: {problem}");
+        assert_problem(status, &headers, &problem);
+        assert!(
+            !problem.to_string().contains("15f7d1a9"),
+            "the challenge is not echoed: {problem}"
+        );
+    }
+    let (status, _, problem) = served
+        .call(
+            Method::GET,
+            &handshake("strava", "unsubscribe", Some("STRAVA-verify-token")),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    // A provider of another scheme answers no handshake.
+    let (status, _, problem) = served
+        .call(
+            Method::GET,
+            &handshake("gh", "subscribe", Some(GITHUB_SECRET)),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    let log = served.daemon.log();
+    assert!(
+        !log.contains("STRAVA-verify-token"),
+        "the token is in the log"
+    );
+}
+
+#[tokio::test]
+async fn strava_events_are_kept_once_under_their_fields_only_for_the_configured_subscription() {
+    let app = spawn_app().await;
+    let served = Served::start_with_env(&app, &strava_provider(""), &STRAVA_ENV, |text| text).await;
+    let post = |body: Vec<u8>| {
+        let served = &served;
+        async move {
+            served
+                .call(
+                    Method::POST,
+                    "/webhooks/strava",
+                    None,
+                    Some(("application/json", body)),
+                )
+                .await
+        }
+    };
+    let (status, _, answer) = post(strava_event(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let id = "activity:1360128428:update:1516126040:134815";
+    assert_eq!(answer, json!({"status": "accepted", "delivery_id": id}));
+    // Strava's retry of the same event.
+    let (status, _, answer) = post(strava_event(json!({}))).await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (StatusCode::OK, &json!("duplicate"))
+    );
+    // Another event of the same activity is another delivery.
+    let (status, _, answer) = post(strava_event(
+        json!({"aspect_type": "delete", "event_time": 1516126100, "updates": {}}),
+    ))
+    .await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (StatusCode::OK, &json!("accepted")),
+        "{answer}"
+    );
+
+    for (refused, why) in [
+        (
+            json!({"subscription_id": 999, "owner_id": 1}),
+            "another subscription",
+        ),
+        (
+            json!({"subscription_id": "120475", "owner_id": 2}),
+            "the id as text",
+        ),
+        (
+            json!({"subscription_id": null, "owner_id": 3}),
+            "no subscription",
+        ),
+    ] {
+        let (status, headers, problem) = post(strava_event(refused)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}: {problem}");
+        assert_problem(status, &headers, &problem);
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("subscription_id")),
+            "{why}: {problem}"
+        );
+    }
+    let (status, _, problem) = post(strava_event(json!({"owner_id": null}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+
+    let kept: Vec<(String, String, Option<String>)> = inbox(&app)
+        .await
+        .into_iter()
+        .map(|row| (row.0, row.1, row.2))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (
+                "strava".to_string(),
+                id.to_string(),
+                Some("activity.update".to_string())
+            ),
+            (
+                "strava".to_string(),
+                "activity:1360128428:delete:1516126100:134815".to_string(),
+                Some("activity.delete".to_string())
+            ),
+        ]
+    );
+}

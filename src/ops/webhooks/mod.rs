@@ -11,7 +11,7 @@ use secrecy::SecretString;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Settings, WebhookScheme};
+use crate::config::{Settings, WebhookScheme, WebhookSettings};
 use crate::entities::webhook_delivery::{self, InboxStatus};
 pub(crate) use verify::{Headers, Refusal};
 
@@ -65,7 +65,7 @@ pub(crate) async fn receive(
         .and_then(|settings| settings.webhooks.as_ref())
         .ok_or_else(unknown)?;
     let secrets = secrets.get(provider).ok_or_else(unknown)?;
-    let outcome = store_verified(db, &webhooks.scheme, secrets, &inbound).await;
+    let outcome = store_verified(db, webhooks, secrets, &inbound).await;
     let label = match &outcome {
         Ok(received) => received.status,
         Err(WebhookError::Refused(Refusal::Stale { .. })) => "stale",
@@ -82,12 +82,75 @@ pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
     crate::telemetry::record_webhook_delivery(provider, outcome);
 }
 
+/// Strava's subscription handshake (`GET /webhooks/{provider}`), as its query gives it.
+pub(crate) struct Handshake<'a> {
+    pub provider: &'a str,
+    pub mode: Option<&'a str>,
+    pub challenge: Option<&'a str>,
+    pub verify_token: Option<&'a str>,
+}
+
+/// The longest `hub.challenge` echoed.
+const MAX_CHALLENGE_LEN: usize = 255;
+
+/// Answers Strava's subscription handshake: the challenge to echo when the verify token
+/// is the provider's secret. Only a `strava` provider answers one.
+pub(crate) fn handshake(
+    settings: &Settings,
+    secrets: &BTreeMap<String, Vec<SecretString>>,
+    handshake: &Handshake<'_>,
+) -> Result<String, WebhookError> {
+    let provider = handshake.provider;
+    let unknown = || WebhookError::UnknownProvider(provider.to_string());
+    settings
+        .providers
+        .get(provider)
+        .and_then(|settings| settings.webhooks.as_ref())
+        .filter(|webhooks| matches!(webhooks.scheme, WebhookScheme::Strava { .. }))
+        .ok_or_else(unknown)?;
+    let secrets = secrets.get(provider).ok_or_else(unknown)?;
+    let outcome = answer_handshake(secrets, handshake);
+    let label = match &outcome {
+        Ok(_) => "handshake",
+        Err(WebhookError::Refused(_)) => "unauthorized",
+        Err(_) => "malformed",
+    };
+    record_outcome(provider, label);
+    outcome
+}
+
+fn answer_handshake(
+    secrets: &[SecretString],
+    handshake: &Handshake<'_>,
+) -> Result<String, WebhookError> {
+    if handshake.mode != Some("subscribe") {
+        return Err(WebhookError::Malformed(
+            "hub.mode must be \"subscribe\"".to_string(),
+        ));
+    }
+    verify::verify_token(secrets, handshake.verify_token).map_err(WebhookError::Refused)?;
+    handshake
+        .challenge
+        .filter(|challenge| {
+            !challenge.is_empty()
+                && challenge.len() <= MAX_CHALLENGE_LEN
+                && !challenge.chars().any(char::is_control)
+        })
+        .map(str::to_string)
+        .ok_or_else(|| {
+            WebhookError::Malformed(format!(
+                "hub.challenge must be 1 to {MAX_CHALLENGE_LEN} bytes without control characters"
+            ))
+        })
+}
+
 async fn store_verified(
     db: &DatabaseConnection,
-    scheme: &WebhookScheme,
+    webhooks: &WebhookSettings,
     secrets: &[SecretString],
     inbound: &Inbound<'_>,
 ) -> Result<Received, WebhookError> {
+    let scheme = &webhooks.scheme;
     let received_at = crate::db::now();
     verify::verify(scheme, secrets, inbound.headers, inbound.body, received_at)
         .map_err(WebhookError::Refused)?;
@@ -159,6 +222,7 @@ fn delivery_id(
             Some(name) => from_header(&[name.as_str()])?,
             None => const_hex::encode(Sha256::digest(body)),
         },
+        WebhookScheme::Strava { .. } => strava_event_id(json)?,
     };
     if id.len() > MAX_DELIVERY_ID_LEN || id.chars().any(char::is_control) {
         return Err(WebhookError::Malformed(format!(
@@ -166,6 +230,34 @@ fn delivery_id(
         )));
     }
     Ok(id)
+}
+
+/// A Strava event has no id: it is the event's own fields, which a retry repeats and two
+/// different events do not share (`activity:123:update:1516126040:456`).
+fn strava_event_id(json: &serde_json::Value) -> Result<String, WebhookError> {
+    let text = |name: &str| json.get(name).and_then(serde_json::Value::as_str);
+    let number = |name: &str| json.get(name).and_then(serde_json::Value::as_u64);
+    match (
+        text("object_type"),
+        number("object_id"),
+        text("aspect_type"),
+        number("event_time"),
+        number("owner_id"),
+    ) {
+        (
+            Some(object_type),
+            Some(object_id),
+            Some(aspect_type),
+            Some(event_time),
+            Some(owner_id),
+        ) => Ok(format!(
+            "{object_type}:{object_id}:{aspect_type}:{event_time}:{owner_id}"
+        )),
+        _ => Err(WebhookError::Malformed(
+            "the event lacks one of object_type, object_id, aspect_type, event_time and owner_id"
+                .to_string(),
+        )),
+    }
 }
 
 /// The event's type when the delivery names one, cut to the column's length.
@@ -183,6 +275,14 @@ fn event_type(
             .get("type")
             .and_then(serde_json::Value::as_str)
             .map(str::to_string),
+        WebhookScheme::Strava { .. } => {
+            let field = |name: &str| json.get(name).and_then(serde_json::Value::as_str);
+            Some(format!(
+                "{}.{}",
+                field("object_type")?,
+                field("aspect_type")?
+            ))
+        }
     }?;
     let mut cut = named.trim().to_string();
     while cut.len() > MAX_DELIVERY_ID_LEN {

@@ -126,6 +126,7 @@ pub(crate) fn router(request_timeout: Duration, state: ApiState) -> Router {
         (status = 401, description = "The signature is missing, wrong, or older than the tolerance", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No provider of that name receives webhooks", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than the provider's `max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Past the provider's `rate_limit`: nothing was kept; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn receive(
@@ -219,6 +220,14 @@ pub(crate) async fn receive(
                 "A verified webhook delivery was malformed."
             );
             Err(Problem::invalid("body", message))
+        }
+        Err(error @ WebhookError::Limited { retry_after, .. }) => {
+            tracing::warn!(
+                provider,
+                retry_after,
+                "A webhook delivery was past its provider's rate limit."
+            );
+            Err(Problem::rate_limited(retry_after, error.to_string()))
         }
         Err(WebhookError::Database(error)) => {
             tracing::error!(provider, %error, "Storing a webhook delivery failed.");

@@ -6,8 +6,13 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use super::budget::BudgetWindow;
+
 /// `max_body_bytes` when not given.
 const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// `rate_limit` when not given: well above a provider's usual bursts, well below what
+/// fills a disk.
+const DEFAULT_RATE_LIMIT: &str = "100/second";
 /// The range of `max_body_bytes`.
 const MAX_BODY_BYTES: (usize, usize) = (1, 64 * 1024 * 1024);
 /// The replay window of the timestamped schemes when not given (Stripe's and Standard
@@ -24,6 +29,9 @@ pub(crate) struct WebhookSettings {
     pub secret_env: Vec<String>,
     /// The largest body read; a larger one is refused with 413.
     pub max_body_bytes: usize,
+    /// How many verified deliveries are kept per window, across instances; past it they
+    /// are answered 429 with `Retry-After`.
+    pub rate_limit: BudgetWindow,
 }
 
 /// How deliveries are signed.
@@ -96,6 +104,7 @@ pub(super) struct RawWebhookSettings {
     id_header: Option<String>,
     subscription_id: Option<u64>,
     max_body_bytes: Option<usize>,
+    rate_limit: Option<String>,
 }
 
 /// Validates a provider's `webhooks` table; `kind` is the provider's kind. Errors are
@@ -196,10 +205,14 @@ pub(super) fn parse(
     let (min, max) = MAX_BODY_BYTES;
     tributary_providers::bounds::count_in(max_body_bytes, min, max)
         .map_err(|message| ("max_body_bytes".to_string(), message))?;
+    let rate_limit =
+        super::api::parse_rate_limit(raw.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT))
+            .map_err(|message| ("rate_limit".to_string(), message))?;
     Ok(WebhookSettings {
         scheme,
         secret_env,
         max_body_bytes,
+        rate_limit,
     })
 }
 

@@ -732,3 +732,39 @@ async fn strava_events_are_kept_once_under_their_fields_only_for_the_configured_
         ]
     );
 }
+
+/// The limit counts verified deliveries only: forged ones before it spend none of it, and
+/// past it a good delivery is 429 with `Retry-After` and kept nowhere.
+#[tokio::test]
+async fn past_the_rate_limit_a_delivery_is_429_with_retry_after_and_forgeries_spend_none_of_it() {
+    let app = spawn_app().await;
+    let providers = "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+                     [providers.gh.webhooks]\nsecret_env = \"HOOK_GH\"\nrate_limit = \"2/day\"\n";
+    let served =
+        Served::start_with_env(&app, providers, &[("HOOK_GH", GITHUB_SECRET)], |text| text).await;
+    for tag in ["forged-1", "forged-2", "forged-3"] {
+        let (status, _, problem) = send(&served, &github(tag, Signing::WrongSecret), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+    }
+    for tag in ["first", "second"] {
+        let (status, _, answer) = send(&served, &github(tag, Signing::Good), None).await;
+        assert_eq!(status, StatusCode::OK, "{tag}: {answer}");
+    }
+    let (status, headers, problem) = send(&served, &github("third", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
+    assert_problem(status, &headers, &problem);
+    let retry_after: u64 = headers
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("rate_limit")),
+        "{problem}"
+    );
+    let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(kept, ["gh-first", "gh-second"]);
+}

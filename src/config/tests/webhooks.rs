@@ -185,3 +185,27 @@ fn strava_needs_its_subscription_id_which_no_other_scheme_takes() {
     let (key, _) = refused("strava", "secret_env = \"H\"\nsubscription_id = -1");
     assert_eq!(key, "providers.acme.webhooks.subscription_id");
 }
+
+#[test]
+fn the_rate_limit_defaults_to_a_hundred_a_second_and_is_checked() {
+    let webhooks = accepted("github", "secret_env = \"H\"");
+    assert_eq!(
+        (webhooks.rate_limit.requests, webhooks.rate_limit.per),
+        (100, Duration::from_secs(1))
+    );
+    let webhooks = accepted("github", "secret_env = \"H\"\nrate_limit = \"30/minute\"");
+    assert_eq!(
+        (webhooks.rate_limit.requests, webhooks.rate_limit.per),
+        (30, Duration::from_secs(60))
+    );
+    for bad in ["0/second", "ten/second", "5"] {
+        let (key, message) = refused(
+            "github",
+            &format!("secret_env = \"H\"\nrate_limit = \"{bad}\""),
+        );
+        assert_eq!(
+            key, "providers.acme.webhooks.rate_limit",
+            "{bad}: {message}"
+        );
+    }
+}

@@ -38,6 +38,13 @@ pub(crate) enum WebhookError {
     /// Verified, but not a delivery we can keep: the JSON or its id.
     #[error("{0}")]
     Malformed(String),
+    /// Past the provider's `rate_limit`: nothing was kept.
+    #[error("more deliveries than the provider's rate_limit of {requests} per {seconds} seconds; retry after {retry_after} s")]
+    Limited {
+        requests: u64,
+        seconds: u64,
+        retry_after: u64,
+    },
     #[error(transparent)]
     Database(#[from] DbErr),
 }
@@ -71,6 +78,7 @@ pub(crate) async fn receive(
         Err(WebhookError::Refused(Refusal::Stale { .. })) => "stale",
         Err(WebhookError::Refused(_)) => "unauthorized",
         Err(WebhookError::Malformed(_)) => "malformed",
+        Err(WebhookError::Limited { .. }) => "limited",
         Err(_) => "error",
     };
     record_outcome(provider, label);
@@ -154,6 +162,21 @@ async fn store_verified(
     let received_at = crate::db::now();
     verify::verify(scheme, secrets, inbound.headers, inbound.body, received_at)
         .map_err(WebhookError::Refused)?;
+    // Counted only once verified, in the database: forged deliveries cannot spend the
+    // provider's budget, and every instance shares it.
+    let window = &webhooks.rate_limit;
+    let scope = format!("webhooks:{}", inbound.provider);
+    if let Some(reopens_at) =
+        crate::pipeline::take_one_from(db, &scope, window, received_at).await?
+    {
+        let wait = reopens_at.signed_duration_since(received_at).num_seconds();
+        return Err(WebhookError::Limited {
+            requests: window.requests,
+            seconds: window.per.as_secs(),
+            // Whole seconds, rounded up: a sender that waits this long finds room.
+            retry_after: u64::try_from(wait).unwrap_or(0).saturating_add(1),
+        });
+    }
     let text = std::str::from_utf8(inbound.body)
         .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
     let json: serde_json::Value = serde_json::from_str(text)

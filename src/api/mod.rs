@@ -317,7 +317,10 @@ pub(crate) async fn serve(
         .await
         .map_err(|source| ApiError::Listen { listen, source })?;
     let mut state = ApiState::new(db, settings.clone(), Arc::new(openapi_document()));
-    state.webhook_secrets = Arc::new(settings.webhook_secrets()?);
+    state.webhook_secrets = Arc::new(crate::ops::webhooks::secrets(
+        &settings,
+        state.db.secrets(),
+    )?);
     let app = app(api, state);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");

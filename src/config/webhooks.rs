@@ -22,11 +22,15 @@ pub(crate) const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 const TOLERANCE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 60 * 60));
 
 /// One provider's webhook settings.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(crate) struct WebhookSettings {
     pub scheme: WebhookScheme,
     /// The variables that hold the secrets; each is tried (several during a rotation).
     pub secret_env: Vec<String>,
+    /// `secret`: secrets as written in config.toml, sealed (`sealed:v1:...`, opened with
+    /// the secrets key at start-up) or, only with `[secrets] allow_plaintext`, literal.
+    /// Tried after those of `secret_env`.
+    pub secret: Vec<SecretString>,
     /// The largest body read; a larger one is refused with 413.
     pub max_body_bytes: usize,
     /// How many verified deliveries are kept per window, across instances; past it they
@@ -89,10 +93,22 @@ pub(super) enum OneOrMany {
     Many(Vec<String>),
 }
 
+/// One secret as written in config.toml, or a list of them.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a sealed secret (tributary secrets seal-webhook), or a list of them during a rotation"
+)]
+pub(super) enum OneOrManySecrets {
+    One(SecretString),
+    Many(Vec<SecretString>),
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWebhookSettings {
     secret_env: Option<OneOrMany>,
+    secret: Option<OneOrManySecrets>,
     scheme: Option<String>,
     header: Option<String>,
     algorithm: Option<String>,
@@ -119,11 +135,28 @@ pub(super) fn parse(
         Some(OneOrMany::Many(names)) => names,
         None => Vec::new(),
     };
-    if secret_env.is_empty() || secret_env.iter().any(|name| name.trim().is_empty()) {
+    let secret = match raw.secret.take() {
+        Some(OneOrManySecrets::One(secret)) => vec![secret],
+        Some(OneOrManySecrets::Many(secrets)) => secrets,
+        None => Vec::new(),
+    };
+    if secret_env.is_empty() && secret.is_empty() {
         return Err((
             "secret_env".into(),
-            "missing: expected the environment variable that holds the signing secret, or a list of them during a rotation".into(),
+            "missing: expected the environment variable that holds the signing secret (or a list of them during a rotation), or a sealed `secret`".into(),
         ));
+    }
+    if secret_env.iter().any(|name| name.trim().is_empty()) {
+        return Err((
+            "secret_env".into(),
+            "expected the names of environment variables, got an empty one".into(),
+        ));
+    }
+    if secret
+        .iter()
+        .any(|secret| secret.expose_secret().is_empty())
+    {
+        return Err(("secret".into(), "empty".into()));
     }
     if let Some(name) = secret_env.iter().find(|name| !env_is_set(name)) {
         return Err((
@@ -211,6 +244,7 @@ pub(super) fn parse(
     Ok(WebhookSettings {
         scheme,
         secret_env,
+        secret,
         max_body_bytes,
         rate_limit,
     })
@@ -283,20 +317,44 @@ fn valid_header_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// Reads the secrets of `settings` from their variables, in the order listed. The error
-/// names the variable and what is wrong with it, never its value.
-pub(crate) fn resolve_secrets(settings: &WebhookSettings) -> Result<Vec<SecretString>, String> {
-    let mut secrets = Vec::with_capacity(settings.secret_env.len());
+/// What a sealed secret starts with (the `secrets` module's sealed form).
+pub(crate) const SEALED_PREFIX: &str = "sealed:";
+
+/// Reads the secrets of `settings`: from their variables in the order listed, then each
+/// `secret` through `open` (which opens a sealed one). Errors are `(key under the table,
+/// message)`, naming the variable or the entry, never a value.
+pub(crate) fn resolve_secrets(
+    settings: &WebhookSettings,
+    open: &dyn Fn(&SecretString) -> Result<SecretString, String>,
+) -> Result<Vec<SecretString>, (String, String)> {
+    let standard = |secret: &SecretString| {
+        settings.scheme != WebhookScheme::Standard || standard_key(secret.expose_secret()).is_some()
+    };
+    let mut secrets = Vec::with_capacity(settings.secret_env.len() + settings.secret.len());
     for name in &settings.secret_env {
-        let secret = super::secret_env::secret_from_env(name)?;
+        let refused = |message: String| ("secret_env".to_string(), message);
+        let secret = super::secret_env::secret_from_env(name).map_err(refused)?;
         if secret.expose_secret().is_empty() {
-            return Err(format!("environment variable {name} is empty"));
+            return Err(refused(format!("environment variable {name} is empty")));
         }
-        if settings.scheme == WebhookScheme::Standard
-            && standard_key(secret.expose_secret()).is_none()
-        {
-            return Err(format!(
+        if !standard(&secret) {
+            return Err(refused(format!(
                 "environment variable {name} is not a Standard Webhooks secret (whsec_ and base64)"
+            )));
+        }
+        secrets.push(secret);
+    }
+    for (index, written) in settings.secret.iter().enumerate() {
+        let refused = |message: String| {
+            (
+                "secret".to_string(),
+                format!("entry {}: {message}", index + 1),
+            )
+        };
+        let secret = open(written).map_err(refused)?;
+        if secret.expose_secret().is_empty() || !standard(&secret) {
+            return Err(refused(
+                "empty, or not a Standard Webhooks secret (whsec_ and base64)".to_string(),
             ));
         }
         secrets.push(secret);

@@ -768,3 +768,86 @@ async fn past_the_rate_limit_a_delivery_is_429_with_retry_after_and_forgeries_sp
     let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
     assert_eq!(kept, ["gh-first", "gh-second"]);
 }
+
+fn gh_with_secret(secret: &str) -> String {
+    format!(
+        "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.gh.webhooks]\nsecret = \"{secret}\"\n"
+    )
+}
+
+/// `tributary secrets seal-webhook PROVIDER` with `secret` on standard input: the sealed
+/// text it printed.
+fn seal_webhook(app: &TestApp, provider: &str, secret: &str) -> String {
+    let config = app.write_config(
+        "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.other]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n",
+    );
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .args(["secrets", "seal-webhook", provider])
+        .write_stdin(format!("{secret}\n"));
+    let output = crate::helpers::run(&mut command);
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    let sealed = output.stdout.trim().to_string();
+    assert!(sealed.starts_with("sealed:v1:"), "{sealed}");
+    assert!(!sealed.contains(secret));
+    sealed
+}
+
+/// The daemon's stderr when it refuses to start with `providers` (and `edit` applied).
+fn refused_start(app: &TestApp, providers: &str) -> String {
+    let config = app.write_config(&format!("[api]\nlisten = \"127.0.0.1:0\"\n{providers}"));
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30));
+    let output = crate::helpers::run(&mut command);
+    assert_ne!(output.code, 0, "{}", output.stderr);
+    assert!(
+        output.stderr.contains(&config.display().to_string()),
+        "{}",
+        output.stderr
+    );
+    output.stderr
+}
+
+#[tokio::test]
+async fn a_sealed_secret_verifies_deliveries_and_a_literal_one_needs_allow_plaintext() {
+    let app = spawn_app().await;
+    let sealed = seal_webhook(&app, "gh", GITHUB_SECRET);
+    let served = Served::start_with_env(&app, &gh_with_secret(&sealed), &[], |text| text).await;
+    let (status, _, answer) = send(&served, &github("sealed", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, _, answer) = send(&served, &github("wrong", Signing::WrongSecret), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+    assert!(!served.daemon.log().contains(GITHUB_SECRET));
+    drop(served);
+
+    // Written in clear: refused at load, naming the file and the key, never the value.
+    let stderr = refused_start(&app, &gh_with_secret(GITHUB_SECRET));
+    assert!(
+        stderr.contains("providers.gh.webhooks.secret") && stderr.contains("allow_plaintext"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(GITHUB_SECRET), "{stderr}");
+
+    // Sealed for another provider: it does not open as gh's.
+    let other = seal_webhook(&app, "other", GITHUB_SECRET);
+    let stderr = refused_start(&app, &gh_with_secret(&other));
+    assert!(
+        stderr.contains("providers.gh.webhooks.secret")
+            && stderr.contains("sealed for another provider"),
+        "{stderr}"
+    );
+
+    // With allow_plaintext, the literal is taken as written.
+    let served = Served::start_with_env(&app, &gh_with_secret(GITHUB_SECRET), &[], |text| {
+        text.replace("[secrets]\n", "[secrets]\nallow_plaintext = true\n")
+    })
+    .await;
+    let (status, _, answer) = send(&served, &github("plain", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(kept, ["gh-sealed", "gh-plain"]);
+}

@@ -11,8 +11,10 @@ use secrecy::SecretString;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Settings, WebhookScheme, WebhookSettings};
+use crate::config::{ConfigError, Settings, WebhookScheme, WebhookSettings};
 use crate::entities::webhook_delivery::{self, InboxStatus};
+use crate::secrets::{sealed_key_id, Binding, Keyring, SecretsError};
+use secrecy::ExposeSecret;
 pub(crate) use verify::{Headers, Refusal};
 
 /// The longest delivery id kept (the column's length).
@@ -83,6 +85,58 @@ pub(crate) async fn receive(
     };
     record_outcome(provider, label);
     outcome
+}
+
+/// Every webhook provider's secrets: from their variables, and `secret`'s opened with
+/// `keyring` when sealed (as written when `[secrets] allow_plaintext` let it be literal).
+pub(crate) fn secrets(
+    settings: &Settings,
+    keyring: &Keyring,
+) -> Result<BTreeMap<String, Vec<SecretString>>, ConfigError> {
+    settings.webhook_secrets(&|provider, written| {
+        let written = written.expose_secret();
+        if sealed_key_id(written).is_none() {
+            return Ok(SecretString::from(written));
+        }
+        keyring
+            .open(binding(&format!("webhooks:{provider}")), written)
+            .map(|opened| SecretString::from(opened.as_str()))
+            .map_err(|error| match error {
+                SecretsError::UnknownKey {
+                    key_id, configured, ..
+                } => format!(
+                    "sealed with key id {key_id}, which is not configured (configured: {configured}); configure that key as [secrets] key_file or in previous_key_files"
+                ),
+                SecretsError::Decrypt { key_id, .. } => format!(
+                    "cannot be opened with key id {key_id}: it was sealed for another provider, or altered"
+                ),
+                _ => "not in the sealed form `tributary secrets seal-webhook` writes".to_string(),
+            })
+    })
+}
+
+/// Seals `secret` for `provider`'s `webhooks.secret` under the current key; refused
+/// without one, since a sealed text is the point.
+pub(crate) fn seal_secret(
+    keyring: &Keyring,
+    provider: &str,
+    secret: &str,
+) -> Result<String, SecretsError> {
+    let what = format!("the webhook secret of provider {provider}");
+    if keyring.current_key_id().is_none() {
+        return Err(SecretsError::NoKey { what });
+    }
+    keyring.seal(binding(&format!("webhooks:{provider}")), secret, &what)
+}
+
+/// A webhook secret is bound to its provider under a name no connection can have
+/// (provider names hold no `:`, and user ids are never empty), so a connection's sealed
+/// credentials never open as one.
+fn binding(scope: &str) -> Binding<'_> {
+    Binding {
+        user_id: "",
+        provider: scope,
+    }
 }
 
 /// Counts a delivery of `provider` that ended in `outcome`.

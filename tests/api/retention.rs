@@ -540,7 +540,7 @@ async fn the_daemon_sweeps_on_its_schedule_and_logs_what_it_deleted() {
 
 /// Inserts an inbound webhook delivery in `status` received at `received_at`; returns
 /// its id.
-async fn webhook_at(app: &TestApp, status: &str, received_at: DateTime<Utc>) -> i64 {
+pub(crate) async fn webhook_at(app: &TestApp, status: &str, received_at: DateTime<Utc>) -> i64 {
     use sea_orm::sea_query::{Alias, Query};
     let columns = [
         "provider",

@@ -75,6 +75,19 @@ async fn serve(app: &TestApp) -> Served {
     Served::start_with_env(app, &providers(), &ENV, |text| text).await
 }
 
+/// [`serve`] with `/metrics` on the port returned.
+async fn serve_with_metrics(app: &TestApp) -> (Served, u16) {
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with_env(app, &providers(), &ENV, |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
+    (served, metrics_port)
+}
+
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key");
     parts.iter().for_each(|part| mac.update(part));
@@ -374,14 +387,7 @@ fn stripe_headers_for(body: &[u8]) -> Vec<(String, String)> {
 async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
 {
     let app = spawn_app().await;
-    let metrics_port = crate::daemon::free_port();
-    let served = Served::start_with_env(&app, &providers(), &ENV, |text| {
-        text.replace(
-            "[daemon]\n",
-            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
-        )
-    })
-    .await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
     let mut secrets_and_signatures = Vec::new();
     for (scheme, make) in SCHEMES {
         let good = make("tampered", Signing::Good);
@@ -434,12 +440,7 @@ async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401
         );
     }
     assert_eq!(inbox(&app).await, Vec::new());
-    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await
-        .expect("metrics answer")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = metrics_text(metrics_port).await;
     for (provider, outcome, count) in [
         ("gh", "unauthorized", 3),
         ("lab", "unauthorized", 2),
@@ -850,4 +851,56 @@ async fn a_sealed_secret_verifies_deliveries_and_a_literal_one_needs_allow_plain
     assert_eq!(status, StatusCode::OK, "{answer}");
     let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
     assert_eq!(kept, ["gh-sealed", "gh-plain"]);
+}
+
+async fn metrics_text(metrics_port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// `/metrics`' `tributary_webhook_lag_seconds` of `provider`.
+async fn lag_of(metrics_port: u16, provider: &str) -> f64 {
+    let metrics = metrics_text(metrics_port).await;
+    metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("tributary_webhook_lag_seconds{")
+                && line.contains(&format!("provider=\"{provider}\""))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no lag for {provider}:\n{metrics}"))
+}
+
+#[tokio::test]
+async fn the_lag_is_the_age_of_the_oldest_delivery_not_yet_applied_by_provider() {
+    use sea_orm::ConnectionTrait;
+
+    let app = spawn_app().await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
+    assert_eq!(lag_of(metrics_port, "gh").await, 0.0, "nothing waits yet");
+
+    // A delivery received two hours ago and not applied since, and one just now.
+    let two_hours_ago = chrono::Utc::now() - chrono::TimeDelta::hours(2);
+    crate::retention::webhook_at(&app, "received", two_hours_ago).await;
+    let (status, _, answer) = send(&served, &github("new", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+
+    let lag = lag_of(metrics_port, "gh").await;
+    assert!((7_190.0..7_300.0).contains(&lag), "{lag}");
+    assert_eq!(lag_of(metrics_port, "stripe").await, 0.0);
+
+    // Once the old one is applied, the lag is the new one's.
+    app.db
+        .execute_unprepared(
+            "UPDATE webhook_deliveries SET status = 'applied' WHERE delivery_id LIKE 'received-%'",
+        )
+        .await
+        .expect("applied");
+    let lag = lag_of(metrics_port, "gh").await;
+    assert!((0.0..60.0).contains(&lag), "{lag}");
 }

@@ -229,6 +229,10 @@ pub(crate) async fn receive(
             );
             Err(Problem::rate_limited(retry_after, error.to_string()))
         }
+        Err(WebhookError::Interrupted) => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the delivery could not be checked; it is not kept, so send it again",
+        )),
         Err(WebhookError::Database(error)) => {
             tracing::error!(provider, %error, "Storing a webhook delivery failed.");
             Err(Problem::new(

@@ -5,6 +5,10 @@
 mod verify;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
 
 use sea_orm::{ActiveValue::Set, DatabaseConnection, DbErr, EntityTrait, SqlErr};
 use secrecy::SecretString;
@@ -47,6 +51,9 @@ pub(crate) enum WebhookError {
         seconds: u64,
         retry_after: u64,
     },
+    /// The check on the blocking pool did not finish: the runtime is shutting down.
+    #[error("the delivery could not be checked")]
+    Interrupted,
     #[error(transparent)]
     Database(#[from] DbErr),
 }
@@ -55,7 +62,20 @@ pub(crate) enum WebhookError {
 pub(crate) struct Inbound<'a> {
     pub provider: &'a str,
     pub headers: &'a Headers,
-    pub body: &'a [u8],
+    pub body: &'a Bytes,
+}
+
+/// Bodies at least this large are verified and parsed on tokio's blocking pool, as the
+/// pipeline parses pages: an HMAC and a JSON parse over megabytes would hold a runtime
+/// thread that other requests are waiting for.
+const CHECK_OFF_THREAD_BYTES: usize = 16 * 1024;
+
+/// A delivery verified and parsed: what its inbox row keeps.
+#[derive(Debug)]
+struct Checked {
+    text: String,
+    delivery_id: String,
+    event_type: Option<String>,
 }
 
 /// Verifies `inbound` with the provider's `secrets` and stores it unless its delivery id
@@ -63,7 +83,7 @@ pub(crate) struct Inbound<'a> {
 pub(crate) async fn receive(
     db: &DatabaseConnection,
     settings: &Settings,
-    secrets: &BTreeMap<String, Vec<SecretString>>,
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
     inbound: Inbound<'_>,
 ) -> Result<Received, WebhookError> {
     let provider = inbound.provider;
@@ -73,7 +93,9 @@ pub(crate) async fn receive(
         .get(provider)
         .and_then(|settings| settings.webhooks.as_ref())
         .ok_or_else(unknown)?;
-    let secrets = secrets.get(provider).ok_or_else(unknown)?;
+    if !secrets.contains_key(provider) {
+        return Err(unknown());
+    }
     let outcome = store_verified(db, webhooks, secrets, &inbound).await;
     let label = match &outcome {
         Ok(received) => received.status,
@@ -206,16 +228,63 @@ fn answer_handshake(
         })
 }
 
+/// [`check`]s `inbound` inline when its body is small, else on the blocking pool.
+async fn checked(
+    scheme: &WebhookScheme,
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
+    inbound: &Inbound<'_>,
+    now: DateTime<Utc>,
+) -> Result<Checked, WebhookError> {
+    if inbound.body.len() < CHECK_OFF_THREAD_BYTES {
+        let secrets = secrets.get(inbound.provider).map_or(&[][..], Vec::as_slice);
+        return check(scheme, secrets, inbound.headers, inbound.body, now);
+    }
+    let (scheme, all, provider) = (
+        scheme.clone(),
+        Arc::clone(secrets),
+        inbound.provider.to_string(),
+    );
+    let (headers, body) = (inbound.headers.clone(), inbound.body.clone());
+    tokio::task::spawn_blocking(move || {
+        let secrets = all.get(&provider).map_or(&[][..], Vec::as_slice);
+        check(&scheme, secrets, &headers, &body, now)
+    })
+    .await
+    .map_err(|_| WebhookError::Interrupted)?
+}
+
+/// Verifies `body` and parses it: the text, the delivery id and the event type.
+fn check(
+    scheme: &WebhookScheme,
+    secrets: &[SecretString],
+    headers: &Headers,
+    body: &[u8],
+    now: DateTime<Utc>,
+) -> Result<Checked, WebhookError> {
+    verify::verify(scheme, secrets, headers, body, now).map_err(WebhookError::Refused)?;
+    let text = std::str::from_utf8(body)
+        .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
+    let json: serde_json::Value = serde_json::from_str(text)
+        .map_err(|error| WebhookError::Malformed(format!("the body is not JSON: {error}")))?;
+    Ok(Checked {
+        delivery_id: delivery_id(scheme, headers, &json, body)?,
+        event_type: event_type(scheme, headers, &json),
+        text: text.to_string(),
+    })
+}
+
 async fn store_verified(
     db: &DatabaseConnection,
     webhooks: &WebhookSettings,
-    secrets: &[SecretString],
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
     inbound: &Inbound<'_>,
 ) -> Result<Received, WebhookError> {
-    let scheme = &webhooks.scheme;
     let received_at = crate::db::now();
-    verify::verify(scheme, secrets, inbound.headers, inbound.body, received_at)
-        .map_err(WebhookError::Refused)?;
+    let Checked {
+        text,
+        delivery_id,
+        event_type,
+    } = checked(&webhooks.scheme, secrets, inbound, received_at).await?;
     // Counted only once verified, in the database: forged deliveries cannot spend the
     // provider's budget, and every instance shares it.
     let window = &webhooks.rate_limit;
@@ -231,17 +300,12 @@ async fn store_verified(
             retry_after: u64::try_from(wait).unwrap_or(0).saturating_add(1),
         });
     }
-    let text = std::str::from_utf8(inbound.body)
-        .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
-    let json: serde_json::Value = serde_json::from_str(text)
-        .map_err(|error| WebhookError::Malformed(format!("the body is not JSON: {error}")))?;
-    let delivery_id = delivery_id(scheme, inbound.headers, &json, inbound.body)?;
     let row = webhook_delivery::ActiveModel {
         provider: Set(inbound.provider.to_string()),
         delivery_id: Set(delivery_id.clone()),
-        event_type: Set(event_type(scheme, inbound.headers, &json)),
+        event_type: Set(event_type),
         received_at: Set(received_at),
-        body: Set(text.to_string()),
+        body: Set(text),
         status: Set(InboxStatus::Received),
         attempts: Set(0),
         next_attempt_at: Set(received_at),

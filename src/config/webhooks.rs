@@ -330,7 +330,12 @@ pub(crate) fn resolve_secrets(
     let standard = |secret: &SecretString| {
         settings.scheme != WebhookScheme::Standard || standard_key(secret.expose_secret()).is_some()
     };
-    let mut secrets = Vec::with_capacity(settings.secret_env.len() + settings.secret.len());
+    let mut secrets = Vec::with_capacity(
+        settings
+            .secret_env
+            .len()
+            .saturating_add(settings.secret.len()),
+    );
     for name in &settings.secret_env {
         let refused = |message: String| ("secret_env".to_string(), message);
         let secret = super::secret_env::secret_from_env(name).map_err(refused)?;
@@ -348,7 +353,7 @@ pub(crate) fn resolve_secrets(
         let refused = |message: String| {
             (
                 "secret".to_string(),
-                format!("entry {}: {message}", index + 1),
+                format!("entry {}: {message}", index.saturating_add(1)),
             )
         };
         let secret = open(written).map_err(refused)?;

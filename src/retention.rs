@@ -1,5 +1,5 @@
 //! Retention: deletes the history older than `[retention]` from `sync_runs`, `run_errors`,
-//! `notification_deliveries` and `api_audit`, expired `connect_sessions`, and the sightings of runs that ended without removing
+//! `notification_deliveries`, `api_audit` and `webhook_deliveries`, expired `connect_sessions`, and the sightings of runs that ended without removing
 //! theirs (a run killed before it closed, of a connection that never ran again).
 //!
 //! A sweep deletes in batches of at most `batch_size` rows. Each batch is one `SELECT` of
@@ -13,7 +13,8 @@
 //! What stays, whatever its age: a run still `running`; the last run of every connection
 //! and stream (`user_id`, `provider`, `stream`); a run with errors in `run_errors` (its
 //! errors go first, by their own retention, so none is left without its run); a replay
-//! run that resolved an error still kept; a pending delivery.
+//! run that resolved an error still kept; a pending delivery; an inbound webhook not yet
+//! applied, or failed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use crate::config::RetentionSettings;
 use crate::db::DatabasePools;
 use crate::entities::notification_delivery::DeliveryStatus;
 use crate::entities::sync_run::RunStatus;
+use crate::entities::webhook_delivery::InboxStatus;
 
 /// What one sweep deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,6 +45,8 @@ pub struct Swept {
     pub sightings: u64,
     /// Rows deleted from `api_audit`.
     pub audit: u64,
+    /// Applied and unmatched rows deleted from `webhook_deliveries`.
+    pub webhooks: u64,
     /// Expired rows deleted from `connect_sessions`.
     pub connect_sessions: u64,
     /// Delete statements sent, each its own transaction.
@@ -65,6 +69,7 @@ impl Swept {
             self.deliveries,
             self.sightings,
             self.audit,
+            self.webhooks,
             self.connect_sessions,
         ]
         .iter()
@@ -159,6 +164,22 @@ pub async fn sweep(
             })
             .await?;
     }
+    if let Some(cutoff) = before(now, settings.webhooks) {
+        let applied: Value = InboxStatus::Applied.to_value().into();
+        let unmatched: Value = InboxStatus::Unmatched.to_value().into();
+        sweeper.swept.webhooks = sweeper
+            .walk(&Walk {
+                table: "webhook_deliveries",
+                age_column: "received_at",
+                cutoff,
+                select: "t.status IN (?, ?)",
+                select_values: vec![applied.clone(), unmatched.clone()],
+                // Only what was done with: a received or failed delivery stays.
+                delete: "received_at < ? AND status IN (?, ?)",
+                delete_values: vec![cutoff.into(), applied, unmatched],
+            })
+            .await?;
+    }
     // An expired session connects nothing: it goes as soon as it expires.
     sweeper.swept.connect_sessions = sweeper
         .walk(&Walk {
@@ -205,6 +226,7 @@ pub(crate) fn scheduled(
                     deliveries = swept.deliveries,
                     sightings = swept.sightings,
                     audit = swept.audit,
+                    webhooks = swept.webhooks,
                     connect_sessions = swept.connect_sessions,
                     batches = swept.batches,
                     longest_statement_ms = swept.longest_statement.as_millis() as u64,

@@ -29,8 +29,13 @@ pub const STORE_FAST_PATH_FALLBACKS_TOTAL: &str = "tributary_store_fast_path_fal
 pub const NOTIFICATION_ATTEMPTS_TOTAL: &str = "tributary_notification_attempts_total";
 
 /// Inbound webhook deliveries by provider (a configured name, so bounded) and outcome
-/// (`accepted`, `duplicate`, `unauthorized`, `stale`, `malformed`, `too_large`, `error`).
+/// (`accepted`, `duplicate`, `unauthorized`, `stale`, `malformed`, `too_large`, `limited`,
+/// `handshake`, `error`).
 pub const WEBHOOK_DELIVERIES_TOTAL: &str = "tributary_webhook_deliveries_total";
+
+/// Seconds since the oldest inbound webhook delivery still waiting to be applied (status
+/// `received`) was received, by provider; 0 when none waits. Set as `/metrics` is read.
+pub const WEBHOOK_LAG_SECONDS: &str = "tributary_webhook_lag_seconds";
 
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
@@ -110,6 +115,11 @@ pub fn record_fast_path_fallback(path: &'static str, reason: &'static str) {
 /// Records one notification attempt that ended in `outcome`.
 pub fn record_notification_attempt(outcome: &'static str) {
     metrics::counter!(NOTIFICATION_ATTEMPTS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+/// Records the age of `provider`'s oldest delivery not yet applied (zero when none waits).
+pub fn record_webhook_lag(provider: &str, age: Duration) {
+    metrics::gauge!(WEBHOOK_LAG_SECONDS, "provider" => provider.to_string()).set(age.as_secs_f64());
 }
 
 /// Records one inbound webhook delivery of `provider` that ended in `outcome`.

@@ -49,6 +49,7 @@ resolved_errors = "30d"
 open_errors = "1year"
 deliveries = "30d"
 audit = "90d"
+webhooks = "7d"
 batch_size = 1000
 sweep_schedule = "0 37 * * * *"
 
@@ -663,6 +664,11 @@ fn every_bounded_key_past_its_range_is_refused_with_the_range() {
             with_line("audit", "audit = \"30m\""),
             "retention.audit",
             "between 1h and 100years, got 30m",
+        ),
+        (
+            with_line("webhooks", "webhooks = \"1m\""),
+            "retention.webhooks",
+            "between 1h and 100years, got 1m",
         ),
         (
             with_line("batch_size", "batch_size = 0"),

@@ -36,6 +36,7 @@ mod m20261204_000080_run_stamps_from;
 mod m20261204_000081_api_audit_at;
 mod m20261205_000090_connect_sessions;
 mod m20261205_000091_webhook_inbox;
+mod m20261205_000095_webhook_received_at;
 mod m20261205_000096_job_claim_order;
 
 /// All migrations, oldest first.
@@ -76,6 +77,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000081_api_audit_at::Migration),
             Box::new(m20261205_000090_connect_sessions::Migration),
             Box::new(m20261205_000091_webhook_inbox::Migration),
+            Box::new(m20261205_000095_webhook_received_at::Migration),
             Box::new(m20261205_000096_job_claim_order::Migration),
         ]
     }

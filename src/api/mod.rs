@@ -98,6 +98,7 @@ pub enum ApiError {
         records::Record,
         records::RecordPage,
         webhooks::WebhookReceipt,
+        webhooks::HandshakeAnswer,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
@@ -183,14 +184,17 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<__path_openapi_json>("meta", get(openapi_json));
     let mut doc = router.doc;
     // Served by `webhooks::router`, outside `/v1` and its layers, but described here.
-    let mut operation = <webhooks::__path_receive as utoipa::Path>::operation();
-    operation.tags = Some(vec!["webhooks".to_string()]);
-    doc.paths.add_path_operation(
-        <webhooks::__path_receive as utoipa::Path>::path(),
-        <webhooks::__path_receive as utoipa::Path>::methods(),
-        operation,
-    );
+    add_webhook_operation::<webhooks::__path_receive>(&mut doc);
+    add_webhook_operation::<webhooks::__path_handshake>(&mut doc);
     (router.router, doc)
+}
+
+/// Describes a webhook route, tagged `webhooks`.
+fn add_webhook_operation<P: utoipa::Path>(doc: &mut utoipa::openapi::OpenApi) {
+    let mut operation = P::operation();
+    operation.tags = Some(vec!["webhooks".to_string()]);
+    doc.paths
+        .add_path_operation(P::path(), P::methods(), operation);
 }
 
 /// A router and its document, built together.
@@ -313,7 +317,10 @@ pub(crate) async fn serve(
         .await
         .map_err(|source| ApiError::Listen { listen, source })?;
     let mut state = ApiState::new(db, settings.clone(), Arc::new(openapi_document()));
-    state.webhook_secrets = Arc::new(settings.webhook_secrets()?);
+    state.webhook_secrets = Arc::new(crate::ops::webhooks::secrets(
+        &settings,
+        state.db.secrets(),
+    )?);
     let app = app(api, state);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");

@@ -6,17 +6,17 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tower_http::timeout::TimeoutLayer;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::webhooks::{self, Headers, Inbound, Refusal, WebhookError};
+use crate::ops::webhooks::{self, Handshake, Headers, Inbound, Refusal, WebhookError};
 
 /// A delivery kept in the inbox, now or before.
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,12 +27,82 @@ pub(crate) struct WebhookReceipt {
     pub delivery_id: String,
 }
 
+/// Strava's subscription handshake, as its query names it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct HandshakeQuery {
+    /// Always `subscribe`.
+    #[serde(rename = "hub.mode")]
+    #[param(rename = "hub.mode")]
+    mode: Option<String>,
+    /// The text to echo.
+    #[serde(rename = "hub.challenge")]
+    #[param(rename = "hub.challenge")]
+    challenge: Option<String>,
+    /// The verify token given when the subscription was created: the provider's secret.
+    #[serde(rename = "hub.verify_token")]
+    #[param(rename = "hub.verify_token")]
+    verify_token: Option<String>,
+}
+
+/// The challenge echoed, as Strava expects it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HandshakeAnswer {
+    #[serde(rename = "hub.challenge")]
+    #[schema(rename = "hub.challenge")]
+    challenge: String,
+}
+
+/// Answers Strava's subscription handshake: the challenge is echoed only for the
+/// configured verify token.
+#[utoipa::path(
+    get,
+    path = "/webhooks/{provider}",
+    params(("provider" = String, Path, description = "The provider's name in config.toml; it needs a `webhooks` table with `scheme = \"strava\"`"), HandshakeQuery),
+    responses(
+        (status = 200, description = "The verify token matched: the challenge echoed", body = HandshakeAnswer),
+        (status = 400, description = "`hub.mode` is not `subscribe` or `hub.challenge` is missing", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`hub.verify_token` is missing or not the configured one", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No provider of that name answers Strava's handshake", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn handshake(
+    State(state): State<ApiState>,
+    Path(provider): Path<String>,
+    Query(query): Query<HandshakeQuery>,
+) -> Result<Json<HandshakeAnswer>, Problem> {
+    let handshake = Handshake {
+        provider: &provider,
+        mode: query.mode.as_deref(),
+        challenge: query.challenge.as_deref(),
+        verify_token: query.verify_token.as_deref(),
+    };
+    match webhooks::handshake(&state.settings, &state.webhook_secrets, &handshake) {
+        Ok(challenge) => {
+            tracing::info!(provider, "A webhook subscription handshake was answered.");
+            Ok(Json(HandshakeAnswer { challenge }))
+        }
+        Err(WebhookError::Refused(refusal)) => {
+            // Never the token: only which check failed.
+            tracing::warn!(provider, reason = %refusal, "A webhook subscription handshake was refused.");
+            Err(Problem::new(StatusCode::FORBIDDEN, refusal.to_string()))
+        }
+        Err(WebhookError::Malformed(message)) => {
+            Err(Problem::new(StatusCode::BAD_REQUEST, message))
+        }
+        Err(_) => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "no provider of that name receives webhooks with scheme = \"strava\"",
+        )),
+    }
+}
+
 /// The webhook routes with their own layers: the problems and the request timeout, but
 /// neither the API's body limit (each provider has its own) nor the audit of key holders'
 /// writes.
 pub(crate) fn router(request_timeout: Duration, state: ApiState) -> Router {
     Router::new()
-        .route("/webhooks/{provider}", post(receive))
+        .route("/webhooks/{provider}", post(receive).get(handshake))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -56,6 +126,7 @@ pub(crate) fn router(request_timeout: Duration, state: ApiState) -> Router {
         (status = 401, description = "The signature is missing, wrong, or older than the tolerance", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No provider of that name receives webhooks", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than the provider's `max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Past the provider's `rate_limit`: nothing was kept; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn receive(
@@ -150,6 +221,18 @@ pub(crate) async fn receive(
             );
             Err(Problem::invalid("body", message))
         }
+        Err(error @ WebhookError::Limited { retry_after, .. }) => {
+            tracing::warn!(
+                provider,
+                retry_after,
+                "A webhook delivery was past its provider's rate limit."
+            );
+            Err(Problem::rate_limited(retry_after, error.to_string()))
+        }
+        Err(WebhookError::Interrupted) => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the delivery could not be checked; it is not kept, so send it again",
+        )),
         Err(WebhookError::Database(error)) => {
             tracing::error!(provider, %error, "Storing a webhook delivery failed.");
             Err(Problem::new(

@@ -35,6 +35,13 @@ pub enum SecretsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Seal the webhook signing secret of PROVIDER, read from standard input, under the
+    /// current key, and print it for `[providers.PROVIDER.webhooks] secret = "..."`: the
+    /// secret then stays out of config.toml in clear.
+    SealWebhook {
+        /// The provider's name in config.toml.
+        provider: String,
+    },
 }
 
 pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
@@ -70,6 +77,26 @@ pub async fn run(config: &std::path::Path, command: SecretsCommand) -> anyhow::R
             } else {
                 ExitCode::FAILURE
             })
+        }
+        SecretsCommand::SealWebhook { provider } => {
+            let settings = Settings::load(config)?;
+            if !settings.providers.contains_key(&provider) {
+                anyhow::bail!(
+                    "{}: there is no [providers.{provider}] table",
+                    settings.path.display()
+                );
+            }
+            let keyring =
+                crate::secrets::Keyring::load(&settings.secrets, &|name| std::env::var(name).ok())?;
+            let mut secret = zeroize::Zeroizing::new(String::new());
+            std::io::stdin().read_line(&mut secret)?;
+            let trimmed = secret.trim_end_matches(['\r', '\n']);
+            if trimmed.is_empty() {
+                anyhow::bail!("expected the secret on standard input, got an empty line");
+            }
+            let sealed = crate::ops::webhooks::seal_secret(&keyring, &provider, trimmed)?;
+            println!("{sealed}");
+            Ok(ExitCode::SUCCESS)
         }
         SecretsCommand::Status { json } => {
             let settings = Settings::load(config)?;

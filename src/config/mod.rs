@@ -474,21 +474,23 @@ impl Settings {
             })
     }
 
-    /// The inbound webhook secrets of every provider with a `webhooks` table, by provider,
-    /// read from their variables. Refused, naming the key and the variable and never the
-    /// value, when one is unset or empty.
+    /// The inbound webhook secrets of every provider with a `webhooks` table, by provider:
+    /// read from their variables, and `secret`'s opened by `open(provider, written)`.
+    /// Refused, naming the key and the variable or entry and never the value, when one is
+    /// unset, empty or does not open.
     pub(crate) fn webhook_secrets(
         &self,
+        open: &dyn Fn(&str, &SecretString) -> Result<SecretString, String>,
     ) -> Result<BTreeMap<String, Vec<SecretString>>, ConfigError> {
         let mut secrets = BTreeMap::new();
         for (name, provider) in &self.providers {
             let Some(webhooks) = &provider.webhooks else {
                 continue;
             };
-            let resolved =
-                webhooks::resolve_secrets(webhooks).map_err(|message| ConfigError::Invalid {
+            let resolved = webhooks::resolve_secrets(webhooks, &|written| open(name, written))
+                .map_err(|(key, message)| ConfigError::Invalid {
                     path: self.path.clone(),
-                    key: format!("providers.{name}.webhooks.secret_env"),
+                    key: format!("providers.{name}.webhooks.{key}"),
                     message,
                 })?;
             secrets.insert(name.clone(), resolved);
@@ -608,6 +610,18 @@ impl Settings {
                 return Err(invalid(
                     format!("providers.{name}.webhooks"),
                     "inbound webhooks are received by the API: add an [api] table".into(),
+                ));
+            }
+            let literal = settings.webhooks.as_ref().is_some_and(|webhooks| {
+                webhooks.secret.iter().any(|secret| {
+                    !secrecy::ExposeSecret::expose_secret(secret)
+                        .starts_with(webhooks::SEALED_PREFIX)
+                })
+            });
+            if literal && !raw.secrets.allow_plaintext {
+                return Err(invalid(
+                    format!("providers.{name}.webhooks.secret"),
+                    format!("a literal secret in config.toml: seal it with `tributary secrets seal-webhook {name}` (which needs [secrets] key_file), or name its environment variable in secret_env; only [secrets] allow_plaintext = true accepts it as written"),
                 ));
             }
             providers.insert(name, settings);

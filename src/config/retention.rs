@@ -17,7 +17,7 @@ pub mod limits {
 
     use super::{CENTURY, HOUR};
 
-    /// `runs`, `resolved_errors`, `open_errors`, `deliveries` and `audit`: at least an hour, so a
+    /// `runs`, `resolved_errors`, `open_errors`, `deliveries`, `audit` and `webhooks`: at least an hour, so a
     /// run or delivery can be looked at after it ends.
     pub const HISTORY: (Duration, Duration) =
         (Duration::from_secs(HOUR), Duration::from_secs(CENTURY));
@@ -43,6 +43,10 @@ pub struct RetentionSettings {
     /// How long a row stays in `api_audit` (one per write request made to the API) after
     /// it was answered.
     pub audit: Duration,
+    /// How long an inbound webhook delivery stays in `webhook_deliveries` after it was
+    /// received, once applied or unmatched. Received (not yet applied) and failed ones
+    /// always stay.
+    pub webhooks: Duration,
     /// The most rows one delete statement removes.
     pub batch_size: usize,
     /// When the daemon sweeps: cron with seconds.
@@ -57,6 +61,7 @@ impl Default for RetentionSettings {
             open_errors: None,
             deliveries: Duration::from_secs(30 * DAY),
             audit: Duration::from_secs(90 * DAY),
+            webhooks: Duration::from_secs(7 * DAY),
             batch_size: 1_000,
             sweep_schedule: "0 37 * * * *".to_string(),
         }
@@ -77,6 +82,8 @@ pub(super) struct RawRetentionSettings {
     deliveries: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     audit: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    webhooks: Option<Duration>,
     batch_size: Option<usize>,
     sweep_schedule: Option<String>,
 }
@@ -113,6 +120,7 @@ pub(super) fn parse(
         open_errors: raw.open_errors,
         deliveries,
         audit: raw.audit.unwrap_or(defaults.audit),
+        webhooks: raw.webhooks.unwrap_or(defaults.webhooks),
         batch_size: raw.batch_size.unwrap_or(defaults.batch_size),
         sweep_schedule: raw.sweep_schedule.unwrap_or(defaults.sweep_schedule),
     };
@@ -121,6 +129,7 @@ pub(super) fn parse(
         ("runs", settings.runs),
         ("resolved_errors", settings.resolved_errors),
         ("audit", settings.audit),
+        ("webhooks", settings.webhooks),
     ];
     if let Some(key) = deliveries_key {
         durations.push((key, settings.deliveries));

@@ -6,8 +6,13 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use super::budget::BudgetWindow;
+
 /// `max_body_bytes` when not given.
 const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// `rate_limit` when not given: well above a provider's usual bursts, well below what
+/// fills a disk.
+const DEFAULT_RATE_LIMIT: &str = "100/second";
 /// The range of `max_body_bytes`.
 const MAX_BODY_BYTES: (usize, usize) = (1, 64 * 1024 * 1024);
 /// The replay window of the timestamped schemes when not given (Stripe's and Standard
@@ -17,13 +22,20 @@ pub(crate) const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 const TOLERANCE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 60 * 60));
 
 /// One provider's webhook settings.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(crate) struct WebhookSettings {
     pub scheme: WebhookScheme,
     /// The variables that hold the secrets; each is tried (several during a rotation).
     pub secret_env: Vec<String>,
+    /// `secret`: secrets as written in config.toml, sealed (`sealed:v1:...`, opened with
+    /// the secrets key at start-up) or, only with `[secrets] allow_plaintext`, literal.
+    /// Tried after those of `secret_env`.
+    pub secret: Vec<SecretString>,
     /// The largest body read; a larger one is refused with 413.
     pub max_body_bytes: usize,
+    /// How many verified deliveries are kept per window, across instances; past it they
+    /// are answered 429 with `Retry-After`.
+    pub rate_limit: BudgetWindow,
 }
 
 /// How deliveries are signed.
@@ -36,6 +48,11 @@ pub(crate) enum WebhookScheme {
     /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
     Standard,
     Hmac(HmacScheme),
+    /// Strava: a `GET` handshake echoing `hub.challenge` for the verify token (the
+    /// secret), and unsigned event posts accepted only for this subscription.
+    Strava {
+        subscription_id: u64,
+    },
 }
 
 /// `scheme = "hmac"`: an HMAC of the body (or of `{timestamp}.{body}`) in a header.
@@ -76,10 +93,22 @@ pub(super) enum OneOrMany {
     Many(Vec<String>),
 }
 
+/// One secret as written in config.toml, or a list of them.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a sealed secret (tributary secrets seal-webhook), or a list of them during a rotation"
+)]
+pub(super) enum OneOrManySecrets {
+    One(SecretString),
+    Many(Vec<SecretString>),
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWebhookSettings {
     secret_env: Option<OneOrMany>,
+    secret: Option<OneOrManySecrets>,
     scheme: Option<String>,
     header: Option<String>,
     algorithm: Option<String>,
@@ -89,7 +118,9 @@ pub(super) struct RawWebhookSettings {
     #[serde(default, with = "humantime_serde")]
     tolerance: Option<Duration>,
     id_header: Option<String>,
+    subscription_id: Option<u64>,
     max_body_bytes: Option<usize>,
+    rate_limit: Option<String>,
 }
 
 /// Validates a provider's `webhooks` table; `kind` is the provider's kind. Errors are
@@ -104,11 +135,28 @@ pub(super) fn parse(
         Some(OneOrMany::Many(names)) => names,
         None => Vec::new(),
     };
-    if secret_env.is_empty() || secret_env.iter().any(|name| name.trim().is_empty()) {
+    let secret = match raw.secret.take() {
+        Some(OneOrManySecrets::One(secret)) => vec![secret],
+        Some(OneOrManySecrets::Many(secrets)) => secrets,
+        None => Vec::new(),
+    };
+    if secret_env.is_empty() && secret.is_empty() {
         return Err((
             "secret_env".into(),
-            "missing: expected the environment variable that holds the signing secret, or a list of them during a rotation".into(),
+            "missing: expected the environment variable that holds the signing secret (or a list of them during a rotation), or a sealed `secret`".into(),
         ));
+    }
+    if secret_env.iter().any(|name| name.trim().is_empty()) {
+        return Err((
+            "secret_env".into(),
+            "expected the names of environment variables, got an empty one".into(),
+        ));
+    }
+    if secret
+        .iter()
+        .any(|secret| secret.expose_secret().is_empty())
+    {
+        return Err(("secret".into(), "empty".into()));
     }
     if let Some(name) = secret_env.iter().find(|name| !env_is_set(name)) {
         return Err((
@@ -120,6 +168,7 @@ pub(super) fn parse(
         (Some(name), _) => name,
         (None, "github") => "github",
         (None, "stripe") => "stripe",
+        (None, "strava") => "strava",
         (None, _) => {
             return Err((
                 "scheme".into(),
@@ -143,6 +192,12 @@ pub(super) fn parse(
             ));
         }
     }
+    if scheme_name != "strava" && raw.subscription_id.is_some() {
+        return Err((
+            "subscription_id".into(),
+            format!("only applies with scheme = \"strava\", not {scheme_name:?}"),
+        ));
+    }
     let tolerance = raw.tolerance.unwrap_or(DEFAULT_TOLERANCE);
     if raw.tolerance.is_some() {
         let takes_tolerance = matches!(scheme_name, "hmac") && raw.timestamp_header.is_some();
@@ -163,6 +218,15 @@ pub(super) fn parse(
         "gitlab" => WebhookScheme::Gitlab,
         "standard" => WebhookScheme::Standard,
         "hmac" => WebhookScheme::Hmac(parse_hmac(&raw, tolerance)?),
+        "strava" => WebhookScheme::Strava {
+            subscription_id: raw.subscription_id.ok_or_else(|| {
+                (
+                    "subscription_id".to_string(),
+                    "missing: expected the id Strava answered when the subscription was created"
+                        .to_string(),
+                )
+            })?,
+        },
         other => {
             return Err((
                 "scheme".into(),
@@ -174,14 +238,20 @@ pub(super) fn parse(
     let (min, max) = MAX_BODY_BYTES;
     tributary_providers::bounds::count_in(max_body_bytes, min, max)
         .map_err(|message| ("max_body_bytes".to_string(), message))?;
+    let rate_limit =
+        super::api::parse_rate_limit(raw.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT))
+            .map_err(|message| ("rate_limit".to_string(), message))?;
     Ok(WebhookSettings {
         scheme,
         secret_env,
+        secret,
         max_body_bytes,
+        rate_limit,
     })
 }
 
-const SCHEMES: &str = "\"github\", \"stripe\", \"shopify\", \"gitlab\", \"standard\" or \"hmac\"";
+const SCHEMES: &str =
+    "\"github\", \"stripe\", \"shopify\", \"gitlab\", \"standard\", \"strava\" or \"hmac\"";
 
 fn parse_hmac(
     raw: &RawWebhookSettings,
@@ -247,20 +317,49 @@ fn valid_header_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// Reads the secrets of `settings` from their variables, in the order listed. The error
-/// names the variable and what is wrong with it, never its value.
-pub(crate) fn resolve_secrets(settings: &WebhookSettings) -> Result<Vec<SecretString>, String> {
-    let mut secrets = Vec::with_capacity(settings.secret_env.len());
+/// What a sealed secret starts with (the `secrets` module's sealed form).
+pub(crate) const SEALED_PREFIX: &str = "sealed:";
+
+/// Reads the secrets of `settings`: from their variables in the order listed, then each
+/// `secret` through `open` (which opens a sealed one). Errors are `(key under the table,
+/// message)`, naming the variable or the entry, never a value.
+pub(crate) fn resolve_secrets(
+    settings: &WebhookSettings,
+    open: &dyn Fn(&SecretString) -> Result<SecretString, String>,
+) -> Result<Vec<SecretString>, (String, String)> {
+    let standard = |secret: &SecretString| {
+        settings.scheme != WebhookScheme::Standard || standard_key(secret.expose_secret()).is_some()
+    };
+    let mut secrets = Vec::with_capacity(
+        settings
+            .secret_env
+            .len()
+            .saturating_add(settings.secret.len()),
+    );
     for name in &settings.secret_env {
-        let secret = super::secret_env::secret_from_env(name)?;
+        let refused = |message: String| ("secret_env".to_string(), message);
+        let secret = super::secret_env::secret_from_env(name).map_err(refused)?;
         if secret.expose_secret().is_empty() {
-            return Err(format!("environment variable {name} is empty"));
+            return Err(refused(format!("environment variable {name} is empty")));
         }
-        if settings.scheme == WebhookScheme::Standard
-            && standard_key(secret.expose_secret()).is_none()
-        {
-            return Err(format!(
+        if !standard(&secret) {
+            return Err(refused(format!(
                 "environment variable {name} is not a Standard Webhooks secret (whsec_ and base64)"
+            )));
+        }
+        secrets.push(secret);
+    }
+    for (index, written) in settings.secret.iter().enumerate() {
+        let refused = |message: String| {
+            (
+                "secret".to_string(),
+                format!("entry {}: {message}", index.saturating_add(1)),
+            )
+        };
+        let secret = open(written).map_err(refused)?;
+        if secret.expose_secret().is_empty() || !standard(&secret) {
+            return Err(refused(
+                "empty, or not a Standard Webhooks secret (whsec_ and base64)".to_string(),
             ));
         }
         secrets.push(secret);

@@ -9,10 +9,12 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use chrono::{DateTime, Utc};
 use metrics_exporter_prometheus::PrometheusHandle;
-use sea_orm::DatabaseConnection;
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect};
 use tokio_util::sync::CancellationToken;
 
+use crate::entities::webhook_delivery::{self, InboxStatus};
 use crate::pipeline::RunOutcome;
 
 /// What the endpoints read.
@@ -24,6 +26,8 @@ pub struct EndpointState {
     pub scheduling: Arc<AtomicBool>,
     /// The runs of this daemon that ended by a panic.
     pub panics: Arc<RunPanics>,
+    /// The providers that receive webhooks, whose lag `/metrics` reports.
+    pub webhook_providers: Arc<Vec<String>>,
 }
 
 /// The runs of this daemon that ended by a panic: how many, and the last one.
@@ -107,6 +111,10 @@ async fn healthz(State(state): State<EndpointState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<EndpointState>) -> impl IntoResponse {
+    if let Err(error) = record_webhook_lag(&state).await {
+        // The rest of the metrics are still worth serving.
+        tracing::warn!(%error, "Reading the webhook inbox's lag failed.");
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -114,4 +122,33 @@ async fn metrics(State(state): State<EndpointState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+}
+
+/// Sets each webhook provider's lag from the inbox: the age, by the database's clock, of
+/// its oldest delivery still `received`; zero for a provider with none, so that a lag
+/// that ended does not linger.
+async fn record_webhook_lag(state: &EndpointState) -> Result<(), sea_orm::DbErr> {
+    if state.webhook_providers.is_empty() {
+        return Ok(());
+    }
+    let oldest: Vec<(String, Option<DateTime<Utc>>)> = webhook_delivery::Entity::find()
+        .select_only()
+        .column(webhook_delivery::Column::Provider)
+        .column_as(webhook_delivery::Column::ReceivedAt.min(), "oldest")
+        .filter(webhook_delivery::Column::Status.eq(InboxStatus::Received))
+        .group_by(webhook_delivery::Column::Provider)
+        .into_tuple()
+        .all(&state.db)
+        .await?;
+    let now = crate::db::now();
+    for provider in state.webhook_providers.iter() {
+        let age = oldest
+            .iter()
+            .find(|(name, _)| name == provider)
+            .and_then(|(_, oldest)| *oldest)
+            .and_then(|oldest| now.signed_duration_since(oldest).to_std().ok())
+            .unwrap_or_default();
+        crate::telemetry::record_webhook_lag(provider, age);
+    }
+    Ok(())
 }

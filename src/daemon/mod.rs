@@ -269,6 +269,14 @@ pub async fn run_with(
                 metrics,
                 scheduling: scheduling.clone(),
                 panics: panics.clone(),
+                webhook_providers: Arc::new(
+                    settings
+                        .providers
+                        .iter()
+                        .filter(|(_, provider)| provider.webhooks.is_some())
+                        .map(|(name, _)| name.clone())
+                        .collect(),
+                ),
             };
             Some(
                 endpoints::serve(listen, state, cancel.clone())

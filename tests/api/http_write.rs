@@ -718,6 +718,13 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
         },
         Route {
             method: Method::GET,
+            path: "/webhooks/acme",
+            body: None,
+            needs: None,
+            missing: true,
+        },
+        Route {
+            method: Method::GET,
             path: "/v1/health",
             body: None,
             needs: None,

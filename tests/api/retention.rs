@@ -1,5 +1,5 @@
-//! `[retention]`: the sweep of old runs, errors, deliveries, sightings and API audit rows, a batch at a
-//! time, beside a sync.
+//! `[retention]`: the sweep of old runs, errors, deliveries, sightings, API audit rows and
+//! inbound webhooks, a batch at a time, beside a sync.
 
 use std::time::{Duration, Instant};
 
@@ -286,14 +286,19 @@ async fn audit_at(app: &TestApp, at: DateTime<Utc>) -> i64 {
 }
 
 async fn audit_ids(app: &TestApp) -> Vec<i64> {
+    ids_of(app, "api_audit").await
+}
+
+/// The ids of `table`'s rows, in order.
+async fn ids_of(app: &TestApp, table: &str) -> Vec<i64> {
     let backend = app.db.get_database_backend();
     app.db
         .query_all_raw(Statement::from_string(
             backend,
-            "SELECT id FROM api_audit ORDER BY id",
+            format!("SELECT id FROM {table} ORDER BY id"),
         ))
         .await
-        .expect("api_audit")
+        .expect(table)
         .iter()
         .map(|row| row.try_get_by_index::<i64>(0).expect("id"))
         .collect()
@@ -531,4 +536,69 @@ async fn the_daemon_sweeps_on_its_schedule_and_logs_what_it_deleted() {
     assert!(old_audit < new_audit);
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+}
+
+/// Inserts an inbound webhook delivery in `status` received at `received_at`; returns
+/// its id.
+pub(crate) async fn webhook_at(app: &TestApp, status: &str, received_at: DateTime<Utc>) -> i64 {
+    use sea_orm::sea_query::{Alias, Query};
+    let columns = [
+        "provider",
+        "delivery_id",
+        "received_at",
+        "body",
+        "status",
+        "attempts",
+        "next_attempt_at",
+    ];
+    let insert = Query::insert()
+        .into_table(Alias::new("webhook_deliveries"))
+        .columns(columns.map(Alias::new))
+        .values_panic([
+            "gh".into(),
+            format!("{status}-{}", received_at.timestamp_micros()).into(),
+            received_at.into(),
+            "{}".into(),
+            status.into(),
+            0.into(),
+            received_at.into(),
+        ])
+        .to_owned();
+    app.db.execute(&insert).await.expect("delivery inserted");
+    webhook_ids(app).await.last().copied().expect("a delivery")
+}
+
+async fn webhook_ids(app: &TestApp) -> Vec<i64> {
+    ids_of(app, "webhook_deliveries").await
+}
+
+#[tokio::test]
+async fn applied_and_unmatched_webhooks_older_than_the_retention_are_swept_received_and_failed_kept(
+) {
+    let app = spawn_app().await;
+    let applied_old = webhook_at(&app, "applied", days_ago(10)).await;
+    let received_old = webhook_at(&app, "received", days_ago(30)).await;
+    let failed_old = webhook_at(&app, "failed", days_ago(30)).await;
+    let unmatched_old = webhook_at(&app, "unmatched", days_ago(8)).await;
+    let applied_young = webhook_at(&app, "applied", days_ago(6)).await;
+    let unmatched_new = webhook_at(&app, "unmatched", Utc::now()).await;
+    let settings = RetentionSettings {
+        batch_size: 1,
+        ..RetentionSettings::default()
+    };
+    assert_eq!(settings.webhooks, 7 * DAY, "the default");
+
+    let swept = swept(&app, &settings).await;
+
+    assert_eq!(
+        (swept.webhooks, swept.largest_batch, swept.rows()),
+        (2, 1, 2),
+        "{swept:?}"
+    );
+    let left = webhook_ids(&app).await;
+    assert_eq!(
+        left,
+        vec![received_old, failed_old, applied_young, unmatched_new]
+    );
+    assert!(applied_old < unmatched_old);
 }

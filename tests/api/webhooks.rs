@@ -75,6 +75,19 @@ async fn serve(app: &TestApp) -> Served {
     Served::start_with_env(app, &providers(), &ENV, |text| text).await
 }
 
+/// [`serve`] with `/metrics` on the port returned.
+async fn serve_with_metrics(app: &TestApp) -> (Served, u16) {
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with_env(app, &providers(), &ENV, |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
+    (served, metrics_port)
+}
+
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key");
     parts.iter().for_each(|part| mac.update(part));
@@ -374,14 +387,7 @@ fn stripe_headers_for(body: &[u8]) -> Vec<(String, String)> {
 async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
 {
     let app = spawn_app().await;
-    let metrics_port = crate::daemon::free_port();
-    let served = Served::start_with_env(&app, &providers(), &ENV, |text| {
-        text.replace(
-            "[daemon]\n",
-            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
-        )
-    })
-    .await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
     let mut secrets_and_signatures = Vec::new();
     for (scheme, make) in SCHEMES {
         let good = make("tampered", Signing::Good);
@@ -434,12 +440,7 @@ async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401
         );
     }
     assert_eq!(inbox(&app).await, Vec::new());
-    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await
-        .expect("metrics answer")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = metrics_text(metrics_port).await;
     for (provider, outcome, count) in [
         ("gh", "unauthorized", 3),
         ("lab", "unauthorized", 2),
@@ -541,4 +542,365 @@ async fn a_webhook_secret_variable_that_is_not_set_stops_the_daemon_naming_it() 
         "{}",
         output.stderr
     );
+}
+
+/// Strava's subscription: the verify token is the secret, 120475 the subscription.
+fn strava_provider(extra: &str) -> String {
+    "\n[providers.strava]\nkind = \"strava\"\nbase_url = \"https://www.strava.com/api/v3\"\n\
+     client_id = \"4242\"\nclient_secret_env = \"HOOK_STRAVA_CLIENT\"\nschedule = \"0 0 0 1 1 *\"\n\
+     [providers.strava.webhooks]\nsecret_env = \"HOOK_STRAVA_VERIFY\"\nsubscription_id = 120475\n"
+        .to_string()
+        + extra
+}
+
+const STRAVA_ENV: [(&str, &str); 3] = [
+    ("HOOK_STRAVA_CLIENT", "client-secret-value"),
+    ("HOOK_STRAVA_VERIFY", "STRAVA-verify-token"),
+    ("HOOK_GH", GITHUB_SECRET),
+];
+
+/// Strava's own example event (developers.strava.com/docs/webhooks), with `changes`.
+fn strava_event(changes: Value) -> Vec<u8> {
+    let mut event = json!({
+        "aspect_type": "update",
+        "event_time": 1516126040,
+        "object_id": 1360128428,
+        "object_type": "activity",
+        "owner_id": 134815,
+        "subscription_id": 120475,
+        "updates": {"title": "Messy"}
+    });
+    if let (Some(event), Some(changes)) = (event.as_object_mut(), changes.as_object()) {
+        for (key, value) in changes {
+            match value {
+                Value::Null => event.remove(key),
+                _ => event.insert(key.clone(), value.clone()),
+            };
+        }
+    }
+    event.to_string().into_bytes()
+}
+
+#[tokio::test]
+async fn strava_s_handshake_echoes_the_challenge_only_for_the_verify_token() {
+    let app = spawn_app().await;
+    let gh = "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+              [providers.gh.webhooks]\nsecret_env = \"HOOK_GH\"\n";
+    let served = Served::start_with_env(&app, &strava_provider(gh), &STRAVA_ENV, |text| text).await;
+    let handshake = |provider: &str, mode: &str, token: Option<&str>| {
+        let token = token.map_or(String::new(), |token| format!("&hub.verify_token={token}"));
+        format!("/webhooks/{provider}?hub.mode={mode}&hub.challenge=15f7d1a91c1f40f8a748fd134752feb3{token}")
+    };
+    let (status, _, answer) = served
+        .call(
+            Method::GET,
+            &handshake("strava", "subscribe", Some("STRAVA-verify-token")),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"hub.challenge": "15f7d1a91c1f40f8a748fd134752feb3"})
+    );
+
+    for token in [Some("STRAVA-verify-tokeN"), Some("STRAVA"), Some(""), None] {
+        let (status, headers, problem) = served
+            .call(
+                Method::GET,
+                &handshake("strava", "subscribe", token),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{token:?}: {problem}");
+        assert_problem(status, &headers, &problem);
+        assert!(
+            !problem.to_string().contains("15f7d1a9"),
+            "the challenge is not echoed: {problem}"
+        );
+    }
+    let (status, _, problem) = served
+        .call(
+            Method::GET,
+            &handshake("strava", "unsubscribe", Some("STRAVA-verify-token")),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    // A provider of another scheme answers no handshake.
+    let (status, _, problem) = served
+        .call(
+            Method::GET,
+            &handshake("gh", "subscribe", Some(GITHUB_SECRET)),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    let log = served.daemon.log();
+    assert!(
+        !log.contains("STRAVA-verify-token"),
+        "the token is in the log"
+    );
+}
+
+#[tokio::test]
+async fn strava_events_are_kept_once_under_their_fields_only_for_the_configured_subscription() {
+    let app = spawn_app().await;
+    let served = Served::start_with_env(&app, &strava_provider(""), &STRAVA_ENV, |text| text).await;
+    let post = |body: Vec<u8>| {
+        let served = &served;
+        async move {
+            served
+                .call(
+                    Method::POST,
+                    "/webhooks/strava",
+                    None,
+                    Some(("application/json", body)),
+                )
+                .await
+        }
+    };
+    let (status, _, answer) = post(strava_event(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let id = "activity:1360128428:update:1516126040:134815";
+    assert_eq!(answer, json!({"status": "accepted", "delivery_id": id}));
+    // Strava's retry of the same event.
+    let (status, _, answer) = post(strava_event(json!({}))).await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (StatusCode::OK, &json!("duplicate"))
+    );
+    // Another event of the same activity is another delivery.
+    let (status, _, answer) = post(strava_event(
+        json!({"aspect_type": "delete", "event_time": 1516126100, "updates": {}}),
+    ))
+    .await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (StatusCode::OK, &json!("accepted")),
+        "{answer}"
+    );
+
+    for (refused, why) in [
+        (
+            json!({"subscription_id": 999, "owner_id": 1}),
+            "another subscription",
+        ),
+        (
+            json!({"subscription_id": "120475", "owner_id": 2}),
+            "the id as text",
+        ),
+        (
+            json!({"subscription_id": null, "owner_id": 3}),
+            "no subscription",
+        ),
+    ] {
+        let (status, headers, problem) = post(strava_event(refused)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}: {problem}");
+        assert_problem(status, &headers, &problem);
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("subscription_id")),
+            "{why}: {problem}"
+        );
+    }
+    let (status, _, problem) = post(strava_event(json!({"owner_id": null}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+
+    let kept: Vec<(String, String, Option<String>)> = inbox(&app)
+        .await
+        .into_iter()
+        .map(|row| (row.0, row.1, row.2))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (
+                "strava".to_string(),
+                id.to_string(),
+                Some("activity.update".to_string())
+            ),
+            (
+                "strava".to_string(),
+                "activity:1360128428:delete:1516126100:134815".to_string(),
+                Some("activity.delete".to_string())
+            ),
+        ]
+    );
+}
+
+/// The limit counts verified deliveries only: forged ones before it spend none of it, and
+/// past it a good delivery is 429 with `Retry-After` and kept nowhere.
+#[tokio::test]
+async fn past_the_rate_limit_a_delivery_is_429_with_retry_after_and_forgeries_spend_none_of_it() {
+    let app = spawn_app().await;
+    let providers = "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+                     [providers.gh.webhooks]\nsecret_env = \"HOOK_GH\"\nrate_limit = \"2/day\"\n";
+    let served =
+        Served::start_with_env(&app, providers, &[("HOOK_GH", GITHUB_SECRET)], |text| text).await;
+    for tag in ["forged-1", "forged-2", "forged-3"] {
+        let (status, _, problem) = send(&served, &github(tag, Signing::WrongSecret), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+    }
+    for tag in ["first", "second"] {
+        let (status, _, answer) = send(&served, &github(tag, Signing::Good), None).await;
+        assert_eq!(status, StatusCode::OK, "{tag}: {answer}");
+    }
+    let (status, headers, problem) = send(&served, &github("third", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
+    assert_problem(status, &headers, &problem);
+    let retry_after: u64 = headers
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("rate_limit")),
+        "{problem}"
+    );
+    let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(kept, ["gh-first", "gh-second"]);
+}
+
+fn gh_with_secret(secret: &str) -> String {
+    format!(
+        "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.gh.webhooks]\nsecret = \"{secret}\"\n"
+    )
+}
+
+/// `tributary secrets seal-webhook PROVIDER` with `secret` on standard input: the sealed
+/// text it printed.
+fn seal_webhook(app: &TestApp, provider: &str, secret: &str) -> String {
+    let config = app.write_config(
+        "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.other]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n",
+    );
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .args(["secrets", "seal-webhook", provider])
+        .write_stdin(format!("{secret}\n"));
+    let output = crate::helpers::run(&mut command);
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    let sealed = output.stdout.trim().to_string();
+    assert!(sealed.starts_with("sealed:v1:"), "{sealed}");
+    assert!(!sealed.contains(secret));
+    sealed
+}
+
+/// The daemon's stderr when it refuses to start with `providers` (and `edit` applied).
+fn refused_start(app: &TestApp, providers: &str) -> String {
+    let config = app.write_config(&format!("[api]\nlisten = \"127.0.0.1:0\"\n{providers}"));
+    let mut command = crate::helpers::tributary(&config);
+    command
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30));
+    let output = crate::helpers::run(&mut command);
+    assert_ne!(output.code, 0, "{}", output.stderr);
+    assert!(
+        output.stderr.contains(&config.display().to_string()),
+        "{}",
+        output.stderr
+    );
+    output.stderr
+}
+
+#[tokio::test]
+async fn a_sealed_secret_verifies_deliveries_and_a_literal_one_needs_allow_plaintext() {
+    let app = spawn_app().await;
+    let sealed = seal_webhook(&app, "gh", GITHUB_SECRET);
+    let served = Served::start_with_env(&app, &gh_with_secret(&sealed), &[], |text| text).await;
+    let (status, _, answer) = send(&served, &github("sealed", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, _, answer) = send(&served, &github("wrong", Signing::WrongSecret), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+    assert!(!served.daemon.log().contains(GITHUB_SECRET));
+    drop(served);
+
+    // Written in clear: refused at load, naming the file and the key, never the value.
+    let stderr = refused_start(&app, &gh_with_secret(GITHUB_SECRET));
+    assert!(
+        stderr.contains("providers.gh.webhooks.secret") && stderr.contains("allow_plaintext"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(GITHUB_SECRET), "{stderr}");
+
+    // Sealed for another provider: it does not open as gh's.
+    let other = seal_webhook(&app, "other", GITHUB_SECRET);
+    let stderr = refused_start(&app, &gh_with_secret(&other));
+    assert!(
+        stderr.contains("providers.gh.webhooks.secret")
+            && stderr.contains("sealed for another provider"),
+        "{stderr}"
+    );
+
+    // With allow_plaintext, the literal is taken as written.
+    let served = Served::start_with_env(&app, &gh_with_secret(GITHUB_SECRET), &[], |text| {
+        text.replace("[secrets]\n", "[secrets]\nallow_plaintext = true\n")
+    })
+    .await;
+    let (status, _, answer) = send(&served, &github("plain", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let kept: Vec<String> = inbox(&app).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(kept, ["gh-sealed", "gh-plain"]);
+}
+
+async fn metrics_text(metrics_port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// `/metrics`' `tributary_webhook_lag_seconds` of `provider`.
+async fn lag_of(metrics_port: u16, provider: &str) -> f64 {
+    let metrics = metrics_text(metrics_port).await;
+    metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("tributary_webhook_lag_seconds{")
+                && line.contains(&format!("provider=\"{provider}\""))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no lag for {provider}:\n{metrics}"))
+}
+
+#[tokio::test]
+async fn the_lag_is_the_age_of_the_oldest_delivery_not_yet_applied_by_provider() {
+    use sea_orm::ConnectionTrait;
+
+    let app = spawn_app().await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
+    assert_eq!(lag_of(metrics_port, "gh").await, 0.0, "nothing waits yet");
+
+    // A delivery received two hours ago and not applied since, and one just now.
+    let two_hours_ago = chrono::Utc::now() - chrono::TimeDelta::hours(2);
+    crate::retention::webhook_at(&app, "received", two_hours_ago).await;
+    let (status, _, answer) = send(&served, &github("new", Signing::Good), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+
+    let lag = lag_of(metrics_port, "gh").await;
+    assert!((7_190.0..7_300.0).contains(&lag), "{lag}");
+    assert_eq!(lag_of(metrics_port, "stripe").await, 0.0);
+
+    // Once the old one is applied, the lag is the new one's.
+    app.db
+        .execute_unprepared(
+            "UPDATE webhook_deliveries SET status = 'applied' WHERE delivery_id LIKE 'received-%'",
+        )
+        .await
+        .expect("applied");
+    let lag = lag_of(metrics_port, "gh").await;
+    assert!((0.0..60.0).contains(&lag), "{lag}");
 }

@@ -16,6 +16,7 @@ fn parse(
     let adapter = match kind {
         "github" => "kind = \"github\"\n",
         "stripe" => "kind = \"stripe\"\n",
+        "strava" => "kind = \"strava\"\nclient_id = \"1\"\nclient_secret_env = \"CLIENT\"\n",
         _ => "kind = \"rest\"\nbase_url = \"https://api.example.com\"\npath = \"/items\"\nrecords_path = \"data\"\nid_field = \"id\"\nauth = \"none\"\n",
     };
     let text = format!(
@@ -161,5 +162,50 @@ fn a_webhooks_table_without_an_api_to_receive_it_is_refused() {
             assert!(message.contains("add an [api] table"), "{message}");
         }
         other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn strava_needs_its_subscription_id_which_no_other_scheme_takes() {
+    let webhooks = accepted(
+        "strava",
+        "secret_env = \"VERIFY\"\nsubscription_id = 120475",
+    );
+    assert_eq!(
+        webhooks.scheme,
+        WebhookScheme::Strava {
+            subscription_id: 120475
+        }
+    );
+    let (key, message) = refused("strava", "secret_env = \"VERIFY\"");
+    assert_eq!(key, "providers.acme.webhooks.subscription_id");
+    assert!(message.starts_with("missing"), "{message}");
+    let (key, _) = refused("github", "secret_env = \"H\"\nsubscription_id = 1");
+    assert_eq!(key, "providers.acme.webhooks.subscription_id");
+    let (key, _) = refused("strava", "secret_env = \"H\"\nsubscription_id = -1");
+    assert_eq!(key, "providers.acme.webhooks.subscription_id");
+}
+
+#[test]
+fn the_rate_limit_defaults_to_a_hundred_a_second_and_is_checked() {
+    let webhooks = accepted("github", "secret_env = \"H\"");
+    assert_eq!(
+        (webhooks.rate_limit.requests, webhooks.rate_limit.per),
+        (100, Duration::from_secs(1))
+    );
+    let webhooks = accepted("github", "secret_env = \"H\"\nrate_limit = \"30/minute\"");
+    assert_eq!(
+        (webhooks.rate_limit.requests, webhooks.rate_limit.per),
+        (30, Duration::from_secs(60))
+    );
+    for bad in ["0/second", "ten/second", "5"] {
+        let (key, message) = refused(
+            "github",
+            &format!("secret_env = \"H\"\nrate_limit = \"{bad}\""),
+        );
+        assert_eq!(
+            key, "providers.acme.webhooks.rate_limit",
+            "{bad}: {message}"
+        );
     }
 }

@@ -5,14 +5,20 @@
 mod verify;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
 
 use sea_orm::{ActiveValue::Set, DatabaseConnection, DbErr, EntityTrait, SqlErr};
 use secrecy::SecretString;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Settings, WebhookScheme};
+use crate::config::{ConfigError, Settings, WebhookScheme, WebhookSettings};
 use crate::entities::webhook_delivery::{self, InboxStatus};
+use crate::secrets::{sealed_key_id, Binding, Keyring, SecretsError};
+use secrecy::ExposeSecret;
 pub(crate) use verify::{Headers, Refusal};
 
 /// The longest delivery id kept (the column's length).
@@ -38,6 +44,16 @@ pub(crate) enum WebhookError {
     /// Verified, but not a delivery we can keep: the JSON or its id.
     #[error("{0}")]
     Malformed(String),
+    /// Past the provider's `rate_limit`: nothing was kept.
+    #[error("more deliveries than the provider's rate_limit of {requests} per {seconds} seconds; retry after {retry_after} s")]
+    Limited {
+        requests: u64,
+        seconds: u64,
+        retry_after: u64,
+    },
+    /// The check on the blocking pool did not finish: the runtime is shutting down.
+    #[error("the delivery could not be checked")]
+    Interrupted,
     #[error(transparent)]
     Database(#[from] DbErr),
 }
@@ -46,7 +62,20 @@ pub(crate) enum WebhookError {
 pub(crate) struct Inbound<'a> {
     pub provider: &'a str,
     pub headers: &'a Headers,
-    pub body: &'a [u8],
+    pub body: &'a Bytes,
+}
+
+/// Bodies at least this large are verified and parsed on tokio's blocking pool, as the
+/// pipeline parses pages: an HMAC and a JSON parse over megabytes would hold a runtime
+/// thread that other requests are waiting for.
+const CHECK_OFF_THREAD_BYTES: usize = 16 * 1024;
+
+/// A delivery verified and parsed: what its inbox row keeps.
+#[derive(Debug)]
+struct Checked {
+    text: String,
+    delivery_id: String,
+    event_type: Option<String>,
 }
 
 /// Verifies `inbound` with the provider's `secrets` and stores it unless its delivery id
@@ -54,7 +83,7 @@ pub(crate) struct Inbound<'a> {
 pub(crate) async fn receive(
     db: &DatabaseConnection,
     settings: &Settings,
-    secrets: &BTreeMap<String, Vec<SecretString>>,
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
     inbound: Inbound<'_>,
 ) -> Result<Received, WebhookError> {
     let provider = inbound.provider;
@@ -64,17 +93,72 @@ pub(crate) async fn receive(
         .get(provider)
         .and_then(|settings| settings.webhooks.as_ref())
         .ok_or_else(unknown)?;
-    let secrets = secrets.get(provider).ok_or_else(unknown)?;
-    let outcome = store_verified(db, &webhooks.scheme, secrets, &inbound).await;
+    if !secrets.contains_key(provider) {
+        return Err(unknown());
+    }
+    let outcome = store_verified(db, webhooks, secrets, &inbound).await;
     let label = match &outcome {
         Ok(received) => received.status,
         Err(WebhookError::Refused(Refusal::Stale { .. })) => "stale",
         Err(WebhookError::Refused(_)) => "unauthorized",
         Err(WebhookError::Malformed(_)) => "malformed",
+        Err(WebhookError::Limited { .. }) => "limited",
         Err(_) => "error",
     };
     record_outcome(provider, label);
     outcome
+}
+
+/// Every webhook provider's secrets: from their variables, and `secret`'s opened with
+/// `keyring` when sealed (as written when `[secrets] allow_plaintext` let it be literal).
+pub(crate) fn secrets(
+    settings: &Settings,
+    keyring: &Keyring,
+) -> Result<BTreeMap<String, Vec<SecretString>>, ConfigError> {
+    settings.webhook_secrets(&|provider, written| {
+        let written = written.expose_secret();
+        if sealed_key_id(written).is_none() {
+            return Ok(SecretString::from(written));
+        }
+        keyring
+            .open(binding(&format!("webhooks:{provider}")), written)
+            .map(|opened| SecretString::from(opened.as_str()))
+            .map_err(|error| match error {
+                SecretsError::UnknownKey {
+                    key_id, configured, ..
+                } => format!(
+                    "sealed with key id {key_id}, which is not configured (configured: {configured}); configure that key as [secrets] key_file or in previous_key_files"
+                ),
+                SecretsError::Decrypt { key_id, .. } => format!(
+                    "cannot be opened with key id {key_id}: it was sealed for another provider, or altered"
+                ),
+                _ => "not in the sealed form `tributary secrets seal-webhook` writes".to_string(),
+            })
+    })
+}
+
+/// Seals `secret` for `provider`'s `webhooks.secret` under the current key; refused
+/// without one, since a sealed text is the point.
+pub(crate) fn seal_secret(
+    keyring: &Keyring,
+    provider: &str,
+    secret: &str,
+) -> Result<String, SecretsError> {
+    let what = format!("the webhook secret of provider {provider}");
+    if keyring.current_key_id().is_none() {
+        return Err(SecretsError::NoKey { what });
+    }
+    keyring.seal(binding(&format!("webhooks:{provider}")), secret, &what)
+}
+
+/// A webhook secret is bound to its provider under a name no connection can have
+/// (provider names hold no `:`, and user ids are never empty), so a connection's sealed
+/// credentials never open as one.
+fn binding(scope: &str) -> Binding<'_> {
+    Binding {
+        user_id: "",
+        provider: scope,
+    }
 }
 
 /// Counts a delivery of `provider` that ended in `outcome`.
@@ -82,26 +166,146 @@ pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
     crate::telemetry::record_webhook_delivery(provider, outcome);
 }
 
-async fn store_verified(
-    db: &DatabaseConnection,
+/// Strava's subscription handshake (`GET /webhooks/{provider}`), as its query gives it.
+pub(crate) struct Handshake<'a> {
+    pub provider: &'a str,
+    pub mode: Option<&'a str>,
+    pub challenge: Option<&'a str>,
+    pub verify_token: Option<&'a str>,
+}
+
+/// The longest `hub.challenge` echoed.
+const MAX_CHALLENGE_LEN: usize = 255;
+
+/// Answers Strava's subscription handshake: the challenge to echo when the verify token
+/// is the provider's secret. Only a `strava` provider answers one.
+pub(crate) fn handshake(
+    settings: &Settings,
+    secrets: &BTreeMap<String, Vec<SecretString>>,
+    handshake: &Handshake<'_>,
+) -> Result<String, WebhookError> {
+    let provider = handshake.provider;
+    let unknown = || WebhookError::UnknownProvider(provider.to_string());
+    settings
+        .providers
+        .get(provider)
+        .and_then(|settings| settings.webhooks.as_ref())
+        .filter(|webhooks| matches!(webhooks.scheme, WebhookScheme::Strava { .. }))
+        .ok_or_else(unknown)?;
+    let secrets = secrets.get(provider).ok_or_else(unknown)?;
+    let outcome = answer_handshake(secrets, handshake);
+    let label = match &outcome {
+        Ok(_) => "handshake",
+        Err(WebhookError::Refused(_)) => "unauthorized",
+        Err(_) => "malformed",
+    };
+    record_outcome(provider, label);
+    outcome
+}
+
+fn answer_handshake(
+    secrets: &[SecretString],
+    handshake: &Handshake<'_>,
+) -> Result<String, WebhookError> {
+    if handshake.mode != Some("subscribe") {
+        return Err(WebhookError::Malformed(
+            "hub.mode must be \"subscribe\"".to_string(),
+        ));
+    }
+    verify::verify_token(secrets, handshake.verify_token).map_err(WebhookError::Refused)?;
+    handshake
+        .challenge
+        .filter(|challenge| {
+            !challenge.is_empty()
+                && challenge.len() <= MAX_CHALLENGE_LEN
+                && !challenge.chars().any(char::is_control)
+        })
+        .map(str::to_string)
+        .ok_or_else(|| {
+            WebhookError::Malformed(format!(
+                "hub.challenge must be 1 to {MAX_CHALLENGE_LEN} bytes without control characters"
+            ))
+        })
+}
+
+/// [`check`]s `inbound` inline when its body is small, else on the blocking pool.
+async fn checked(
+    scheme: &WebhookScheme,
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
+    inbound: &Inbound<'_>,
+    now: DateTime<Utc>,
+) -> Result<Checked, WebhookError> {
+    if inbound.body.len() < CHECK_OFF_THREAD_BYTES {
+        let secrets = secrets.get(inbound.provider).map_or(&[][..], Vec::as_slice);
+        return check(scheme, secrets, inbound.headers, inbound.body, now);
+    }
+    let (scheme, all, provider) = (
+        scheme.clone(),
+        Arc::clone(secrets),
+        inbound.provider.to_string(),
+    );
+    let (headers, body) = (inbound.headers.clone(), inbound.body.clone());
+    tokio::task::spawn_blocking(move || {
+        let secrets = all.get(&provider).map_or(&[][..], Vec::as_slice);
+        check(&scheme, secrets, &headers, &body, now)
+    })
+    .await
+    .map_err(|_| WebhookError::Interrupted)?
+}
+
+/// Verifies `body` and parses it: the text, the delivery id and the event type.
+fn check(
     scheme: &WebhookScheme,
     secrets: &[SecretString],
-    inbound: &Inbound<'_>,
-) -> Result<Received, WebhookError> {
-    let received_at = crate::db::now();
-    verify::verify(scheme, secrets, inbound.headers, inbound.body, received_at)
-        .map_err(WebhookError::Refused)?;
-    let text = std::str::from_utf8(inbound.body)
+    headers: &Headers,
+    body: &[u8],
+    now: DateTime<Utc>,
+) -> Result<Checked, WebhookError> {
+    verify::verify(scheme, secrets, headers, body, now).map_err(WebhookError::Refused)?;
+    let text = std::str::from_utf8(body)
         .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
     let json: serde_json::Value = serde_json::from_str(text)
         .map_err(|error| WebhookError::Malformed(format!("the body is not JSON: {error}")))?;
-    let delivery_id = delivery_id(scheme, inbound.headers, &json, inbound.body)?;
+    Ok(Checked {
+        delivery_id: delivery_id(scheme, headers, &json, body)?,
+        event_type: event_type(scheme, headers, &json),
+        text: text.to_string(),
+    })
+}
+
+async fn store_verified(
+    db: &DatabaseConnection,
+    webhooks: &WebhookSettings,
+    secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
+    inbound: &Inbound<'_>,
+) -> Result<Received, WebhookError> {
+    let received_at = crate::db::now();
+    let Checked {
+        text,
+        delivery_id,
+        event_type,
+    } = checked(&webhooks.scheme, secrets, inbound, received_at).await?;
+    // Counted only once verified, in the database: forged deliveries cannot spend the
+    // provider's budget, and every instance shares it.
+    let window = &webhooks.rate_limit;
+    let scope = format!("webhooks:{}", inbound.provider);
+    if let Some(reopens_at) =
+        crate::pipeline::take_one_from(db, &scope, window, received_at).await?
+    {
+        let wait = reopens_at.signed_duration_since(received_at).num_seconds();
+        return Err(WebhookError::Limited {
+            requests: window.requests,
+            seconds: window.per.as_secs(),
+            // Whole seconds, rounded up: a sender that waits this long finds room.
+            retry_after: u64::try_from(wait).unwrap_or(0).saturating_add(1),
+        });
+    }
     let row = webhook_delivery::ActiveModel {
         provider: Set(inbound.provider.to_string()),
         delivery_id: Set(delivery_id.clone()),
-        event_type: Set(event_type(scheme, inbound.headers, &json)),
+        event_type: Set(event_type),
         received_at: Set(received_at),
-        body: Set(text.to_string()),
+        body: Set(text),
         status: Set(InboxStatus::Received),
         attempts: Set(0),
         next_attempt_at: Set(received_at),
@@ -159,6 +363,7 @@ fn delivery_id(
             Some(name) => from_header(&[name.as_str()])?,
             None => const_hex::encode(Sha256::digest(body)),
         },
+        WebhookScheme::Strava { .. } => strava_event_id(json)?,
     };
     if id.len() > MAX_DELIVERY_ID_LEN || id.chars().any(char::is_control) {
         return Err(WebhookError::Malformed(format!(
@@ -166,6 +371,34 @@ fn delivery_id(
         )));
     }
     Ok(id)
+}
+
+/// A Strava event has no id: it is the event's own fields, which a retry repeats and two
+/// different events do not share (`activity:123:update:1516126040:456`).
+fn strava_event_id(json: &serde_json::Value) -> Result<String, WebhookError> {
+    let text = |name: &str| json.get(name).and_then(serde_json::Value::as_str);
+    let number = |name: &str| json.get(name).and_then(serde_json::Value::as_u64);
+    match (
+        text("object_type"),
+        number("object_id"),
+        text("aspect_type"),
+        number("event_time"),
+        number("owner_id"),
+    ) {
+        (
+            Some(object_type),
+            Some(object_id),
+            Some(aspect_type),
+            Some(event_time),
+            Some(owner_id),
+        ) => Ok(format!(
+            "{object_type}:{object_id}:{aspect_type}:{event_time}:{owner_id}"
+        )),
+        _ => Err(WebhookError::Malformed(
+            "the event lacks one of object_type, object_id, aspect_type, event_time and owner_id"
+                .to_string(),
+        )),
+    }
 }
 
 /// The event's type when the delivery names one, cut to the column's length.
@@ -183,6 +416,14 @@ fn event_type(
             .get("type")
             .and_then(serde_json::Value::as_str)
             .map(str::to_string),
+        WebhookScheme::Strava { .. } => {
+            let field = |name: &str| json.get(name).and_then(serde_json::Value::as_str);
+            Some(format!(
+                "{}.{}",
+                field("object_type")?,
+                field("aspect_type")?
+            ))
+        }
     }?;
     let mut cut = named.trim().to_string();
     while cut.len() > MAX_DELIVERY_ID_LEN {

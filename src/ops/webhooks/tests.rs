@@ -113,3 +113,80 @@ fn the_event_type_comes_from_the_header_or_the_body() {
         None
     );
 }
+
+/// A GitLab delivery of `bytes` bytes (its token is compared, not computed, so the test
+/// needs no HMAC of its own).
+fn gitlab_delivery(bytes: usize) -> (Headers, bytes::Bytes) {
+    let body = json!({"object_kind": "issue", "padding": "x".repeat(bytes)}).to_string();
+    let headers = headers(&[
+        ("X-Gitlab-Token", "token"),
+        ("X-Gitlab-Event-UUID", &format!("uuid-{bytes}")),
+    ]);
+    (headers, bytes::Bytes::from(body))
+}
+
+#[test]
+fn a_large_body_is_checked_on_the_blocking_pool_and_a_small_one_inline() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::{checked, Inbound};
+
+    // One blocking thread, held below: a body checked on the pool waits for it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let secrets = Arc::new(BTreeMap::from([(
+            "lab".to_string(),
+            vec![secrecy::SecretString::from("token")],
+        )]));
+        let check = |(headers, body): (Headers, bytes::Bytes)| {
+            let secrets = Arc::clone(&secrets);
+            async move {
+                let inbound = Inbound {
+                    provider: "lab",
+                    headers: &headers,
+                    body: &body,
+                };
+                checked(
+                    &WebhookScheme::Gitlab,
+                    &secrets,
+                    &inbound,
+                    chrono::Utc::now(),
+                )
+                .await
+                .map(|checked| checked.delivery_id)
+                .map_err(|error| error.to_string())
+            }
+        };
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let hold = tokio::task::spawn_blocking(move || {
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+        });
+        held_rx.await.expect("the pool's thread is held");
+
+        let small = tokio::time::timeout(Duration::from_secs(10), check(gitlab_delivery(1024)))
+            .await
+            .expect("a small body is checked without the blocking pool");
+        assert_eq!(small, Ok("uuid-1024".to_string()));
+        let large = tokio::spawn(check(gitlab_delivery(64 * 1024)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !large.is_finished(),
+            "a large body waits for the blocking pool"
+        );
+        release_tx.send(()).expect("released");
+        hold.await.expect("the hold ends");
+        let large = tokio::time::timeout(Duration::from_secs(10), large)
+            .await
+            .expect("checked once the pool is free")
+            .expect("no panic");
+        assert_eq!(large, Ok("uuid-65536".to_string()));
+    });
+}

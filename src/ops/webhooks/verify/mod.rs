@@ -27,6 +27,12 @@ pub(crate) enum Refusal {
     Mismatch,
     #[error("the signature's timestamp is more than {} seconds from now", .tolerance.as_secs())]
     Stale { tolerance: Duration },
+    /// Strava signs nothing: an event is taken only for the configured subscription.
+    #[error("the event's subscription_id is missing or not this provider's subscription")]
+    Subscription,
+    /// Strava's handshake: `hub.verify_token` is missing or not the configured one.
+    #[error("the hub.verify_token is missing or not the configured one")]
+    VerifyToken,
 }
 
 /// Stripe's and Standard Webhooks' tolerance.
@@ -69,6 +75,38 @@ pub(crate) fn verify(
         WebhookScheme::Stripe => verify_stripe(secrets, headers, body, now),
         WebhookScheme::Standard => verify_standard(secrets, headers, body, now),
         WebhookScheme::Hmac(hmac) => verify_hmac(hmac, secrets, headers, body, now),
+        WebhookScheme::Strava { subscription_id } => verify_strava(*subscription_id, body),
+    }
+}
+
+/// Strava's event posts carry no signature (developers.strava.com/docs/webhooks): the
+/// event must name the configured subscription, and the object is fetched from the API
+/// rather than trusted from the body.
+fn verify_strava(subscription_id: u64, body: &[u8]) -> Result<(), Refusal> {
+    #[derive(serde::Deserialize)]
+    struct Event {
+        subscription_id: Option<u64>,
+    }
+    let named = serde_json::from_slice::<Event>(body)
+        .ok()
+        .and_then(|event| event.subscription_id);
+    match named == Some(subscription_id) {
+        true => Ok(()),
+        false => Err(Refusal::Subscription),
+    }
+}
+
+/// Strava's subscription handshake: `hub.verify_token` compared with each of the
+/// provider's secrets in constant time (as digests, so the time says nothing of the
+/// length).
+pub(crate) fn verify_token(secrets: &[SecretString], token: Option<&str>) -> Result<(), Refusal> {
+    let given = Sha256::digest(token.unwrap_or_default().as_bytes());
+    let matched = any_secret(secrets, |key| {
+        bool::from(Sha256::digest(key)[..].ct_eq(&given[..]))
+    });
+    match (token.is_some_and(|token| !token.is_empty()), matched) {
+        (true, Ok(())) => Ok(()),
+        _ => Err(Refusal::VerifyToken),
     }
 }
 

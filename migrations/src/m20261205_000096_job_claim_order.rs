@@ -6,6 +6,8 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::m20261204_000081_api_audit_at::drop_index_once;
+
 pub struct Migration;
 
 impl MigrationName for Migration {
@@ -39,17 +41,7 @@ impl MigrationTrait for Migration {
         if !manager.has_index(TABLE, INDEX).await? {
             manager.create_index(claim_index()).await?;
         }
-        if manager.has_index(TABLE, REPLACED).await? {
-            manager
-                .drop_index(
-                    Index::drop()
-                        .name(REPLACED)
-                        .table(Alias::new(TABLE))
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        drop_index_once(manager, TABLE, REPLACED).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
@@ -67,16 +59,6 @@ impl MigrationTrait for Migration {
                 )
                 .await?;
         }
-        if manager.has_index(TABLE, INDEX).await? {
-            manager
-                .drop_index(
-                    Index::drop()
-                        .name(INDEX)
-                        .table(Alias::new(TABLE))
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        drop_index_once(manager, TABLE, INDEX).await
     }
 }

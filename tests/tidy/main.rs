@@ -994,3 +994,20 @@ fn every_test_architecture_md_names_exists() {
         "ARCHITECTURE.md names tests that do not exist: {missing:?}"
     );
 }
+
+/// The most words each document may hold, counted as `wc -w` counts them: written for
+/// the reader who arrives today, not as a diary.
+const DOCUMENT_WORDS: [(&str, usize); 2] = [("ARCHITECTURE.md", 3_000), ("README.md", 2_500)];
+
+#[test]
+fn the_architecture_and_the_readme_stay_within_their_word_counts() {
+    let mut over = Vec::new();
+    for (document, most) in DOCUMENT_WORDS {
+        let text = std::fs::read_to_string(root().join(document)).expect("document");
+        let words = text.split_whitespace().count();
+        if words > most {
+            over.push(format!("{document} has {words} words, more than {most}"));
+        }
+    }
+    assert!(over.is_empty(), "{over:?}; cut elsewhere before adding");
+}

@@ -26,6 +26,10 @@ pub enum Access {
     Describe,
     /// Writes outside the pipeline's runs (reconcile, the demo's set-up): migrated, no keys.
     Migrated,
+    /// Migrates and nothing else (`tributary migrate`): as `Migrated`, with `older` saying
+    /// whether to go on while instances of an older schema are alive; the migrations
+    /// applied are [`App::applied`].
+    Migrate { older: OlderInstances },
     /// Reads or writes sealed credentials: migrated, with the configured keys. `storing`
     /// also refuses literal secrets in config.toml that could not be stored sealed.
     Keys { storing: bool },
@@ -94,6 +98,7 @@ impl OpenError {
 pub struct App {
     settings: Settings,
     db: DatabasePools,
+    applied: Vec<String>,
     announced: Option<Announced>,
 }
 
@@ -129,6 +134,7 @@ impl App {
             Some(keyring) => Ok(keyring),
             None => load_keyring(settings),
         };
+        let mut applied = Vec::new();
         let (db, announced) = match access {
             Access::Read => (
                 crate::db::connect_for_reading(&settings.database).await?,
@@ -149,6 +155,12 @@ impl App {
                 crate::db::connect_and_migrate(&settings.database).await?,
                 None,
             ),
+            Access::Migrate { older } => {
+                let (db, migrations) =
+                    crate::db::connect_and_migrate_with(&settings.database, older).await?;
+                applied = migrations;
+                (db, None)
+            }
             Access::Keys { storing } => {
                 let keyring = keys(&settings)?;
                 if storing {
@@ -166,6 +178,7 @@ impl App {
         Ok(App {
             settings,
             db,
+            applied,
             announced,
         })
     }
@@ -176,6 +189,12 @@ impl App {
 
     pub fn db(&self) -> &DatabasePools {
         &self.db
+    }
+
+    /// The migrations this start applied, in the order they ran (only [`Access::Migrate`]
+    /// reports them).
+    pub fn applied(&self) -> &[String] {
+        &self.applied
     }
 
     /// Ends the process's announcement (a process killed leaves it to go stale and be

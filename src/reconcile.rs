@@ -10,15 +10,16 @@ use std::io::Write;
 use std::path::Path;
 
 use chrono::Utc;
-use sea_orm::sea_query::{Alias, Expr, ExprTrait, Index};
+use sea_orm::sea_query::{Alias, Index};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    TransactionTrait,
 };
 use serde::Serialize;
 
 use crate::entities::record;
 use crate::pipeline::records::delete_duplicates;
+use crate::pipeline::{duplicate_keys, StoredKey};
 
 /// How many duplicate keys one batch handles.
 const BATCH: u64 = 500;
@@ -46,17 +47,10 @@ pub struct ReconcileReport {
 struct AuditLine<'a> {
     removed: &'a record::Model,
     kept_id: i64,
-    key: Key<'a>,
+    key: &'a StoredKey,
     reason: &'static str,
     at: chrono::DateTime<Utc>,
     dry_run: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Key<'a> {
-    user_id: &'a str,
-    provider: &'a str,
-    external_id: &'a str,
 }
 
 /// Why a reconciliation stopped.
@@ -91,36 +85,20 @@ pub async fn reconcile(
     loop {
         // Removed groups stop being duplicates, so a real run always reads the first batch;
         // a dry run changes nothing and pages on.
-        let keys: Vec<(String, String, String)> = record::Entity::find()
-            .select_only()
-            .columns(record::KEY_COLUMNS)
-            .group_by(record::Column::UserId)
-            .group_by(record::Column::Provider)
-            .group_by(record::Column::ExternalId)
-            .having(Expr::col(record::Column::Id).count().gt(1))
-            .order_by_asc(record::Column::UserId)
-            .order_by_asc(record::Column::Provider)
-            .order_by_asc(record::Column::ExternalId)
-            .offset(if dry_run { offset } else { 0 })
-            .limit(BATCH)
-            .into_tuple()
-            .all(db)
-            .await?;
+        let keys = duplicate_keys(db, if dry_run { offset } else { 0 }, BATCH).await?;
         if keys.is_empty() {
             break;
         }
         offset += keys.len() as u64;
         // One transaction per namespace of a user: its removals' `deleted` changes are
         // one batch, and a transaction stamps one.
-        for group in keys.chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1)) {
+        for group in keys.chunk_by(StoredKey::same_namespace) {
             let txn = db.begin().await?;
             let mut doomed = Vec::new();
             let mut removed_keys = Vec::new();
-            for (user_id, provider, external_id) in group {
+            for key in group {
                 let rows = record::Entity::find()
-                    .filter(record::Column::UserId.eq(user_id.as_str()))
-                    .filter(record::Column::Provider.eq(provider.as_str()))
-                    .filter(record::Column::ExternalId.eq(external_id.as_str()))
+                    .filter(key.condition())
                     .order_by_desc(record::Column::UpdatedAt)
                     .order_by_asc(record::Column::Id)
                     .all(&txn)
@@ -130,17 +108,13 @@ pub async fn reconcile(
                 };
                 report.duplicate_keys += 1;
                 if !removed.is_empty() {
-                    removed_keys.push(external_id.as_str());
+                    removed_keys.push(key.external_id.as_str());
                 }
                 for row in removed {
                     let line = AuditLine {
                         removed: row,
                         kept_id: kept.id,
-                        key: Key {
-                            user_id,
-                            provider,
-                            external_id,
-                        },
+                        key,
                         reason: KEEP_RULE,
                         at: Utc::now(),
                         dry_run,
@@ -160,7 +134,10 @@ pub async fn reconcile(
                 audit.sync()?;
             }
             report.rows_removed += doomed.len() as u64;
-            let Some((user_id, provider, _)) = group.first() else {
+            let Some(StoredKey {
+                user_id, provider, ..
+            }) = group.first()
+            else {
                 continue;
             };
             if dry_run || doomed.is_empty() {

@@ -39,6 +39,7 @@ pub mod strava;
 pub mod stripe;
 
 mod adapter;
+mod credentials;
 mod oauth2;
 mod page;
 mod stream;
@@ -47,11 +48,10 @@ mod test_support;
 
 pub use adapter::is_loopback;
 pub use config::{build_provider, ProviderConfig};
+pub use credentials::Credentials;
 pub use http::{FetchError, HttpClient, HttpSettings};
 pub use kind::ProviderKind;
-pub use page::{
-    Credentials, DeletedRecord, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW,
-};
+pub use page::{DeletedRecord, Page, PageItem, PagePosition, Watermark, WATERMARK_CLOCK_SKEW};
 pub use record::{IdSpec, Record, RecordStage, RejectedRecord};
 pub use stream::{ParentRecord, StreamSpec};
 

@@ -1,6 +1,5 @@
 //! What a provider hands the pipeline: one page of records and where the next page is.
 
-use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 use crate::http::display_url_text;
@@ -11,30 +10,6 @@ use crate::record::{Record, RejectedRecord};
 pub const MAX_CURSOR_BYTES: usize = 4 * 1024;
 /// The longest next-page URL a page may hand on; a longer one stops the run after the page.
 pub const MAX_NEXT_URL_BYTES: usize = 8 * 1024;
-
-/// The credentials of one connection, resolved for one run. `Debug` never shows a secret.
-#[derive(Clone, Debug, Default)]
-pub struct Credentials {
-    /// The API token (bearer token, API key or OAuth access token), if the provider needs one.
-    pub token: Option<SecretString>,
-    /// OAuth2: the refresh token that buys a new access token (rotated on every refresh by
-    /// some APIs, e.g. Strava).
-    pub refresh_token: Option<SecretString>,
-    /// OAuth2: when `token` expires, in seconds since the Unix epoch.
-    pub expires_at: Option<i64>,
-}
-
-impl Credentials {
-    /// Whether the two hold the same secrets (used to tell whether another run already
-    /// refreshed them).
-    pub fn same_as(&self, other: &Credentials) -> bool {
-        use secrecy::ExposeSecret;
-        let secret = |s: &Option<SecretString>| s.as_ref().map(|s| s.expose_secret().to_string());
-        secret(&self.token) == secret(&other.token)
-            && secret(&self.refresh_token) == secret(&other.refresh_token)
-            && self.expires_at == other.expires_at
-    }
-}
 
 /// The incremental-sync watermark: the newest change a run has seen. The connection keeps
 /// the largest watermark of its last complete run, and the next run asks only for what

@@ -9,7 +9,7 @@ use secrecy::ExposeSecret;
 
 use crate::app::{Access, App};
 use crate::config::Settings;
-use crate::ops::api_keys::{self as ops, KeyRef, KeyView, Scope};
+use crate::ops::api_keys::{self as ops, KeyRef, KeyView, KeysQuery, Scope};
 
 #[derive(Debug, Subcommand)]
 pub enum ApiKeysCommand {
@@ -31,6 +31,13 @@ pub enum ApiKeysCommand {
     /// List the keys: name, prefix, scopes, when created, last used and revoked. Never
     /// the key or its hash.
     List {
+        /// Only keys after this one, oldest first (the `--after` a previous page printed).
+        #[arg(long, value_name = "KEY_ID")]
+        after: Option<i64>,
+        /// How many keys to show (1 to 1000).
+        #[arg(long, default_value_t = 100,
+            value_parser = clap::value_parser!(u64).range(1..=ops::MAX_LIMIT))]
+        limit: u64,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -75,9 +82,12 @@ pub async fn run(config: &Path, command: ApiKeysCommand) -> anyhow::Result<ExitC
             );
             println!("{}", created.key.expose_secret());
         }
-        ApiKeysCommand::List { json } => {
-            let keys = ops::list(db).await?;
-            print_keys(&keys, json)?;
+        ApiKeysCommand::List { after, limit, json } => {
+            let page = ops::list(db, &KeysQuery { after, limit }).await?;
+            print_keys(&page.items, json)?;
+            if let (Some(next), false) = (page.next, json) {
+                println!("More keys: add --after {next} for the next page.");
+            }
         }
         ApiKeysCommand::Revoke { name, prefix } => {
             let which = match (name, prefix) {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::reconcile::ReconcileReport;
 
@@ -42,8 +43,8 @@ pub async fn run(config: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode>
         );
     }
     let settings = Settings::load(config)?;
-    let db = crate::db::connect_and_migrate(&settings.database).await?;
-    let report = crate::reconcile::reconcile(&db, dry_run, audit_log.as_deref(), |line| {
+    let app = App::open(settings, Access::Migrated).await?;
+    let report = crate::reconcile::reconcile(app.db(), dry_run, audit_log.as_deref(), |line| {
         if dry_run && !json {
             println!("would remove: {line}");
         }

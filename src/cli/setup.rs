@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::app::{Access, App};
 use crate::config::{redact_url, Settings};
 use crate::db::OlderInstances;
 
@@ -49,8 +50,9 @@ pub fn check_config(config: &Path) -> anyhow::Result<ExitCode> {
 /// `tributary migrate`.
 pub async fn migrate(config: &Path, older: OlderInstances) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
-    let (_, applied) = crate::db::connect_and_migrate_with(&settings.database, older).await?;
-    let url = redact_url(&settings.database.url);
+    let app = App::open(settings, Access::Migrate { older }).await?;
+    let applied = app.applied();
+    let url = redact_url(&app.settings().database.url);
     let schema = crate::db::schema_version();
     if applied.is_empty() {
         println!("Nothing to migrate: {url} is at schema {schema}, the newest this release knows.");
@@ -59,7 +61,7 @@ pub async fn migrate(config: &Path, older: OlderInstances) -> anyhow::Result<Exi
             "Applied {} migration(s) to {url}, now at schema {schema}:",
             applied.len()
         );
-        for migration in &applied {
+        for migration in applied {
             println!("  {migration}");
         }
     }

@@ -10,13 +10,13 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    Set,
+    QuerySelect, Set,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::OpsError;
+use super::{check_limit, OpsError, Page};
 use crate::entities::{api_audit, api_key};
 
 /// What every key starts with, so that a leaked one is recognisable (secret scanners).
@@ -213,15 +213,36 @@ pub async fn create(
     })
 }
 
-/// Every key, oldest first (a handful: no paging).
-pub async fn list(db: &DatabaseConnection) -> Result<Vec<KeyView>, OpsError> {
-    Ok(api_key::Entity::find()
+/// The largest page of keys.
+pub const MAX_LIMIT: u64 = 1_000;
+
+/// Which keys to list: oldest first, a page at a time.
+#[derive(Clone, Debug)]
+pub struct KeysQuery {
+    /// Only keys after this key's id (the `next` of the page before).
+    pub after: Option<i64>,
+    /// At most this many keys (1 to [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+/// The keys that match `query`, oldest first; ids never change, so paging by the last id
+/// shows every key once however many are created meanwhile.
+pub async fn list(db: &DatabaseConnection, query: &KeysQuery) -> Result<Page<KeyView>, OpsError> {
+    let limit = check_limit(query.limit, MAX_LIMIT)?;
+    let mut select = api_key::Entity::find();
+    if let Some(after) = query.after {
+        select = select.filter(api_key::Column::Id.gt(after));
+    }
+    let rows = select
         .order_by_asc(api_key::Column::Id)
+        .limit(limit.saturating_add(1))
         .all(db)
-        .await?
-        .into_iter()
-        .map(KeyView::from)
-        .collect())
+        .await?;
+    let page = Page::from_rows(rows, limit, |row| row.id);
+    Ok(Page {
+        items: page.items.into_iter().map(KeyView::from).collect(),
+        next: page.next,
+    })
 }
 
 /// Which key to revoke.

@@ -39,6 +39,7 @@ pub use crate::lease::Fence;
 
 pub use checkpoint::{Checkpoint, CheckpointMove};
 pub use deletions::DeletionPass;
+pub(crate) use ground::row::{duplicate_keys, StoredKey};
 pub use ground::{PageStoreCounts, RunCounts};
 pub(crate) use run::{CloseStep, OpenedRun, RunStatus, Trigger};
 pub use run::{Run, RunClosed, RunEnd, RunOutcome, RunPage};

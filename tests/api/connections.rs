@@ -145,22 +145,30 @@ async fn connections_added_on_the_command_line_sync_and_can_be_disabled_and_remo
         "{carol}"
     );
 
-    let disable = tributary(
-        &config,
-        &[
-            "connections",
-            "disable",
-            "--provider",
-            "acme",
-            "--user",
-            "bob",
-        ],
-        "",
-    );
+    // `connections disable` or `enable` of bob@acme.
+    let switch = |verb: &str| {
+        let args = ["connections", verb, "--provider", "acme", "--user", "bob"];
+        tributary(&config, &args, "")
+    };
+    let disable = switch("disable");
     assert_eq!(disable.code, 0, "{}", disable.stderr);
     let sync = tributary(&config, &["sync", "--quiet"], "");
     assert!(!sync.stdout.contains("bob@acme"), "{}", sync.stdout);
     assert_eq!(sync.stdout.lines().count(), 2);
+
+    let enable = switch("enable");
+    assert_eq!(enable.code, 0, "{}", enable.stderr);
+    let sync = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    assert!(sync.stdout.contains("bob@acme"), "{}", sync.stdout);
+    assert_eq!(sync.stdout.lines().count(), 3, "{}", sync.stdout);
+    let bob_runs = tributary(&config, &["runs", "--user", "bob", "--json"], "");
+    let bob_runs: serde_json::Value = serde_json::from_str(&bob_runs.stdout).expect("JSON");
+    assert_eq!(
+        bob_runs.as_array().map(Vec::len),
+        Some(2),
+        "bob ran before the disable and after the enable: {bob_runs}"
+    );
 
     let remove = tributary(
         &config,
@@ -273,6 +281,50 @@ async fn a_connection_taken_out_of_the_config_is_disabled_its_records_kept() {
         })
         .count();
     assert_eq!(bob_requests, 1);
+}
+
+#[tokio::test]
+async fn runs_are_listed_by_user_and_by_provider() {
+    let app = spawn_app().await;
+    mount_listings(&app, &["alice", "bob"], 1).await;
+    let config = app.write_config(&format!(
+        "{}{}",
+        cursor_provider("acme", &app.api.uri(), &["alice", "bob"]),
+        cursor_provider("zeta", &app.api.uri(), &["alice"])
+    ));
+    let sync = tributary(&config, &["sync", "--quiet"], "");
+    assert_eq!(sync.code, 0, "{}", sync.stderr);
+    let runs = |args: &[&str]| -> Vec<(String, String)> {
+        let mut all = vec!["runs", "--json"];
+        all.extend_from_slice(args);
+        let output = tributary(&config, &all, "");
+        assert_eq!(output.code, 0, "{args:?}: {}", output.stderr);
+        let rows: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+        let mut listed: Vec<(String, String)> = rows
+            .as_array()
+            .expect("an array of runs")
+            .iter()
+            .map(|run| {
+                let field = |name: &str| run[name].as_str().unwrap_or_default().to_string();
+                (field("user_id"), field("provider"))
+            })
+            .collect();
+        listed.sort();
+        listed
+    };
+    let pair = |user: &str, provider: &str| (user.to_string(), provider.to_string());
+    assert_eq!(runs(&[]).len(), 3);
+    assert_eq!(runs(&["--user", "bob"]), [pair("bob", "acme")]);
+    assert_eq!(runs(&["--provider", "zeta"]), [pair("alice", "zeta")]);
+    assert_eq!(
+        runs(&["--provider", "acme"]),
+        [pair("alice", "acme"), pair("bob", "acme")]
+    );
+    assert_eq!(
+        runs(&["--user", "alice", "--provider", "acme"]),
+        [pair("alice", "acme")]
+    );
+    assert!(runs(&["--user", "nobody"]).is_empty());
 }
 
 #[tokio::test]

@@ -1160,6 +1160,13 @@ async fn the_library_daemon_refuses_a_records_table_without_the_key_index() {
         .expect("the daemon refuses at once instead of scheduling")
         .expect_err("the daemon refuses a table without the key index");
     assert!(
+        matches!(
+            refused,
+            tributary::daemon::DaemonError::KeyIndex(tributary::db::DbSetupError::MissingKeyIndex)
+        ),
+        "{refused:?}"
+    );
+    assert!(
         refused
             .to_string()
             .contains("tributary reconcile --dry-run"),

@@ -572,6 +572,81 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
 /// Two instances on one server database: a key revoked through one is refused by both
 /// at their next request, since every request reads the key's row.
 #[tokio::test]
+async fn api_keys_are_listed_a_page_at_a_time_without_gaps_or_repeats() {
+    let app = spawn_app().await;
+    let config = app.write_config("");
+    let names: Vec<String> = (1..=5).map(|n| format!("key-{n}")).collect();
+    for name in &names {
+        let created = run(
+            tributary(&config).args(["api-keys", "create", "--name", name, "--scope", "admin"])
+        );
+        assert_eq!(created.code, 0, "{}", created.stderr);
+    }
+    let list = |args: &[&str]| {
+        let mut all = vec!["api-keys", "list", "--limit", "2"];
+        all.extend_from_slice(args);
+        let output = run(tributary(&config).args(&all));
+        assert_eq!(output.code, 0, "{args:?}: {}", output.stderr);
+        output.stdout
+    };
+
+    // JSON pages, each after the last id of the one before.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = vec!["--json"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let keys: Value = serde_json::from_str(&list(&args)).expect("JSON");
+        let keys = keys.as_array().expect("an array of keys").clone();
+        assert!(keys.len() <= 2, "{keys:?}");
+        pages += 1;
+        if keys.is_empty() {
+            break;
+        }
+        seen.extend(
+            keys.iter()
+                .map(|key| key["name"].as_str().unwrap_or("").to_string()),
+        );
+        after = keys.last().map(|key| key["id"].to_string());
+        assert!(pages <= names.len(), "paging never ends: {seen:?}");
+    }
+    assert_eq!(seen, names);
+
+    // The table says where the next page starts, and says nothing on the last.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = Vec::new();
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let table = list(&args);
+        seen.extend(
+            names
+                .iter()
+                .filter(|name| {
+                    table
+                        .lines()
+                        .any(|line| line.split_whitespace().any(|cell| cell == name.as_str()))
+                })
+                .cloned(),
+        );
+        match table.split("add --after ").nth(1) {
+            Some(rest) => after = rest.split_whitespace().next().map(str::to_string),
+            None => break,
+        }
+        assert!(seen.len() <= names.len(), "{seen:?}");
+    }
+    assert_eq!(seen, names);
+
+    let refused = run(tributary(&config).args(["api-keys", "list", "--limit", "0"]));
+    assert_ne!(refused.code, 0);
+}
+
+#[tokio::test]
 async fn a_revoked_key_is_refused_by_every_instance_at_the_next_request() {
     if backend() == Backend::Sqlite {
         return; // One daemon per SQLite file.

@@ -345,6 +345,9 @@ async fn commands_that_only_read_need_no_token_variable_and_no_key() {
         &["migrate"][..],
         &["runs"][..],
         &["errors", "--open"][..],
+        &["changes"][..],
+        &["changes", "--head"][..],
+        &["notifications"][..],
         &["connections", "list"][..],
         &["secrets", "status"][..],
     ] {
@@ -355,6 +358,15 @@ async fn commands_that_only_read_need_no_token_variable_and_no_key() {
         if args[0] == "connections" {
             assert!(
                 output.stdout.contains("sealed with key"),
+                "{}",
+                output.stdout
+            );
+        }
+        if args == ["changes"] {
+            // The sync's three records, each an `inserted` change.
+            assert_eq!(
+                output.stdout.matches(" inserted ").count(),
+                3,
                 "{}",
                 output.stdout
             );
@@ -406,6 +418,10 @@ async fn commands_that_only_read_succeed_when_the_key_file_cannot_be_loaded() {
         let status = status_json(&config).await;
         assert_eq!(status["sealed_by_key_id"][&key_id], 1, "{case}: {status}");
         assert!(status["current_key_id"].is_null(), "{case}: {status}");
+        for args in [&["changes"][..], &["notifications"][..], &["runs"][..]] {
+            let output = run(tributary(&config).args(args));
+            assert_eq!(output.code, 0, "{case}, {args:?}: {}", output.stderr);
+        }
         // Work that needs the key is still refused.
         assert_eq!(
             run(tributary(&config).args(["sync", "--quiet"])).code,

@@ -7,7 +7,8 @@
 //!   `src/` imports, through others, a file that imports it.
 //! - Only `cli` prints, and neither `cli` nor `api` queries the database: they call `ops`.
 //! - Only `pipeline` writes `records`.
-//! - The providers crate cannot reach the database.
+//! - The providers crate cannot reach the database, and its top-level modules import
+//!   each other without a cycle (its root's re-exports followed to their modules).
 //! - Every crate lays a module with sub-modules out as `NAME/mod.rs`.
 //! - The library's public items (counted as `public.rs` says) stay under their ceiling.
 
@@ -191,7 +192,15 @@ impl Layers {
 /// The module path of a file under `src/`: `pipeline/store.rs` is `["pipeline", "store"]`,
 /// `pipeline/mod.rs` is `["pipeline"]`, `lib.rs` is `[]`.
 fn module_path(path: &str) -> Vec<String> {
-    let relative = path.strip_prefix("src/").unwrap_or(path);
+    module_path_in("src", path)
+}
+
+/// The module path of a file under `source`, its crate's source folder.
+fn module_path_in(source: &str, path: &str) -> Vec<String> {
+    let relative = path
+        .strip_prefix(source)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(path);
     let relative = relative.strip_suffix(".rs").unwrap_or(relative);
     relative
         .split('/')
@@ -260,6 +269,84 @@ fn check(tables: &[&Layers], files: &[SourceFile]) -> Vec<String> {
     problems
 }
 
+/// The import cycles among the top-level modules of a crate that no Layers table orders
+/// (`providers`), `source` being its source folder: each module (its files together)
+/// imports others only in one direction, so the provider registry in `config` imports the
+/// adapters and they never import it back. The crate root is the crate's face: its `pub
+/// use`s import nothing, a path through one of them counts as an import of the module the
+/// item comes from (`crate::ProviderKind` is `kind`), and its own items (the `Provider`
+/// trait) stand below every module.
+fn crate_cycles(source: &str, files: &[SourceFile]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut scanned = Vec::new();
+    for file in files {
+        let module = module_path_in(source, &file.path);
+        if module
+            .iter()
+            .any(|name| name == "tests" || name == "test_support")
+        {
+            continue;
+        }
+        match scan::scan(&module, &file.text) {
+            Ok(scan) => scanned.push((file.path.as_str(), module, scan)),
+            Err(error) => problems.push(format!("{}: cannot be parsed: {error}", file.path)),
+        }
+    }
+    let faces: BTreeMap<String, Vec<String>> = scanned
+        .iter()
+        .filter(|(_, module, _)| module.is_empty())
+        .flat_map(|(_, _, scan)| scan.reexports.iter().cloned())
+        .collect();
+    for (_, module, scan) in &mut scanned {
+        if module.is_empty() {
+            scan.ours
+                .retain(|(_, path)| !faces.values().any(|target| target == path));
+            continue;
+        }
+        for (_, path) in &mut scan.ours {
+            if let Some(target) = path.first().and_then(|name| faces.get(name)) {
+                *path = target.iter().chain(&path[1..]).cloned().collect();
+            }
+        }
+    }
+    let modules: Vec<&str> = scanned
+        .iter()
+        .filter_map(|(_, module, _)| module.first().map(String::as_str))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let node = |name: &str| modules.iter().position(|module| *module == name);
+    // Each module's imports of the others, with the first file and line of each.
+    let mut imports: BTreeMap<usize, BTreeMap<usize, usize>> = BTreeMap::new();
+    let mut at: BTreeMap<(usize, usize), (&str, usize)> = BTreeMap::new();
+    for (path, module, scan) in &scanned {
+        let Some(from) = module.first().and_then(|name| node(name)) else {
+            continue;
+        };
+        let edges = imports.entry(from).or_default();
+        for (line, ours) in &scan.ours {
+            let Some(to) = ours.first().and_then(|name| node(name)) else {
+                continue;
+            };
+            if to != from && edges.insert(to, *line).is_none() {
+                at.insert((from, to), (path, *line));
+            }
+        }
+    }
+    let nodes: Vec<usize> = (0..modules.len()).collect();
+    for way in cycles(&nodes, &imports) {
+        let mut text = String::new();
+        for (step, &module) in way.iter().enumerate() {
+            let next = way.get(step + 1).copied().unwrap_or(way[0]);
+            let (path, line) = at[&(module, next)];
+            text.push_str(&format!("`{}` ({path}:{line}) → ", modules[module]));
+        }
+        text.push_str(&format!("`{}`", modules[way[0]]));
+        problems.push(format!("import cycle among the crate's modules: {text}"));
+    }
+    problems
+}
+
 /// The import cycles among the files of module `scope`, one message each: the files it
 /// runs through, each with the line where it imports the next
 /// (`a.rs:3 → b.rs:7 → a.rs`). A path into a module whose file re-exports the item
@@ -289,6 +376,23 @@ fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) ->
             }
         }
     }
+    cycles(&files, &imports)
+        .into_iter()
+        .map(|way| {
+            let mut text = String::new();
+            for (step, &file) in way.iter().enumerate() {
+                let next = way.get(step + 1).copied().unwrap_or(way[0]);
+                text.push_str(&format!("{}:{} → ", scanned[file].0, imports[&file][&next]));
+            }
+            text.push_str(scanned[way[0]].0);
+            format!("import cycle among `{}`'s files: {text}", scope.join("::"))
+        })
+        .collect()
+}
+
+/// One shortest way round each cycle of the graph `imports` (node to the nodes it
+/// imports, each with a line), over `nodes`: the nodes in order, the first one first.
+fn cycles(nodes: &[usize], imports: &BTreeMap<usize, BTreeMap<usize, usize>>) -> Vec<Vec<usize>> {
     let reach = |start: usize| -> BTreeSet<usize> {
         let mut seen = BTreeSet::new();
         let mut pending = vec![start];
@@ -302,18 +406,18 @@ fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) ->
         seen
     };
     let reaches: BTreeMap<usize, BTreeSet<usize>> =
-        files.iter().map(|&file| (file, reach(file))).collect();
+        nodes.iter().map(|&node| (node, reach(node))).collect();
     let mut reported = BTreeSet::new();
-    let mut problems = Vec::new();
-    for &start in &files {
+    let mut found = Vec::new();
+    for &start in nodes {
         if reported.contains(&start) || !reaches[&start].contains(&start) {
             continue;
         }
-        // The files of `start`'s cycle reach each other; name one shortest way round.
+        // The nodes of `start`'s cycle reach each other; name one shortest way round.
         let circle: BTreeSet<usize> = reaches[&start]
             .iter()
             .copied()
-            .filter(|file| reaches[file].contains(&start))
+            .filter(|node| reaches.get(node).is_some_and(|r| r.contains(&start)))
             .collect();
         reported.extend(circle.iter().copied());
         let mut came_from = BTreeMap::new();
@@ -340,18 +444,9 @@ fn file_cycles(scope: &[String], scanned: &[(&str, Vec<String>, scan::Scan)]) ->
         }
         way.reverse();
         way.rotate_right(1);
-        let mut text = String::new();
-        for (step, &file) in way.iter().enumerate() {
-            let next = way.get(step + 1).copied().unwrap_or(start);
-            text.push_str(&format!("{}:{} → ", scanned[file].0, imports[&file][&next]));
-        }
-        text.push_str(scanned[start].0);
-        problems.push(format!(
-            "import cycle among `{}`'s files: {text}",
-            scope.join("::")
-        ));
+        found.push(way);
     }
-    problems
+    found
 }
 
 /// Writes to `records` in a file outside the pipeline: a path naming
@@ -489,6 +584,15 @@ fn declared_modules(file: &str) -> BTreeSet<String> {
 fn the_source_keeps_the_layers_and_the_invariants() {
     let tables = [&layers(), &pipeline_layers()];
     let problems = check(&tables, &source_files(&root().join("src")));
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn the_providers_crate_has_no_import_cycle() {
+    let problems = crate_cycles(
+        "providers/src",
+        &source_files(&root().join("providers/src")),
+    );
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
 
@@ -762,6 +866,44 @@ mod checker {
         );
     }
 
+    /// A provider registry of a second crate: `config` imports the adapter, the adapter
+    /// imports `ProviderKind` through the crate root's re-export.
+    fn registry(kind_in: &str) -> Vec<SourceFile> {
+        let root = format!(
+            "pub mod config;\npub mod github;\nmod kind;\npub use {kind_in}::ProviderKind;\npub trait Provider {{}}\n"
+        );
+        let kind = "pub trait ProviderKind {}\n";
+        let (config, kind) = match kind_in {
+            "config" => (format!("use crate::github::GithubConfig;\n{kind}"), ""),
+            _ => ("use crate::github::GithubConfig;\n".to_string(), kind),
+        };
+        files(&[
+            ("providers/src/lib.rs", root.as_str()),
+            ("providers/src/config.rs", config.as_str()),
+            ("providers/src/kind.rs", kind),
+            (
+                "providers/src/github/mod.rs",
+                "mod streams;\nuse crate::{Provider, ProviderKind};\nuse streams::X;\n",
+            ),
+            (
+                "providers/src/github/streams.rs",
+                "use super::GithubConfig;\n",
+            ),
+        ])
+    }
+
+    #[test]
+    fn a_cycle_among_another_crates_modules_fails_through_its_roots_reexports() {
+        assert_eq!(
+            crate_cycles("providers/src", &registry("kind")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            crate_cycles("providers/src", &registry("config")),
+            ["import cycle among the crate's modules: `config` (providers/src/config.rs:1) → `github` (providers/src/github/mod.rs:2) → `config`"]
+        );
+    }
+
     #[test]
     fn printing_outside_cli_fails() {
         let found = problems(&[(
@@ -851,4 +993,21 @@ fn every_test_architecture_md_names_exists() {
         missing.is_empty(),
         "ARCHITECTURE.md names tests that do not exist: {missing:?}"
     );
+}
+
+/// The most words each document may hold, counted as `wc -w` counts them: written for
+/// the reader who arrives today, not as a diary.
+const DOCUMENT_WORDS: [(&str, usize); 2] = [("ARCHITECTURE.md", 3_000), ("README.md", 2_500)];
+
+#[test]
+fn the_architecture_and_the_readme_stay_within_their_word_counts() {
+    let mut over = Vec::new();
+    for (document, most) in DOCUMENT_WORDS {
+        let text = std::fs::read_to_string(root().join(document)).expect("document");
+        let words = text.split_whitespace().count();
+        if words > most {
+            over.push(format!("{document} has {words} words, more than {most}"));
+        }
+    }
+    assert!(over.is_empty(), "{over:?}; cut elsewhere before adding");
 }

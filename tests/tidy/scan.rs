@@ -21,6 +21,10 @@ pub struct Scan {
     pub paths: Vec<(usize, Vec<String>)>,
     /// Each string literal, with the line.
     pub strings: Vec<(usize, String)>,
+    /// Each name a top-level `pub use` of the file makes visible in its module, with the
+    /// path of ours it stands for, resolved from the crate root (`ProviderKind` for
+    /// `["kind", "ProviderKind"]`).
+    pub reexports: Vec<(String, Vec<String>)>,
 }
 
 /// Scans `source`, the file of module `module` (`["pipeline", "store"]` for
@@ -32,6 +36,7 @@ pub fn scan(module: &[String], source: &str) -> syn::Result<Scan> {
         module: module.to_vec(),
         children: Vec::new(),
         relative: Vec::new(),
+        reexports: Vec::new(),
         scan: Scan::default(),
     };
     visitor.visit_file(&file);
@@ -39,9 +44,29 @@ pub fn scan(module: &[String], source: &str) -> syn::Result<Scan> {
         file_module,
         children,
         relative,
+        reexports,
         mut scan,
         ..
     } = visitor;
+    for (name, segments) in reexports {
+        let resolved = match segments.first().map(String::as_str) {
+            Some("crate") => Some(segments[1..].to_vec()),
+            Some("self") => Some([file_module.as_slice(), &segments[1..]].concat()),
+            Some("super") => {
+                let rest = segments.iter().skip_while(|s| *s == "super");
+                let up = segments.len() - rest.clone().count();
+                let keep = file_module.len().saturating_sub(up);
+                Some(file_module[..keep].iter().chain(rest).cloned().collect())
+            }
+            Some(first) if children.iter().any(|child| child == first) => {
+                Some([file_module.as_slice(), &segments].concat())
+            }
+            _ => None,
+        };
+        if let Some(resolved) = resolved {
+            scan.reexports.push((name, resolved));
+        }
+    }
     for (line, segments) in relative {
         if segments
             .first()
@@ -66,6 +91,8 @@ struct Visitor {
     /// Paths written in the file's own module that start with neither `crate`, `super`
     /// nor `self`; those that start with a declared module are ours.
     relative: Vec<(usize, Vec<String>)>,
+    /// The names the file's top-level `pub use`s make visible, with the paths as written.
+    reexports: Vec<(String, Vec<String>)>,
     scan: Scan,
 }
 
@@ -224,6 +251,10 @@ impl<'ast> Visit<'ast> for Visitor {
 
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         self.use_tree(&mut Vec::new(), &item.tree);
+        let public = !matches!(item.vis, syn::Visibility::Inherited);
+        if public && self.module == self.file_module {
+            reexports(&mut Vec::new(), &item.tree, &mut self.reexports);
+        }
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
@@ -250,6 +281,38 @@ impl<'ast> Visit<'ast> for Visitor {
         self.scan
             .strings
             .push((line(literal.span()), literal.value()));
+    }
+}
+
+/// The names a `use` tree makes visible, each with the path it stands for; a glob names
+/// none.
+fn reexports(
+    prefix: &mut Vec<String>,
+    tree: &syn::UseTree,
+    found: &mut Vec<(String, Vec<String>)>,
+) {
+    match tree {
+        syn::UseTree::Path(path) => {
+            prefix.push(path.ident.to_string());
+            reexports(prefix, &path.tree, found);
+            prefix.pop();
+        }
+        syn::UseTree::Name(name) => {
+            let mut segments = prefix.clone();
+            segments.push(name.ident.to_string());
+            found.push((name.ident.to_string(), segments));
+        }
+        syn::UseTree::Rename(rename) => {
+            let mut segments = prefix.clone();
+            segments.push(rename.ident.to_string());
+            found.push((rename.rename.to_string(), segments));
+        }
+        syn::UseTree::Glob(_) => {}
+        syn::UseTree::Group(group) => {
+            for tree in &group.items {
+                reexports(prefix, tree, found);
+            }
+        }
     }
 }
 

@@ -61,8 +61,10 @@ pub async fn run(config_path: &Path, args: DemoArgs) -> anyhow::Result<ExitCode>
         None,
         &|_| true,
     )?;
-    // Not `Access::Work`: what an earlier demo sealed with its own key is dropped before
-    // the configured connections are loaded, where work would refuse it.
+    // Not `Access::Work`, whose steps this repeats in part by hand: work would refuse the
+    // connections an earlier demo sealed with its own throwaway key (they are dropped
+    // first, below), and it would retire every connection of the operator's database that
+    // the demo's settings, which list only the demo's provider, do not name.
     let access = crate::app::Access::Keys { storing: true };
     let app = crate::app::App::open_with_keyring(settings, access, keyring).await?;
     let (db, settings) = (app.db().clone(), app.settings());

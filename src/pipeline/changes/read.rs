@@ -20,6 +20,7 @@ use crate::db::parameters::Binds;
 use crate::entities::change::ChangeKind;
 use crate::entities::change_clock::CLOCK_ROW;
 use crate::entities::{change, change_batch, change_clock, record};
+use crate::pipeline::ground::row::key_condition;
 
 /// The most changes one read returns.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -476,9 +477,7 @@ async fn with_payloads(
             let rows: Vec<(String, String)> = record::Entity::find()
                 .select_only()
                 .columns([record::Column::ExternalId, record::Column::Payload])
-                .filter(record::Column::UserId.eq(user_id))
-                .filter(record::Column::Provider.eq(provider))
-                .filter(record::Column::ExternalId.is_in(chunk.iter().copied()))
+                .filter(key_condition(user_id, provider, chunk.iter().copied()))
                 // A record marked deleted is shown deleted, without its last payload.
                 .filter(record::Column::DeletedAt.is_null())
                 .into_tuple()

@@ -5,7 +5,8 @@
 //! and a line here.
 
 use sea_orm::sea_query::{Condition, Expr, ExprTrait};
-use sea_orm::{IdenStatic, Value};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait, IdenStatic, QueryOrder, QuerySelect, Value};
+use serde::Serialize;
 use tributary_providers::Record;
 
 use crate::entities::record::{self, Column};
@@ -202,6 +203,69 @@ pub fn key_condition<'i>(
     condition
 }
 
+/// A stored row's key: its values of [`record::KEY_COLUMNS`], each named by where a new
+/// row takes it from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StoredKey {
+    pub user_id: String,
+    pub provider: String,
+    pub external_id: String,
+}
+
+// A key is read as one value per key column; `StoredKey::from_values` names them.
+const _: () = assert!(record::KEY_COLUMNS.len() == 3);
+
+impl StoredKey {
+    /// The key from one value per column of [`record::KEY_COLUMNS`], in its order.
+    fn from_values(values: [String; 3]) -> StoredKey {
+        let mut key = StoredKey::default();
+        for (column, value) in record::KEY_COLUMNS.into_iter().zip(values) {
+            match source_of(column) {
+                Some(Source::User) => key.user_id = value,
+                Some(Source::Provider) => key.provider = value,
+                _ => key.external_id = value,
+            }
+        }
+        key
+    }
+
+    /// The condition that a row has this key.
+    pub fn condition(&self) -> Condition {
+        key_condition(&self.user_id, &self.provider, [self.external_id.as_str()])
+    }
+
+    /// Whether the two keys share everything but the record's own id: the page's values.
+    pub fn same_namespace(&self, other: &StoredKey) -> bool {
+        (&self.user_id, &self.provider) == (&other.user_id, &other.provider)
+    }
+}
+
+/// The keys that more than one row of `records` holds, in the key's order, `limit` of them
+/// after the first `offset`.
+pub async fn duplicate_keys(
+    db: &impl ConnectionTrait,
+    offset: u64,
+    limit: u64,
+) -> Result<Vec<StoredKey>, DbErr> {
+    let mut select = record::Entity::find()
+        .select_only()
+        .columns(record::KEY_COLUMNS);
+    for column in record::KEY_COLUMNS {
+        select = select.group_by(column).order_by_asc(column);
+    }
+    let rows: Vec<(String, String, String)> = select
+        .having(Expr::col(record::Column::Id).count().gt(1))
+        .offset(offset)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(first, second, third)| StoredKey::from_values([first, second, third]))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +286,20 @@ mod tests {
             let left = same(&Column::Id) || DELETION.iter().any(same);
             assert_eq!(filled, !left, "{column:?}");
         }
+    }
+
+    #[test]
+    fn a_stored_key_names_each_key_columns_value_by_its_source() {
+        let values = record::KEY_COLUMNS.map(|column| format!("{}-value", column.as_str()));
+        let key = StoredKey::from_values(values);
+        assert_eq!(
+            key,
+            StoredKey {
+                user_id: "user_id-value".into(),
+                provider: "provider-value".into(),
+                external_id: "external_id-value".into(),
+            }
+        );
     }
 
     #[test]

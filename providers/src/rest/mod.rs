@@ -500,6 +500,10 @@ impl ProviderKind for RestConfig {
         self.auth.required_env_vars()
     }
 
+    fn authorization(&self) -> Option<crate::authorize::AuthorizationApp> {
+        self.auth.authorization()
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         let client = match self.auth_query_param() {
             Some(name) => client.hiding_query_param(name),

@@ -7,7 +7,10 @@
 //!
 //! Only SHA-256 hashes of the link's token and of the cookie are stored, so a copy of the
 //! database connects nothing; the CSRF token is an HMAC of the cookie, so nothing else
-//! is stored for it and every instance checks it alike.
+//! is stored for it and every instance checks it alike. A provider with an OAuth2
+//! application is authorized instead of given a key (`oauth.rs`).
+
+pub(crate) mod oauth;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
@@ -69,6 +72,11 @@ pub(crate) enum ConnectError {
     Forged,
     #[error("this link does not connect {0}")]
     NotOffered(String),
+    /// A callback whose `state` matches no authorization in progress.
+    #[error("this sign-in is not known or was replaced by a newer one; start again from the app")]
+    UnknownAuthorization,
+    #[error("{0}")]
+    BadCallback(String),
     #[error("{0}")]
     BadForm(String),
     #[error("{provider} refused this key (HTTP {status}); check it and try again")]
@@ -170,9 +178,9 @@ fn check_providers(
                 settings.path.display()
             )));
         };
-        if !provider.adapter.takes_key() {
+        if !connectable(provider) {
             return Err(invalid(format!(
-                "provider {shown:?} connects through OAuth2 or needs no key; the Connect page takes keys only for now"
+                "provider {shown:?} takes no key and has no OAuth2 application to authorize (an OAuth2 provider needs client_id and client_secret_env, and for kind = \"rest\" auth.authorize_url)"
             )));
         }
         if settings.lists_connection(name, user_id) {
@@ -222,6 +230,9 @@ pub(crate) struct PageView {
     /// Seconds the cookie lives: until the session expires.
     pub cookie_max_age: i64,
     pub reconnect: bool,
+    /// The origins of the offered providers' authorization endpoints, where a button's
+    /// answer may redirect.
+    pub authorize_origins: Vec<String>,
 }
 
 /// Opens session `token` for the browser that holds `cookie`: the first visit binds it
@@ -273,6 +284,12 @@ pub(crate) async fn open_page(
         cookie_path: page_path(connect, token, None),
         cookie_max_age: remaining,
         reconnect: session.reconnect_connection_id.is_some(),
+        authorize_origins: offered(&session)
+            .iter()
+            .filter_map(|name| settings.providers.get(name))
+            .filter_map(|provider| provider.adapter.authorization())
+            .map(|app| app.authorize_url.origin().ascii_serialization())
+            .collect(),
     })
 }
 
@@ -356,20 +373,50 @@ pub(crate) async fn submit_key(
     let provider = submission.provider;
     let txn = db.begin().await?;
     // Marked first, conditionally: of two posts racing, one connects.
+    mark_used(&txn, &session, None).await?;
+    let credentials = Credentials {
+        token: Some(key),
+        ..Default::default()
+    };
+    connect_in(txn, db, settings, &session, provider, credentials).await
+}
+
+/// Marks `session` used, conditionally (and, given its hash, only while `state` is the
+/// session's): of two requests racing, one goes on and the other is [`ConnectError::Used`].
+async fn mark_used(
+    db: &impl sea_orm::ConnectionTrait,
+    session: &connect_session::Model,
+    state_hash: Option<&str>,
+) -> Result<(), ConnectError> {
     let now = crate::db::now();
-    let marked = connect_session::Entity::update_many()
+    let mut update = connect_session::Entity::update_many()
         .col_expr(connect_session::Column::UsedAt, Expr::value(Some(now)))
         .filter(connect_session::Column::Id.eq(session.id))
         .filter(connect_session::Column::UsedAt.is_null())
-        .filter(connect_session::Column::ExpiresAt.gt(now))
-        .exec(&txn)
-        .await?;
-    if marked.rows_affected == 0 {
-        return Err(ConnectError::Used);
+        .filter(connect_session::Column::ExpiresAt.gt(now));
+    if let Some(state_hash) = state_hash {
+        update = update.filter(connect_session::Column::StateHash.eq(state_hash));
     }
+    let marked = update.exec(db).await?;
+    match marked.rows_affected {
+        0 => Err(ConnectError::Used),
+        _ => Ok(()),
+    }
+}
+
+/// Stores `credentials` in `txn` as the session's new connection (or the reconnected
+/// one's), commits, and queues the first sync. Returns where to send the browser.
+async fn connect_in(
+    txn: sea_orm::DatabaseTransaction,
+    db: &DatabasePools,
+    settings: &Settings,
+    session: &connect_session::Model,
+    provider: &str,
+    credentials: Credentials,
+) -> Result<String, ConnectError> {
     let connection_id = match session.reconnect_connection_id {
         Some(id) => {
-            replace_credentials(&txn, db, &session, provider, id, &key).await?;
+            replace_credentials(&txn, db, session, provider, id, &credentials).await?;
             id
         }
         None => {
@@ -379,10 +426,10 @@ pub(crate) async fn submit_key(
                     user_id: session.user_id.clone(),
                 },
                 token_env: None,
-                token: Some(key),
+                token: credentials.token,
                 refresh_token_env: None,
-                refresh_token: None,
-                expires_at: None,
+                refresh_token: credentials.refresh_token,
+                expires_at: credentials.expires_at,
                 enabled: true,
                 schedule: None,
                 stream_schedules: Vec::new(),
@@ -418,15 +465,14 @@ pub(crate) async fn submit_key(
     Ok(outcome(&session.return_url, "connected", None))
 }
 
-/// Replaces connection `id`'s credentials with `key`, keeping its records, cursors and
-/// history.
+/// Replaces connection `id`'s credentials, keeping its records, cursors and history.
 async fn replace_credentials(
     txn: &sea_orm::DatabaseTransaction,
     db: &DatabasePools,
     session: &connect_session::Model,
     provider: &str,
     id: i64,
-    key: &SecretString,
+    credentials: &Credentials,
 ) -> Result<(), ConnectError> {
     let row = connection::Entity::find_by_id(id)
         .one(txn)
@@ -437,8 +483,15 @@ async fn replace_credentials(
                 "the connection to reconnect is gone; ask the app for a new link".to_string(),
             )
         })?;
+    let expose = |secret: &Option<SecretString>| {
+        secret
+            .as_ref()
+            .map(|secret| secret.expose_secret().to_string())
+    };
     let stored = StoredCredentials {
-        token: Some(key.expose_secret().to_string()),
+        token: expose(&credentials.token),
+        refresh_token: expose(&credentials.refresh_token),
+        expires_at: credentials.expires_at,
         ..Default::default()
     };
     let column = stored
@@ -528,8 +581,14 @@ fn offered_provider<'a>(
     settings
         .providers
         .get(name)
-        .filter(|provider| provider.adapter.takes_key())
+        .filter(|provider| connectable(provider))
         .ok_or_else(not_offered)
+}
+
+/// Whether a user can connect `provider` on the page: by a key, or by authorizing its
+/// OAuth2 application.
+fn connectable(provider: &ProviderSettings) -> bool {
+    provider.adapter.takes_key() || provider.adapter.authorization().is_some()
 }
 
 fn offered(session: &connect_session::Model) -> Vec<String> {

@@ -438,6 +438,7 @@ fn status_of(error: &ConnectError) -> StatusCode {
         | ConnectError::NotOffered(_)
         | ConnectError::UnknownAuthorization => StatusCode::NOT_FOUND,
         ConnectError::BadCallback(_) => StatusCode::BAD_REQUEST,
+        ConnectError::AccountTaken { .. } => StatusCode::CONFLICT,
         ConnectError::Expired | ConnectError::Used => StatusCode::GONE,
         ConnectError::OtherBrowser | ConnectError::Forged => StatusCode::FORBIDDEN,
         ConnectError::BadForm(_) | ConnectError::KeyRefused { .. } => StatusCode::BAD_REQUEST,

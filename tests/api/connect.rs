@@ -14,6 +14,7 @@ use crate::http::{assert_problem, query, Served};
 
 pub(crate) const RETURN_URL: &str = "http://127.0.0.1:9/connected";
 const GOOD_KEY: &str = "sk_test_good_4eC39HqLyjWDarjtT1zdp7dc";
+const STRIPE_ACCOUNT: &str = "acct_1032D82eZvKYlo2C";
 
 /// A Stripe provider on the app's wiremock, synced once a year, retrying fast.
 pub(crate) fn stripe_provider(app: &TestApp) -> String {
@@ -403,6 +404,20 @@ async fn the_page_offers_each_provider_and_refuses_other_browsers_expired_used_a
 async fn a_good_key_is_checked_once_sealed_its_sync_queued_and_the_browser_sent_back() {
     let app = spawn_app().await;
     mount_charges(&app, GOOD_KEY, empty_list(), 1).await;
+    // Stripe's `GET /v1/account`: the account the key belongs to.
+    Mock::given(method("GET"))
+        .and(path("/v1/account"))
+        .and(header(
+            "authorization",
+            format!("Bearer {GOOD_KEY}").as_str(),
+        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"id": STRIPE_ACCOUNT, "object": "account", "country": "US"})),
+        )
+        .expect(1)
+        .mount(&app.api)
+        .await;
     let served = serve_stripe(&app, RETURN_URL).await;
     let admin = served.create_key("admin", &["admin"]);
     let url = session(&served, &admin, "u1").await;
@@ -464,6 +479,22 @@ async fn a_good_key_is_checked_once_sealed_its_sync_queued_and_the_browser_sent_
         audit.iter().all(|(_, _, path, _)| !path.contains(token)),
         "{audit:?}"
     );
+
+    // The Stripe account the key belongs to, from `GET /v1/account`, in the row, the
+    // API's connection object and `connections list --json`.
+    assert_eq!(rows[0].account_id.as_deref(), Some(STRIPE_ACCOUNT));
+    let reader = served.create_key("reader", &["connections:read"]);
+    let (status, listed) = served.get("/v1/connections?user_id=u1", &reader).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["items"][0]["account_id"], STRIPE_ACCOUNT);
+    let output = crate::helpers::run(crate::helpers::tributary(&served.config).args([
+        "connections",
+        "list",
+        "--json",
+    ]));
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    let listed: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+    assert_eq!(listed[0]["account_id"], STRIPE_ACCOUNT, "{listed}");
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ const GITHUB_TOKEN: &str = "gho_16C7e42F292c6912E7710c838347Ae178B4a";
 const STRAVA_ACCESS: &str = "a4b945687g7a8f6a7s8d6f7as8d6f7as";
 const STRAVA_REFRESH: &str = "e5n567567ert4657vv4e5nq5p5n6w4567";
 const CODE: &str = "the-code-f00dcafe";
+const GITHUB_USER_ID: i64 = 583231;
 
 /// GitHub (an OAuth app) and Strava, their API and OAuth hosts on the app's wiremock,
 /// synced once a year.
@@ -136,6 +137,35 @@ async fn token_requests(app: &TestApp, at: &str) -> Vec<(HashMap<String, String>
         .collect()
 }
 
+/// GitHub's `GET /user` with the new token: the user's numeric id.
+async fn mount_github_user(app: &TestApp) {
+    Mock::given(method("GET"))
+        .and(path("/user"))
+        .and(header(
+            "authorization",
+            format!("Bearer {GITHUB_TOKEN}").as_str(),
+        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"login": "octocat", "id": GITHUB_USER_ID, "type": "User"})),
+        )
+        .mount(&app.api)
+        .await;
+}
+
+/// `user` connects GitHub from a new session: the callback's status, location and page.
+async fn connect_github(served: &Served, key: &str, user: &str) -> (StatusCode, String, String) {
+    let url = session(served, key, user, "github").await;
+    let (cookie, _) = open(&url).await;
+    let (query, _, callback_cookie) = authorize(&url, &cookie, "github").await;
+    callback(
+        served,
+        &code_and_state(CODE, &query["state"]),
+        Some(&callback_cookie),
+    )
+    .await
+}
+
 /// GitHub's token endpoint: JSON when asked for it, form-encoded otherwise, as its
 /// documentation says.
 async fn mount_github_token(app: &TestApp, expected: u64) {
@@ -165,6 +195,7 @@ async fn mount_github_token(app: &TestApp, expected: u64) {
 async fn github_redirects_with_pkce_and_its_callback_exchanges_the_code_once_and_seals_the_token() {
     let app = spawn_app().await;
     mount_github_token(&app, 1).await;
+    mount_github_user(&app).await;
     let served = serve(&app).await;
     let admin = served.create_key("admin", &["admin"]);
     let url = session(&served, &admin, "u1", "github").await;
@@ -245,6 +276,8 @@ async fn github_redirects_with_pkce_and_its_callback_exchanges_the_code_once_and
         stored.expires_at, None,
         "GitHub's OAuth app tokens do not expire"
     );
+    let user_id = GITHUB_USER_ID.to_string();
+    assert_eq!(rows[0].account_id.as_deref(), Some(user_id.as_str()));
     let jobs = jobs_of(&app, rows[0].id).await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(sessions(&app).await, vec![(true, true)]);
@@ -353,11 +386,16 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
         format!("{}/connect/callback", served.base)
     );
     assert!(!fields.contains_key("code_verifier"), "{fields:?}");
+    let rows = connections_of(&app, "u1").await;
+    assert_eq!(
+        rows[0].account_id.as_deref(),
+        Some("134815"),
+        "the athlete's id"
+    );
     let stored = app.stored_credentials("u1", "strava").await;
     assert_eq!(stored.token.as_deref(), Some(STRAVA_ACCESS));
     assert_eq!(stored.refresh_token.as_deref(), Some(STRAVA_REFRESH));
     assert_eq!(stored.expires_at, Some(expires_at));
-    let rows = connections_of(&app, "u1").await;
     for secret in [STRAVA_ACCESS, STRAVA_REFRESH] {
         assert!(!rows[0].credentials.contains(secret));
     }
@@ -413,4 +451,63 @@ async fn a_denied_authorization_and_a_refused_code_go_back_with_their_outcome_an
     for secret in [CODE, GITHUB_SECRET] {
         assert!(!log.contains(secret), "{secret} in {log}");
     }
+}
+
+#[tokio::test]
+async fn one_github_account_for_two_users_shows_in_the_api_and_is_refused_when_config_says_so() {
+    let app = spawn_app().await;
+    mount_github_token(&app, 3).await;
+    mount_github_user(&app).await;
+    let served = serve(&app).await;
+    let admin = served.create_key("admin", &["admin"]);
+    for user in ["u1", "u2"] {
+        let (status, location, body) = connect_github(&served, &admin, user).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+        assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    }
+    // The API shows both users' connections with the one account.
+    let (status, listed) = served.get("/v1/connections?provider=github", &admin).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let accounts: Vec<(String, String)> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| {
+            let field = |name: &str| item[name].as_str().expect(name).to_string();
+            (field("user_id"), field("account_id"))
+        })
+        .collect();
+    let account = GITHUB_USER_ID.to_string();
+    assert_eq!(
+        accounts,
+        vec![
+            ("u1".to_string(), account.clone()),
+            ("u2".to_string(), account)
+        ]
+    );
+    drop(served);
+
+    // With `one_user_per_account`, a third user gets a page saying so, and no connection.
+    let served = Served::start_with_env(
+        &app,
+        &providers(&app),
+        &[
+            ("TEST_GITHUB_SECRET", GITHUB_SECRET),
+            ("TEST_STRAVA_SECRET", STRAVA_SECRET),
+        ],
+        |text| {
+            let text = crate::connect::with_connect(RETURN_URL)(text);
+            format!("{text}one_user_per_account = true\n")
+        },
+    )
+    .await;
+    let admin = served.create_key("admin2", &["admin"]);
+    let (status, location, page) = connect_github(&served, &admin, "u3").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    assert!(location.is_empty());
+    assert!(
+        page.contains("already connected for another user"),
+        "{page}"
+    );
+    assert!(connections_of(&app, "u3").await.is_empty());
 }

@@ -77,6 +77,9 @@ pub(crate) enum ConnectError {
     UnknownAuthorization,
     #[error("{0}")]
     BadCallback(String),
+    /// `[connect] one_user_per_account`: the account is another user's connection.
+    #[error("this {provider} account is already connected for another user of the app; nothing was saved. Connect another {provider} account, or ask the app for help")]
+    AccountTaken { provider: String },
     #[error("{0}")]
     BadForm(String),
     #[error("{provider} refused this key (HTTP {status}); check it and try again")]
@@ -370,15 +373,81 @@ pub(crate) async fn submit_key(
     }
     let key = SecretString::from(key.trim().to_string());
     verify(provider_settings, &key).await?;
-    let provider = submission.provider;
-    let txn = db.begin().await?;
-    // Marked first, conditionally: of two posts racing, one connects.
-    mark_used(&txn, &session, None).await?;
     let credentials = Credentials {
         token: Some(key),
         ..Default::default()
     };
-    connect_in(txn, db, settings, &session, provider, credentials).await
+    let account_id = account_of(provider_settings, &credentials).await;
+    let provider = submission.provider;
+    let txn = db.begin().await?;
+    // Marked first, conditionally: of two posts racing, one connects.
+    mark_used(&txn, &session, None).await?;
+    let account = Account {
+        credentials,
+        account_id,
+    };
+    connect_in(txn, db, settings, &session, provider, account).await
+}
+
+/// What a user connected: the credentials, and the provider-side account when known.
+struct Account {
+    credentials: Credentials,
+    account_id: Option<String>,
+}
+
+/// The provider-side account `credentials` belong to, asked of the provider; `None` when
+/// it has no way to tell or the request failed (the credentials were checked already).
+async fn account_of(provider: &ProviderSettings, credentials: &Credentials) -> Option<String> {
+    let asked = async {
+        tributary_providers::build_provider(&provider.adapter, &provider.http)?
+            .account_id(credentials)
+            .await
+    };
+    match asked.await {
+        Ok(account_id) => account_id,
+        Err(error) => {
+            tracing::warn!(provider = %provider.name, %error, "Reading the account of credentials given on the Connect page failed; the connection is stored without it.");
+            None
+        }
+    }
+}
+
+/// Refuses (with `[connect] one_user_per_account`) or reports an account that is another
+/// user's connection of `provider` already.
+async fn check_account(
+    txn: &sea_orm::DatabaseTransaction,
+    settings: &Settings,
+    session: &connect_session::Model,
+    provider: &str,
+    account_id: &str,
+) -> Result<(), ConnectError> {
+    let others = connection::Entity::find()
+        .filter(connection::Column::Provider.eq(provider))
+        .filter(connection::Column::AccountId.eq(account_id))
+        .filter(connection::Column::UserId.ne(session.user_id.as_str()))
+        .all(txn)
+        .await?;
+    if others.is_empty() {
+        return Ok(());
+    }
+    let refused = settings
+        .connect
+        .as_ref()
+        .is_some_and(|connect| connect.one_user_per_account);
+    tracing::warn!(
+        session_id = session.id,
+        provider,
+        account_id,
+        other_connections = others.len(),
+        refused,
+        "An account given on the Connect page is another user's connection already."
+    );
+    match refused {
+        true => Err(ConnectError::AccountTaken {
+            provider: provider.to_string(),
+        }),
+        false => Ok(()),
+    }
 }
 
 /// Marks `session` used, conditionally (and, given its hash, only while `state` is the
@@ -412,8 +481,15 @@ async fn connect_in(
     settings: &Settings,
     session: &connect_session::Model,
     provider: &str,
-    credentials: Credentials,
+    account: Account,
 ) -> Result<String, ConnectError> {
+    let Account {
+        credentials,
+        account_id,
+    } = account;
+    if let Some(account_id) = &account_id {
+        check_account(&txn, settings, session, provider, account_id).await?;
+    }
     let connection_id = match session.reconnect_connection_id {
         Some(id) => {
             replace_credentials(&txn, db, session, provider, id, &credentials).await?;
@@ -448,6 +524,13 @@ async fn connect_in(
             }
         }
     };
+    if account_id.is_some() {
+        connection::Entity::update_many()
+            .col_expr(connection::Column::AccountId, Expr::value(account_id))
+            .filter(connection::Column::Id.eq(connection_id))
+            .exec(&txn)
+            .await?;
+    }
     txn.commit().await?;
     tracing::info!(
         session_id = session.id,

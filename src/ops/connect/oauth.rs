@@ -16,8 +16,8 @@ use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use super::{
-    bound_cookie, connect_in, hash, live_session, mark_used, offered_provider, outcome,
-    random_token, ConnectError,
+    account_of, bound_cookie, connect_in, hash, live_session, mark_used, offered_provider, outcome,
+    random_token, Account, ConnectError,
 };
 use crate::config::{ConnectSettings, Settings};
 use crate::db::DatabasePools;
@@ -180,16 +180,16 @@ pub(crate) async fn complete(
             return Ok(back("error", Some("token_exchange_failed")));
         }
     };
+    let account_id = match exchanged.account_id {
+        Some(account_id) => Some(account_id),
+        None => account_of(provider_settings, &exchanged.credentials).await,
+    };
+    let account = Account {
+        credentials: exchanged.credentials,
+        account_id,
+    };
     let txn = db.begin().await?;
-    connect_in(
-        txn,
-        db,
-        settings,
-        &session,
-        &provider,
-        exchanged.credentials,
-    )
-    .await
+    connect_in(txn, db, settings, &session, &provider, account).await
 }
 
 /// `public_url` + `/connect/callback`: the `redirect_uri` registered with each provider,

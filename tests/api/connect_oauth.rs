@@ -9,7 +9,7 @@ use base64::Engine;
 use reqwest::StatusCode;
 use serde_json::json;
 use sha2::Digest;
-use wiremock::matchers::{header, method, path};
+use wiremock::matchers::{body_string_contains, header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::connect::{
@@ -155,12 +155,27 @@ async fn mount_github_user(app: &TestApp) {
 
 /// `user` connects GitHub from a new session: the callback's status, location and page.
 async fn connect_github(served: &Served, key: &str, user: &str) -> (StatusCode, String, String) {
-    let url = session(served, key, user, "github").await;
-    let (cookie, _) = open(&url).await;
-    let (query, _, callback_cookie) = authorize(&url, &cookie, "github").await;
+    let body = json!({"user_id": user, "providers": ["github"], "return_url": RETURN_URL});
+    connect_with(served, key, &body, CODE).await
+}
+
+/// A session made of `body` is opened and its one provider authorized, the provider
+/// answering with `code`: the callback's status, location and page.
+async fn connect_with(
+    served: &Served,
+    key: &str,
+    body: &serde_json::Value,
+    code: &str,
+) -> (StatusCode, String, String) {
+    let (status, _, created) = post_json(served, "/v1/connect/sessions", key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let url = created["url"].as_str().expect("url");
+    let provider = body["providers"][0].as_str().expect("provider");
+    let (cookie, _) = open(url).await;
+    let (query, _, callback_cookie) = authorize(url, &cookie, provider).await;
     callback(
         served,
-        &code_and_state(CODE, &query["state"]),
+        &code_and_state(code, &query["state"]),
         Some(&callback_cookie),
     )
     .await
@@ -510,4 +525,88 @@ async fn one_github_account_for_two_users_shows_in_the_api_and_is_refused_when_c
         "{page}"
     );
     assert!(connections_of(&app, "u3").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_token_endpoint_failing_answering_html_or_a_token_of_another_type_stores_nothing() {
+    let app = spawn_app().await;
+    let answers = [
+        (
+            "code-500",
+            ResponseTemplate::new(500).set_body_string("upstream down"),
+        ),
+        (
+            "code-html",
+            ResponseTemplate::new(200)
+                .set_body_raw("<html><body>Sign in</body></html>", "text/html"),
+        ),
+        (
+            "code-mac",
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"access_token": "mac-token-1", "token_type": "mac"})),
+        ),
+    ];
+    for (code, answer) in answers {
+        Mock::given(method("POST"))
+            .and(path("/login/oauth/access_token"))
+            .and(body_string_contains(format!("code={code}")))
+            .respond_with(answer)
+            .expect(1)
+            .mount(&app.api)
+            .await;
+    }
+    let served = serve(&app).await;
+    let admin = served.create_key("admin", &["admin"]);
+    let body = json!({"user_id": "u1", "providers": ["github"], "return_url": RETURN_URL});
+    for code in ["code-500", "code-html", "code-mac"] {
+        let (status, location, page) = connect_with(&served, &admin, &body, code).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{code}: {page}");
+        assert_eq!(
+            location,
+            format!("{RETURN_URL}?outcome=error&code=token_exchange_failed"),
+            "{code}"
+        );
+    }
+    assert!(connections_of(&app, "u1").await.is_empty());
+    let log = served.daemon.log();
+    assert!(!log.contains("mac-token-1"), "{log}");
+}
+
+#[tokio::test]
+async fn a_reconnect_by_oauth_replaces_the_tokens_and_keeps_the_connection() {
+    let app = spawn_app().await;
+    let expires_at = chrono::Utc::now().timestamp() + 21600;
+    for (code, access, refresh) in [
+        ("code-first", "access-first-0123", "refresh-first-0123"),
+        ("code-again", "access-again-4567", "refresh-again-4567"),
+    ] {
+        Mock::given(method("POST"))
+            .and(path("/oauth/token"))
+            .and(body_string_contains(format!("code={code}")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "token_type": "Bearer", "expires_at": expires_at, "access_token": access,
+                "refresh_token": refresh, "athlete": {"id": 134815}
+            })))
+            .expect(1)
+            .mount(&app.api)
+            .await;
+    }
+    let served = serve(&app).await;
+    let admin = served.create_key("admin", &["admin"]);
+    let body = json!({"user_id": "u1", "providers": ["strava"], "return_url": RETURN_URL});
+    let (status, location, page) = connect_with(&served, &admin, &body, "code-first").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    let id = connections_of(&app, "u1").await[0].id;
+
+    let body = json!({"user_id": "u1", "providers": ["strava"], "return_url": RETURN_URL, "reconnect": id});
+    let (status, location, page) = connect_with(&served, &admin, &body, "code-again").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    let rows = connections_of(&app, "u1").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].id, id, "the same connection");
+    let stored = app.stored_credentials("u1", "strava").await;
+    assert_eq!(stored.token.as_deref(), Some("access-again-4567"));
+    assert_eq!(stored.refresh_token.as_deref(), Some("refresh-again-4567"));
 }

@@ -253,6 +253,11 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "gitlab_issues",
         ),
         (
+            rest_key("account_id = { path = \"v1/me\", pointer = \"/id\" }"),
+            "providers.acme.account_id.path",
+            "must start with '/'",
+        ),
+        (
             format!("{valid}[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\nclient_id = \"Iv1.abc\"\n"),
             "providers.gh.client_id",
             "client_id needs client_secret_env",

@@ -445,15 +445,7 @@ async fn a_denied_authorization_and_a_refused_code_go_back_with_their_outcome_an
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(location, format!("{RETURN_URL}?outcome=denied"));
 
-    let url = session(&served, &admin, "u1", "github").await;
-    let (cookie, _) = open(&url).await;
-    let (query, _, callback_cookie) = authorize(&url, &cookie, "github").await;
-    let (status, location, body) = callback(
-        &served,
-        &code_and_state(CODE, &query["state"]),
-        Some(&callback_cookie),
-    )
-    .await;
+    let (status, location, body) = connect_github(&served, &admin, "u1").await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(
         location,
@@ -609,4 +601,87 @@ async fn a_reconnect_by_oauth_replaces_the_tokens_and_keeps_the_connection() {
     let stored = app.stored_credentials("u1", "strava").await;
     assert_eq!(stored.token.as_deref(), Some("access-again-4567"));
     assert_eq!(stored.refresh_token.as_deref(), Some("refresh-again-4567"));
+}
+
+#[tokio::test]
+async fn a_rest_provider_with_an_authorize_url_sends_pkce_authenticates_by_basic_and_reads_its_account(
+) {
+    let app = spawn_app().await;
+    let uri = app.api.uri();
+    let auth = format!(
+        "auth = {{ oauth2 = \"refresh_token\", token_url = \"{uri}/oauth2/token\", \
+         authorize_url = \"{uri}/oauth2/authorize\", client_id = \"acme-client\", \
+         client_secret_env = \"TEST_ACME_SECRET\", client_auth = \"basic\", scope = \"items:read\" }}\n\
+         account_id = {{ path = \"/v1/me\", pointer = \"/data/id\" }}"
+    );
+    let provider =
+        crate::helpers::cursor_provider("acme", &uri, &[]).replace("auth = \"bearer\"", &auth);
+    Mock::given(method("POST"))
+        .and(path("/oauth2/token"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "access_token": "acme-access-0123", "token_type": "Bearer", "expires_in": 3600,
+            "refresh_token": "acme-refresh-0123"
+        })))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/me"))
+        .and(header("authorization", "Bearer acme-access-0123"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": {"id": "acct-9"}})))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+    let served = Served::start_with_env(
+        &app,
+        &provider,
+        &[("TEST_ACME_SECRET", "acme-secret")],
+        crate::connect::with_connect(RETURN_URL),
+    )
+    .await;
+    let admin = served.create_key("admin", &["admin"]);
+    let url = session(&served, &admin, "u1", "acme").await;
+    let (cookie, _) = open(&url).await;
+    let (query, endpoint, callback_cookie) = authorize(&url, &cookie, "acme").await;
+    assert_eq!(endpoint, format!("{uri}/oauth2/authorize"));
+    assert_eq!(query["client_id"], "acme-client");
+    assert_eq!(query["scope"], "items:read");
+    assert_eq!(
+        query["code_challenge_method"], "S256",
+        "PKCE is on by default"
+    );
+    let challenge = query["code_challenge"].clone();
+
+    let (status, location, body) = callback(
+        &served,
+        &code_and_state(CODE, &query["state"]),
+        Some(&callback_cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    let received = app.api.received_requests().await.unwrap_or_default();
+    let token_request = received
+        .iter()
+        .find(|request| request.url.path() == "/oauth2/token")
+        .expect("the token request");
+    let basic = base64::engine::general_purpose::STANDARD.encode("acme-client:acme-secret");
+    assert_eq!(
+        token_request.headers["authorization"]
+            .to_str()
+            .expect("header"),
+        format!("Basic {basic}")
+    );
+    let (fields, _) = &token_requests(&app, "/oauth2/token").await[0];
+    assert_eq!(fields["grant_type"], "authorization_code");
+    assert!(!fields.contains_key("client_secret"), "{fields:?}");
+    let derived = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(fields["code_verifier"].as_bytes()));
+    assert_eq!(derived, challenge);
+    let rows = connections_of(&app, "u1").await;
+    assert_eq!(rows[0].account_id.as_deref(), Some("acct-9"));
+    let stored = app.stored_credentials("u1", "acme").await;
+    assert_eq!(stored.token.as_deref(), Some("acme-access-0123"));
+    assert_eq!(stored.refresh_token.as_deref(), Some("acme-refresh-0123"));
+    assert!(stored.expires_at.is_some());
 }

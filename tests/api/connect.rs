@@ -93,7 +93,11 @@ pub(crate) async fn get(url: &str, cookie: Option<&str>) -> (StatusCode, HeaderM
 }
 
 /// POST a urlencoded `body` to `url` with `cookie`.
-async fn post(url: &str, cookie: Option<&str>, body: String) -> (StatusCode, HeaderMap, String) {
+pub(crate) async fn post(
+    url: &str,
+    cookie: Option<&str>,
+    body: String,
+) -> (StatusCode, HeaderMap, String) {
     let request = browser()
         .post(url)
         .header("content-type", "application/x-www-form-urlencoded")

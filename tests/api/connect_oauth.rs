@@ -377,6 +377,35 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
     let (status, _, page) = callback(&served, &twice, Some(&callback_cookie)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
     assert!(page.contains("more than once"), "{page}");
+    // An over-long state matches nothing; an oversized answer is refused whole.
+    let long_state = code_and_state(CODE, &"s".repeat(200));
+    let (status, _, page) = callback(&served, &long_state, Some(&callback_cookie)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+    let oversized = format!(
+        "{}&scope={}",
+        code_and_state(CODE, &state),
+        "r".repeat(9000)
+    );
+    let (status, _, page) = callback(&served, &oversized, Some(&callback_cookie)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    assert!(page.contains("larger than"), "{page}");
+    // A key posted for an OAuth2 provider, with the right cookie and CSRF token, is
+    // refused: its tokens come from its token endpoint only.
+    let csrf = {
+        use hmac::Mac;
+        let value = cookie.split_once('=').expect("name=value").1;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(value.as_bytes()).expect("key");
+        mac.update(b"tributary connect csrf");
+        const_hex::encode(mac.finalize().into_bytes())
+    };
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &csrf)
+        .append_pair("key", "a-pasted-access-token")
+        .finish();
+    let (status, _, page) =
+        crate::connect::post(&format!("{url}/strava"), Some(&cookie), form).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+    assert!(page.contains("does not connect strava"), "{page}");
     assert!(token_requests(&app, "/oauth/token").await.is_empty());
     assert!(connections_of(&app, "u1").await.is_empty());
     assert_eq!(sessions(&app).await, vec![(false, true)]);

@@ -322,7 +322,7 @@ pub(crate) async fn key_form(
     let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
     let session = live_session(db, token).await?;
     let cookie = bound_cookie(&session, cookie)?;
-    let settings_of = offered_provider(settings, &session, provider)?;
+    let settings_of = key_provider(settings, &session, provider)?;
     Ok(KeyForm {
         provider: provider.to_string(),
         action: page_path(connect, token, Some(provider)),
@@ -361,7 +361,7 @@ pub(crate) async fn submit_key(
         Some(sent) if same(sent, &expected) => {}
         _ => return Err(ConnectError::Forged),
     }
-    let provider_settings = offered_provider(settings, &session, submission.provider)?;
+    let provider_settings = key_provider(settings, &session, submission.provider)?;
     let key = submission.key.expose_secret();
     if key.trim().is_empty() {
         return Err(ConnectError::BadForm("paste the key first".to_string()));
@@ -666,6 +666,22 @@ fn offered_provider<'a>(
         .get(name)
         .filter(|provider| connectable(provider))
         .ok_or_else(not_offered)
+}
+
+/// Provider `name`'s settings, when the session offers it and it takes a key: an OAuth2
+/// provider's tokens come from its token endpoint only.
+fn key_provider<'a>(
+    settings: &'a Settings,
+    session: &connect_session::Model,
+    name: &str,
+) -> Result<&'a ProviderSettings, ConnectError> {
+    let provider = offered_provider(settings, session, name)?;
+    match provider.adapter.takes_key() {
+        true => Ok(provider),
+        false => Err(ConnectError::NotOffered(
+            tributary_providers::quote::truncated(name, 64),
+        )),
+    }
 }
 
 /// Whether a user can connect `provider` on the page: by a key, or by authorizing its

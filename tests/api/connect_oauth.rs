@@ -714,3 +714,56 @@ async fn a_rest_provider_with_an_authorize_url_sends_pkce_authenticates_by_basic
     assert_eq!(stored.refresh_token.as_deref(), Some("acme-refresh-0123"));
     assert!(stored.expires_at.is_some());
 }
+
+/// Two instances behind one `public_url`: the session is made, opened and sent to
+/// GitHub through one, and the callback lands on the other, which finds everything it
+/// needs in the database (the verifier is derived from the cookie).
+#[tokio::test]
+async fn an_authorization_begun_on_one_instance_completes_on_another() {
+    if crate::helpers::backend() == crate::helpers::Backend::Sqlite {
+        return; // One daemon per SQLite file.
+    }
+    let app = spawn_app().await;
+    mount_github_token(&app, 1).await;
+    mount_github_user(&app).await;
+    let env = [
+        ("TEST_GITHUB_SECRET", GITHUB_SECRET),
+        ("TEST_STRAVA_SECRET", STRAVA_SECRET),
+    ];
+    let first = Served::start_named_with_env(
+        &app,
+        &providers(&app),
+        "first",
+        &env,
+        crate::connect::with_connect(RETURN_URL),
+    )
+    .await;
+    let public_url = first.base.clone();
+    let second = Served::start_named_with_env(&app, &providers(&app), "second", &env, |text| {
+        format!(
+            "{text}\n[connect]\npublic_url = \"{public_url}\"\nreturn_urls = [\"{RETURN_URL}\"]\n"
+        )
+    })
+    .await;
+    let admin = first.create_key("admin", &["admin"]);
+    let url = session(&first, &admin, "u1", "github").await;
+    let (cookie, _) = open(&url).await;
+    let (query, _, callback_cookie) = authorize(&url, &cookie, "github").await;
+    let (status, location, body) = callback(
+        &second,
+        &code_and_state(CODE, &query["state"]),
+        Some(&callback_cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    let (fields, _) = &token_requests(&app, "/login/oauth/access_token").await[0];
+    assert_eq!(
+        fields["redirect_uri"],
+        format!("{public_url}/connect/callback")
+    );
+    let rows = connections_of(&app, "u1").await;
+    assert_eq!(rows.len(), 1);
+    let stored = app.stored_credentials("u1", "github").await;
+    assert_eq!(stored.token.as_deref(), Some(GITHUB_TOKEN));
+}

@@ -38,6 +38,8 @@ mod m20261205_000090_connect_sessions;
 mod m20261205_000091_webhook_inbox;
 mod m20261205_000095_webhook_received_at;
 mod m20261205_000096_job_claim_order;
+mod m20261205_000097_connect_oauth;
+mod m20261205_000098_connection_account_id;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -79,6 +81,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000091_webhook_inbox::Migration),
             Box::new(m20261205_000095_webhook_received_at::Migration),
             Box::new(m20261205_000096_job_claim_order::Migration),
+            Box::new(m20261205_000097_connect_oauth::Migration),
+            Box::new(m20261205_000098_connection_account_id::Migration),
         ]
     }
 }

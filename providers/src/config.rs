@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 
+use crate::authorize::AuthorizationApp;
 use crate::github::GithubConfig;
 use crate::http::{HttpClient, HttpSettings};
 use crate::kind::ProviderKind;
@@ -95,6 +96,11 @@ impl ProviderConfig {
     /// See [`ProviderKind::takes_key`].
     pub fn takes_key(&self) -> bool {
         self.as_kind().takes_key()
+    }
+
+    /// See [`ProviderKind::authorization`].
+    pub fn authorization(&self) -> Option<AuthorizationApp> {
+        self.as_kind().authorization()
     }
 
     /// See [`ProviderKind::required_env_vars`]. The root crate checks at start that each

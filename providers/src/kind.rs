@@ -2,6 +2,7 @@
 //! (`config.rs`), which imports every kind's module, so a kind's module imports it without
 //! importing the registry back.
 
+use crate::authorize::AuthorizationApp;
 use crate::http::HttpClient;
 use crate::{FetchError, Provider, StreamSpec};
 
@@ -24,9 +25,15 @@ pub trait ProviderKind {
 
     /// Whether a user connects an account by pasting a key (an API key or a personal
     /// token kept as is) on the Connect page: a provider whose connections hold a token
-    /// that no OAuth2 grant renews.
+    /// and that has no OAuth2 application to authorize one.
     fn takes_key(&self) -> bool {
-        self.needs_token()
+        self.needs_token() && self.authorization().is_none()
+    }
+
+    /// The OAuth2 application a user authorizes on the Connect page (the authorization
+    /// code grant), when the provider's config describes one.
+    fn authorization(&self) -> Option<AuthorizationApp> {
+        None
     }
 
     /// The environment variables the provider reads when it is built, as (config key,

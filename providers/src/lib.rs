@@ -17,6 +17,7 @@
 //!   their line items, subscriptions and more, kept current through Stripe's Events API.
 //! - [`strava`]: `kind = "strava"`, the connected athlete's activities and profile, with
 //!   OAuth2 refresh and the application's shared rate-limit budget.
+//! - [`authorize`]: the authorization code grant with PKCE the Connect page runs.
 //! - `oauth2`: what the OAuth2 adapters share: reading a token endpoint's answer and
 //!   refreshing a connection's access token through the [`CredentialStore`].
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
@@ -25,6 +26,7 @@
 //!
 //! Providers never touch the database: they return pages, and only the pipeline writes.
 
+pub mod authorize;
 pub mod bounds;
 pub mod config;
 pub mod github;
@@ -152,6 +154,13 @@ pub trait Provider: Send + Sync {
         self.fetch_page(&FetchContext::full(credentials, stream), None)
             .await
             .map(|_| ())
+    }
+
+    /// The provider-side account `credentials` belong to (a GitHub user id, a Stripe
+    /// account), read with one request when a user connects on the Connect page; `None`
+    /// when the provider has no such request. By default, `None`.
+    async fn account_id(&self, _credentials: &Credentials) -> Result<Option<String>, FetchError> {
+        Ok(None)
     }
 
     /// How this provider keys its records; replays re-key stored payloads with it. The

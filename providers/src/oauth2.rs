@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use reqwest::header::HeaderValue;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use url::Url;
@@ -82,21 +83,7 @@ impl TokenAnswer {
         body: &Value,
         now: DateTime<Utc>,
     ) -> Result<TokenAnswer, FetchError> {
-        let shape = |message: String| shape_error(url, body, message);
-        let token = |name: &str| read_token(url, body, name);
-        let access_token =
-            token("access_token")?.ok_or_else(|| shape("has no access_token".to_string()))?;
-        match body.get("token_type") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(kind)) if kind.trim().eq_ignore_ascii_case("bearer") => {}
-            Some(other) => {
-                let shown: String = other.to_string().chars().take(40).collect();
-                return Err(shape(format!(
-                    "has token_type {shown}; only bearer tokens can be sent"
-                )));
-            }
-        }
-        let refresh_token = token("refresh_token")?;
+        let (access_token, refresh_token) = read_tokens(url, body)?;
         let expires_at_given = body.get("expires_at").and_then(seconds);
         let expires_in_given = body.get("expires_in").and_then(seconds);
         let lifetime_floored =
@@ -126,6 +113,71 @@ impl TokenAnswer {
             expires_at: Some(self.expires_at),
         }
     }
+}
+
+/// The access token (bearer, at most [`MAX_TOKEN_BYTES`] of visible ASCII) and the refresh
+/// token, if any, of a token endpoint's answer.
+pub(crate) fn read_tokens(
+    url: &Url,
+    body: &Value,
+) -> Result<(SecretString, Option<SecretString>), FetchError> {
+    let shape = |message: String| shape_error(url, body, message);
+    let access_token = read_token(url, body, "access_token")?
+        .ok_or_else(|| shape("has no access_token".to_string()))?;
+    match body.get("token_type") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(kind)) if kind.trim().eq_ignore_ascii_case("bearer") => {}
+        Some(other) => {
+            let shown: String = other.to_string().chars().take(40).collect();
+            return Err(shape(format!(
+                "has token_type {shown}; only bearer tokens can be sent"
+            )));
+        }
+    }
+    Ok((access_token, read_token(url, body, "refresh_token")?))
+}
+
+/// The client secret from the environment variable `name` (config key `key`), when one
+/// is named; an unset or empty variable is a [`FetchError::Client`] naming it.
+pub(crate) fn client_secret_from_env(
+    key: &str,
+    name: Option<&str>,
+) -> Result<Option<SecretString>, FetchError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    std::env::var(name)
+        .ok()
+        .map(|value| value.trim().to_string())
+        .filter(|value| !value.is_empty())
+        .map(|value| Some(SecretString::from(value)))
+        .ok_or_else(|| FetchError::Client {
+            message: format!(
+                "{key}: the environment variable {name} is not set or empty; it must hold the \
+                 OAuth2 client secret"
+            ),
+        })
+}
+
+/// `client_secret_basic` (RFC 6749 §2.3.1): the `Authorization` header, marked sensitive,
+/// and its base64 credentials, for cleaning errors of them. Id and secret are
+/// form-encoded before they are joined.
+pub(crate) fn basic_client_auth(
+    client_id: &str,
+    client_secret: &str,
+) -> Result<(HeaderValue, String), FetchError> {
+    let encode =
+        |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+    let pair = format!("{}:{}", encode(client_id), encode(client_secret));
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pair);
+    let mut value =
+        HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| FetchError::Client {
+            message: "auth.client_auth = \"basic\": the client credentials cannot be sent in a \
+                      header"
+                .to_string(),
+        })?;
+    value.set_sensitive(true);
+    Ok((value, encoded))
 }
 
 /// The token endpoint's answer refused with `message`, its secrets redacted.

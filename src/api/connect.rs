@@ -4,7 +4,7 @@
 //! a key form per provider that takes a key. Errors are pages in plain words.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -18,10 +18,15 @@ use super::auth::{Authorized, ConnectionsWrite};
 use super::input::Json;
 use super::problem::Problem;
 use super::state::ApiState;
+use crate::ops::connect::oauth::{self, Callback};
 use crate::ops::connect::{self as ops, ConnectError, KeySubmission};
 
 /// The cookie that binds a session to the browser that first opened it.
 const COOKIE: &str = "tributary_connect";
+/// The same cookie for the callback's path, set when the browser leaves to authorize.
+const CALLBACK_COOKIE: &str = "tributary_connect_callback";
+/// The longest callback query taken: a code and a state are a few hundred bytes.
+const MAX_CALLBACK_QUERY_BYTES: usize = 8192;
 /// The largest key form body: a key of `MAX_KEY_BYTES`, percent-encoded, and the token.
 const MAX_FORM_BYTES: usize = 3 * ops::MAX_KEY_BYTES + 256;
 /// The page's one stylesheet, allowed by its hash.
@@ -96,6 +101,7 @@ pub(crate) async fn create_session(
 pub(crate) fn pages() -> Router<ApiState> {
     use axum::routing::get;
     Router::new()
+        .route("/connect/callback", get(callback))
         .route("/connect/{token}", get(session_page))
         .route("/connect/{token}/{provider}", get(key_page).post(post_key))
         .layer(axum::middleware::map_response(page_headers))
@@ -107,7 +113,7 @@ async fn session_page(
     Path(token): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let cookie = cookie_of(&headers);
+    let cookie = cookie_of(&headers, COOKIE);
     match ops::open_page(&state.db, &state.settings, &token, cookie.as_deref()).await {
         Ok(view) => {
             let title = match view.reconnect {
@@ -125,20 +131,21 @@ async fn session_page(
             };
             let mut response = (StatusCode::OK, page(title, body)).into_response();
             if let Some(value) = &view.new_cookie {
-                let secure = state
-                    .settings
-                    .connect
-                    .as_ref()
-                    .is_some_and(|connect| connect.secure());
-                let cookie = format!(
-                    "{COOKIE}={value}; Path={}; Max-Age={}; HttpOnly; SameSite=Lax{}",
-                    view.cookie_path,
+                set_cookie(
+                    &state,
+                    &mut response,
+                    COOKIE,
+                    value,
+                    &view.cookie_path,
                     view.cookie_max_age,
-                    if secure { "; Secure" } else { "" }
                 );
-                if let Ok(cookie) = HeaderValue::from_str(&cookie) {
-                    response.headers_mut().insert(header::SET_COOKIE, cookie);
-                }
+            }
+            // A button's answer may redirect to a provider's authorization endpoint, and
+            // browsers hold the redirect to the form's policy.
+            if let Ok(policy) = HeaderValue::from_str(&policy(&view.authorize_origins.join(" "))) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_SECURITY_POLICY, policy);
             }
             response
         }
@@ -146,13 +153,68 @@ async fn session_page(
     }
 }
 
-/// A provider's key form.
+/// Sets cookie `name` on `response`: HttpOnly, SameSite=Lax (sent on the provider's
+/// redirect back, a top-level GET), Secure under https.
+fn set_cookie(
+    state: &ApiState,
+    response: &mut Response,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: i64,
+) {
+    let secure = state
+        .settings
+        .connect
+        .as_ref()
+        .is_some_and(|connect| connect.secure());
+    let cookie = format!(
+        "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{}",
+        if secure { "; Secure" } else { "" }
+    );
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+}
+
+/// A provider's button: a redirect to its authorization endpoint when it has an OAuth2
+/// application, else its key form.
 async fn key_page(
     State(state): State<ApiState>,
     Path((token, provider)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let cookie = cookie_of(&headers);
+    let cookie = cookie_of(&headers, COOKIE);
+    match oauth::begin(
+        &state.db,
+        &state.settings,
+        &token,
+        &provider,
+        cookie.as_deref(),
+    )
+    .await
+    {
+        Ok(Some(authorization)) => {
+            let Ok(location) = HeaderValue::from_str(&authorization.location) else {
+                return error_page(&ConnectError::BadCallback(
+                    "the provider's authorization address cannot be sent".to_string(),
+                ));
+            };
+            let mut response =
+                (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+            set_cookie(
+                &state,
+                &mut response,
+                CALLBACK_COOKIE,
+                &authorization.cookie,
+                &authorization.cookie_path,
+                authorization.cookie_max_age,
+            );
+            return response;
+        }
+        Ok(None) => {}
+        Err(error) => return error_page(&error),
+    }
     form_page(
         &state,
         &token,
@@ -210,7 +272,7 @@ async fn post_key(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let cookie = cookie_of(&headers);
+    let cookie = cookie_of(&headers, COOKIE);
     let form = match read_form(&headers, &body) {
         Ok(form) => form,
         Err(error) => return error_page(&error),
@@ -305,24 +367,78 @@ fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectErro
     Ok(fields)
 }
 
-/// The value of the session cookie the request carries, if any.
-fn cookie_of(headers: &HeaderMap) -> Option<String> {
+/// The value of cookie `name` the request carries, if any.
+fn cookie_of(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(found, _)| *found == name)
         .map(|(_, value)| value.to_string())
+}
+
+/// The provider's redirect back: the code exchanged and the browser sent to the return
+/// URL with the outcome, or a page saying why not.
+async fn callback(
+    State(state): State<ApiState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let cookie = cookie_of(&headers, CALLBACK_COOKIE);
+    let callback = match read_callback(query.as_deref().unwrap_or_default()) {
+        Ok(callback) => callback,
+        Err(error) => return error_page(&error),
+    };
+    match oauth::complete(&state.db, &state.settings, callback, cookie.as_deref()).await {
+        Ok(location) => match HeaderValue::from_str(&location) {
+            Ok(location) => (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response(),
+            Err(_) => error_page(&ConnectError::BadCallback(
+                "the return URL cannot be sent back".to_string(),
+            )),
+        },
+        Err(error) => error_page(&error),
+    }
+}
+
+/// Reads the callback's query: small, and `code`, `state` and `error` each at most once;
+/// other parameters (a provider's `scope`, `error_description`) are ignored.
+fn read_callback(query: &str) -> Result<Callback, ConnectError> {
+    if query.len() > MAX_CALLBACK_QUERY_BYTES {
+        return Err(ConnectError::BadCallback(format!(
+            "the provider's answer is larger than {MAX_CALLBACK_QUERY_BYTES} bytes; start again from the app"
+        )));
+    }
+    let mut callback = Callback::default();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let seen = match name.as_ref() {
+            "code" => callback
+                .code
+                .replace(SecretString::from(value.into_owned()))
+                .is_some(),
+            "state" => callback.state.replace(value.into_owned()).is_some(),
+            "error" => callback.error.replace(value.into_owned()).is_some(),
+            _ => false,
+        };
+        if seen {
+            return Err(ConnectError::BadCallback(format!(
+                "the provider's answer has {name} more than once; start again from the app"
+            )));
+        }
+    }
+    Ok(callback)
 }
 
 /// The status of a page that shows `error`.
 fn status_of(error: &ConnectError) -> StatusCode {
     match error {
-        ConnectError::Off | ConnectError::Unknown | ConnectError::NotOffered(_) => {
-            StatusCode::NOT_FOUND
-        }
+        ConnectError::Off
+        | ConnectError::Unknown
+        | ConnectError::NotOffered(_)
+        | ConnectError::UnknownAuthorization => StatusCode::NOT_FOUND,
+        ConnectError::BadCallback(_) => StatusCode::BAD_REQUEST,
+        ConnectError::AccountTaken { .. } => StatusCode::CONFLICT,
         ConnectError::Expired | ConnectError::Used => StatusCode::GONE,
         ConnectError::OtherBrowser | ConnectError::Forged => StatusCode::FORBIDDEN,
         ConnectError::BadForm(_) | ConnectError::KeyRefused { .. } => StatusCode::BAD_REQUEST,

@@ -40,6 +40,10 @@ pub(crate) struct Connection {
     pub defined_in: String,
     /// How its credentials are held (`sealed (key ID)`, `env VAR`, ...), never the secret.
     pub credentials: String,
+    /// The provider-side account (a GitHub user id, a Strava athlete id, a Stripe
+    /// account), when it was connected on the Connect page; two users' connections with
+    /// one account show the same value.
+    pub account_id: Option<String>,
     pub streams: Vec<StreamState>,
 }
 
@@ -89,6 +93,7 @@ fn grouped(views: Vec<ConnectionView>) -> Vec<Connection> {
                 schedule: view.schedule,
                 defined_in: view.defined_in.to_string(),
                 credentials: view.credentials,
+                account_id: view.account_id,
                 streams: vec![stream],
             }),
         }

@@ -30,6 +30,8 @@ pub(crate) struct ConnectSettings {
     pub return_urls: Vec<String>,
     /// How long a session's link stays valid.
     pub session_ttl: Duration,
+    /// Refuse to connect a provider account that another user already connected.
+    pub one_user_per_account: bool,
 }
 
 impl ConnectSettings {
@@ -47,6 +49,8 @@ pub(super) struct RawConnectSettings {
     return_urls: Vec<String>,
     #[serde(default = "default_session_ttl", with = "humantime_serde")]
     session_ttl: Duration,
+    #[serde(default)]
+    one_user_per_account: bool,
 }
 
 fn default_session_ttl() -> Duration {
@@ -104,6 +108,7 @@ pub(super) fn parse(raw: RawConnectSettings) -> Result<ConnectSettings, (String,
         public_url,
         return_urls: raw.return_urls,
         session_ttl: raw.session_ttl,
+        one_user_per_account: raw.one_user_per_account,
     })
 }
 

@@ -26,6 +26,11 @@ pub struct Model {
     pub used_at: Option<DateTimeUtc>,
     /// SHA-256 of the cookie set by the first page load; `None` until then.
     pub binding_hash: Option<String>,
+    /// SHA-256 of the `state` of the authorization the browser was last sent to; the
+    /// callback finds the session by it. `None` until an OAuth2 provider is chosen.
+    pub state_hash: Option<String>,
+    /// The provider that authorization is for.
+    pub oauth_provider: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

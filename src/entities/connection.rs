@@ -45,6 +45,9 @@ pub struct Model {
     /// The connection's own cron expression (with seconds), set by the operator; it
     /// replaces the provider's `schedule`. Runtime state, like `paused_at`.
     pub schedule: Option<String>,
+    /// The provider-side account (a GitHub user id, a Strava athlete id, a Stripe
+    /// account), when the Connect page learnt it; `None` otherwise.
+    pub account_id: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -90,6 +93,7 @@ impl std::fmt::Debug for Model {
             .field("refresh_holder", &self.refresh_holder)
             .field("refresh_claimed_until", &self.refresh_claimed_until)
             .field("defined_in", &self.defined_in)
+            .field("account_id", &self.account_id)
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
@@ -121,6 +125,7 @@ impl ActiveModel {
             defined_in: Set(DefinedIn::Cli),
             paused_at: Set(None),
             schedule: Set(None),
+            account_id: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

@@ -81,6 +81,9 @@ pub struct ConnectionView {
     /// (disabled, credentials dropped), else `cli`.
     pub defined_in: connection::DefinedIn,
     pub credentials: String,
+    /// The provider-side account (a GitHub user id, a Stripe account), when the Connect
+    /// page learnt it.
+    pub account_id: Option<String>,
     pub cursor: Option<String>,
     pub unfinished_run: bool,
     pub last_success_run_id: Option<i64>,
@@ -332,6 +335,7 @@ async fn views_of(
                 schedule: row.schedule.clone(),
                 defined_in,
                 credentials: credentials.clone(),
+                account_id: row.account_id.clone(),
                 cursor: stream.cursor,
                 unfinished_run: stream.checkpoint.is_some(),
                 last_success_run_id: stream.last_success_run_id,

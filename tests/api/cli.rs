@@ -253,6 +253,33 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "gitlab_issues",
         ),
         (
+            rest_key("account_id = { path = \"v1/me\", pointer = \"/id\" }"),
+            "providers.acme.account_id.path",
+            "must start with '/'",
+        ),
+        (
+            format!("{valid}[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\nclient_id = \"Iv1.abc\"\n"),
+            "providers.gh.client_id",
+            "client_id needs client_secret_env",
+        ),
+        (
+            format!(
+                "{valid}[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\nclient_id = \"Iv1.abc\"\n\
+                 client_secret_env = \"TRIBUTARY_TEST_NOT_SET_GH_SECRET\"\n"
+            ),
+            "providers.gh.client_secret_env",
+            "TRIBUTARY_TEST_NOT_SET_GH_SECRET is not set",
+        ),
+        (
+            valid.replace(
+                "auth = \"bearer\"",
+                "auth = { oauth2 = \"client_credentials\", token_url = \"https://a.example/t\", \
+                 client_id = \"app\", client_secret_env = \"PATH\", authorize_url = \"https://a.example/a\" }",
+            ),
+            "providers.acme",
+            "auth.authorize_url is for users who authorize",
+        ),
+        (
             valid.replace("records_path", "recrods_path"),
             "providers.acme",
             "unknown field `recrods_path`",

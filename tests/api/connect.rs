@@ -12,8 +12,9 @@ use wiremock::{Mock, ResponseTemplate};
 use crate::helpers::{spawn_app, TestApp};
 use crate::http::{assert_problem, query, Served};
 
-const RETURN_URL: &str = "http://127.0.0.1:9/connected";
+pub(crate) const RETURN_URL: &str = "http://127.0.0.1:9/connected";
 const GOOD_KEY: &str = "sk_test_good_4eC39HqLyjWDarjtT1zdp7dc";
+const STRIPE_ACCOUNT: &str = "acct_1032D82eZvKYlo2C";
 
 /// A Stripe provider on the app's wiremock, synced once a year, retrying fast.
 pub(crate) fn stripe_provider(app: &TestApp) -> String {
@@ -49,7 +50,7 @@ pub(crate) async fn serve_stripe(app: &TestApp, return_url: &str) -> Served {
 }
 
 /// POST `body` as JSON to `path` with `key`.
-async fn post_json(
+pub(crate) async fn post_json(
     served: &Served,
     path: &str,
     key: &str,
@@ -73,7 +74,7 @@ pub(crate) async fn session_to(served: &Served, key: &str, user: &str, return_ur
 }
 
 /// Every one of `parts` is in `text`.
-fn assert_contains_all(text: &str, parts: &[&str]) {
+pub(crate) fn assert_contains_all(text: &str, parts: &[&str]) {
     for part in parts {
         assert!(text.contains(part), "{part:?} is not in {text}");
     }
@@ -87,12 +88,16 @@ fn browser() -> reqwest::Client {
 }
 
 /// GET `url` with `cookie`: status, headers, body.
-async fn get(url: &str, cookie: Option<&str>) -> (StatusCode, HeaderMap, String) {
+pub(crate) async fn get(url: &str, cookie: Option<&str>) -> (StatusCode, HeaderMap, String) {
     send(browser().get(url), cookie).await
 }
 
 /// POST a urlencoded `body` to `url` with `cookie`.
-async fn post(url: &str, cookie: Option<&str>, body: String) -> (StatusCode, HeaderMap, String) {
+pub(crate) async fn post(
+    url: &str,
+    cookie: Option<&str>,
+    body: String,
+) -> (StatusCode, HeaderMap, String) {
     let request = browser()
         .post(url)
         .header("content-type", "application/x-www-form-urlencoded")
@@ -114,7 +119,7 @@ async fn send(
 }
 
 /// Opens the link: the cookie it set (`name=value`), and the page.
-async fn open(url: &str) -> (String, String) {
+pub(crate) async fn open(url: &str) -> (String, String) {
     let (status, headers, page) = get(url, None).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     let set = headers["set-cookie"].to_str().expect("cookie").to_string();
@@ -156,7 +161,7 @@ fn form(csrf: &str, key: &str) -> String {
         .finish()
 }
 
-async fn connections_of(app: &TestApp, user: &str) -> Vec<connection::Model> {
+pub(crate) async fn connections_of(app: &TestApp, user: &str) -> Vec<connection::Model> {
     connection::Entity::find()
         .filter(connection::Column::UserId.eq(user))
         .all(&app.db)
@@ -164,8 +169,17 @@ async fn connections_of(app: &TestApp, user: &str) -> Vec<connection::Model> {
         .expect("connections")
 }
 
+/// The sync jobs of connection `id`.
+pub(crate) async fn jobs_of(app: &TestApp, id: i64) -> Vec<sync_job::Model> {
+    sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(id))
+        .all(&app.db)
+        .await
+        .expect("jobs")
+}
+
 /// `connect_sessions` as (used, bound) per row.
-async fn sessions(app: &TestApp) -> Vec<(bool, bool)> {
+pub(crate) async fn sessions(app: &TestApp) -> Vec<(bool, bool)> {
     query(
         app,
         "SELECT used_at IS NOT NULL AS used, binding_hash IS NOT NULL AS bound FROM connect_sessions ORDER BY id",
@@ -394,6 +408,20 @@ async fn the_page_offers_each_provider_and_refuses_other_browsers_expired_used_a
 async fn a_good_key_is_checked_once_sealed_its_sync_queued_and_the_browser_sent_back() {
     let app = spawn_app().await;
     mount_charges(&app, GOOD_KEY, empty_list(), 1).await;
+    // Stripe's `GET /v1/account`: the account the key belongs to.
+    Mock::given(method("GET"))
+        .and(path("/v1/account"))
+        .and(header(
+            "authorization",
+            format!("Bearer {GOOD_KEY}").as_str(),
+        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"id": STRIPE_ACCOUNT, "object": "account", "country": "US"})),
+        )
+        .expect(1)
+        .mount(&app.api)
+        .await;
     let served = serve_stripe(&app, RETURN_URL).await;
     let admin = served.create_key("admin", &["admin"]);
     let url = session(&served, &admin, "u1").await;
@@ -431,11 +459,7 @@ async fn a_good_key_is_checked_once_sealed_its_sync_queued_and_the_browser_sent_
     );
     let stored = app.stored_credentials("u1", "stripe").await;
     assert_eq!(stored.token.as_deref(), Some(GOOD_KEY));
-    let jobs = sync_job::Entity::find()
-        .filter(sync_job::Column::ConnectionId.eq(rows[0].id))
-        .all(&app.db)
-        .await
-        .expect("jobs");
+    let jobs = jobs_of(&app, rows[0].id).await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(sessions(&app).await, vec![(true, true)]);
 
@@ -459,6 +483,22 @@ async fn a_good_key_is_checked_once_sealed_its_sync_queued_and_the_browser_sent_
         audit.iter().all(|(_, _, path, _)| !path.contains(token)),
         "{audit:?}"
     );
+
+    // The Stripe account the key belongs to, from `GET /v1/account`, in the row, the
+    // API's connection object and `connections list --json`.
+    assert_eq!(rows[0].account_id.as_deref(), Some(STRIPE_ACCOUNT));
+    let reader = served.create_key("reader", &["connections:read"]);
+    let (status, listed) = served.get("/v1/connections?user_id=u1", &reader).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["items"][0]["account_id"], STRIPE_ACCOUNT);
+    let output = crate::helpers::run(crate::helpers::tributary(&served.config).args([
+        "connections",
+        "list",
+        "--json",
+    ]));
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    let listed: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+    assert_eq!(listed[0]["account_id"], STRIPE_ACCOUNT, "{listed}");
 }
 
 #[tokio::test]

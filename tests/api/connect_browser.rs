@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
-use tributary::entities::connection;
+use tributary::entities::{connection, sync_run};
 use wiremock::ResponseTemplate;
 
 use crate::connect::{empty_list, mount_charges, serve_stripe, session_to};
@@ -237,5 +237,226 @@ async fn a_user_connects_stripe_in_a_browser_and_a_refused_key_is_said_so_on_the
         .expect("connections");
     assert!(stored.is_empty(), "a refused key stores nothing");
     assert_eq!(visits.lock().expect("visits").len(), 1);
+    browser.close().await.expect("closed");
+}
+
+/// What the emulated GitHub saw: the codes it issued with their PKCE challenge and
+/// `redirect_uri`, and the token requests' form fields.
+#[derive(Default)]
+struct GithubSeen {
+    codes: std::collections::HashMap<String, (String, String)>,
+    token_requests: Vec<std::collections::HashMap<String, String>>,
+}
+
+const GITHUB_TOKEN: &str = "gho_browser_16C7e42F292c6912E7710c8383";
+
+/// An authorization server and API that behave as GitHub's documentation says for an
+/// OAuth app: `/login/oauth/authorize` renders a page with an "Authorize" button that
+/// redirects back with `code` and `state`; `/login/oauth/access_token` checks the client,
+/// the code, the `redirect_uri` and the PKCE verifier, and answers JSON only when asked
+/// for it; `GET /user` and an empty `GET /issues` for the first sync.
+async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
+    use axum::extract::{Query, State};
+    use axum::response::{Html, IntoResponse, Redirect};
+    use std::collections::HashMap;
+    type Seen = Arc<Mutex<GithubSeen>>;
+
+    async fn authorize(Query(query): Query<HashMap<String, String>>) -> Html<String> {
+        let field = |name: &str| query.get(name).cloned().unwrap_or_default();
+        let hidden: String = ["redirect_uri", "state", "code_challenge"]
+            .iter()
+            .map(|name| {
+                format!(
+                    "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+                    field(name).replace('"', "&quot;")
+                )
+            })
+            .collect();
+        Html(format!(
+            "<!doctype html><title>Authorize application</title>\
+             <p>tributary test by {} would like access to your account ({})</p>\
+             <form method=\"post\" action=\"/login/oauth/authorize/decision\">{hidden}\
+             <button type=\"submit\" id=\"authorize\">Authorize</button></form>",
+            field("client_id"),
+            field("scope"),
+        ))
+    }
+
+    async fn decide(State(seen): State<Seen>, body: String) -> Redirect {
+        let form = form_fields(&body);
+        let field = |name: &str| form.get(name).cloned().unwrap_or_default();
+        let code = format!("code-{}", seen.lock().expect("seen").codes.len());
+        seen.lock().expect("seen").codes.insert(
+            code.clone(),
+            (field("code_challenge"), field("redirect_uri")),
+        );
+        let mut back = url::Url::parse(&field("redirect_uri")).expect("redirect_uri");
+        back.query_pairs_mut()
+            .append_pair("code", &code)
+            .append_pair("state", &field("state"));
+        Redirect::to(back.as_str())
+    }
+
+    async fn token(
+        State(seen): State<Seen>,
+        headers: axum::http::HeaderMap,
+        body: String,
+    ) -> axum::response::Response {
+        let form = form_fields(&body);
+        use base64::Engine;
+        use sha2::Digest;
+        let mut seen = seen.lock().expect("seen");
+        seen.token_requests.push(form.clone());
+        let field = |name: &str| form.get(name).cloned().unwrap_or_default();
+        let issued = seen.codes.remove(&field("code"));
+        let verified = issued.is_some_and(|(challenge, redirect_uri)| {
+            let derived = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(field("code_verifier").as_bytes()));
+            derived == challenge && redirect_uri == field("redirect_uri")
+        }) && field("client_id") == "browser-client"
+            && field("client_secret") == "browser-secret";
+        let json = headers
+            .get("accept")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.contains("application/json"));
+        match (verified, json) {
+            (true, true) => axum::Json(json!({
+                "access_token": GITHUB_TOKEN, "scope": "repo", "token_type": "bearer"
+            }))
+            .into_response(),
+            (true, false) => {
+                format!("access_token={GITHUB_TOKEN}&scope=repo&token_type=bearer").into_response()
+            }
+            // GitHub answers a bad code with 200 and an error.
+            (false, _) => axum::Json(json!({"error": "bad_verification_code"})).into_response(),
+        }
+    }
+
+    fn form_fields(body: &str) -> HashMap<String, String> {
+        form_urlencoded::parse(body.as_bytes())
+            .map(|(name, value)| (name.into_owned(), value.into_owned()))
+            .collect()
+    }
+
+    let seen: Seen = Arc::default();
+    let app = axum::Router::new()
+        .route("/login/oauth/authorize", axum::routing::get(authorize))
+        .route(
+            "/login/oauth/authorize/decision",
+            axum::routing::post(decide),
+        )
+        .route("/login/oauth/access_token", axum::routing::post(token))
+        .route(
+            "/user",
+            axum::routing::get(|| async { axum::Json(json!({"login": "octocat", "id": 583231})) }),
+        )
+        .route(
+            "/issues",
+            axum::routing::get(|| async { axum::Json(json!([])) }),
+        )
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bound");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
+    let app = spawn_app().await;
+    let (github, seen) = emulated_github().await;
+    let (return_url, visits) = return_page().await;
+    let provider = format!(
+        "\n[providers.github]\nkind = \"github\"\nbase_url = \"{github}\"\noauth_url = \"{github}\"\n\
+         client_id = \"browser-client\"\nclient_secret_env = \"TEST_BROWSER_GITHUB_SECRET\"\n\
+         schedule = \"0 0 0 1 1 *\"\n"
+    );
+    let served = crate::http::Served::start_with_env(
+        &app,
+        &provider,
+        &[("TEST_BROWSER_GITHUB_SECRET", "browser-secret")],
+        crate::connect::with_connect(&return_url),
+    )
+    .await;
+    let admin = served.create_key("admin", &["admin"]);
+    let body = json!({"user_id": "browser-gh", "providers": ["github"], "return_url": return_url});
+    let body = ("application/json", body.to_string().into_bytes());
+    let (status, _, created) = served
+        .call(
+            reqwest::Method::POST,
+            "/v1/connect/sessions",
+            Some(&admin),
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+    let link = created["url"].as_str().expect("url").to_string();
+    let driver = Chromedriver::start().await;
+    let browser = driver.browser().await;
+
+    browser.goto(&link).await.expect("the page opens");
+    let button = Locator::XPath("//button[normalize-space()='Connect github']");
+    appeared(&browser, button)
+        .await
+        .click()
+        .await
+        .expect("clicked");
+    // GitHub's page: the user consents.
+    let authorize = appeared(&browser, Locator::Css("button#authorize")).await;
+    let consent = browser.source().await.expect("source");
+    assert!(
+        consent.contains("tributary test by browser-client"),
+        "{consent}"
+    );
+    authorize.click().await.expect("authorized");
+    let landed = wait_for_url(&browser, |url| url.as_str().starts_with(&return_url)).await;
+    assert_eq!(landed.query(), Some("outcome=connected"));
+    assert_eq!(
+        *visits.lock().expect("visits"),
+        vec!["outcome=connected".to_string()]
+    );
+    {
+        let seen = seen.lock().expect("seen");
+        assert_eq!(seen.token_requests.len(), 1, "the code is exchanged once");
+        let request = &seen.token_requests[0];
+        assert_eq!(request["grant_type"], "authorization_code");
+        assert_eq!(
+            request["redirect_uri"],
+            format!("{}/connect/callback", served.base)
+        );
+    }
+    let row = connection::Entity::find()
+        .filter(connection::Column::UserId.eq("browser-gh"))
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("the connection is stored");
+    assert_eq!(row.provider, "github");
+    assert_eq!(row.account_id.as_deref(), Some("583231"));
+    assert!(!row.credentials.contains(GITHUB_TOKEN), "sealed");
+    let stored = app.stored_credentials("browser-gh", "github").await;
+    assert_eq!(stored.token.as_deref(), Some(GITHUB_TOKEN));
+    // Its first sync runs, with the token, against the emulated API.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let runs = sync_run::Entity::find()
+            .filter(sync_run::Column::UserId.eq("browser-gh"))
+            .all(&app.db)
+            .await
+            .expect("runs");
+        if runs
+            .iter()
+            .any(|run| run.status == sync_run::RunStatus::Succeeded)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no first sync succeeded: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     browser.close().await.expect("closed");
 }

@@ -52,7 +52,18 @@ impl Served {
         env: &[(&str, &str)],
         edit: impl FnOnce(String) -> String,
     ) -> Served {
-        Served::launch(app, providers, "daemon", edit, None, env).await
+        Served::start_named_with_env(app, providers, "daemon", env, edit).await
+    }
+
+    /// [`Served::start_with_env`] with its config and log named after `name`.
+    pub(crate) async fn start_named_with_env(
+        app: &TestApp,
+        providers: &str,
+        name: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Served {
+        Served::launch(app, providers, name, edit, None, env).await
     }
 
     /// [`Served::start`] over HTTPS: `[api] tls_cert` and `tls_key` name `cert.pem` and

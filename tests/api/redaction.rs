@@ -143,6 +143,7 @@ refresh_token = "{}"
         defined_in: tributary::entities::connection::DefinedIn::Config,
         paused_at: None,
         schedule: None,
+        account_id: None,
         created_at: now,
         updated_at: now,
     };

@@ -54,10 +54,12 @@ use serde_json::Value;
 use url::Url;
 
 use crate::adapter;
+use crate::authorize::AuthorizationApp;
 use crate::http::{asked_wait, Answer, HttpClient, ResponsePolicy, Verdict};
 use crate::kind::ProviderKind;
+use crate::rest::ClientAuth;
 use crate::stream::unknown_stream;
-use crate::{FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
+use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use streams::{GithubStream, Listing, NotListed};
 
 /// The REST API version the adapter speaks (`X-GitHub-Api-Version`).
@@ -78,6 +80,30 @@ pub struct GithubConfig {
     /// Records per page (`per_page`) of every stream, 1 to 100. Default 100.
     #[serde(default = "default_per_page")]
     pub per_page: u32,
+    /// The OAuth app's Client ID, for users connecting on the Connect page; without it
+    /// the page asks for a personal access token instead.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// The environment variable that holds the OAuth app's client secret; required with
+    /// `client_id`.
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// The scopes asked for. Default `["repo"]`: the private repositories' issues too.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// Where GitHub's OAuth endpoints are: `{oauth_url}/login/oauth/authorize` and
+    /// `/login/oauth/access_token`. Default `"https://github.com"`; GitHub Enterprise
+    /// Server uses `"https://HOST"`.
+    #[serde(default = "default_oauth_url")]
+    pub oauth_url: Url,
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["repo".to_string()]
+}
+
+fn default_oauth_url() -> Url {
+    Url::parse("https://github.com").expect("the default oauth_url is a valid URL")
 }
 
 fn default_base_url() -> Url {
@@ -93,6 +119,10 @@ impl Default for GithubConfig {
         GithubConfig {
             base_url: default_base_url(),
             per_page: default_per_page(),
+            client_id: None,
+            client_secret_env: None,
+            scopes: default_scopes(),
+            oauth_url: default_oauth_url(),
         }
     }
 }
@@ -105,6 +135,31 @@ impl GithubConfig {
             return Err(format!(
                 "per_page must be between 1 and 100 (GitHub's largest page), not {}",
                 self.per_page
+            ));
+        }
+        adapter::validate_base_url("oauth_url", &self.oauth_url)?;
+        match (&self.client_id, &self.client_secret_env) {
+            (Some(id), Some(env)) => {
+                if id.trim().is_empty() || id.chars().any(|c| c.is_whitespace()) {
+                    return Err(format!(
+                        "client_id {id:?} must be the OAuth app's Client ID, without spaces"
+                    ));
+                }
+                crate::oauth2::validate_env_var_name("client_secret_env", env)?;
+            }
+            (Some(_), None) => {
+                return Err("client_id needs client_secret_env, the name of the environment variable that holds the OAuth app's client secret".to_string())
+            }
+            (None, Some(_)) => {
+                return Err("client_secret_env needs client_id, the OAuth app's Client ID".to_string())
+            }
+            (None, None) => {}
+        }
+        if let Some(scope) = self.scopes.iter().find(|scope| {
+            scope.is_empty() || !scope.chars().all(|c| c.is_ascii_graphic() && c != '"')
+        }) {
+            return Err(format!(
+                "scopes: {scope:?} is not a scope name (visible ASCII, such as \"repo\")"
             ));
         }
         Ok(())
@@ -176,6 +231,36 @@ impl ProviderKind for GithubConfig {
         GithubStream::ALL.map(GithubStream::spec).to_vec()
     }
 
+    fn required_env_vars(&self) -> Vec<(String, String)> {
+        self.client_secret_env
+            .iter()
+            .map(|name| ("client_secret_env".to_string(), name.clone()))
+            .collect()
+    }
+
+    /// GitHub's OAuth apps: PKCE (S256) is supported since July 2025, and the token
+    /// endpoint answers JSON when asked.
+    fn authorization(&self) -> Option<AuthorizationApp> {
+        let client_id = self.client_id.clone()?;
+        let endpoint = |path: &str| {
+            let mut url = self.oauth_url.clone();
+            if let Ok(mut segments) = url.path_segments_mut() {
+                segments.pop_if_empty().extend(path.split('/'));
+            }
+            url
+        };
+        Some(AuthorizationApp {
+            authorize_url: endpoint("login/oauth/authorize"),
+            token_url: endpoint("login/oauth/access_token"),
+            client_id,
+            client_secret_env: self.client_secret_env.clone(),
+            scope: (!self.scopes.is_empty()).then(|| self.scopes.join(" ")),
+            pkce: true,
+            client_auth: ClientAuth::Post,
+            account_in_answer: None,
+        })
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         Ok(Box::new(GithubProvider::new(self.clone(), client)))
     }
@@ -207,6 +292,22 @@ impl Provider for GithubProvider {
             .await
             .map_err(|error| error.redact_secret(token));
         listing.parent_gone_or(fetched)
+    }
+
+    /// `GET /user`: the authenticated user's numeric `id`.
+    async fn account_id(&self, credentials: &Credentials) -> Result<Option<String>, FetchError> {
+        let token = adapter::token(credentials)
+            .ok_or_else(|| adapter::missing_token("github", "a GitHub token"))?;
+        let url = adapter::endpoint(&self.config.base_url, "/user")?;
+        let answer = self
+            .client
+            .get_json_with(url, self.headers(token)?, &GithubPolicy)
+            .await
+            .map_err(|error| error.redact_secret(token))?;
+        Ok(answer
+            .value()
+            .get("id")
+            .and_then(crate::authorize::account_id_of))
     }
 }
 

@@ -17,6 +17,8 @@
 //! client_secret_env = "ACME_CLIENT_SECRET"
 //! scope = "items:read"                 # optional
 //! client_auth = "post"                 # or "basic"; default "post"
+//! authorize_url = "https://auth.acme.example/oauth/authorize"  # the Connect page's consent
+//! pkce = true                          # default true
 //! ```
 
 use std::collections::BTreeMap;
@@ -31,10 +33,14 @@ use serde::Deserialize;
 use serde_json::Value;
 use url::Url;
 
+use crate::authorize::AuthorizationApp;
 use crate::http::display_url_text;
 use crate::FetchError;
 
 /// How requests are authenticated (`auth`).
+// One value per configured provider, built once at start: boxing the OAuth2 variant
+// would save nothing worth an indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Auth {
     /// `auth = "bearer"`: `Authorization: Bearer TOKEN`.
@@ -88,6 +94,13 @@ pub struct OAuth2 {
     /// `client_auth`: how the client authenticates at the token endpoint. Default
     /// `"post"`.
     pub client_auth: ClientAuth,
+    /// `authorize_url`: the authorization endpoint, where users connecting on the Connect
+    /// page consent (the authorization code grant). Only with `"refresh_token"`; without
+    /// it the provider is not offered on the page.
+    pub authorize_url: Option<Url>,
+    /// `pkce`: whether the authorization code grant sends a PKCE S256 challenge. Default
+    /// `true`; `false` only for a server that refuses the parameters.
+    pub pkce: bool,
 }
 
 /// `auth.oauth2`: the grant that buys the access token.
@@ -128,6 +141,30 @@ impl Grant {
 }
 
 impl Auth {
+    /// The application users authorize on the Connect page: the refresh-token grant with
+    /// an `authorize_url`.
+    pub fn authorization(&self) -> Option<AuthorizationApp> {
+        match self {
+            Auth::OAuth2(
+                oauth2 @ OAuth2 {
+                    grant: Grant::RefreshToken,
+                    authorize_url: Some(authorize_url),
+                    ..
+                },
+            ) => Some(AuthorizationApp {
+                authorize_url: authorize_url.clone(),
+                token_url: oauth2.token_url.clone(),
+                client_id: oauth2.client_id.clone(),
+                client_secret_env: oauth2.client_secret_env.clone(),
+                scope: oauth2.scope.clone(),
+                pkce: oauth2.pkce,
+                client_auth: oauth2.client_auth,
+                account_in_answer: None,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether connections need a token: not for `"none"` nor for the client-credentials
     /// grant, whose token is the provider's own.
     pub fn needs_token(&self) -> bool {
@@ -286,6 +323,19 @@ impl Auth {
 
 impl OAuth2 {
     fn validate(&self) -> Result<(), String> {
+        if let Some(url) = &self.authorize_url {
+            if url.scheme() != "https" && !(url.scheme() == "http" && crate::is_loopback(url)) {
+                return Err(format!(
+                    "auth.authorize_url must be an https URL (http only on loopback), not {}",
+                    display_url_text(url.as_str())
+                ));
+            }
+            if url.fragment().is_some() || !url.username().is_empty() {
+                return Err(
+                    "auth.authorize_url must not carry user:password@ or a fragment".to_string(),
+                );
+            }
+        }
         let url = &self.token_url;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
@@ -364,13 +414,15 @@ const AUTH_EXPECTED: &str = "expected \"bearer\", \"none\", \"basic\", { header 
      \"client_credentials\", token_url = \"URL\", client_id = \"ID\", ... }";
 
 /// The keys of `auth = { oauth2 = ... }`.
-const OAUTH2_KEYS: [&str; 6] = [
+const OAUTH2_KEYS: [&str; 8] = [
     "oauth2",
     "token_url",
     "client_id",
     "client_secret_env",
     "scope",
     "client_auth",
+    "authorize_url",
+    "pkce",
 ];
 
 impl<'de> Deserialize<'de> for Auth {
@@ -504,6 +556,32 @@ fn oauth2_from(table: &BTreeMap<String, Value>) -> Result<OAuth2, String> {
             ))
         }
     };
+    let authorize_url = match text("authorize_url")? {
+        None => None,
+        Some(_) if grant == Grant::ClientCredentials => {
+            return Err(
+                "auth.authorize_url is for users who authorize a connection: only with \
+                 auth.oauth2 = \"refresh_token\""
+                    .to_string(),
+            )
+        }
+        Some(text) => Some(Url::parse(text.trim()).map_err(|err| {
+            format!(
+                "auth.authorize_url {:?} is not a valid URL: {err}",
+                display_url_text(&text)
+            )
+        })?),
+    };
+    let pkce = match table.get("pkce") {
+        None => true,
+        Some(Value::Bool(pkce)) => *pkce,
+        Some(other) => {
+            return Err(format!(
+                "auth.pkce must be true or false, not {}",
+                crate::record::json_type_name(other)
+            ))
+        }
+    };
     Ok(OAuth2 {
         grant,
         token_url,
@@ -511,5 +589,7 @@ fn oauth2_from(table: &BTreeMap<String, Value>) -> Result<OAuth2, String> {
         client_secret_env,
         scope: text("scope")?,
         client_auth,
+        authorize_url,
+        pkce,
     })
 }

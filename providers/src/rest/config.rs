@@ -99,6 +99,21 @@ pub struct RestConfig {
     /// reset }` (see [`RateLimitConfig`]). Omitted: only `Retry-After` is read.
     #[serde(default)]
     pub rate_limit: Option<RateLimitConfig>,
+    /// `account_id = { path = "/v1/me", pointer = "/data/id" }`: where one request with a
+    /// connection's token tells its provider-side account, read when a user connects on
+    /// the Connect page. Optional.
+    #[serde(default)]
+    pub account_id: Option<AccountIdConfig>,
+}
+
+/// `account_id`: the request that names the account a token belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountIdConfig {
+    /// Appended to `base_url`, e.g. `"/v1/me"`.
+    pub path: String,
+    /// A JSON pointer (RFC 6901) to the id in the answer, e.g. `"/data/id"`.
+    pub pointer: String,
 }
 
 impl fmt::Debug for RestConfig {
@@ -118,6 +133,7 @@ impl fmt::Debug for RestConfig {
             .field("fields", &self.fields)
             .field("resources", &self.resources)
             .field("rate_limit", &self.rate_limit)
+            .field("account_id", &self.account_id)
             .finish()
     }
 }
@@ -411,6 +427,20 @@ impl RestConfig {
     /// primary stream's keys, then every resource with what it inherits.
     pub fn validate(&self) -> Result<(), String> {
         self.validate_stream()?;
+        if let Some(account) = &self.account_id {
+            if !account.path.starts_with('/') {
+                return Err(format!(
+                    "account_id.path {:?} must start with '/', as \"/v1/me\"",
+                    account.path
+                ));
+            }
+            if !account.pointer.starts_with('/') {
+                return Err(format!(
+                    "account_id.pointer {:?} must be a JSON pointer, as \"/data/id\"",
+                    account.pointer
+                ));
+            }
+        }
         if let Some(rate_limit) = &self.rate_limit {
             rate_limit.validate()?;
         }

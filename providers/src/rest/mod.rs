@@ -367,6 +367,23 @@ impl RestProvider {
         self.config.auth.token(token)
     }
 
+    /// `account_id`'s request with `token`, and the id its pointer finds.
+    async fn read_account_id(&self, token: Option<&str>) -> Result<Option<String>, FetchError> {
+        let Some(account) = &self.config.account_id else {
+            return Ok(None);
+        };
+        let mut url = crate::adapter::endpoint(&self.config.base_url, &account.path)?;
+        if let Some(name) = self.config.auth_query_param() {
+            pagination::set_query_param(&mut url, name, self.token(token)?);
+        }
+        let headers = self.request_headers(&self.config, token)?;
+        let answer = self.client.get_json(url, headers).await?;
+        Ok(answer
+            .value()
+            .pointer(&account.pointer)
+            .and_then(crate::authorize::account_id_of))
+    }
+
     /// One page of `stream` as `auth` says: with the connection's token, or an OAuth2
     /// access token refreshed or fetched as needed. Errors are cleaned of every secret the
     /// request may have carried.
@@ -500,6 +517,10 @@ impl ProviderKind for RestConfig {
         self.auth.required_env_vars()
     }
 
+    fn authorization(&self) -> Option<crate::authorize::AuthorizationApp> {
+        self.auth.authorization()
+    }
+
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
         let client = match self.auth_query_param() {
             Some(name) => client.hiding_query_param(name),
@@ -530,6 +551,25 @@ impl Provider for RestProvider {
             Some(incremental) => incremental.check_stored(&stream.id_spec, payload),
             None => stream.id_spec.identify_raw(payload),
         }
+    }
+
+    /// `account_id`'s request, when configured, with the connection's token.
+    async fn account_id(
+        &self,
+        credentials: &crate::Credentials,
+    ) -> Result<Option<String>, FetchError> {
+        let token = crate::adapter::token(credentials);
+        let mut secrets: Vec<String> = token.iter().map(|token| token.to_string()).collect();
+        secrets.extend(
+            self.config
+                .auth
+                .derived_secrets(token)
+                .iter()
+                .map(|secret| secret.expose_secret().to_string()),
+        );
+        self.read_account_id(token)
+            .await
+            .map_err(|error| error.redact_secrets(secrets.iter().map(String::as_str)))
     }
 
     async fn fetch_page(

@@ -12,7 +12,8 @@ use url::Url;
 use super::auth::{ClientAuth, Grant, OAuth2};
 use crate::http::{display_url, HttpClient};
 use crate::oauth2::{
-    refused_refresh, LifetimeWarning, TokenAnswer, TokenEndpointPolicy, REFRESH_MARGIN_SECONDS,
+    basic_client_auth, refused_refresh, LifetimeWarning, TokenAnswer, TokenEndpointPolicy,
+    REFRESH_MARGIN_SECONDS,
 };
 use crate::{Credentials, FetchError, TokenRefresher};
 
@@ -59,20 +60,10 @@ impl OAuth2Runtime {
 pub(super) fn client_secret_from_env(
     settings: &OAuth2,
 ) -> Result<Option<SecretString>, FetchError> {
-    let Some(name) = &settings.client_secret_env else {
-        return Ok(None);
-    };
-    std::env::var(name)
-        .ok()
-        .map(|value| value.trim().to_string())
-        .filter(|value| !value.is_empty())
-        .map(|value| Some(SecretString::from(value)))
-        .ok_or_else(|| FetchError::Client {
-            message: format!(
-                "auth.client_secret_env: the environment variable {name} is not set or empty; \
-                 it must hold the OAuth2 client secret"
-            ),
-        })
+    crate::oauth2::client_secret_from_env(
+        "auth.client_secret_env",
+        settings.client_secret_env.as_deref(),
+    )
 }
 
 /// An OAuth2 token endpoint and the client that asks it for tokens.
@@ -132,21 +123,7 @@ impl TokenEndpoint {
         match (self.client_auth, client_secret) {
             (ClientAuth::Basic, Some(client_secret)) => {
                 // RFC 6749 §2.3.1: id and secret are form-encoded before they are joined.
-                let encode = |text: &str| {
-                    url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>()
-                };
-                let pair = format!("{}:{}", encode(&self.client_id), encode(client_secret));
-                let encoded =
-                    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pair);
-                let mut value =
-                    HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| {
-                        FetchError::Client {
-                            message: "auth.client_auth = \"basic\": the client credentials cannot \
-                                  be sent in a header"
-                                .to_string(),
-                        }
-                    })?;
-                value.set_sensitive(true);
+                let (value, encoded) = basic_client_auth(&self.client_id, client_secret)?;
                 headers.insert(AUTHORIZATION, value);
                 basic = Some(encoded);
             }

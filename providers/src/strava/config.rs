@@ -31,6 +31,14 @@ pub struct StravaConfig {
     /// its limit minus this, requests wait for the next window. 0 to 100, default 5.
     #[serde(default = "default_rate_limit_reserve")]
     pub rate_limit_reserve: u32,
+    /// The scopes a user is asked for on the Connect page. Default `["read",
+    /// "activity:read_all"]`: the profile and every activity, private ones too.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["read".to_string(), "activity:read_all".to_string()]
 }
 
 /// The largest `rate_limit_reserve`: Strava's smallest 15-minute budget is 100 requests.
@@ -58,6 +66,7 @@ impl StravaConfig {
             client_secret_env: client_secret_env.to_string(),
             per_page: default_per_page(),
             rate_limit_reserve: default_rate_limit_reserve(),
+            scopes: default_scopes(),
         }
     }
 
@@ -81,6 +90,13 @@ impl StravaConfig {
             return Err(format!(
                 "per_page must be between 1 and 200 (Strava's largest page), not {}",
                 self.per_page
+            ));
+        }
+        if let Some(scope) = self.scopes.iter().find(|scope| {
+            scope.is_empty() || !scope.chars().all(|c| c.is_ascii_graphic() && c != ',')
+        }) {
+            return Err(format!(
+                "scopes: {scope:?} is not a Strava scope (such as \"activity:read_all\")"
             ));
         }
         Ok(())

@@ -49,6 +49,7 @@ use serde_json::Value;
 pub use config::StravaConfig;
 
 use crate::adapter;
+use crate::authorize::AuthorizationApp;
 use crate::http::{Answer, Answered, HttpClient};
 use crate::kind::ProviderKind;
 use crate::oauth2;
@@ -255,6 +256,28 @@ impl ProviderKind for StravaConfig {
             "client_secret_env".to_string(),
             self.client_secret_env.clone(),
         )]
+    }
+
+    /// Strava's web flow: `{oauth_url}/oauth/authorize`, comma-separated scopes, no PKCE
+    /// in its documentation, and the athlete in the token answer.
+    fn authorization(&self) -> Option<AuthorizationApp> {
+        let endpoint = |path: &str| {
+            let mut url = self.oauth_url.clone();
+            if let Ok(mut segments) = url.path_segments_mut() {
+                segments.pop_if_empty().extend(["oauth", path]);
+            }
+            url
+        };
+        Some(AuthorizationApp {
+            authorize_url: endpoint("authorize"),
+            token_url: endpoint("token"),
+            client_id: self.client_id.clone(),
+            client_secret_env: Some(self.client_secret_env.clone()),
+            scope: (!self.scopes.is_empty()).then(|| self.scopes.join(",")),
+            pkce: false,
+            client_auth: crate::rest::ClientAuth::Post,
+            account_in_answer: Some("/athlete/id"),
+        })
     }
 
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {

@@ -270,6 +270,26 @@ impl Provider for StripeProvider {
             .map(|_| ())
             .map_err(|error| error.redact_secret(token))
     }
+
+    /// `GET /v1/account`: the account the key belongs to (`acct_...`).
+    async fn account_id(
+        &self,
+        credentials: &crate::Credentials,
+    ) -> Result<Option<String>, FetchError> {
+        let token = adapter::token(credentials)
+            .ok_or_else(|| adapter::missing_token("stripe", "a Stripe secret API key"))?;
+        let answered = async {
+            let url = adapter::endpoint(&self.config.base_url, "/v1/account")?;
+            self.client
+                .get_json_with(url, self.headers(token)?, &StripePolicy)
+                .await
+        };
+        let answer = answered.await.map_err(|error| error.redact_secret(token))?;
+        Ok(answer
+            .value()
+            .get("id")
+            .and_then(crate::authorize::account_id_of))
+    }
 }
 
 /// `text` with `secret` (never empty: blank tokens are refused) replaced.

@@ -748,6 +748,8 @@ fn oauth2_config_parses_from_toml_and_declares_its_secret() {
             client_secret_env: Some("ACME_CLIENT_SECRET".into()),
             scope: Some("items:read items:write".into()),
             client_auth: ClientAuth::Basic,
+            authorize_url: None,
+            pkce: true,
         })
     );
 

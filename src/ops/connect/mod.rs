@@ -7,7 +7,10 @@
 //!
 //! Only SHA-256 hashes of the link's token and of the cookie are stored, so a copy of the
 //! database connects nothing; the CSRF token is an HMAC of the cookie, so nothing else
-//! is stored for it and every instance checks it alike.
+//! is stored for it and every instance checks it alike. A provider with an OAuth2
+//! application is authorized instead of given a key (`oauth.rs`).
+
+pub(crate) mod oauth;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
@@ -69,6 +72,14 @@ pub(crate) enum ConnectError {
     Forged,
     #[error("this link does not connect {0}")]
     NotOffered(String),
+    /// A callback whose `state` matches no authorization in progress.
+    #[error("this sign-in is not known or was replaced by a newer one; start again from the app")]
+    UnknownAuthorization,
+    #[error("{0}")]
+    BadCallback(String),
+    /// `[connect] one_user_per_account`: the account is another user's connection.
+    #[error("this {provider} account is already connected for another user of the app; nothing was saved. Connect another {provider} account, or ask the app for help")]
+    AccountTaken { provider: String },
     #[error("{0}")]
     BadForm(String),
     #[error("{provider} refused this key (HTTP {status}); check it and try again")]
@@ -170,9 +181,9 @@ fn check_providers(
                 settings.path.display()
             )));
         };
-        if !provider.adapter.takes_key() {
+        if !connectable(provider) {
             return Err(invalid(format!(
-                "provider {shown:?} connects through OAuth2 or needs no key; the Connect page takes keys only for now"
+                "provider {shown:?} takes no key and has no OAuth2 application to authorize (an OAuth2 provider needs client_id and client_secret_env, and for kind = \"rest\" auth.authorize_url)"
             )));
         }
         if settings.lists_connection(name, user_id) {
@@ -222,6 +233,9 @@ pub(crate) struct PageView {
     /// Seconds the cookie lives: until the session expires.
     pub cookie_max_age: i64,
     pub reconnect: bool,
+    /// The origins of the offered providers' authorization endpoints, where a button's
+    /// answer may redirect.
+    pub authorize_origins: Vec<String>,
 }
 
 /// Opens session `token` for the browser that holds `cookie`: the first visit binds it
@@ -273,6 +287,12 @@ pub(crate) async fn open_page(
         cookie_path: page_path(connect, token, None),
         cookie_max_age: remaining,
         reconnect: session.reconnect_connection_id.is_some(),
+        authorize_origins: offered(&session)
+            .iter()
+            .filter_map(|name| settings.providers.get(name))
+            .filter_map(|provider| provider.adapter.authorization())
+            .map(|app| app.authorize_url.origin().ascii_serialization())
+            .collect(),
     })
 }
 
@@ -302,7 +322,7 @@ pub(crate) async fn key_form(
     let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
     let session = live_session(db, token).await?;
     let cookie = bound_cookie(&session, cookie)?;
-    let settings_of = offered_provider(settings, &session, provider)?;
+    let settings_of = key_provider(settings, &session, provider)?;
     Ok(KeyForm {
         provider: provider.to_string(),
         action: page_path(connect, token, Some(provider)),
@@ -341,7 +361,7 @@ pub(crate) async fn submit_key(
         Some(sent) if same(sent, &expected) => {}
         _ => return Err(ConnectError::Forged),
     }
-    let provider_settings = offered_provider(settings, &session, submission.provider)?;
+    let provider_settings = key_provider(settings, &session, submission.provider)?;
     let key = submission.key.expose_secret();
     if key.trim().is_empty() {
         return Err(ConnectError::BadForm("paste the key first".to_string()));
@@ -353,23 +373,126 @@ pub(crate) async fn submit_key(
     }
     let key = SecretString::from(key.trim().to_string());
     verify(provider_settings, &key).await?;
+    let credentials = Credentials {
+        token: Some(key),
+        ..Default::default()
+    };
+    let account_id = account_of(provider_settings, &credentials).await;
     let provider = submission.provider;
     let txn = db.begin().await?;
     // Marked first, conditionally: of two posts racing, one connects.
+    mark_used(&txn, &session, None).await?;
+    let account = Account {
+        credentials,
+        account_id,
+    };
+    connect_in(txn, db, settings, &session, provider, account).await
+}
+
+/// What a user connected: the credentials, and the provider-side account when known.
+struct Account {
+    credentials: Credentials,
+    account_id: Option<String>,
+}
+
+/// The provider-side account `credentials` belong to, asked of the provider; `None` when
+/// it has no way to tell or the request failed (the credentials were checked already).
+async fn account_of(provider: &ProviderSettings, credentials: &Credentials) -> Option<String> {
+    let asked = async {
+        tributary_providers::build_provider(&provider.adapter, &provider.http)?
+            .account_id(credentials)
+            .await
+    };
+    match asked.await {
+        Ok(account_id) => account_id,
+        Err(error) => {
+            tracing::warn!(provider = %provider.name, %error, "Reading the account of credentials given on the Connect page failed; the connection is stored without it.");
+            None
+        }
+    }
+}
+
+/// Refuses (with `[connect] one_user_per_account`) or reports an account that is another
+/// user's connection of `provider` already.
+async fn check_account(
+    txn: &sea_orm::DatabaseTransaction,
+    settings: &Settings,
+    session: &connect_session::Model,
+    provider: &str,
+    account_id: &str,
+) -> Result<(), ConnectError> {
+    let others = connection::Entity::find()
+        .filter(connection::Column::Provider.eq(provider))
+        .filter(connection::Column::AccountId.eq(account_id))
+        .filter(connection::Column::UserId.ne(session.user_id.as_str()))
+        .all(txn)
+        .await?;
+    if others.is_empty() {
+        return Ok(());
+    }
+    let refused = settings
+        .connect
+        .as_ref()
+        .is_some_and(|connect| connect.one_user_per_account);
+    tracing::warn!(
+        session_id = session.id,
+        provider,
+        account_id,
+        other_connections = others.len(),
+        refused,
+        "An account given on the Connect page is another user's connection already."
+    );
+    match refused {
+        true => Err(ConnectError::AccountTaken {
+            provider: provider.to_string(),
+        }),
+        false => Ok(()),
+    }
+}
+
+/// Marks `session` used, conditionally (and, given its hash, only while `state` is the
+/// session's): of two requests racing, one goes on and the other is [`ConnectError::Used`].
+async fn mark_used(
+    db: &impl sea_orm::ConnectionTrait,
+    session: &connect_session::Model,
+    state_hash: Option<&str>,
+) -> Result<(), ConnectError> {
     let now = crate::db::now();
-    let marked = connect_session::Entity::update_many()
+    let mut update = connect_session::Entity::update_many()
         .col_expr(connect_session::Column::UsedAt, Expr::value(Some(now)))
         .filter(connect_session::Column::Id.eq(session.id))
         .filter(connect_session::Column::UsedAt.is_null())
-        .filter(connect_session::Column::ExpiresAt.gt(now))
-        .exec(&txn)
-        .await?;
-    if marked.rows_affected == 0 {
-        return Err(ConnectError::Used);
+        .filter(connect_session::Column::ExpiresAt.gt(now));
+    if let Some(state_hash) = state_hash {
+        update = update.filter(connect_session::Column::StateHash.eq(state_hash));
+    }
+    let marked = update.exec(db).await?;
+    match marked.rows_affected {
+        0 => Err(ConnectError::Used),
+        _ => Ok(()),
+    }
+}
+
+/// Stores `credentials` in `txn` as the session's new connection (or the reconnected
+/// one's), commits, and queues the first sync. Returns where to send the browser.
+async fn connect_in(
+    txn: sea_orm::DatabaseTransaction,
+    db: &DatabasePools,
+    settings: &Settings,
+    session: &connect_session::Model,
+    provider: &str,
+    account: Account,
+) -> Result<String, ConnectError> {
+    let Account {
+        credentials,
+        account_id,
+    } = account;
+    if let Some(account_id) = &account_id {
+        check_account(&txn, settings, session, provider, account_id).await?;
     }
     let connection_id = match session.reconnect_connection_id {
         Some(id) => {
-            replace_credentials(&txn, db, &session, provider, id, &key).await?;
+            replace_credentials(&txn, db, session, provider, id, &credentials).await?;
             id
         }
         None => {
@@ -379,10 +502,10 @@ pub(crate) async fn submit_key(
                     user_id: session.user_id.clone(),
                 },
                 token_env: None,
-                token: Some(key),
+                token: credentials.token,
                 refresh_token_env: None,
-                refresh_token: None,
-                expires_at: None,
+                refresh_token: credentials.refresh_token,
+                expires_at: credentials.expires_at,
                 enabled: true,
                 schedule: None,
                 stream_schedules: Vec::new(),
@@ -401,6 +524,13 @@ pub(crate) async fn submit_key(
             }
         }
     };
+    if account_id.is_some() {
+        connection::Entity::update_many()
+            .col_expr(connection::Column::AccountId, Expr::value(account_id))
+            .filter(connection::Column::Id.eq(connection_id))
+            .exec(&txn)
+            .await?;
+    }
     txn.commit().await?;
     tracing::info!(
         session_id = session.id,
@@ -418,15 +548,14 @@ pub(crate) async fn submit_key(
     Ok(outcome(&session.return_url, "connected", None))
 }
 
-/// Replaces connection `id`'s credentials with `key`, keeping its records, cursors and
-/// history.
+/// Replaces connection `id`'s credentials, keeping its records, cursors and history.
 async fn replace_credentials(
     txn: &sea_orm::DatabaseTransaction,
     db: &DatabasePools,
     session: &connect_session::Model,
     provider: &str,
     id: i64,
-    key: &SecretString,
+    credentials: &Credentials,
 ) -> Result<(), ConnectError> {
     let row = connection::Entity::find_by_id(id)
         .one(txn)
@@ -437,8 +566,15 @@ async fn replace_credentials(
                 "the connection to reconnect is gone; ask the app for a new link".to_string(),
             )
         })?;
+    let expose = |secret: &Option<SecretString>| {
+        secret
+            .as_ref()
+            .map(|secret| secret.expose_secret().to_string())
+    };
     let stored = StoredCredentials {
-        token: Some(key.expose_secret().to_string()),
+        token: expose(&credentials.token),
+        refresh_token: expose(&credentials.refresh_token),
+        expires_at: credentials.expires_at,
         ..Default::default()
     };
     let column = stored
@@ -528,8 +664,30 @@ fn offered_provider<'a>(
     settings
         .providers
         .get(name)
-        .filter(|provider| provider.adapter.takes_key())
+        .filter(|provider| connectable(provider))
         .ok_or_else(not_offered)
+}
+
+/// Provider `name`'s settings, when the session offers it and it takes a key: an OAuth2
+/// provider's tokens come from its token endpoint only.
+fn key_provider<'a>(
+    settings: &'a Settings,
+    session: &connect_session::Model,
+    name: &str,
+) -> Result<&'a ProviderSettings, ConnectError> {
+    let provider = offered_provider(settings, session, name)?;
+    match provider.adapter.takes_key() {
+        true => Ok(provider),
+        false => Err(ConnectError::NotOffered(
+            tributary_providers::quote::truncated(name, 64),
+        )),
+    }
+}
+
+/// Whether a user can connect `provider` on the page: by a key, or by authorizing its
+/// OAuth2 application.
+fn connectable(provider: &ProviderSettings) -> bool {
+    provider.adapter.takes_key() || provider.adapter.authorization().is_some()
 }
 
 fn offered(session: &connect_session::Model) -> Vec<String> {

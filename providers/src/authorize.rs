@@ -13,8 +13,8 @@ use serde_json::Value;
 use url::Url;
 
 use crate::http::{display_url, HttpClient, HttpSettings};
+use crate::oauth2::ClientAuth;
 use crate::oauth2::{basic_client_auth, expiry, read_tokens, seconds, TokenEndpointPolicy};
-use crate::rest::ClientAuth;
 use crate::{Credentials, FetchError};
 
 /// The longest provider-side account id kept: ids are numbers or short names.

@@ -19,6 +19,18 @@ use url::Url;
 use crate::http::{cap_body, display_url, Answer, ResponsePolicy, Verdict};
 use crate::{CredentialStore, Credentials, FetchError, TokenRefresher};
 
+/// `auth.client_auth`: how the client authenticates at the token endpoint (RFC 6749
+/// §2.3.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// `"post"`: `client_id` and `client_secret` as form fields (`client_secret_post`).
+    #[default]
+    Post,
+    /// `"basic"`: `Authorization: Basic` with the form-encoded id and secret
+    /// (`client_secret_basic`).
+    Basic,
+}
+
 /// Refresh an access token that expires within this many seconds, so that a token is
 /// never sent in its last minute (clocks drift, and a page may take a while to fetch).
 pub(crate) const REFRESH_MARGIN_SECONDS: i64 = 60;

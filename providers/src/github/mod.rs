@@ -57,7 +57,7 @@ use crate::adapter;
 use crate::authorize::AuthorizationApp;
 use crate::http::{asked_wait, Answer, HttpClient, ResponsePolicy, Verdict};
 use crate::kind::ProviderKind;
-use crate::rest::ClientAuth;
+use crate::oauth2::ClientAuth;
 use crate::stream::unknown_stream;
 use crate::{Credentials, FetchContext, FetchError, Page, PagePosition, Provider, StreamSpec};
 use streams::{GithubStream, Listing, NotListed};

@@ -35,6 +35,7 @@ use url::Url;
 
 use crate::authorize::AuthorizationApp;
 use crate::http::display_url_text;
+pub use crate::oauth2::ClientAuth;
 use crate::FetchError;
 
 /// How requests are authenticated (`auth`).
@@ -116,18 +117,6 @@ pub enum Grant {
     /// until a minute before it expires, and fetched again once after a 401. Connections
     /// need no token.
     ClientCredentials,
-}
-
-/// `auth.client_auth`: how the client authenticates at the token endpoint (RFC 6749
-/// §2.3.1).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ClientAuth {
-    /// `"post"`: `client_id` and `client_secret` as form fields (`client_secret_post`).
-    #[default]
-    Post,
-    /// `"basic"`: `Authorization: Basic` with the form-encoded id and secret
-    /// (`client_secret_basic`).
-    Basic,
 }
 
 impl Grant {

@@ -275,7 +275,7 @@ impl ProviderKind for StravaConfig {
             client_secret_env: Some(self.client_secret_env.clone()),
             scope: (!self.scopes.is_empty()).then(|| self.scopes.join(",")),
             pkce: false,
-            client_auth: crate::rest::ClientAuth::Post,
+            client_auth: crate::oauth2::ClientAuth::Post,
             account_in_answer: Some("/athlete/id"),
         })
     }

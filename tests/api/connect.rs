@@ -140,7 +140,7 @@ async fn stripe_form(app: &TestApp) -> (Served, String, String, String) {
 }
 
 /// The form's CSRF token.
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let start = page.find("name=\"csrf\" value=\"").expect("csrf field") + 19;
     page[start..]
         .split('"')
@@ -150,7 +150,12 @@ fn csrf_of(page: &str) -> String {
 }
 
 /// Posts `key` with `csrf` to Stripe's form of link `url`, as the browser with `cookie`.
-async fn submit(url: &str, cookie: &str, csrf: &str, key: &str) -> (StatusCode, HeaderMap, String) {
+pub(crate) async fn submit(
+    url: &str,
+    cookie: &str,
+    csrf: &str,
+    key: &str,
+) -> (StatusCode, HeaderMap, String) {
     post(&format!("{url}/stripe"), Some(cookie), form(csrf, key)).await
 }
 

@@ -185,19 +185,24 @@ async fn wait_for_url(browser: &Client, done: impl Fn(&url::Url) -> bool) -> url
     }
 }
 
+/// Stripe refuses `BAD_KEY` as its API does an unknown key, `times` times.
+async fn refuse_bad_key(app: &crate::helpers::TestApp, times: u64) {
+    let refused =
+        json!({"error": {"type": "invalid_request_error", "message": "Invalid API Key provided"}});
+    mount_charges(
+        app,
+        BAD_KEY,
+        ResponseTemplate::new(401).set_body_json(refused),
+        times,
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_user_connects_stripe_in_a_browser_and_a_refused_key_is_said_so_on_the_page() {
     let app = spawn_app().await;
     mount_charges(&app, GOOD_KEY, empty_list(), 1).await;
-    let refused =
-        json!({"error": {"type": "invalid_request_error", "message": "Invalid API Key provided"}});
-    mount_charges(
-        &app,
-        BAD_KEY,
-        ResponseTemplate::new(401).set_body_json(refused),
-        1,
-    )
-    .await;
+    refuse_bad_key(&app, 1).await;
     let (return_url, visits) = return_page().await;
     let served = serve_stripe(&app, &return_url).await;
     let admin = served.create_key("admin", &["admin"]);
@@ -458,5 +463,127 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    browser.close().await.expect("closed");
+}
+
+/// Where `.ci/run` installs the checkers the pages are held to (`tests/tools/package.json`,
+/// pinned): html-validate and axe-core. Fails, never skips, when they are missing.
+fn test_tool(path: &str) -> std::path::PathBuf {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tools/node_modules")
+        .join(path);
+    assert!(
+        file.exists(),
+        "{} is missing: run `npm ci --prefix tests/tools` (Node.js 20 or later)",
+        file.display()
+    );
+    file
+}
+
+/// `html`, as served for `name`, checked by html-validate's `standard` preset (the HTML
+/// specification's rules, not a style guide).
+fn assert_valid_html(name: &str, html: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join(format!("{name}.html"));
+    std::fs::write(&file, html).expect("page written");
+    let checked = Command::new("node")
+        .arg(test_tool("html-validate/bin/html-validate.mjs"))
+        .args(["--preset", "standard", "--formatter", "text"])
+        .arg(&file)
+        .output()
+        .expect("node runs html-validate");
+    assert!(
+        checked.status.success(),
+        "the {name} page is not valid HTML:\n{}{}\n{html}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+/// The page the browser shows, checked by axe-core against WCAG 2.1 A and AA and its best
+/// practices: no violation of any impact.
+async fn assert_accessible(browser: &Client, name: &str) {
+    let engine = std::fs::read_to_string(test_tool("axe-core/axe.min.js")).expect("axe-core");
+    browser
+        .execute(&engine, Vec::new())
+        .await
+        .expect("axe-core loaded");
+    let found = browser
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             axe.run(document, {runOnly: {type: 'tag', values:
+                 ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice']}})
+               .then(result => done(result.violations.map(v =>
+                   ({id: v.id, impact: v.impact, help: v.help,
+                     nodes: v.nodes.map(n => n.html)}))))
+               .catch(error => done([{id: 'axe failed', help: String(error)}]));",
+            Vec::new(),
+        )
+        .await
+        .expect("axe-core ran");
+    assert_eq!(
+        found.as_array().map(Vec::len),
+        Some(0),
+        "the {name} page has accessibility violations: {found:#}"
+    );
+}
+
+#[tokio::test]
+async fn the_connect_pages_pass_an_html_validator_and_an_accessibility_check() {
+    let app = spawn_app().await;
+    refuse_bad_key(&app, 2).await;
+    let (return_url, _) = return_page().await;
+    let served = serve_stripe(&app, &return_url).await;
+    let admin = served.create_key("admin", &["admin"]);
+
+    // The HTML as served: the link's page, the key form, the form saying the key was
+    // refused, and the pages of a link opened in another browser and of an unknown one.
+    let link = session_to(&served, &admin, "html", &return_url).await;
+    let (cookie, session_page) = crate::connect::open(&link).await;
+    let (_, _, form_page) = crate::connect::get(&format!("{link}/stripe"), Some(&cookie)).await;
+    let csrf = crate::connect::csrf_of(&form_page);
+    let (_, _, refused_page) = crate::connect::submit(&link, &cookie, &csrf, BAD_KEY).await;
+    assert!(refused_page.contains("refused this key"), "{refused_page}");
+    let (other, _, other_browser) = crate::connect::get(&link, None).await;
+    assert_eq!(other, reqwest::StatusCode::FORBIDDEN, "{other_browser}");
+    let unknown_link = format!(
+        "{}/{}",
+        link.rsplit_once('/').expect("a path").0,
+        "A".repeat(43)
+    );
+    let (unknown, _, unknown_page) = crate::connect::get(&unknown_link, None).await;
+    assert_eq!(unknown, reqwest::StatusCode::NOT_FOUND, "{unknown_page}");
+    for (name, html) in [
+        ("session", &session_page),
+        ("key form", &form_page),
+        ("refused key", &refused_page),
+        ("other browser", &other_browser),
+        ("unknown link", &unknown_page),
+    ] {
+        assert_valid_html(name, html);
+    }
+
+    // The same pages as a browser shows them.
+    let driver = Chromedriver::start().await;
+    let browser = driver.browser().await;
+    let link = session_to(&served, &admin, "a11y", &return_url).await;
+    browser.goto(&link).await.expect("the page opens");
+    let stripe = Locator::XPath("//button[normalize-space()='Connect stripe']");
+    let button = appeared(&browser, stripe).await;
+    assert_accessible(&browser, "session").await;
+    button.click().await.expect("clicked");
+    let field = appeared(&browser, Locator::Css("input#key")).await;
+    assert_accessible(&browser, "key form").await;
+    field.send_keys(BAD_KEY).await.expect("typed");
+    let submit = Locator::XPath("//form[@method='post']//button[@type='submit']");
+    appeared(&browser, submit)
+        .await
+        .click()
+        .await
+        .expect("submitted");
+    appeared(&browser, Locator::Css("p.error[role=alert]")).await;
+    assert_accessible(&browser, "refused key").await;
+    browser.goto(&unknown_link).await.expect("the page opens");
+    assert_accessible(&browser, "unknown link").await;
     browser.close().await.expect("closed");
 }

@@ -357,28 +357,63 @@ async fn supersede(
     Ok(u64::try_from(superseded.len()).unwrap_or(u64::MAX))
 }
 
-/// Records how job `job_id` ended.
+/// Whether job `job_id` is still running under `holder`, locking its row until the
+/// transaction `txn` ends (SQLite: its write lock, taken up front, does). A worker that
+/// stalled past its instance's heartbeat finds its job put back and perhaps claimed by
+/// another instance: it must then write nothing of the job's end, nor queue a retry or
+/// the rest of its run.
+pub(crate) async fn still_holds(
+    txn: &impl sea_orm::ConnectionTrait,
+    job_id: i64,
+    holder: &str,
+) -> Result<bool, DbErr> {
+    let mut query = sync_job::Entity::find_by_id(job_id)
+        .filter(sync_job::Column::Holder.eq(holder))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running));
+    if txn.get_database_backend() != DatabaseBackend::Sqlite {
+        query = query.lock(LockType::Update);
+    }
+    Ok(query.one(txn).await?.is_some())
+}
+
+/// Records how job `job_id`, running under `holder`, ended. A job that moved on (put back
+/// after its instance was taken for gone, claimed again or ended since) is left as it
+/// is: the write is fenced by the holder, as a run's pages are by the lease.
 pub(crate) async fn finish(
     db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
+    holder: &str,
     status: JobStatus,
     outcome: String,
 ) -> Result<(), DbErr> {
-    sync_job::Entity::update_many()
+    let ended = sync_job::Entity::update_many()
         .col_expr(sync_job::Column::Status, Expr::value(status))
         .col_expr(sync_job::Column::Outcome, Expr::value(outcome))
         .col_expr(sync_job::Column::FinishedAt, Expr::value(crate::db::now()))
         .filter(sync_job::Column::Id.eq(job_id))
+        .filter(sync_job::Column::Holder.eq(holder))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
         .exec(db)
-        .await?;
+        .await?
+        .rows_affected;
+    if ended == 0 {
+        tracing::warn!(
+            job_id,
+            holder,
+            %status,
+            "The job had moved on (its instance was taken for gone); its end is not recorded."
+        );
+    }
     Ok(())
 }
 
-/// Puts job `job_id` back in the queue, due at `not_before`, saying why; a job someone
-/// asked to cancel meanwhile ends `cancelled` instead.
+/// Puts job `job_id`, running under `holder`, back in the queue, due at `not_before`,
+/// saying why; a job someone asked to cancel meanwhile ends `cancelled` instead, and one
+/// that moved on is left as it is (see [`finish`]).
 pub(crate) async fn requeue(
     db: &impl sea_orm::ConnectionTrait,
     job_id: i64,
+    holder: &str,
     not_before: DateTime<Utc>,
     outcome: String,
 ) -> Result<(), DbErr> {
@@ -388,13 +423,15 @@ pub(crate) async fn requeue(
         .col_expr(sync_job::Column::NotBefore, Expr::value(not_before))
         .col_expr(sync_job::Column::Outcome, Expr::value(outcome.clone()))
         .filter(sync_job::Column::Id.eq(job_id))
+        .filter(sync_job::Column::Holder.eq(holder))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
         .filter(sync_job::Column::CancelRequestedAt.is_null())
         .exec(db)
         .await?
         .rows_affected;
     if requeued == 0 {
         let outcome = format!("cancelled on request; {outcome}");
-        finish(db, job_id, JobStatus::Cancelled, outcome).await?;
+        finish(db, job_id, holder, JobStatus::Cancelled, outcome).await?;
     }
     Ok(())
 }
@@ -539,7 +576,8 @@ pub(crate) async fn requeue_orphans(
     let requeued = sync_job::Entity::update_many()
         .col_expr(sync_job::Column::Status, Expr::value(JobStatus::Queued))
         .col_expr(sync_job::Column::Holder, Expr::value(None::<String>))
-        .col_expr(sync_job::Column::NotBefore, Expr::value(now))
+        // `not_before` kept: the job was due long ago and goes ahead of the jobs queued
+        // since, not behind a slot's backlog.
         .col_expr(
             sync_job::Column::Attempt,
             Expr::col(sync_job::Column::Attempt).add(1),
@@ -596,6 +634,90 @@ mod tests {
                     .unwrap_or_default()
             })
             .collect()
+    }
+
+    /// A worker that stalled past its instance's heartbeat finds its job put back and
+    /// claimed by another instance: its late writes of the job's end change nothing, and
+    /// the job, re-queued at its old due time, went ahead of jobs queued since.
+    #[tokio::test]
+    async fn a_stalled_worker_writes_nothing_over_a_job_another_instance_took_over() {
+        let test = TestDb::new().await;
+        let connection = test.alice().await;
+        let due = crate::db::now() - TimeDelta::minutes(10);
+        let job = NewJob {
+            connection_id: connection.id,
+            provider: connection.provider.clone(),
+            stream: String::new(),
+            kind: JobKind::Manual,
+            slot_at: None,
+            not_before: due,
+            attempt: 0,
+            full: false,
+        };
+        let job_id = insert_queued(test.main(), &job).await.expect("queued");
+        let (stalled, taker) = ("ghost:2:0001", "live:3:0002");
+        let now = crate::db::now();
+        let claimed = claim(test.main(), &connection.provider, stalled, 1, now)
+            .await
+            .expect("claimed");
+        assert_eq!(claimed.claimed.len(), 1);
+
+        // No instance row names the stalled worker's host and pid: it is taken for gone.
+        let put_back = requeue_orphans(test.main(), "live:3:", now)
+            .await
+            .expect("orphans");
+        assert_eq!(put_back, 1);
+        let row = sync_job::Entity::find_by_id(job_id)
+            .one(test.main())
+            .await
+            .expect("query")
+            .expect("the job");
+        assert_eq!(
+            (row.status, row.not_before.map(|at| at.timestamp())),
+            (JobStatus::Queued, Some(due.timestamp())),
+            "put back at its old due time"
+        );
+        let retaken = claim(test.main(), &connection.provider, taker, 1, now)
+            .await
+            .expect("claimed again");
+        assert_eq!(retaken.claimed.len(), 1);
+
+        // The stalled worker wakes and records its end every way it could.
+        assert!(!still_holds(test.main(), job_id, stalled)
+            .await
+            .expect("read"));
+        finish(test.main(), job_id, stalled, JobStatus::Done, "late".into())
+            .await
+            .expect("finish");
+        requeue(test.main(), job_id, stalled, now, "late".into())
+            .await
+            .expect("requeue");
+        let row = sync_job::Entity::find_by_id(job_id)
+            .one(test.main())
+            .await
+            .expect("query")
+            .expect("the job");
+        assert_eq!(
+            (row.status, row.holder.as_deref()),
+            (JobStatus::Running, Some(taker)),
+            "the new holder's job is untouched"
+        );
+        assert!(still_holds(test.main(), job_id, taker).await.expect("read"));
+        finish(
+            test.main(),
+            job_id,
+            taker,
+            JobStatus::Done,
+            "run 1 succeeded".into(),
+        )
+        .await
+        .expect("finish");
+        let row = sync_job::Entity::find_by_id(job_id)
+            .one(test.main())
+            .await
+            .expect("query")
+            .expect("the job");
+        assert_eq!(row.status, JobStatus::Done);
     }
 
     /// A claim on a backed-up queue reads its jobs off the front of the queue's index:

@@ -131,6 +131,7 @@ async fn run_and_record(
     };
     let end_with_close = EndWithClose {
         job_id: job.id,
+        job_holder: holder_of(job),
         connection: &connection,
         holder: &context.lease.holder,
         ended: AtomicBool::new(false),
@@ -151,7 +152,7 @@ async fn run_and_record(
         Ok(report) => report,
         Err(error) => {
             let outcome = format!("its runs could not be recorded: {error}");
-            queue::finish(db, job.id, JobStatus::Failed, outcome).await?;
+            queue::finish(db, job.id, holder_of(job), JobStatus::Failed, outcome).await?;
             return Ok(None);
         }
     };
@@ -177,6 +178,8 @@ async fn run_and_record(
 /// the job's end to [`end_and_release`].
 struct EndWithClose<'a> {
     job_id: i64,
+    /// Who claimed the job: its end is written only while it still holds it.
+    job_holder: &'a str,
     connection: &'a connection::Model,
     holder: &'a Holder,
     /// Set once the writes are made; they hold only if the close then commits.
@@ -195,7 +198,7 @@ impl CloseStep for EndWithClose<'_> {
                 return Ok(());
             }
             let outcome = format!("run {run_id} {}", closed.status);
-            queue::finish(txn, self.job_id, JobStatus::Done, outcome).await?;
+            queue::finish(txn, self.job_id, self.job_holder, JobStatus::Done, outcome).await?;
             // After the job's row, as in `end_and_release`.
             release(txn, self.connection, self.holder).await?;
             self.ended.store(true, Ordering::SeqCst);
@@ -222,7 +225,14 @@ async fn end_and_release(
             ..TransactionOptions::default()
         })
         .await?;
-    record_end(&txn, context, job, connection, report).await?;
+    if queue::still_holds(&txn, job.id, holder_of(job)).await? {
+        record_end(&txn, context, job, connection, report).await?;
+    } else {
+        tracing::warn!(
+            job_id = job.id,
+            "The job had moved on (its instance was taken for gone); its end, retry and rest are left to its new holder."
+        );
+    }
     if held {
         // After the job's row: the connection's row stays locked the shortest.
         release(&txn, connection, &context.lease.holder).await?;
@@ -236,7 +246,14 @@ async fn skip(
     why: &str,
 ) -> Result<Option<SyncReport>, DbErr> {
     tracing::info!(job_id = job.id, reason = why, "Job skipped.");
-    queue::finish(context.db, job.id, JobStatus::Skipped, why.to_string()).await?;
+    queue::finish(
+        context.db,
+        job.id,
+        holder_of(job),
+        JobStatus::Skipped,
+        why.to_string(),
+    )
+    .await?;
     Ok(None)
 }
 
@@ -259,14 +276,14 @@ async fn record_end(
         );
         return match job.kind {
             JobKind::Scheduled | JobKind::Full if job.attempt == 0 => {
-                queue::finish(db, job.id, JobStatus::Skipped, held).await
+                queue::finish(db, job.id, holder_of(job), JobStatus::Skipped, held).await
             }
             _ => {
                 let at = busy.until.filter(|until| *until > now).unwrap_or(now);
                 let at = at
                     .checked_add_signed(chrono::TimeDelta::seconds(1))
                     .unwrap_or(at);
-                queue::requeue(db, job.id, at, format!("waiting: {held}")).await
+                queue::requeue(db, job.id, holder_of(job), at, format!("waiting: {held}")).await
             }
         };
     }
@@ -289,16 +306,17 @@ async fn record_end(
             outcome.push_str("; ");
         }
         outcome.push_str("cancelled on request, its committed pages kept");
-        return queue::finish(db, job.id, JobStatus::Cancelled, outcome).await;
+        return queue::finish(db, job.id, holder_of(job), JobStatus::Cancelled, outcome).await;
     }
     if stopped {
         if job.kind == JobKind::Scheduled || job.kind == JobKind::Full {
             // The connection's next slot goes on from the checkpoint.
-            return queue::finish(db, job.id, JobStatus::Interrupted, outcome).await;
+            return queue::finish(db, job.id, holder_of(job), JobStatus::Interrupted, outcome)
+                .await;
         }
         // Asked for: another instance (or this one, restarted) finishes it.
         outcome.push_str("; re-queued: the instance shut down");
-        return queue::requeue(db, job.id, now, outcome).await;
+        return queue::requeue(db, job.id, holder_of(job), now, outcome).await;
     }
     // A run that yielded its turn goes on now, behind the jobs already due (their
     // `not_before` is earlier); one whose request budget is spent, when it reopens.
@@ -341,7 +359,7 @@ async fn record_end(
             outcome.push_str(&note);
         }
     }
-    queue::finish(db, job.id, JobStatus::Done, outcome).await
+    queue::finish(db, job.id, holder_of(job), JobStatus::Done, outcome).await
 }
 
 /// Queues the retry of a job whose run failed, unless its tries are spent or the
@@ -407,6 +425,7 @@ async fn retry(
 /// was going elsewhere, interrupted when stopped, else done, with their runs.
 pub(crate) async fn finish_on_the_spot(
     db: &DatabasePools,
+    holder: &str,
     jobs: &[(connection::Model, i64)],
     report: &SyncReport,
 ) -> Result<(), DbErr> {
@@ -447,9 +466,14 @@ pub(crate) async fn finish_on_the_spot(
                 (status, runs.join(", "))
             }
         };
-        queue::finish(db, *job_id, status, outcome).await?;
+        queue::finish(db, *job_id, holder, status, outcome).await?;
     }
     Ok(())
+}
+
+/// Who claimed `job` (as the claim read it).
+fn holder_of(job: &sync_job::Model) -> &str {
+    job.holder.as_deref().unwrap_or_default()
 }
 
 /// The schedule's next time after `now`.

@@ -33,7 +33,7 @@ pub async fn now(
         jobs.push((connection, id));
     }
     let report = crate::sync::sync_matching(db, settings, filter, options, progress).await?;
-    crate::jobs::finish_on_the_spot(db, &jobs, &report).await?;
+    crate::jobs::finish_on_the_spot(db, holder.as_str(), &jobs, &report).await?;
     Ok(report)
 }
 

@@ -81,15 +81,13 @@ pub(crate) async fn enqueue(
             .map(|job| job.row(now, JobStatus::Queued, None));
         let result = sync_job::Entity::insert_many(rows)
             .on_conflict(
-                OnConflict::columns([
-                    sync_job::Column::ConnectionId,
-                    sync_job::Column::Stream,
-                    sync_job::Column::Kind,
-                    sync_job::Column::SlotAt,
-                ])
-                // MySQL has no DO NOTHING: `ON DUPLICATE KEY UPDATE id = id` changes no row.
-                .do_nothing_on([sync_job::Column::ConnectionId])
-                .to_owned(),
+                // No target: a slot is one job whatever its kind (`sync_jobs_slot_once_key`),
+                // and the release before keeps its own key (connection, stream, kind, slot)
+                // for as long as it may run beside this one.
+                OnConflict::new()
+                    // MySQL has no DO NOTHING: `ON DUPLICATE KEY UPDATE ... = ...` changes no row.
+                    .do_nothing_on([sync_job::Column::ConnectionId])
+                    .to_owned(),
             )
             .exec_without_returning(db)
             .await?;
@@ -634,6 +632,39 @@ mod tests {
                     .unwrap_or_default()
             })
             .collect()
+    }
+
+    /// Two instances that reckon a firing differently (a full pass by one, a plain slot
+    /// by the other, started since the last full time) queue the slot once.
+    #[tokio::test]
+    async fn a_slot_queued_as_a_full_pass_and_as_a_plain_slot_is_one_job() {
+        let test = TestDb::new().await;
+        let connection = test.alice().await;
+        let slot = crate::db::now();
+        let job = |kind: JobKind| NewJob {
+            connection_id: connection.id,
+            provider: connection.provider.clone(),
+            stream: String::new(),
+            kind,
+            slot_at: Some(slot),
+            not_before: slot,
+            attempt: 0,
+            full: kind == JobKind::Full,
+        };
+        let first = enqueue(test.main(), &[job(JobKind::Full)])
+            .await
+            .expect("queued");
+        assert_eq!(first, 1);
+        // (MySQL counts the duplicate its ON DUPLICATE KEY UPDATE matched: the rows tell.)
+        enqueue(test.main(), &[job(JobKind::Scheduled)])
+            .await
+            .expect("queued");
+        let jobs = sync_job::Entity::find()
+            .all(test.main())
+            .await
+            .expect("jobs");
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        assert_eq!(jobs[0].kind, JobKind::Full);
     }
 
     /// A worker that stalled past its instance's heartbeat finds its job put back and

@@ -1412,6 +1412,13 @@ async fn a_connection_with_a_schedule_of_its_own_syncs_on_it() {
         "{}",
         bad.stderr
     );
+    let alice = connection::Entity::find()
+        .filter(connection::Column::UserId.eq("alice"))
+        .one(&app.db)
+        .await
+        .expect("alice's connection")
+        .expect("alice is connected");
+    assert_eq!(alice.schedule, None, "a bad schedule writes nothing");
     let unknown = schedule("nobody", &["--cron", "* * * * * *"]);
     assert!(
         unknown

@@ -1,5 +1,5 @@
 //! Retention: deletes the history older than `[retention]` from `sync_runs`, `run_errors`,
-//! `notification_deliveries`, `api_audit` and `webhook_deliveries`, expired `connect_sessions`, and the sightings of runs that ended without removing
+//! `notification_deliveries`, `api_audit`, `webhook_deliveries` and `sync_jobs`, expired `connect_sessions`, and the sightings of runs that ended without removing
 //! theirs (a run killed before it closed, of a connection that never ran again).
 //!
 //! A sweep deletes in batches of at most `batch_size` rows. Each batch is one `SELECT` of
@@ -14,7 +14,7 @@
 //! and stream (`user_id`, `provider`, `stream`); a run with errors in `run_errors` (its
 //! errors go first, by their own retention, so none is left without its run); a replay
 //! run that resolved an error still kept; a pending delivery; an inbound webhook not yet
-//! applied, or failed.
+//! applied, or failed; a job not finished.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,6 +49,8 @@ pub struct Swept {
     pub webhooks: u64,
     /// Expired rows deleted from `connect_sessions`.
     pub connect_sessions: u64,
+    /// Finished jobs deleted from `sync_jobs`.
+    pub jobs: u64,
     /// Delete statements sent, each its own transaction.
     pub batches: u64,
     /// The most rows one of them deleted: at most `batch_size`.
@@ -71,6 +73,7 @@ impl Swept {
             self.audit,
             self.webhooks,
             self.connect_sessions,
+            self.jobs,
         ]
         .iter()
         .fold(0u64, |total, rows| total.saturating_add(*rows))
@@ -192,6 +195,22 @@ pub async fn sweep(
             delete_values: vec![now.into()],
         })
         .await?;
+    if let Some(cutoff) = before(now, settings.jobs) {
+        sweeper.swept.jobs = sweeper
+            .walk(&Walk {
+                table: "sync_jobs",
+                age_column: "finished_at",
+                cutoff,
+                // A job finishes out of id order (a retry waits, a run is long): a young
+                // one below the walk's end is kept by the delete's check, an old one above
+                // it goes in a later sweep.
+                select: "t.finished_at IS NOT NULL",
+                select_values: Vec::new(),
+                delete: "finished_at < ?",
+                delete_values: vec![cutoff.into()],
+            })
+            .await?;
+    }
     Ok(sweeper.swept)
 }
 
@@ -228,6 +247,7 @@ pub(crate) fn scheduled(
                     audit = swept.audit,
                     webhooks = swept.webhooks,
                     connect_sessions = swept.connect_sessions,
+                    jobs = swept.jobs,
                     batches = swept.batches,
                     longest_statement_ms = swept.longest_statement.as_millis() as u64,
                     elapsed_ms = started.elapsed().as_millis() as u64,

@@ -230,7 +230,7 @@ pub(crate) struct DaemonSettings {
     /// retention has passed: cron with seconds. Only scheduled when such a provider exists.
     pub key_sweep_schedule: String,
     /// How long finished sync jobs stay in `sync_jobs` (the runs stay in `sync_runs`);
-    /// swept on the change feed's `sweep_schedule`.
+    /// swept with the history, as `RetentionSettings::jobs`.
     #[serde(with = "humantime_serde")]
     pub keep_jobs: Duration,
     /// How many jobs this instance runs at once, over all providers (each provider's
@@ -670,6 +670,10 @@ impl Settings {
         let retention = raw_retention
             .and_then(|raw| retention::parse(raw, keep_delivered, validate_cron))
             .map_err(|(key, message)| invalid(key, message))?;
+        let retention = RetentionSettings {
+            jobs: raw.daemon.keep_jobs,
+            ..retention
+        };
         Ok(Settings {
             path: path_buf,
             database,

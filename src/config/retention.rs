@@ -47,6 +47,9 @@ pub struct RetentionSettings {
     /// received, once applied or unmatched. Received (not yet applied) and failed ones
     /// always stay.
     pub webhooks: Duration,
+    /// How long a finished job stays in `sync_jobs` after it finished: `[daemon]
+    /// keep_jobs`, the key it had before this table. Queued and running ones always stay.
+    pub jobs: Duration,
     /// The most rows one delete statement removes.
     pub batch_size: usize,
     /// When the daemon sweeps: cron with seconds.
@@ -62,6 +65,7 @@ impl Default for RetentionSettings {
             deliveries: Duration::from_secs(30 * DAY),
             audit: Duration::from_secs(90 * DAY),
             webhooks: Duration::from_secs(7 * DAY),
+            jobs: Duration::from_secs(7 * DAY),
             batch_size: 1_000,
             sweep_schedule: "0 37 * * * *".to_string(),
         }
@@ -121,6 +125,7 @@ pub(super) fn parse(
         deliveries,
         audit: raw.audit.unwrap_or(defaults.audit),
         webhooks: raw.webhooks.unwrap_or(defaults.webhooks),
+        jobs: defaults.jobs,
         batch_size: raw.batch_size.unwrap_or(defaults.batch_size),
         sweep_schedule: raw.sweep_schedule.unwrap_or(defaults.sweep_schedule),
     };

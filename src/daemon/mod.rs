@@ -360,7 +360,6 @@ async fn schedule_sweeps(
             .map_err(scheduler_error("scheduling the processed-keys sweep"))?;
     }
     let retention = settings.changes.retention;
-    let keep_jobs = settings.daemon.keep_jobs;
     let sweep = {
         let db = db.clone();
         Job::new_async(settings.changes.sweep_schedule.as_str(), move |_, _| {
@@ -369,14 +368,6 @@ async fn schedule_sweeps(
                 let swept = crate::pipeline::changes::sweep_expired_changes(&db, retention);
                 if let Err(error) = swept.await {
                     tracing::warn!(%error, "Sweeping expired changes failed.");
-                }
-                let before = crate::db::now()
-                    .checked_sub_signed(chrono::TimeDelta::from_std(keep_jobs).unwrap_or_default())
-                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-                match crate::jobs::sweep_finished(&db, before).await {
-                    Ok(0) => {}
-                    Ok(swept) => tracing::debug!(swept, "Swept finished sync jobs."),
-                    Err(error) => tracing::warn!(%error, "Sweeping finished sync jobs failed."),
                 }
             })
         })

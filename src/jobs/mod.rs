@@ -8,6 +8,6 @@ mod run;
 
 pub(crate) use queue::{
     any_due, cancel, cancel_requested, claim, enqueue, insert_claimed, insert_queued,
-    requeue_orphans, sweep_finished, CancelOutcome, Claimed, NewJob,
+    requeue_orphans, CancelOutcome, Claimed, NewJob,
 };
 pub(crate) use run::{finish_on_the_spot, run, JobContext, RetryPolicy};

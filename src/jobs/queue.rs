@@ -589,18 +589,6 @@ pub(crate) async fn requeue_orphans(
     Ok(cancelled.saturating_add(requeued))
 }
 
-/// Deletes the jobs that finished before `before`; returns how many.
-pub(crate) async fn sweep_finished(
-    db: &DatabaseConnection,
-    before: DateTime<Utc>,
-) -> Result<u64, DbErr> {
-    Ok(sync_job::Entity::delete_many()
-        .filter(sync_job::Column::FinishedAt.lt(before))
-        .exec(db)
-        .await?
-        .rows_affected)
-}
-
 #[cfg(test)]
 mod tests {
     use chrono::TimeDelta;

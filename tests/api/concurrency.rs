@@ -11,9 +11,9 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{cursor_provider, items, spawn_app, TestApp};
 
-const USERS: [&str; 4] = ["u1", "u2", "u3", "u4"];
+pub(crate) const USERS: [&str; 4] = ["u1", "u2", "u3", "u4"];
 
-async fn mount_slow_pages(app: &TestApp, delay: Duration) {
+pub(crate) async fn mount_slow_pages(app: &TestApp, delay: Duration) {
     for user in USERS {
         Mock::given(method("GET"))
             .and(header(
@@ -31,7 +31,7 @@ async fn mount_slow_pages(app: &TestApp, delay: Duration) {
 }
 
 /// The most runs that were open at the same instant.
-async fn peak_overlap(app: &TestApp) -> usize {
+pub(crate) async fn peak_overlap(app: &TestApp) -> usize {
     let runs = sync_run::Entity::find().all(&app.db).await.unwrap();
     runs.iter()
         .map(|run| {

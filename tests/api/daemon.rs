@@ -1101,7 +1101,7 @@ async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
     }
     let config = app.write_config(&format!(
         "[daemon]\nkeep_jobs = \"2h\"\nlease_ttl = \"5s\"\nshutdown_grace = \"8s\"\n\
-         [changes]\nsweep_schedule = \"* * * * * *\"\n{providers}"
+         [retention]\nsweep_schedule = \"* * * * * *\"\n{providers}"
     ));
     let mut daemon = Daemon::start_with(
         &config,
@@ -1110,7 +1110,10 @@ async fn the_daemon_sweeps_jobs_finished_longer_than_keep_jobs_ago() {
         &[],
     );
     eventually(Duration::from_secs(20), "the old job swept", || async {
-        daemon.log().contains("Swept finished sync jobs.")
+        // Swept with the history, `keep_jobs` its retention.
+        daemon
+            .log()
+            .contains("Retention sweep deleted old history.")
     })
     .await;
     daemon.signal(Signal::SIGTERM);
@@ -1412,6 +1415,13 @@ async fn a_connection_with_a_schedule_of_its_own_syncs_on_it() {
         "{}",
         bad.stderr
     );
+    let alice = connection::Entity::find()
+        .filter(connection::Column::UserId.eq("alice"))
+        .one(&app.db)
+        .await
+        .expect("alice's connection")
+        .expect("alice is connected");
+    assert_eq!(alice.schedule, None, "a bad schedule writes nothing");
     let unknown = schedule("nobody", &["--cron", "* * * * * *"]);
     assert!(
         unknown

@@ -483,6 +483,27 @@ async fn latest_slot_only(max_concurrent_connections: usize) {
     );
 }
 
+/// Queues a job of each of the four connections of `providers`, then lets a daemon with
+/// room for `max_concurrent_runs` run them all and stops it.
+async fn queue_four_and_run_them(app: &TestApp, max_concurrent_runs: usize, providers: &str) {
+    let config = app.write_config(&format!(
+        "{}max_concurrent_runs = {max_concurrent_runs}\n{providers}",
+        daemon_table(None)
+    ));
+    app.settings(providers).await;
+    let queued = run(tributary(&config).args(["sync", "--queue"]));
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    assert_eq!(queued.stdout.lines().count(), 4, "{}", queued.stdout);
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "the four jobs done", || async {
+        let jobs = jobs(app).await;
+        jobs.len() == 4 && jobs.iter().all(|job| job.status == JobStatus::Done)
+    })
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+}
+
 #[tokio::test]
 async fn an_instance_runs_at_most_max_concurrent_runs_jobs_at_once_over_all_providers() {
     let app = spawn_app().await;
@@ -495,22 +516,7 @@ async fn an_instance_runs_at_most_max_concurrent_runs_jobs_at_once_over_all_prov
         yearly(&app, &["alice", "bob"]).replace("acme", "beta"),
     ]
     .join("\n");
-    let config = app.write_config(&format!(
-        "{}max_concurrent_runs = 1\n{providers}",
-        daemon_table(None)
-    ));
-    app.settings(&providers).await;
-    let queued = run(tributary(&config).args(["sync", "--queue"]));
-    assert_eq!(queued.code, 0, "{}", queued.stderr);
-    assert_eq!(queued.stdout.lines().count(), 4, "{}", queued.stdout);
-    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
-    eventually(Duration::from_secs(30), "the four jobs done", || async {
-        let jobs = jobs(&app).await;
-        jobs.len() == 4 && jobs.iter().all(|job| job.status == JobStatus::Done)
-    })
-    .await;
-    daemon.signal(nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    queue_four_and_run_them(&app, 1, &providers).await;
     let runs = sync_run::Entity::find()
         .order_by_asc(sync_run::Column::StartedAt)
         .all(&app.db)
@@ -521,4 +527,19 @@ async fn an_instance_runs_at_most_max_concurrent_runs_jobs_at_once_over_all_prov
         let ended = pair[0].finished_at.expect("finished");
         assert!(pair[1].started_at >= ended, "two runs at once: {:?}", pair);
     }
+}
+
+#[tokio::test]
+async fn an_instance_runs_at_most_max_concurrent_connections_jobs_of_a_provider_at_once() {
+    use crate::concurrency::{mount_slow_pages, peak_overlap, USERS};
+    let app = spawn_app().await;
+    mount_slow_pages(&app, Duration::from_millis(600)).await;
+    // Room for eight runs in the instance, two in the provider.
+    let providers = yearly(&app, &USERS).replace(
+        "schedule = \"0 0 0 1 1 *\"",
+        "schedule = \"0 0 0 1 1 *\"\nmax_concurrent_connections = 2",
+    );
+    queue_four_and_run_them(&app, 8, &providers).await;
+    assert_eq!(app.records().await.len(), 8);
+    assert_eq!(peak_overlap(&app).await, 2);
 }

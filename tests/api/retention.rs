@@ -9,9 +9,11 @@ use sea_orm::{
     QueryFilter, QueryOrder, Set, Statement,
 };
 use tributary::config::RetentionSettings;
+use tributary::entities::connection;
 use tributary::entities::notification_delivery::{self, DeliveryStatus};
 use tributary::entities::run_error::{self, Scope, Stage};
 use tributary::entities::run_sighting;
+use tributary::entities::sync_job::{self, JobKind, JobStatus};
 use tributary::entities::sync_run::{self, RunStatus, Trigger};
 use tributary::retention::{sweep, Swept};
 
@@ -353,6 +355,83 @@ async fn a_sweep_deletes_at_most_batch_size_rows_per_statement_until_all_are_gon
     assert_eq!(swept.largest_batch, 3, "{swept:?}");
     assert_eq!(swept.batches, 8, "{swept:?}");
     assert_eq!(run_ids(&app).await.len(), 2);
+}
+
+/// Inserts a job of `connection` for the slot `slot` minutes ago, `status` since `at`
+/// (finished then unless queued or running).
+async fn job_at(
+    app: &TestApp,
+    connection: i64,
+    slot: i64,
+    status: JobStatus,
+    at: DateTime<Utc>,
+) -> i64 {
+    let finished = !matches!(status, JobStatus::Queued | JobStatus::Running);
+    sync_job::ActiveModel {
+        connection_id: Set(connection),
+        provider: Set("acme".to_string()),
+        stream: Set(String::new()),
+        kind: Set(JobKind::Scheduled),
+        slot_at: Set(Some(Utc::now() - TimeDelta::minutes(slot))),
+        status: Set(status),
+        created_at: Set(at),
+        started_at: Set((status != JobStatus::Queued).then_some(at)),
+        finished_at: Set(finished.then_some(at)),
+        ..Default::default()
+    }
+    .insert(&app.db)
+    .await
+    .expect("job")
+    .id
+}
+
+#[tokio::test]
+async fn finished_jobs_are_swept_at_most_batch_size_per_statement_and_unfinished_ones_stay() {
+    let app = spawn_app().await;
+    app.settings(&cursor_provider("acme", &app.api.uri(), &["alice"]))
+        .await;
+    let alice = connection::Entity::find()
+        .one(&app.db)
+        .await
+        .expect("connections")
+        .expect("alice's connection")
+        .id;
+    let old = days_ago(8);
+    let waiting = job_at(&app, alice, 1, JobStatus::Queued, days_ago(9)).await;
+    let mut slot = 1;
+    for status in [JobStatus::Done, JobStatus::Skipped, JobStatus::Failed] {
+        for _ in 0..2 {
+            slot += 1;
+            job_at(&app, alice, slot, status, old).await;
+        }
+    }
+    let running = job_at(&app, alice, 100, JobStatus::Running, days_ago(9)).await;
+    job_at(&app, alice, 101, JobStatus::Cancelled, old).await;
+    let recent = job_at(&app, alice, 102, JobStatus::Done, days_ago(6)).await;
+    let queued = job_at(&app, alice, 103, JobStatus::Queued, Utc::now()).await;
+    let settings = RetentionSettings {
+        batch_size: 3,
+        ..RetentionSettings::default()
+    };
+    assert_eq!(settings.jobs, 7 * DAY, "the default");
+
+    let swept = swept(&app, &settings).await;
+
+    // Seven old jobs in three deletes of at most three.
+    assert_eq!(
+        (swept.jobs, swept.batches, swept.largest_batch, swept.rows()),
+        (7, 3, 3, 7),
+        "{swept:?}"
+    );
+    let left: Vec<i64> = sync_job::Entity::find()
+        .order_by_asc(sync_job::Column::Id)
+        .all(&app.db)
+        .await
+        .expect("jobs")
+        .into_iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(left, vec![waiting, running, recent, queued]);
 }
 
 #[tokio::test]

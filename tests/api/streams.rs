@@ -1080,6 +1080,18 @@ async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_it
         "{}",
         bad.stderr
     );
+    let stored = app
+        .db
+        .query_one_raw(Statement::from_string(
+            app.db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM stream_schedules",
+        ))
+        .await
+        .expect("stream schedules counted")
+        .expect("a count")
+        .try_get::<i64>("", "n")
+        .expect("a number");
+    assert_eq!(stored, 0, "a bad stream schedule writes nothing");
     // Repos once a year: the provider's every-second slots run issues alone.
     let yearly = schedule(&["--stream", "repos", "--cron", "0 0 0 1 1 *"]);
     assert_eq!(yearly.code, 0, "{}", yearly.stderr);

@@ -439,6 +439,42 @@ mod tests {
         }
     }
 
+    /// Only a refused grant marks a connection: a refused client or an outage does not.
+    #[test]
+    fn only_a_refused_grant_counts_as_revoked() {
+        let refused = |status, message: &str| FetchError::Unauthorized {
+            status,
+            message: message.to_string(),
+        };
+        let revoked_answers = [
+            refused(
+                400,
+                "the token endpoint refused the refresh: invalid_grant: revoked",
+            ),
+            refused(
+                400,
+                "the Strava token endpoint refused the refresh: Bad Request \
+                 (RefreshToken refresh_token invalid)",
+            ),
+        ];
+        for error in &revoked_answers {
+            assert!(revoked(error), "{error}");
+        }
+        let other_answers = [
+            refused(
+                401,
+                "the token endpoint refused the refresh: invalid_client: bad secret",
+            ),
+            refused(403, "the token endpoint refused the refresh: invalid_grant"),
+            FetchError::Client {
+                message: "invalid_grant".to_string(),
+            },
+        ];
+        for error in &other_answers {
+            assert!(!revoked(error), "{error}");
+        }
+    }
+
     /// Two runs of one connection that find its token expired at once spend the refresh
     /// token once: the second waits for the first's refresh and takes its result.
     #[tokio::test]

@@ -37,6 +37,10 @@ pub const WEBHOOK_DELIVERIES_TOTAL: &str = "tributary_webhook_deliveries_total";
 /// `received`) was received, by provider; 0 when none waits. Set as `/metrics` is read.
 pub const WEBHOOK_LAG_SECONDS: &str = "tributary_webhook_lag_seconds";
 
+/// Connections whose authorization the provider revoked (`needs_reconnect`), by provider.
+/// Set as `/metrics` is read.
+pub const CONNECTIONS_NEEDING_RECONNECT: &str = "tributary_connections_needing_reconnect";
+
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
 pub fn install_prometheus() -> Result<PrometheusHandle, String> {
@@ -126,4 +130,10 @@ pub fn record_webhook_lag(provider: &str, age: Duration) {
 pub fn record_webhook_delivery(provider: &str, outcome: &'static str) {
     metrics::counter!(WEBHOOK_DELIVERIES_TOTAL, "provider" => provider.to_string(), "outcome" => outcome)
         .increment(1);
+}
+
+/// Records how many of `provider`'s connections need a reconnect.
+pub fn record_needs_reconnect(provider: &str, count: i64) {
+    metrics::gauge!(CONNECTIONS_NEEDING_RECONNECT, "provider" => provider.to_string())
+        .set(count as f64);
 }

@@ -41,6 +41,7 @@ mod m20261205_000096_job_claim_order;
 mod m20261205_000097_connect_oauth;
 mod m20261205_000098_connection_account_id;
 mod m20261205_000099_one_job_per_slot;
+mod m20261205_000100_needs_reconnect;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -85,6 +86,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000097_connect_oauth::Migration),
             Box::new(m20261205_000098_connection_account_id::Migration),
             Box::new(m20261205_000099_one_job_per_slot::Migration),
+            Box::new(m20261205_000100_needs_reconnect::Migration),
         ]
     }
 }

@@ -44,6 +44,12 @@ pub(crate) struct Connection {
     /// account), when it was connected on the Connect page; two users' connections with
     /// one account show the same value.
     pub account_id: Option<String>,
+    /// Whether the provider revoked its authorization (its token endpoint refused the
+    /// refresh): scheduled runs skip it until the user reconnects on the Connect page or a
+    /// run succeeds.
+    pub needs_reconnect: bool,
+    /// Since when it needs a reconnect; absent when it does not.
+    pub needs_reconnect_since: Option<DateTime<Utc>>,
     pub streams: Vec<StreamState>,
 }
 
@@ -94,6 +100,8 @@ fn grouped(views: Vec<ConnectionView>) -> Vec<Connection> {
                 defined_in: view.defined_in.to_string(),
                 credentials: view.credentials,
                 account_id: view.account_id,
+                needs_reconnect: view.needs_reconnect_since.is_some(),
+                needs_reconnect_since: view.needs_reconnect_since,
                 streams: vec![stream],
             }),
         }

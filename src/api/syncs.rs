@@ -167,6 +167,9 @@ pub(crate) struct SyncStatus {
     pub enabled: bool,
     /// Since when it is paused (left out of its schedules); absent when it is not.
     pub paused_at: Option<DateTime<Utc>>,
+    /// Since when the provider has refused its authorization (scheduled runs skip it
+    /// until a reconnect or a run that succeeds); absent when it has not.
+    pub needs_reconnect_since: Option<DateTime<Utc>>,
     /// The worst of its streams': `healthy`, `never_synced`, `degraded` or `failing`.
     pub health: String,
     /// Its running and queued jobs, running first, then the most urgent (at most 100).
@@ -182,6 +185,7 @@ impl From<status::SyncStatus> for SyncStatus {
             user_id: status.user_id,
             enabled: status.enabled,
             paused_at: status.paused_at,
+            needs_reconnect_since: status.needs_reconnect_since,
             health: status.health.to_string(),
             jobs: status.jobs.into_iter().map(Job::from).collect(),
             streams: status

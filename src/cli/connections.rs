@@ -358,11 +358,17 @@ fn print_status(status: &crate::ops::sync_status::SyncStatus, json: bool) -> any
         at.map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
             .unwrap_or_default()
     };
-    let state = match (status.enabled, status.paused_at) {
+    let mut state = match (status.enabled, status.paused_at) {
         (false, _) => "disabled".to_string(),
         (true, Some(at)) => format!("paused since {}", time(Some(at))),
         (true, None) => "enabled".to_string(),
     };
+    if let Some(at) = status.needs_reconnect_since {
+        state.push_str(&format!(
+            ", needs a reconnect since {} (the provider refused its authorization)",
+            time(Some(at))
+        ));
+    }
     println!(
         "{}@{} (connection {}): {state}, {}.",
         status.user_id, status.provider, status.connection_id, status.health
@@ -439,6 +445,7 @@ fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()>
         "user",
         "enabled",
         "paused",
+        "needs reconnect",
         "defined in",
         "credentials",
         "cursor",
@@ -453,6 +460,12 @@ fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()>
             view.user_id.clone(),
             view.enabled.to_string(),
             if view.paused_at.is_some() { "yes" } else { "" }.to_string(),
+            if view.needs_reconnect_since.is_some() {
+                "yes"
+            } else {
+                ""
+            }
+            .to_string(),
             view.defined_in.to_string(),
             view.credentials.clone(),
             view.cursor.clone().unwrap_or_default(),

@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect};
 use tokio_util::sync::CancellationToken;
 
+use crate::entities::connection;
 use crate::entities::webhook_delivery::{self, InboxStatus};
 use crate::pipeline::RunOutcome;
 
@@ -28,6 +29,8 @@ pub struct EndpointState {
     pub panics: Arc<RunPanics>,
     /// The providers that receive webhooks, whose lag `/metrics` reports.
     pub webhook_providers: Arc<Vec<String>>,
+    /// Every configured provider, whose connections needing a reconnect `/metrics` counts.
+    pub providers: Arc<Vec<String>>,
 }
 
 /// The runs of this daemon that ended by a panic: how many, and the last one.
@@ -115,6 +118,9 @@ async fn metrics(State(state): State<EndpointState>) -> impl IntoResponse {
         // The rest of the metrics are still worth serving.
         tracing::warn!(%error, "Reading the webhook inbox's lag failed.");
     }
+    if let Err(error) = record_needs_reconnect(&state).await {
+        tracing::warn!(%error, "Counting the connections that need a reconnect failed.");
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -122,6 +128,28 @@ async fn metrics(State(state): State<EndpointState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+}
+
+/// Sets each provider's count of connections needing a reconnect; zero for a provider
+/// with none, so that a count that fell to nothing does not linger.
+async fn record_needs_reconnect(state: &EndpointState) -> Result<(), sea_orm::DbErr> {
+    let counts: Vec<(String, i64)> = connection::Entity::find()
+        .select_only()
+        .column(connection::Column::Provider)
+        .column_as(connection::Column::Id.count(), "count")
+        .filter(connection::Column::NeedsReconnectSince.is_not_null())
+        .group_by(connection::Column::Provider)
+        .into_tuple()
+        .all(&state.db)
+        .await?;
+    for provider in state.providers.iter() {
+        let count = counts
+            .iter()
+            .find(|(name, _)| name == provider)
+            .map_or(0, |(_, count)| *count);
+        crate::telemetry::record_needs_reconnect(provider, count);
+    }
+    Ok(())
 }
 
 /// Sets each webhook provider's lag from the inbox: the age, by the database's clock, of

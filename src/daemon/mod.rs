@@ -277,6 +277,7 @@ pub async fn run_with(
                         .map(|(name, _)| name.clone())
                         .collect(),
                 ),
+                providers: Arc::new(settings.providers.keys().cloned().collect()),
             };
             Some(
                 endpoints::serve(listen, state, cancel.clone())

@@ -48,6 +48,10 @@ pub struct Model {
     /// The provider-side account (a GitHub user id, a Strava athlete id, a Stripe
     /// account), when the Connect page learnt it; `None` otherwise.
     pub account_id: Option<String>,
+    /// Since when the provider has refused the connection's authorization (its token
+    /// endpoint answered `invalid_grant`): scheduled jobs skip it until a reconnect or a
+    /// run that succeeds clears it.
+    pub needs_reconnect_since: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -94,6 +98,7 @@ impl std::fmt::Debug for Model {
             .field("refresh_claimed_until", &self.refresh_claimed_until)
             .field("defined_in", &self.defined_in)
             .field("account_id", &self.account_id)
+            .field("needs_reconnect_since", &self.needs_reconnect_since)
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()
@@ -126,6 +131,7 @@ impl ActiveModel {
             paused_at: Set(None),
             schedule: Set(None),
             account_id: Set(None),
+            needs_reconnect_since: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
             ..Default::default()

@@ -102,6 +102,11 @@ async fn run_and_record(
     if connection.paused_at.is_some() && job.kind != JobKind::Manual {
         return skip(context, job, "the connection is paused").await;
     }
+    // A revoked authorization would only be refused again; a manual sync runs once to
+    // check, and its success clears the state.
+    if connection.needs_reconnect_since.is_some() && job.kind != JobKind::Manual {
+        return skip(context, job, "the connection needs a reconnect").await;
+    }
     let streams: Vec<StreamSettings> = if job.stream.is_empty() {
         context.settings.streams.clone()
     } else {

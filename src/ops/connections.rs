@@ -84,6 +84,9 @@ pub struct ConnectionView {
     /// The provider-side account (a GitHub user id, a Stripe account), when the Connect
     /// page learnt it.
     pub account_id: Option<String>,
+    /// Since when the provider has refused its authorization (see
+    /// [`crate::entities::connection::Model::needs_reconnect_since`]).
+    pub needs_reconnect_since: Option<DateTime<Utc>>,
     pub cursor: Option<String>,
     pub unfinished_run: bool,
     pub last_success_run_id: Option<i64>,
@@ -336,6 +339,7 @@ async fn views_of(
                 defined_in,
                 credentials: credentials.clone(),
                 account_id: row.account_id.clone(),
+                needs_reconnect_since: row.needs_reconnect_since,
                 cursor: stream.cursor,
                 unfinished_run: stream.checkpoint.is_some(),
                 last_success_run_id: stream.last_success_run_id,

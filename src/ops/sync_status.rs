@@ -115,6 +115,8 @@ pub struct SyncStatus {
     pub user_id: String,
     pub enabled: bool,
     pub paused_at: Option<DateTime<Utc>>,
+    /// Since when the provider has refused its authorization; scheduled runs skip it.
+    pub needs_reconnect_since: Option<DateTime<Utc>>,
     /// The worst of its streams'.
     pub health: Health,
     /// Its running and queued jobs, running first, then the most urgent (at most 100).
@@ -225,6 +227,7 @@ pub async fn status(
         user_id: row.user_id,
         enabled: row.enabled,
         paused_at: row.paused_at,
+        needs_reconnect_since: row.needs_reconnect_since,
         streams,
     })
 }

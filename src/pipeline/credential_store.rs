@@ -186,6 +186,9 @@ impl Refresh {
                 if let Err(release) = self.release().await {
                     tracing::warn!(error = %release, "Releasing the refresh claim failed; it expires by itself.");
                 }
+                if revoked(&error) {
+                    self.mark_needs_reconnect().await;
+                }
                 return Err(error);
             }
         };
@@ -195,6 +198,24 @@ impl Refresh {
             "Credentials refreshed and saved."
         );
         Ok(fresh)
+    }
+
+    /// Notes that the provider revoked the authorization, so that scheduled runs stop
+    /// asking until the user reconnects. The run fails with the refusal either way.
+    async fn mark_needs_reconnect(&self) {
+        match crate::db::mark_needs_reconnect(&self.db, self.connection_id, crate::db::now()).await
+        {
+            Ok(true) => tracing::warn!(
+                connection_id = self.connection_id,
+                "The token endpoint refused the refresh with invalid_grant; the connection needs a reconnect."
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(
+                connection_id = self.connection_id,
+                %error,
+                "Marking the connection as needing a reconnect failed."
+            ),
+        }
     }
 
     /// Claims the row for this refresh, waiting while another refresh holds it. When the
@@ -361,6 +382,21 @@ enum Claimed {
     },
 }
 
+/// How Strava's token endpoint says a refresh token is revoked or unknown (it does not
+/// answer RFC 6749's `invalid_grant`), as the Strava provider words it.
+const STRAVA_REVOKED: &str = "(RefreshToken refresh_token invalid)";
+
+/// Whether the token endpoint refused the refresh because the grant itself is gone
+/// (RFC 6749 §5.2 `invalid_grant`: revoked, expired or issued to another client); any
+/// other refusal (`invalid_client`, a 5xx) is the operator's or the provider's to fix.
+fn revoked(error: &FetchError) -> bool {
+    matches!(
+        error,
+        FetchError::Unauthorized { status: 400 | 401, message }
+            if message.contains(": invalid_grant") || message.contains(STRAVA_REVOKED)
+    )
+}
+
 fn claiming(error: DbErr) -> FetchError {
     FetchError::Client {
         message: format!("claiming the connection to refresh its credentials failed: {error}"),
@@ -400,6 +436,42 @@ mod tests {
                 refresh_token: Some(SecretString::from(format!("r{n}"))),
                 expires_at: Some(i64::MAX / 2),
             })
+        }
+    }
+
+    /// Only a refused grant marks a connection: a refused client or an outage does not.
+    #[test]
+    fn only_a_refused_grant_counts_as_revoked() {
+        let refused = |status, message: &str| FetchError::Unauthorized {
+            status,
+            message: message.to_string(),
+        };
+        let revoked_answers = [
+            refused(
+                400,
+                "the token endpoint refused the refresh: invalid_grant: revoked",
+            ),
+            refused(
+                400,
+                "the Strava token endpoint refused the refresh: Bad Request \
+                 (RefreshToken refresh_token invalid)",
+            ),
+        ];
+        for error in &revoked_answers {
+            assert!(revoked(error), "{error}");
+        }
+        let other_answers = [
+            refused(
+                401,
+                "the token endpoint refused the refresh: invalid_client: bad secret",
+            ),
+            refused(403, "the token endpoint refused the refresh: invalid_grant"),
+            FetchError::Client {
+                message: "invalid_grant".to_string(),
+            },
+        ];
+        for error in &other_answers {
+            assert!(!revoked(error), "{error}");
         }
     }
 

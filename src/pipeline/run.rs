@@ -452,6 +452,15 @@ async fn finish_run(
     if end.deletions != DeletionPass::Off {
         deletions::forget_sightings(&txn, run_id).await?;
     }
+    // A run that succeeded proves the authorization works again.
+    if closed.status == RunStatus::Succeeded
+        && crate::db::clear_needs_reconnect(&txn, connection.id).await?
+    {
+        tracing::info!(
+            connection_id = connection.id,
+            "The run succeeded; the connection no longer needs a reconnect."
+        );
+    }
     let outbox_run = super::outbox::ClosedRun {
         connection,
         stream: stream.name(),

@@ -161,7 +161,7 @@ async fn connect_github(served: &Served, key: &str, user: &str) -> (StatusCode, 
 
 /// A session made of `body` is opened and its one provider authorized, the provider
 /// answering with `code`: the callback's status, location and page.
-async fn connect_with(
+pub(crate) async fn connect_with(
     served: &Served,
     key: &str,
     body: &serde_json::Value,

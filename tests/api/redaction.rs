@@ -144,6 +144,7 @@ refresh_token = "{}"
         paused_at: None,
         schedule: None,
         account_id: None,
+        needs_reconnect_since: None,
         created_at: now,
         updated_at: now,
     };

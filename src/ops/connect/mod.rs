@@ -582,6 +582,8 @@ async fn replace_credentials(
         .map_err(OpsError::from)?;
     let mut active: connection::ActiveModel = row.into();
     active.credentials = Set(column);
+    // The user authorized again: scheduled runs may ask the provider once more.
+    active.needs_reconnect_since = Set(None);
     active.updated_at = Set(crate::db::now());
     active.update(txn).await?;
     Ok(())

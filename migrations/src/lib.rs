@@ -40,6 +40,7 @@ mod m20261205_000095_webhook_received_at;
 mod m20261205_000096_job_claim_order;
 mod m20261205_000097_connect_oauth;
 mod m20261205_000098_connection_account_id;
+mod m20261205_000110_webhook_routing;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -83,6 +84,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000096_job_claim_order::Migration),
             Box::new(m20261205_000097_connect_oauth::Migration),
             Box::new(m20261205_000098_connection_account_id::Migration),
+            Box::new(m20261205_000110_webhook_routing::Migration),
         ]
     }
 }

@@ -27,6 +27,15 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,
     pub applied_at: Option<DateTimeUtc>,
+    /// The provider-side account ids the delivery names, read at receipt, separated by
+    /// spaces (GitHub's installation, repository owner and sender). Empty: a Stripe
+    /// platform's own event, for the connections without an account id. `None`: it
+    /// names no account, and matches no connection.
+    pub account_ids: Option<String>,
+    /// The connection it was routed to (the first, when several have the account).
+    pub connection_id: Option<i64>,
+    /// The webhook job it queued or joined.
+    pub job_id: Option<i64>,
 }
 
 /// Where a delivery stands.

@@ -3,7 +3,7 @@
 
 use sea_orm::entity::prelude::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
 #[sea_orm(table_name = "webhook_deliveries")]
 pub struct Model {
     #[sea_orm(primary_key)]
@@ -39,8 +39,9 @@ pub struct Model {
 }
 
 /// Where a delivery stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum, serde::Serialize)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "lowercase")]
 pub enum InboxStatus {
     /// Verified and kept; not applied yet.
     #[sea_orm(string_value = "received")]

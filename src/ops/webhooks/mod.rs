@@ -162,6 +162,33 @@ fn binding(scope: &str) -> Binding<'_> {
     }
 }
 
+/// The largest page of the inbox.
+pub(crate) const MAX_INBOX_LIMIT: u64 = 1_000;
+
+/// The inbox newest first: every delivery, or only the `failed` ones, with their error.
+pub(crate) async fn inbox(
+    db: &DatabaseConnection,
+    failed_only: bool,
+    before: Option<i64>,
+    limit: u64,
+) -> Result<super::Page<webhook_delivery::Model>, super::OpsError> {
+    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+    let limit = super::check_limit(limit, MAX_INBOX_LIMIT)?;
+    let mut select = webhook_delivery::Entity::find();
+    if failed_only {
+        select = select.filter(webhook_delivery::Column::Status.eq(InboxStatus::Failed));
+    }
+    if let Some(before) = before {
+        select = select.filter(webhook_delivery::Column::Id.lt(before));
+    }
+    let rows = select
+        .order_by_desc(webhook_delivery::Column::Id)
+        .limit(limit.saturating_add(1))
+        .all(db)
+        .await?;
+    Ok(super::Page::from_rows(rows, limit, |delivery| delivery.id))
+}
+
 /// Counts a delivery of `provider` that ended in `outcome`.
 pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
     crate::telemetry::record_webhook_delivery(provider, outcome);

@@ -454,7 +454,10 @@ fn account_ids(
             .collect(),
         // A platform's own event has no `account`: it concerns the platform's own data,
         // which the connections without an account id (its own key) sync.
-        (None, WebhookScheme::Stripe) => return Some(at("/account").unwrap_or_default()),
+        (None, WebhookScheme::Stripe) => match at("/account") {
+            Some(account) => vec![account],
+            None => return Some(String::new()),
+        },
         (None, WebhookScheme::Strava { .. }) => at("/owner_id").into_iter().collect(),
         (None, WebhookScheme::Shopify) => headers
             .get("x-shopify-shop-domain")

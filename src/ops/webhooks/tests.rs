@@ -66,6 +66,12 @@ fn each_scheme_names_the_accounts_its_deliveries_route_to() {
         Some("acct_1")
     );
     // A platform's own event: for the connections without an account id.
+    let long = json!({"id": "evt_3", "account": "a".repeat(300)});
+    assert_eq!(
+        ids(WebhookScheme::Stripe, None, &none, long),
+        None,
+        "longer than the column"
+    );
     let own = json!({"id": "evt_2"});
     assert_eq!(
         ids(WebhookScheme::Stripe, None, &none, own).as_deref(),

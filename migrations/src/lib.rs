@@ -42,6 +42,7 @@ mod m20261205_000097_connect_oauth;
 mod m20261205_000098_connection_account_id;
 mod m20261205_000099_one_job_per_slot;
 mod m20261205_000100_needs_reconnect;
+mod m20261205_000110_webhook_routing;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -87,6 +88,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000098_connection_account_id::Migration),
             Box::new(m20261205_000099_one_job_per_slot::Migration),
             Box::new(m20261205_000100_needs_reconnect::Migration),
+            Box::new(m20261205_000110_webhook_routing::Migration),
         ]
     }
 }

@@ -11,6 +11,7 @@ mod daemon;
 mod demo;
 mod exit;
 mod history;
+mod inbox;
 mod jobs;
 mod notifications;
 mod progress;
@@ -106,6 +107,9 @@ pub(crate) enum Command {
     /// Show the webhook deliveries ([notify]), newest first: status, attempts, the last
     /// error and the next attempt.
     Notifications(notifications::NotificationsArgs),
+    /// Show the inbound webhook deliveries, newest first: status, attempts, the
+    /// connection and job each was routed to, and why a failed one failed.
+    Webhooks(inbox::InboxArgs),
     /// Show the sync jobs, newest first: each schedule slot of each connection, the
     /// instance that ran it and how it ended.
     Jobs(jobs::JobsArgs),
@@ -301,6 +305,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Errors(args) => history::errors(config, args).await,
         Command::Changes(args) => changes::run(config, args).await,
         Command::Notifications(args) => notifications::run(config, args).await,
+        Command::Webhooks(args) => inbox::run(config, args).await,
         Command::Jobs(args) => jobs::run(config, args).await,
         Command::Replay(args) => replay::run(config, args).await,
         Command::Reconcile(args) => reconcile::run(config, args).await,

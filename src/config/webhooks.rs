@@ -36,6 +36,10 @@ pub(crate) struct WebhookSettings {
     /// How many verified deliveries are kept per window, across instances; past it they
     /// are answered 429 with `Retry-After`.
     pub rate_limit: BudgetWindow,
+    /// `account_pointer`: the JSON pointer (RFC 6901) to the provider-side account id in
+    /// a delivery's body, which routes it to the connection with that `account_id`.
+    /// Given, it replaces the scheme's own (GitHub `sender.id`, Stripe `account`, ...).
+    pub account_pointer: Option<String>,
 }
 
 /// How deliveries are signed.
@@ -121,6 +125,7 @@ pub(super) struct RawWebhookSettings {
     subscription_id: Option<u64>,
     max_body_bytes: Option<usize>,
     rate_limit: Option<String>,
+    account_pointer: Option<String>,
 }
 
 /// Validates a provider's `webhooks` table; `kind` is the provider's kind. Errors are
@@ -241,12 +246,21 @@ pub(super) fn parse(
     let rate_limit =
         super::api::parse_rate_limit(raw.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT))
             .map_err(|message| ("rate_limit".to_string(), message))?;
+    if let Some(pointer) = &raw.account_pointer {
+        if !pointer.starts_with('/') {
+            return Err((
+                "account_pointer".into(),
+                format!("expected a JSON pointer such as \"/account/id\", got {pointer:?}"),
+            ));
+        }
+    }
     Ok(WebhookSettings {
         scheme,
         secret_env,
         secret,
         max_body_bytes,
         rate_limit,
+        account_pointer: raw.account_pointer.clone(),
     })
 }
 

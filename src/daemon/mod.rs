@@ -215,6 +215,19 @@ pub async fn run_with(
         )))?;
         scheduled += 1;
     }
+    if settings
+        .providers
+        .values()
+        .any(|provider| provider.webhooks.is_some())
+    {
+        // Tracked, so shutdown lets a delivery being settled commit.
+        tracker.spawn(process_webhooks(
+            db.main().clone(),
+            Arc::new(settings.clone()),
+            wake.clone(),
+            cancel.clone(),
+        ));
+    }
     let worker = Arc::new(worker::Worker::new(
         db.clone(),
         holder.as_str().to_string(),
@@ -331,6 +344,30 @@ pub async fn run_with(
     }
     tracing::info!("Daemon stopped.");
     Ok(())
+}
+
+/// How often the webhook inbox is read for deliveries to settle.
+const WEBHOOKS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Settles the webhook inbox's due deliveries until `cancel`, waking the worker when
+/// jobs were queued. Every instance runs it; the claim keeps them apart.
+async fn process_webhooks(
+    db: sea_orm::DatabaseConnection,
+    settings: Arc<Settings>,
+    wake: Arc<tokio::sync::Notify>,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(WEBHOOKS_EVERY) => {}
+        }
+        match crate::jobs::process_due(&db, &settings, crate::db::now()).await {
+            Ok(processed) if processed.jobs_queued > 0 => wake.notify_one(),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "Reading the webhook inbox failed."),
+        }
+    }
 }
 
 /// Schedules the sweeps: the change feed's expired changes, and the expired processed

@@ -61,6 +61,10 @@ pub enum JobKind {
     /// The rest of a run that yielded or was deferred, going on from its checkpoint.
     #[sea_orm(string_value = "resume")]
     Resume,
+    /// An incremental run a provider's webhook delivery asked for; deliveries arriving
+    /// while it waits join it.
+    #[sea_orm(string_value = "webhook")]
+    Webhook,
 }
 
 impl JobKind {
@@ -69,6 +73,8 @@ impl JobKind {
     pub fn priority(self) -> i32 {
         match self {
             JobKind::Manual => 100,
+            // Fresher than a slot's run, never ahead of someone waiting at a terminal.
+            JobKind::Webhook => 50,
             JobKind::Scheduled | JobKind::Full | JobKind::Resume => 10,
             JobKind::Retry => 5,
         }

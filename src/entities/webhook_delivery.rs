@@ -3,7 +3,7 @@
 
 use sea_orm::entity::prelude::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Serialize)]
 #[sea_orm(table_name = "webhook_deliveries")]
 pub struct Model {
     #[sea_orm(primary_key)]
@@ -27,11 +27,21 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub error: Option<String>,
     pub applied_at: Option<DateTimeUtc>,
+    /// The provider-side account ids the delivery names, read at receipt, separated by
+    /// spaces (GitHub's installation, repository owner and sender). Empty: a Stripe
+    /// platform's own event, for the connections without an account id. `None`: it
+    /// names no account, and matches no connection.
+    pub account_ids: Option<String>,
+    /// The connection it was routed to (the first, when several have the account).
+    pub connection_id: Option<i64>,
+    /// The webhook job it queued or joined.
+    pub job_id: Option<i64>,
 }
 
 /// Where a delivery stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum, serde::Serialize)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "lowercase")]
 pub enum InboxStatus {
     /// Verified and kept; not applied yet.
     #[sea_orm(string_value = "received")]

@@ -112,7 +112,10 @@ pub(crate) async fn insert_claimed(
 }
 
 /// Queues `job` (one with no slot, which never conflicts) and returns its id.
-pub(crate) async fn insert_queued(db: &DatabaseConnection, job: &NewJob) -> Result<i64, DbErr> {
+pub(crate) async fn insert_queued(
+    db: &impl sea_orm::ConnectionTrait,
+    job: &NewJob,
+) -> Result<i64, DbErr> {
     use sea_orm::ActiveModelTrait;
     let row = job
         .row(crate::db::now(), JobStatus::Queued, None)

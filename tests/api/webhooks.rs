@@ -39,8 +39,10 @@ fn rest(name: &str, webhooks: &str) -> String {
     )
 }
 
-/// One provider per scheme, and `plain` without webhooks.
+/// One provider per scheme, and `plain` without webhooks; disabled, so that their
+/// deliveries stay `received` (routing them is the tests' at the end of this file).
 fn providers() -> String {
+    let disabled = |table: String| table.replacen("schedule =", "enabled = false\nschedule =", 1);
     [
         "\n[providers.gh]\nkind = \"github\"\nschedule = \"0 0 0 1 1 *\"\n\
          [providers.gh.webhooks]\nsecret_env = [\"HOOK_GH_NEXT\", \"HOOK_GH\"]\nmax_body_bytes = 2048\n"
@@ -68,6 +70,7 @@ fn providers() -> String {
         ),
         rest("plain", ""),
     ]
+    .map(disabled)
     .concat()
 }
 
@@ -146,7 +149,16 @@ fn header(name: &str, value: impl Into<String>) -> (String, String) {
 }
 
 fn github(tag: &str, signing: Signing) -> Delivery {
-    let body = json!({"action": "opened", "issue": {"id": 1, "title": tag}}).to_string();
+    github_with(
+        tag,
+        signing,
+        json!({"action": "opened", "issue": {"id": 1, "title": tag}}),
+    )
+}
+
+/// A GitHub `issues` delivery of `body`.
+fn github_with(tag: &str, signing: Signing, body: Value) -> Delivery {
+    let body = body.to_string();
     let secret = secret_for(signing, GITHUB_SECRET);
     let signature = const_hex::encode(hmac_sha256(secret.as_bytes(), &[body.as_bytes()]));
     let id = format!("gh-{tag}");
@@ -903,4 +915,161 @@ async fn the_lag_is_the_age_of_the_oldest_delivery_not_yet_applied_by_provider()
         .expect("applied");
     let lag = lag_of(metrics_port, "gh").await;
     assert!((0.0..60.0).contains(&lag), "{lag}");
+}
+
+/// `gh` enabled, syncing `issues` from the mock API for alice, whose GitHub user id is
+/// 4242; `/metrics` on the port returned.
+async fn serve_routing(app: &TestApp) -> (Served, u16) {
+    let providers = format!(
+        "\n[providers.gh]\nkind = \"github\"\nbase_url = \"{}\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.gh.webhooks]\nsecret_env = \"HOOK_GH\"\n{}",
+        app.api.uri(),
+        crate::helpers::connections("gh", &["alice"]),
+    );
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with_env(app, &providers, &ENV, |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared("UPDATE connections SET account_id = '4242' WHERE user_id = 'alice'")
+        .await
+        .expect("alice's account id");
+    (served, metrics_port)
+}
+
+/// A GitHub `issues` delivery signed with the secret, sent by user `sender`.
+fn github_from(tag: &str, sender: u64) -> Delivery {
+    let body =
+        json!({"action": "opened", "issue": {"id": 1, "title": tag}, "sender": {"id": sender}});
+    github_with(tag, Signing::Good, body)
+}
+
+/// Waits up to 30 s for `sql`'s first column of its first row to be `expected`.
+async fn until_text(app: &TestApp, sql: &str, expected: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let rows = query(app, sql).await;
+        let got: Option<String> = rows.first().and_then(|row| row.try_get_by_index(0).ok());
+        if got.as_deref() == Some(expected) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: {got:?}, expected {expected}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_for_a_connected_account_queues_one_webhook_run_that_fetches_its_stream() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/issues"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(json!([crate::adapters::issue(1, "2026-12-05T10:00:00Z"),])),
+        )
+        .expect(1..)
+        .mount(&app.api)
+        .await;
+    let (served, metrics_port) = serve_routing(&app).await;
+
+    let (status, _, answer) = send(&served, &github_from("opened", 4242), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
+
+    let jobs = query(&app, "SELECT id, kind, stream, status FROM sync_jobs").await;
+    assert_eq!(jobs.len(), 1);
+    let job_id: i64 = jobs[0].try_get("", "id").expect("id");
+    let kind: String = jobs[0].try_get("", "kind").expect("kind");
+    let stream: String = jobs[0].try_get("", "stream").expect("stream");
+    assert_eq!((kind.as_str(), stream.as_str()), ("webhook", "issues"));
+    let delivery = query(
+        &app,
+        "SELECT d.status, d.job_id, c.user_id FROM webhook_deliveries d \
+         JOIN connections c ON c.id = d.connection_id",
+    )
+    .await;
+    assert_eq!(delivery.len(), 1);
+    let status: String = delivery[0].try_get("", "status").expect("status");
+    let delivery_job: Option<i64> = delivery[0].try_get("", "job_id").expect("job_id");
+    let user: String = delivery[0].try_get("", "user_id").expect("user_id");
+    assert_eq!(
+        (status.as_str(), delivery_job, user.as_str()),
+        ("applied", Some(job_id), "alice")
+    );
+    let records = app.records().await;
+    assert_eq!(records.len(), 1, "the run stored the issue it fetched");
+    assert_eq!(records[0].external_id, "1");
+    assert_eq!(
+        lag_of(metrics_port, "gh").await,
+        0.0,
+        "nothing waits once settled"
+    );
+    app.api.verify().await;
+}
+
+#[tokio::test]
+async fn a_delivery_for_an_unknown_account_is_unmatched_counted_and_queues_nothing() {
+    let app = spawn_app().await;
+    let (served, metrics_port) = serve_routing(&app).await;
+
+    let (status, _, answer) = send(&served, &github_from("stranger", 7), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM webhook_deliveries", "unmatched").await;
+
+    assert!(query(&app, "SELECT id FROM sync_jobs").await.is_empty());
+    let metrics = metrics_text(metrics_port).await;
+    assert!(
+        metrics.lines().any(
+            |line| line.starts_with("tributary_webhook_deliveries_total{")
+                && line.contains("outcome=\"unmatched\"")
+                && line.contains("provider=\"gh\"")
+                && line.ends_with(" 1")
+        ),
+        "{metrics}"
+    );
+    assert_eq!(lag_of(metrics_port, "gh").await, 0.0);
+
+    // `tributary webhooks` shows it; `--failed` only a delivery that ended failed, with
+    // its error.
+    let webhooks = |args: &[&str]| {
+        let output = crate::helpers::tributary(&served.config)
+            .arg("webhooks")
+            .args(args)
+            .env("HOOK_GH", GITHUB_SECRET)
+            .output()
+            .expect("ran");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    let listed = webhooks(&[]);
+    assert!(
+        listed.contains("gh-stranger") && listed.contains("unmatched"),
+        "{listed}"
+    );
+    assert!(webhooks(&["--failed"]).contains("No failed deliveries."));
+    let failed = crate::retention::webhook_at(&app, "failed", chrono::Utc::now()).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared(&format!(
+            "UPDATE webhook_deliveries SET attempts = 5, error = 'the database went away' WHERE id = {failed}"
+        ))
+        .await
+        .expect("error kept");
+    let listed = webhooks(&["--failed"]);
+    assert!(
+        listed.contains("the database went away") && !listed.contains("gh-stranger"),
+        "{listed}"
+    );
 }

@@ -209,3 +209,22 @@ fn the_rate_limit_defaults_to_a_hundred_a_second_and_is_checked() {
         );
     }
 }
+
+#[test]
+fn an_account_pointer_is_a_json_pointer_and_absent_by_default() {
+    assert_eq!(
+        accepted("github", "secret_env = \"HOOK\"").account_pointer,
+        None
+    );
+    let webhooks = accepted(
+        "rest",
+        "scheme = \"standard\"\nsecret_env = \"HOOK\"\naccount_pointer = \"/data/account\"",
+    );
+    assert_eq!(webhooks.account_pointer.as_deref(), Some("/data/account"));
+    let (key, message) = refused(
+        "rest",
+        "scheme = \"standard\"\nsecret_env = \"HOOK\"\naccount_pointer = \"data.account\"",
+    );
+    assert_eq!(key, "providers.acme.webhooks.account_pointer");
+    assert!(message.contains("\"data.account\""), "{message}");
+}

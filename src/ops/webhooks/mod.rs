@@ -76,6 +76,7 @@ struct Checked {
     text: String,
     delivery_id: String,
     event_type: Option<String>,
+    account_ids: Option<String>,
 }
 
 /// Verifies `inbound` with the provider's `secrets` and stores it unless its delivery id
@@ -161,6 +162,33 @@ fn binding(scope: &str) -> Binding<'_> {
     }
 }
 
+/// The largest page of the inbox.
+pub(crate) const MAX_INBOX_LIMIT: u64 = 1_000;
+
+/// The inbox newest first: every delivery, or only the `failed` ones, with their error.
+pub(crate) async fn inbox(
+    db: &DatabaseConnection,
+    failed_only: bool,
+    before: Option<i64>,
+    limit: u64,
+) -> Result<super::Page<webhook_delivery::Model>, super::OpsError> {
+    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+    let limit = super::check_limit(limit, MAX_INBOX_LIMIT)?;
+    let mut select = webhook_delivery::Entity::find();
+    if failed_only {
+        select = select.filter(webhook_delivery::Column::Status.eq(InboxStatus::Failed));
+    }
+    if let Some(before) = before {
+        select = select.filter(webhook_delivery::Column::Id.lt(before));
+    }
+    let rows = select
+        .order_by_desc(webhook_delivery::Column::Id)
+        .limit(limit.saturating_add(1))
+        .all(db)
+        .await?;
+    Ok(super::Page::from_rows(rows, limit, |delivery| delivery.id))
+}
+
 /// Counts a delivery of `provider` that ended in `outcome`.
 pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
     crate::telemetry::record_webhook_delivery(provider, outcome);
@@ -230,24 +258,24 @@ fn answer_handshake(
 
 /// [`check`]s `inbound` inline when its body is small, else on the blocking pool.
 async fn checked(
-    scheme: &WebhookScheme,
+    webhooks: &WebhookSettings,
     secrets: &Arc<BTreeMap<String, Vec<SecretString>>>,
     inbound: &Inbound<'_>,
     now: DateTime<Utc>,
 ) -> Result<Checked, WebhookError> {
     if inbound.body.len() < CHECK_OFF_THREAD_BYTES {
         let secrets = secrets.get(inbound.provider).map_or(&[][..], Vec::as_slice);
-        return check(scheme, secrets, inbound.headers, inbound.body, now);
+        return check(webhooks, secrets, inbound.headers, inbound.body, now);
     }
-    let (scheme, all, provider) = (
-        scheme.clone(),
+    let (webhooks, all, provider) = (
+        webhooks.clone(),
         Arc::clone(secrets),
         inbound.provider.to_string(),
     );
     let (headers, body) = (inbound.headers.clone(), inbound.body.clone());
     tokio::task::spawn_blocking(move || {
         let secrets = all.get(&provider).map_or(&[][..], Vec::as_slice);
-        check(&scheme, secrets, &headers, &body, now)
+        check(&webhooks, secrets, &headers, &body, now)
     })
     .await
     .map_err(|_| WebhookError::Interrupted)?
@@ -255,12 +283,13 @@ async fn checked(
 
 /// Verifies `body` and parses it: the text, the delivery id and the event type.
 fn check(
-    scheme: &WebhookScheme,
+    webhooks: &WebhookSettings,
     secrets: &[SecretString],
     headers: &Headers,
     body: &[u8],
     now: DateTime<Utc>,
 ) -> Result<Checked, WebhookError> {
+    let scheme = &webhooks.scheme;
     verify::verify(scheme, secrets, headers, body, now).map_err(WebhookError::Refused)?;
     let text = std::str::from_utf8(body)
         .map_err(|_| WebhookError::Malformed("the body is not UTF-8 text".into()))?;
@@ -269,6 +298,7 @@ fn check(
     Ok(Checked {
         delivery_id: delivery_id(scheme, headers, &json, body)?,
         event_type: event_type(scheme, headers, &json),
+        account_ids: account_ids(webhooks, headers, &json),
         text: text.to_string(),
     })
 }
@@ -284,7 +314,8 @@ async fn store_verified(
         text,
         delivery_id,
         event_type,
-    } = checked(&webhooks.scheme, secrets, inbound, received_at).await?;
+        account_ids,
+    } = checked(webhooks, secrets, inbound, received_at).await?;
     // Counted only once verified, in the database: forged deliveries cannot spend the
     // provider's budget, and every instance shares it.
     let window = &webhooks.rate_limit;
@@ -311,6 +342,7 @@ async fn store_verified(
         next_attempt_at: Set(received_at),
         error: Set(None),
         applied_at: Set(None),
+        account_ids: Set(account_ids),
         ..Default::default()
     };
     // The unique index decides, on every backend and across instances: a second insert
@@ -399,6 +431,50 @@ fn strava_event_id(json: &serde_json::Value) -> Result<String, WebhookError> {
                 .to_string(),
         )),
     }
+}
+
+/// The provider-side account ids a delivery names, most specific first, separated by
+/// spaces (docs/decisions/inbound-webhooks.md); `Some("")` for a Stripe platform's own
+/// event, `None` when it names none.
+fn account_ids(
+    webhooks: &WebhookSettings,
+    headers: &Headers,
+    json: &serde_json::Value,
+) -> Option<String> {
+    let at = |pointer: &str| match json.pointer(pointer)? {
+        serde_json::Value::String(text) => Some(text.trim().to_string()),
+        serde_json::Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    };
+    let mut ids: Vec<String> = match (&webhooks.account_pointer, &webhooks.scheme) {
+        (Some(pointer), _) => at(pointer).into_iter().collect(),
+        (None, WebhookScheme::Github) => ["/installation/id", "/repository/owner/id", "/sender/id"]
+            .iter()
+            .filter_map(|pointer| at(pointer))
+            .collect(),
+        // A platform's own event has no `account`: it concerns the platform's own data,
+        // which the connections without an account id (its own key) sync.
+        (None, WebhookScheme::Stripe) => match at("/account") {
+            Some(account) => vec![account],
+            None => return Some(String::new()),
+        },
+        (None, WebhookScheme::Strava { .. }) => at("/owner_id").into_iter().collect(),
+        (None, WebhookScheme::Shopify) => headers
+            .get("x-shopify-shop-domain")
+            .map(|domain| domain.trim().to_ascii_lowercase())
+            .into_iter()
+            .collect(),
+        (None, WebhookScheme::Gitlab) => ["/project/id", "/project_id", "/user_id", "/user/id"]
+            .iter()
+            .filter_map(|pointer| at(pointer))
+            .collect(),
+        (None, WebhookScheme::Standard | WebhookScheme::Hmac(_)) => Vec::new(),
+    };
+    ids.retain(|id| !id.is_empty() && !id.chars().any(|c| c.is_whitespace() || c.is_control()));
+    ids.dedup();
+    let joined = ids.join(" ");
+    // Longer than the column: no account this side could have stored.
+    Some(joined).filter(|joined| !joined.is_empty() && joined.len() <= MAX_DELIVERY_ID_LEN)
 }
 
 /// The event's type when the delivery names one, cut to the column's length.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{delivery_id, event_type, Headers, WebhookError};
+use super::{account_ids, delivery_id, event_type, Headers, WebhookError};
 use crate::config::{HmacAlgorithm, HmacScheme, SignatureEncoding, WebhookScheme};
 
 fn headers(pairs: &[(&str, &str)]) -> Headers {
@@ -24,6 +24,91 @@ fn hmac(id_header: Option<&str>) -> WebhookScheme {
         tolerance: Duration::from_secs(300),
         id_header: id_header.map(str::to_string),
     })
+}
+
+/// `scheme`'s settings, with `account_pointer`.
+fn settings(
+    scheme: WebhookScheme,
+    account_pointer: Option<&str>,
+) -> crate::config::WebhookSettings {
+    crate::config::WebhookSettings {
+        scheme,
+        secret_env: Vec::new(),
+        secret: Vec::new(),
+        max_body_bytes: 1024 * 1024,
+        rate_limit: crate::config::BudgetWindow {
+            requests: 100,
+            per: Duration::from_secs(1),
+        },
+        account_pointer: account_pointer.map(str::to_string),
+    }
+}
+
+#[test]
+fn each_scheme_names_the_accounts_its_deliveries_route_to() {
+    let none = headers(&[]);
+    let ids = |scheme: WebhookScheme, pointer: Option<&str>, headers: &Headers, body| {
+        account_ids(&settings(scheme, pointer), headers, &body)
+    };
+    let github = json!({"installation": {"id": 7}, "repository": {"owner": {"id": 42}}, "sender": {"id": 42}});
+    assert_eq!(
+        ids(WebhookScheme::Github, None, &none, github).as_deref(),
+        Some("7 42")
+    );
+    let sender = json!({"sender": {"id": 9}});
+    assert_eq!(
+        ids(WebhookScheme::Github, None, &none, sender).as_deref(),
+        Some("9")
+    );
+    let connect = json!({"id": "evt_1", "account": "acct_1"});
+    assert_eq!(
+        ids(WebhookScheme::Stripe, None, &none, connect).as_deref(),
+        Some("acct_1")
+    );
+    // A platform's own event: for the connections without an account id.
+    let long = json!({"id": "evt_3", "account": "a".repeat(300)});
+    assert_eq!(
+        ids(WebhookScheme::Stripe, None, &none, long),
+        None,
+        "longer than the column"
+    );
+    let own = json!({"id": "evt_2"});
+    assert_eq!(
+        ids(WebhookScheme::Stripe, None, &none, own).as_deref(),
+        Some("")
+    );
+    let strava = WebhookScheme::Strava { subscription_id: 1 };
+    assert_eq!(
+        ids(strava, None, &none, json!({"owner_id": 134815})).as_deref(),
+        Some("134815")
+    );
+    let shop = headers(&[("X-Shopify-Shop-Domain", "Shop.myshopify.com")]);
+    assert_eq!(
+        ids(WebhookScheme::Shopify, None, &shop, json!({})).as_deref(),
+        Some("shop.myshopify.com")
+    );
+    let gitlab = json!({"project": {"id": 15}, "user_id": 4});
+    assert_eq!(
+        ids(WebhookScheme::Gitlab, None, &none, gitlab).as_deref(),
+        Some("15 4")
+    );
+    let custom = json!({"data": {"tenant": "t 1"}, "account": "a1"});
+    assert_eq!(
+        ids(
+            WebhookScheme::Standard,
+            Some("/account"),
+            &none,
+            custom.clone()
+        )
+        .as_deref(),
+        Some("a1")
+    );
+    assert_eq!(
+        ids(hmac(None), Some("/data/tenant"), &none, custom.clone()),
+        None,
+        "no spaces in an id"
+    );
+    assert_eq!(ids(WebhookScheme::Standard, None, &none, custom), None);
 }
 
 #[test]
@@ -152,15 +237,11 @@ fn a_large_body_is_checked_on_the_blocking_pool_and_a_small_one_inline() {
                     headers: &headers,
                     body: &body,
                 };
-                checked(
-                    &WebhookScheme::Gitlab,
-                    &secrets,
-                    &inbound,
-                    chrono::Utc::now(),
-                )
-                .await
-                .map(|checked| checked.delivery_id)
-                .map_err(|error| error.to_string())
+                let webhooks = settings(WebhookScheme::Gitlab, None);
+                checked(&webhooks, &secrets, &inbound, chrono::Utc::now())
+                    .await
+                    .map(|checked| checked.delivery_id)
+                    .map_err(|error| error.to_string())
             }
         };
         let (held_tx, held_rx) = tokio::sync::oneshot::channel();

@@ -600,6 +600,33 @@ mod tests {
     use super::*;
     use crate::testing::TestDb;
 
+    /// A job of `connection`'s every stream, due at `not_before`.
+    fn job_of(
+        connection: &connection::Model,
+        kind: JobKind,
+        slot_at: Option<DateTime<Utc>>,
+        not_before: DateTime<Utc>,
+    ) -> NewJob {
+        NewJob {
+            connection_id: connection.id,
+            provider: connection.provider.clone(),
+            stream: String::new(),
+            kind,
+            slot_at,
+            not_before,
+            attempt: 0,
+            full: kind == JobKind::Full,
+        }
+    }
+
+    async fn job_row(test: &TestDb, job_id: i64) -> sync_job::Model {
+        sync_job::Entity::find_by_id(job_id)
+            .one(test.main())
+            .await
+            .expect("query")
+            .expect("the job")
+    }
+
     /// What the database's planner says it does for `statement`, one line per step.
     async fn plan(db: &DatabaseConnection, statement: Statement) -> Vec<String> {
         let backend = db.get_database_backend();
@@ -632,16 +659,7 @@ mod tests {
         let test = TestDb::new().await;
         let connection = test.alice().await;
         let slot = crate::db::now();
-        let job = |kind: JobKind| NewJob {
-            connection_id: connection.id,
-            provider: connection.provider.clone(),
-            stream: String::new(),
-            kind,
-            slot_at: Some(slot),
-            not_before: slot,
-            attempt: 0,
-            full: kind == JobKind::Full,
-        };
+        let job = |kind: JobKind| job_of(&connection, kind, Some(slot), slot);
         let first = enqueue(test.main(), &[job(JobKind::Full)])
             .await
             .expect("queued");
@@ -666,16 +684,7 @@ mod tests {
         let test = TestDb::new().await;
         let connection = test.alice().await;
         let due = crate::db::now() - TimeDelta::minutes(10);
-        let job = NewJob {
-            connection_id: connection.id,
-            provider: connection.provider.clone(),
-            stream: String::new(),
-            kind: JobKind::Manual,
-            slot_at: None,
-            not_before: due,
-            attempt: 0,
-            full: false,
-        };
+        let job = job_of(&connection, JobKind::Manual, None, due);
         let job_id = insert_queued(test.main(), &job).await.expect("queued");
         let (stalled, taker) = ("ghost:2:0001", "live:3:0002");
         let now = crate::db::now();
@@ -689,11 +698,7 @@ mod tests {
             .await
             .expect("orphans");
         assert_eq!(put_back, 1);
-        let row = sync_job::Entity::find_by_id(job_id)
-            .one(test.main())
-            .await
-            .expect("query")
-            .expect("the job");
+        let row = job_row(&test, job_id).await;
         assert_eq!(
             (row.status, row.not_before.map(|at| at.timestamp())),
             (JobStatus::Queued, Some(due.timestamp())),
@@ -714,11 +719,7 @@ mod tests {
         requeue(test.main(), job_id, stalled, now, "late".into())
             .await
             .expect("requeue");
-        let row = sync_job::Entity::find_by_id(job_id)
-            .one(test.main())
-            .await
-            .expect("query")
-            .expect("the job");
+        let row = job_row(&test, job_id).await;
         assert_eq!(
             (row.status, row.holder.as_deref()),
             (JobStatus::Running, Some(taker)),
@@ -734,11 +735,7 @@ mod tests {
         )
         .await
         .expect("finish");
-        let row = sync_job::Entity::find_by_id(job_id)
-            .one(test.main())
-            .await
-            .expect("query")
-            .expect("the job");
+        let row = job_row(&test, job_id).await;
         assert_eq!(row.status, JobStatus::Done);
     }
 
@@ -753,16 +750,7 @@ mod tests {
         let jobs: Vec<NewJob> = (0..20_000)
             .map(|i| {
                 let slot = start + TimeDelta::seconds(i);
-                NewJob {
-                    connection_id: connection.id,
-                    provider: connection.provider.clone(),
-                    stream: String::new(),
-                    kind: JobKind::Scheduled,
-                    slot_at: Some(slot),
-                    not_before: slot,
-                    attempt: 0,
-                    full: false,
-                }
+                job_of(&connection, JobKind::Scheduled, Some(slot), slot)
             })
             .collect();
         enqueue(test.main(), &jobs).await.expect("queued");

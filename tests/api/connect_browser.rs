@@ -466,20 +466,6 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
     browser.close().await.expect("closed");
 }
 
-/// Where `.ci/run` installs the checkers the pages are held to (`tests/tools/package.json`,
-/// pinned): html-validate and axe-core. Fails, never skips, when they are missing.
-fn test_tool(path: &str) -> std::path::PathBuf {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/tools/node_modules")
-        .join(path);
-    assert!(
-        file.exists(),
-        "{} is missing: run `npm ci --prefix tests/tools` (Node.js 20 or later)",
-        file.display()
-    );
-    file
-}
-
 /// `html`, as served for `name`, checked by html-validate's `standard` preset (the HTML
 /// specification's rules, not a style guide).
 fn assert_valid_html(name: &str, html: &str) {
@@ -487,7 +473,9 @@ fn assert_valid_html(name: &str, html: &str) {
     let file = dir.path().join(format!("{name}.html"));
     std::fs::write(&file, html).expect("page written");
     let checked = Command::new("node")
-        .arg(test_tool("html-validate/bin/html-validate.mjs"))
+        .arg(crate::helpers::test_tool(
+            "html-validate/bin/html-validate.mjs",
+        ))
         .args(["--preset", "standard", "--formatter", "text"])
         .arg(&file)
         .output()
@@ -503,7 +491,8 @@ fn assert_valid_html(name: &str, html: &str) {
 /// The page the browser shows, checked by axe-core against WCAG 2.1 A and AA and its best
 /// practices: no violation of any impact.
 async fn assert_accessible(browser: &Client, name: &str) {
-    let engine = std::fs::read_to_string(test_tool("axe-core/axe.min.js")).expect("axe-core");
+    let engine = std::fs::read_to_string(crate::helpers::test_tool("axe-core/axe.min.js"))
+        .expect("axe-core");
     browser
         .execute(&engine, Vec::new())
         .await

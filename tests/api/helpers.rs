@@ -845,3 +845,17 @@ pub async fn kill_sync_at_parent(
         .await
         .expect("a checkpoint")
 }
+
+/// Where `.ci/run` installs the tools the tests run under Node.js (`tests/tools/package.json`,
+/// pinned): html-validate, axe-core and Stripe's library. Fails, never skips, when they are missing.
+pub fn test_tool(path: &str) -> std::path::PathBuf {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tools/node_modules")
+        .join(path);
+    assert!(
+        file.exists(),
+        "{} is missing: run `npm ci --prefix tests/tools` (Node.js 20 or later)",
+        file.display()
+    );
+    file
+}

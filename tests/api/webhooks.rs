@@ -395,6 +395,78 @@ fn stripe_headers_for(body: &[u8]) -> Vec<(String, String)> {
     vec![header("Stripe-Signature", format!("t={t},v1={v1}"))]
 }
 
+/// A `Stripe-Signature` header made by Stripe's own Node library,
+/// `stripe.webhooks.generateTestHeaderString` (pinned in tests/tools), not by our code.
+fn signed_by_stripes_library(body: &str, secret: &str, timestamp: i64) -> String {
+    let script = "const stripe = require(process.env.STRIPE_LIB)('sk_test_unused');\n\
+        process.stdout.write(stripe.webhooks.generateTestHeaderString({\n\
+          payload: process.env.BODY, secret: process.env.SECRET,\n\
+          timestamp: Number(process.env.TIMESTAMP) }));";
+    let output = std::process::Command::new("node")
+        .args(["-e", script])
+        .env("STRIPE_LIB", crate::helpers::test_tool("stripe"))
+        .env("BODY", body)
+        .env("SECRET", secret)
+        .env("TIMESTAMP", timestamp.to_string())
+        .output()
+        .expect("node runs Stripe's library");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+#[tokio::test]
+async fn a_delivery_signed_by_stripes_own_library_is_kept_and_its_forgeries_are_not() {
+    let app = spawn_app().await;
+    let served = serve(&app).await;
+    let body = json!({
+        "id": "evt_1QLibrarySigned", "object": "event", "api_version": "2024-06-20",
+        "created": now(), "type": "customer.updated", "livemode": false,
+        "data": {"object": {"id": "cus_Library", "object": "customer", "email": "a@example.com"}}
+    })
+    .to_string();
+    let post = |signature: String, body: &str| Delivery {
+        provider: "stripe",
+        headers: vec![header("Stripe-Signature", signature)],
+        body: body.as_bytes().to_vec(),
+        id: "evt_1QLibrarySigned".to_string(),
+        event_type: Some("customer.updated"),
+    };
+
+    let header_value = signed_by_stripes_library(&body, STRIPE_SECRET, now());
+    assert!(header_value.starts_with("t="), "{header_value}");
+    let (status, _, answer) = send(&served, &post(header_value.clone(), &body), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["status"], "accepted", "{answer}");
+
+    // The same library's header over another secret, over a stale time, or over a body
+    // changed in one byte: refused, and nothing more is kept.
+    let other_secret = signed_by_stripes_library(&body, "whsec_another_endpoint", now());
+    let stale = signed_by_stripes_library(&body, STRIPE_SECRET, now() - 301);
+    let changed = body.replace("a@example.com", "b@example.com");
+    for (what, signature, sent) in [
+        ("another secret", other_secret, body.as_str()),
+        ("a stale time", stale, body.as_str()),
+        ("a changed byte", header_value, changed.as_str()),
+    ] {
+        let (status, _, problem) = send(&served, &post(signature, sent), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {problem}");
+    }
+    let kept = inbox(&app).await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (kept[0].1.as_str(), kept[0].2.as_deref(), kept[0].5.as_str()),
+        (
+            "evt_1QLibrarySigned",
+            Some("customer.updated"),
+            body.as_str()
+        )
+    );
+}
+
 #[tokio::test]
 async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
 {

@@ -49,6 +49,11 @@ impl Needs for NotificationsWrite {
     const SCOPE: Scope = Scope::NotificationsWrite;
 }
 
+pub(crate) struct WebhooksRead;
+impl Needs for WebhooksRead {
+    const SCOPE: Scope = Scope::WebhooksRead;
+}
+
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
 /// are 401 with a bearer challenge, a key past its `[api] rate_limit` 429 with
 /// `Retry-After`, a key without the scope 403. Taken first in a handler's arguments, so

@@ -14,6 +14,7 @@ mod connect;
 mod connections;
 mod errors;
 mod health;
+mod inbox;
 mod input;
 mod jobs;
 mod notifications;
@@ -99,6 +100,8 @@ pub enum ApiError {
         records::RecordPage,
         webhooks::WebhookReceipt,
         webhooks::HandshakeAnswer,
+        inbox::InboundDelivery,
+        inbox::InboundPage,
     )),
     tags(
         (name = "connections", description = "Users' accounts at providers and their streams"),
@@ -110,7 +113,7 @@ pub enum ApiError {
         (name = "changes", description = "The change feed of the records"),
         (name = "notifications", description = "The webhook deliveries"),
         (name = "records", description = "The synced records, read-only"),
-        (name = "webhooks", description = "Providers' webhooks, authenticated by their signatures"),
+        (name = "webhooks", description = "Providers' webhooks, authenticated by their signatures, and their inbox"),
         (name = "meta", description = "This document, and the instance's health"),
     )
 )]
@@ -179,6 +182,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         get(notifications::list_deliveries),
     )
     .add::<notifications::__path_redeliver>("notifications", post(notifications::redeliver))
+    .add::<inbox::__path_list_inbox>("webhooks", get(inbox::list_inbox))
     .add::<health::__path_health>("meta", get(health::health))
     .add::<records::__path_list_records>("records", get(records::list_records))
     .add::<__path_openapi_json>("meta", get(openapi_json));

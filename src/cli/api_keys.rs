@@ -19,8 +19,8 @@ pub enum ApiKeysCommand {
         #[arg(long)]
         name: String,
         /// What it may do: connections:read, connections:write, syncs:write, records:read,
-        /// notifications:read, notifications:write or admin (everything). Repeat for
-        /// several.
+        /// notifications:read, notifications:write, webhooks:read or admin (everything).
+        /// Repeat for several.
         #[arg(long = "scope", required = true, value_parser = parse_scope)]
         scopes: Vec<Scope>,
         /// Its own rate limit, replacing `[api] rate_limit` for it: "N/minute", "N/hour",

@@ -9,7 +9,8 @@ use clap::Args;
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::entities::webhook_delivery;
-use crate::ops::webhooks::MAX_INBOX_LIMIT;
+use crate::entities::webhook_delivery::InboxStatus;
+use crate::ops::webhooks::{InboxQuery, MAX_INBOX_LIMIT};
 
 use super::history::{print_rows, shorten};
 
@@ -18,6 +19,9 @@ pub struct InboxArgs {
     /// Only the deliveries that failed after their retries.
     #[arg(long)]
     failed: bool,
+    /// Only this provider's deliveries (its name in config.toml).
+    #[arg(long)]
+    provider: Option<String>,
     /// How many deliveries to show (1 to 1000), newest first.
     #[arg(long, default_value_t = 50,
         value_parser = clap::value_parser!(u64).range(1..=MAX_INBOX_LIMIT))]
@@ -33,7 +37,13 @@ pub struct InboxArgs {
 /// `tributary webhooks`.
 pub async fn run(config: &Path, args: InboxArgs) -> anyhow::Result<ExitCode> {
     let app = App::open(Settings::load(config)?, Access::Read).await?;
-    let page = crate::ops::webhooks::inbox(app.db(), args.failed, args.before, args.limit).await?;
+    let query = InboxQuery {
+        provider: args.provider.as_deref(),
+        status: args.failed.then_some(InboxStatus::Failed),
+        before: args.before,
+        limit: args.limit,
+    };
+    let page = crate::ops::webhooks::inbox(app.db(), &query).await?;
     let empty = if args.failed {
         "No failed deliveries."
     } else {

@@ -53,19 +53,23 @@ pub enum Scope {
     /// Send a webhook delivery again.
     #[serde(rename = "notifications:write")]
     NotificationsWrite,
+    /// List the inbound provider webhooks' deliveries (their bodies are records).
+    #[serde(rename = "webhooks:read")]
+    WebhooksRead,
     /// Everything, keys included.
     #[serde(rename = "admin")]
     Admin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Scope::ConnectionsRead,
         Scope::ConnectionsWrite,
         Scope::SyncsWrite,
         Scope::RecordsRead,
         Scope::NotificationsRead,
         Scope::NotificationsWrite,
+        Scope::WebhooksRead,
         Scope::Admin,
     ];
 
@@ -77,6 +81,7 @@ impl Scope {
             Scope::RecordsRead => "records:read",
             Scope::NotificationsRead => "notifications:read",
             Scope::NotificationsWrite => "notifications:write",
+            Scope::WebhooksRead => "webhooks:read",
             Scope::Admin => "admin",
         }
     }

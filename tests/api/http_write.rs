@@ -17,13 +17,14 @@ use crate::helpers::{
 };
 use crate::http::{assert_problem, audit_rows, query, Served};
 
-const ALL_SCOPES: [&str; 7] = [
+const ALL_SCOPES: [&str; 8] = [
     "connections:read",
     "connections:write",
     "syncs:write",
     "records:read",
     "notifications:read",
     "notifications:write",
+    "webhooks:read",
     "admin",
 ];
 
@@ -700,6 +701,13 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             body: None,
             needs: Some("notifications:write"),
             missing: true,
+        },
+        Route {
+            method: Method::GET,
+            path: "/v1/webhooks/deliveries",
+            body: None,
+            needs: Some("webhooks:read"),
+            missing: false,
         },
         Route {
             method: Method::GET,

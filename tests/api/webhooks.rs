@@ -468,6 +468,121 @@ async fn a_delivery_signed_by_stripes_own_library_is_kept_and_its_forgeries_are_
 }
 
 #[tokio::test]
+async fn the_inbox_is_listed_over_the_api_newest_first_paged_and_filtered_with_its_own_scope() {
+    let app = spawn_app().await;
+    let served = serve(&app).await;
+    let mut sent = Vec::new();
+    for (_, make) in SCHEMES {
+        let delivery = make("listed", Signing::Good);
+        let (status, _, answer) = send(&served, &delivery, None).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        sent.push((delivery.provider, delivery.id));
+    }
+    app.execute(
+        "UPDATE webhook_deliveries SET status = 'failed', attempts = 5, error = 'the record was refused' \
+         WHERE delivery_id = 'evt_listed'",
+    )
+    .await;
+    let reader = served.create_key("inbox", &["webhooks:read"]);
+    let list = |query: &str| {
+        let path = format!("/v1/webhooks/deliveries{query}");
+        let served = &served;
+        let reader = reader.clone();
+        async move {
+            let (status, headers, json) =
+                served.call(Method::GET, &path, Some(&reader), None).await;
+            (status, headers, json)
+        }
+    };
+
+    // Newest first, two at a time, every delivery once.
+    let mut seen = Vec::new();
+    let mut query = "?limit=2".to_string();
+    loop {
+        let (status, _, page) = list(&query).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let items = page["items"].as_array().expect("items");
+        assert!(items.len() <= 2, "{page}");
+        seen.extend(items.iter().map(|item| {
+            (
+                item["provider"].as_str().expect("provider").to_string(),
+                item["delivery_id"]
+                    .as_str()
+                    .expect("delivery_id")
+                    .to_string(),
+            )
+        }));
+        match page["next"].as_str() {
+            Some(next) => query = format!("?limit=2&cursor={next}"),
+            None => break,
+        }
+    }
+    let newest_first: Vec<(String, String)> = sent
+        .iter()
+        .rev()
+        .map(|(provider, id)| (provider.to_string(), id.clone()))
+        .collect();
+    assert_eq!(seen, newest_first);
+
+    let (status, _, failed) = list("?status=failed").await;
+    assert_eq!(status, StatusCode::OK, "{failed}");
+    assert_eq!(
+        failed["items"].as_array().map(Vec::len),
+        Some(1),
+        "{failed}"
+    );
+    let item = &failed["items"][0];
+    assert_eq!(
+        (
+            &item["provider"],
+            &item["status"],
+            &item["attempts"],
+            &item["error"]
+        ),
+        (
+            &json!("stripe"),
+            &json!("failed"),
+            &json!(5),
+            &json!("the record was refused")
+        )
+    );
+    assert!(
+        item["body"]
+            .as_str()
+            .is_some_and(|body| body.contains("evt_listed")),
+        "{item}"
+    );
+    let (_, _, by_provider) = list("?provider=gh").await;
+    assert_eq!(
+        by_provider["items"].as_array().map(Vec::len),
+        Some(1),
+        "{by_provider}"
+    );
+    assert_eq!(by_provider["items"][0]["provider"], "gh");
+
+    for bad in [
+        "?status=lost",
+        "?limit=0",
+        "?cursor=bm90LWEtY3Vyc29y",
+        "?since=1",
+    ] {
+        let (status, headers, problem) = list(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {problem}");
+        assert_problem(status, &headers, &problem);
+    }
+    let notifications = served.create_key("outbound", &["notifications:read", "records:read"]);
+    let (status, _, problem) = served
+        .call(
+            Method::GET,
+            "/v1/webhooks/deliveries",
+            Some(&notifications),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+}
+
+#[tokio::test]
 async fn a_tampered_byte_a_wrong_secret_a_stale_timestamp_or_no_signature_is_401_and_kept_nowhere()
 {
     let app = spawn_app().await;
@@ -1131,6 +1246,8 @@ async fn a_delivery_for_an_unknown_account_is_unmatched_counted_and_queues_nothi
         "{listed}"
     );
     assert!(webhooks(&["--failed"]).contains("No failed deliveries."));
+    assert!(webhooks(&["--provider", "gh"]).contains("gh-stranger"));
+    assert!(webhooks(&["--provider", "stripe"]).contains("No deliveries yet."));
     let failed = crate::retention::webhook_at(&app, "failed", chrono::Utc::now()).await;
     use sea_orm::ConnectionTrait;
     app.db

@@ -165,20 +165,32 @@ fn binding(scope: &str) -> Binding<'_> {
 /// The largest page of the inbox.
 pub(crate) const MAX_INBOX_LIMIT: u64 = 1_000;
 
-/// The inbox newest first: every delivery, or only the `failed` ones, with their error.
+/// Which deliveries of the inbox to list, newest first.
+pub(crate) struct InboxQuery<'a> {
+    /// Only this provider's (its name in config.toml).
+    pub provider: Option<&'a str>,
+    /// Only those standing so (`failed`: still failing after their retries).
+    pub status: Option<InboxStatus>,
+    /// Only those older than this row id: the `next` of the page before.
+    pub before: Option<i64>,
+    pub limit: u64,
+}
+
+/// The inbox newest first, as `query` filters it, with each delivery's error.
 pub(crate) async fn inbox(
     db: &DatabaseConnection,
-    failed_only: bool,
-    before: Option<i64>,
-    limit: u64,
+    query: &InboxQuery<'_>,
 ) -> Result<super::Page<webhook_delivery::Model>, super::OpsError> {
     use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
-    let limit = super::check_limit(limit, MAX_INBOX_LIMIT)?;
+    let limit = super::check_limit(query.limit, MAX_INBOX_LIMIT)?;
     let mut select = webhook_delivery::Entity::find();
-    if failed_only {
-        select = select.filter(webhook_delivery::Column::Status.eq(InboxStatus::Failed));
+    if let Some(provider) = query.provider {
+        select = select.filter(webhook_delivery::Column::Provider.eq(provider));
     }
-    if let Some(before) = before {
+    if let Some(status) = query.status {
+        select = select.filter(webhook_delivery::Column::Status.eq(status));
+    }
+    if let Some(before) = query.before {
         select = select.filter(webhook_delivery::Column::Id.lt(before));
     }
     let rows = select

@@ -15,6 +15,7 @@ mod connect_browser;
 mod connect_events;
 mod connect_health;
 mod connect_oauth;
+mod connect_presets;
 mod connection_filters;
 mod connections;
 mod crash;

@@ -21,14 +21,18 @@ use crate::ops::notifications::{self as ops, DeliveriesQuery, DeliveryRef};
 const LIST: &str = "notifications";
 const DEFAULT_LIMIT: u64 = 100;
 
-/// One run's webhook delivery.
+/// One webhook delivery: a run's notification or a connection event.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Delivery {
     /// The row's id, for `/v1/notifications/{id}/redeliver`.
     pub id: i64,
     /// Sent as `Tributary-Delivery` and in the body: receivers deduplicate on it.
     pub delivery_id: String,
-    pub run_id: i64,
+    /// `run`, `connection.created`, `connection.reconnected`,
+    /// `connection.authorization_failed` or `connection.recovered`.
+    pub event: String,
+    /// The run a run notification reports; absent for a connection event.
+    pub run_id: Option<i64>,
     pub user_id: String,
     pub provider: String,
     /// `pending` (not yet answered with a 2xx), `delivered` or `failed` (given up).
@@ -50,6 +54,7 @@ impl From<notification_delivery::Model> for Delivery {
         Delivery {
             id: row.id,
             delivery_id: row.delivery_id,
+            event: row.event.to_string(),
             run_id: row.run_id,
             user_id: row.user_id,
             provider: row.provider,

@@ -42,8 +42,9 @@ pub async fn run(config: &Path, args: NotificationsArgs) -> anyhow::Result<ExitC
         match args.json {
             true => println!("{}", serde_json::to_string_pretty(&delivery)?),
             false => println!(
-                "Delivery {} of run {} is pending again: the daemon's next pass sends it.",
-                delivery.delivery_id, delivery.run_id
+                "Delivery {} ({}) is pending again: the daemon's next pass sends it.",
+                delivery.delivery_id,
+                what_of(&delivery)
             ),
         }
         return Ok(ExitCode::SUCCESS);
@@ -73,7 +74,7 @@ fn print_deliveries(
     };
     let header = [
         "delivery",
-        "run",
+        "event",
         "provider",
         "user",
         "status",
@@ -89,7 +90,7 @@ fn print_deliveries(
         };
         vec![
             delivery.delivery_id.clone(),
-            delivery.run_id.to_string(),
+            what_of(delivery),
             delivery.provider.clone(),
             delivery.user_id.clone(),
             delivery.status.to_string(),
@@ -99,6 +100,14 @@ fn print_deliveries(
             shorten(delivery.last_error.as_deref().unwrap_or("")),
         ]
     })
+}
+
+/// What a delivery reports: `run N`, or a connection event's name.
+fn what_of(delivery: &notification_delivery::Model) -> String {
+    match delivery.run_id {
+        Some(run_id) => format!("run {run_id}"),
+        None => delivery.event.to_string(),
+    }
 }
 
 fn format_time(at: chrono::DateTime<chrono::Utc>) -> String {

@@ -12,6 +12,7 @@ use schema::SchemaState;
 use crate::config::{redact_url, DatabaseSettings};
 
 mod clock;
+pub(crate) mod connection_events;
 mod health;
 mod instances;
 mod migration_lock;
@@ -25,7 +26,7 @@ mod wal_checkpoints;
 pub(crate) use clock::follow_clock;
 pub use clock::now;
 pub(crate) use clock::SYNC_CLOCK_EVERY;
-pub(crate) use health::{clear_needs_reconnect, mark_needs_reconnect};
+pub(crate) use health::{clear_needs_reconnect, mark_needs_reconnect, Announce};
 pub(crate) use instances::schema_version;
 pub(crate) use instances::stale_before;
 pub(crate) use instances::HEARTBEAT_EVERY;

@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tributary_providers::{CredentialStore, Credentials, FetchError, TokenRefresher};
 
 use crate::credentials::StoredCredentials;
-use crate::db::DatabasePools;
+use crate::db::{Announce, DatabasePools};
 use crate::entities::connection;
 use crate::lease::Holder;
 use crate::secrets::{Binding, Keyring};
@@ -60,6 +60,7 @@ pub(crate) struct ConnectionCredentials {
     secrets: Arc<Keyring>,
     connection_id: i64,
     owner: Owner,
+    announce: Announce,
     current: Mutex<Credentials>,
 }
 
@@ -80,10 +81,12 @@ impl Owner {
 }
 
 impl ConnectionCredentials {
+    /// `announce`: whether a revoked authorization writes a connection event.
     pub fn new(
         db: &DatabasePools,
         connection: &connection::Model,
         credentials: Credentials,
+        announce: Announce,
     ) -> ConnectionCredentials {
         ConnectionCredentials {
             db: db.main().clone(),
@@ -93,6 +96,7 @@ impl ConnectionCredentials {
                 user_id: connection.user_id.clone(),
                 provider: connection.provider.clone(),
             },
+            announce,
             current: Mutex::new(credentials),
         }
     }
@@ -125,6 +129,7 @@ impl CredentialStore for ConnectionCredentials {
             secrets: Arc::clone(&self.secrets),
             connection_id: self.connection_id,
             owner: self.owner.clone(),
+            announce: self.announce,
             holder: Holder::current(),
         };
         let stale = stale.clone();
@@ -143,6 +148,7 @@ struct Refresh {
     secrets: Arc<Keyring>,
     connection_id: i64,
     owner: Owner,
+    announce: Announce,
     holder: Holder,
 }
 
@@ -203,8 +209,7 @@ impl Refresh {
     /// Notes that the provider revoked the authorization, so that scheduled runs stop
     /// asking until the user reconnects. The run fails with the refusal either way.
     async fn mark_needs_reconnect(&self) {
-        match crate::db::mark_needs_reconnect(&self.db, self.connection_id, crate::db::now()).await
-        {
+        match self.write_needs_reconnect().await {
             Ok(true) => tracing::warn!(
                 connection_id = self.connection_id,
                 "The token endpoint refused the refresh with invalid_grant; the connection needs a reconnect."
@@ -216,6 +221,20 @@ impl Refresh {
                 "Marking the connection as needing a reconnect failed."
             ),
         }
+    }
+
+    /// Sets `needs_reconnect_since`, with its connection event, in one transaction.
+    async fn write_needs_reconnect(&self) -> Result<bool, DbErr> {
+        let txn = self.db.begin().await?;
+        let marked = crate::db::mark_needs_reconnect(
+            &txn,
+            self.connection_id,
+            crate::db::now(),
+            self.announce,
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(marked)
     }
 
     /// Claims the row for this refresh, waiting while another refresh holds it. When the
@@ -492,8 +511,8 @@ mod tests {
                 .expect("alice's connection");
         let stale = stored.resolve().expect("credentials");
         let refresher = Arc::new(CountingRefresher(AtomicU32::new(0)));
-        let first = ConnectionCredentials::new(&test.db, &row, stale.clone());
-        let second = ConnectionCredentials::new(&test.db, &row, stale.clone());
+        let first = ConnectionCredentials::new(&test.db, &row, stale.clone(), Announce::No);
+        let second = ConnectionCredentials::new(&test.db, &row, stale.clone(), Announce::No);
         let (a, b) = tokio::join!(
             first.refresh(&stale, refresher.clone()),
             second.refresh(&stale, refresher.clone())

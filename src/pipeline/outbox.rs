@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::NotifyRuns;
 use crate::entities::connection;
-use crate::entities::notification_delivery::{self, DeliveryStatus};
+use crate::entities::notification_delivery::{self, DeliveryEvent, DeliveryStatus};
 
 use super::ground::{to_db, RunCounts};
 use crate::entities::sync_run::RunStatus;
@@ -107,7 +107,7 @@ pub(crate) async fn write(
         .map_err(|error| DbErr::Custom(format!("serialising the notification: {error}")))?;
     let row = notification_delivery::ActiveModel {
         delivery_id: Set(delivery_id.clone()),
-        run_id: Set(run.run_id),
+        run_id: Set(Some(run.run_id)),
         user_id: Set(run.connection.user_id.clone()),
         provider: Set(run.connection.provider.clone()),
         body: Set(body),
@@ -117,6 +117,8 @@ pub(crate) async fn write(
         next_attempt_at: Set(run.now),
         created_at: Set(run.now),
         delivered_at: Set(None),
+        event: Set(DeliveryEvent::Run),
+        event_key: Set(None),
         ..Default::default()
     };
     notification_delivery::Entity::insert(row)

@@ -453,8 +453,9 @@ async fn finish_run(
         deletions::forget_sightings(&txn, run_id).await?;
     }
     // A run that succeeded proves the authorization works again.
+    let announce = crate::db::Announce::under(end.notify);
     if closed.status == RunStatus::Succeeded
-        && crate::db::clear_needs_reconnect(&txn, connection.id).await?
+        && crate::db::clear_needs_reconnect(&txn, connection.id, now, announce).await?
     {
         tracing::info!(
             connection_id = connection.id,

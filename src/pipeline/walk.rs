@@ -316,7 +316,12 @@ impl<'r, 'a> Walker<'r, 'a> {
         Ok(Walker {
             run,
             stream_name: stream_name.to_string(),
-            credentials: ConnectionCredentials::new(run.db, connection, credentials),
+            credentials: ConnectionCredentials::new(
+                run.db,
+                connection,
+                credentials,
+                crate::db::Announce::under(run.settings.notify),
+            ),
             listing: Listing::default(),
             position: None,
             seen_positions: HashSet::new(),

@@ -18,13 +18,14 @@ use crate::daemon::{eventually, free_port, runs_of};
 use crate::helpers::{run, spawn_app, tributary, TestApp};
 use crate::http::Served;
 
-const FIRST_ACCESS: &str = "acme-access-first-0123";
-const FIRST_REFRESH: &str = "acme-refresh-first-0123";
-const AGAIN_ACCESS: &str = "acme-access-again-4567";
+pub(crate) const FIRST_ACCESS: &str = "acme-access-first-0123";
+pub(crate) const FIRST_REFRESH: &str = "acme-refresh-first-0123";
+pub(crate) const AGAIN_ACCESS: &str = "acme-access-again-4567";
+pub(crate) const AGAIN_REFRESH: &str = "acme-refresh-again-4567";
 
 /// A `rest` provider with OAuth2 (refresh tokens and an authorization endpoint), synced
 /// once a year so that only the jobs a test makes run.
-fn acme(app: &TestApp) -> String {
+pub(crate) fn acme(app: &TestApp) -> String {
     let uri = app.api.uri();
     let auth = format!(
         "auth = {{ oauth2 = \"refresh_token\", token_url = \"{uri}/oauth2/token\", \
@@ -39,12 +40,12 @@ fn acme(app: &TestApp) -> String {
         )
 }
 
-/// The token endpoint: each code once, and every refresh refused as RFC 6749 §5.2 says
-/// a revoked grant is.
-async fn mount_token_endpoint(app: &TestApp) {
+/// The token endpoint: each code once, and each of `refreshes` refreshes refused as
+/// RFC 6749 §5.2 says a revoked grant is.
+pub(crate) async fn mount_token_endpoint(app: &TestApp, refreshes: u64) {
     for (code, access, refresh) in [
         ("code-first", FIRST_ACCESS, FIRST_REFRESH),
-        ("code-again", AGAIN_ACCESS, "acme-refresh-again-4567"),
+        ("code-again", AGAIN_ACCESS, AGAIN_REFRESH),
     ] {
         Mock::given(method("POST"))
             .and(path("/oauth2/token"))
@@ -63,18 +64,19 @@ async fn mount_token_endpoint(app: &TestApp) {
         .respond_with(ResponseTemplate::new(400).set_body_json(json!({
             "error": "invalid_grant", "error_description": "The refresh token was revoked."
         })))
-        .expect(1)
+        .expect(refreshes)
         .mount(&app.api)
         .await;
 }
 
-/// The listing: the first token is refused (the user revoked the app), the second works.
-async fn mount_listing(app: &TestApp) {
+/// The listing: the first token is refused (the user revoked the app) `refused` times,
+/// the second works once.
+pub(crate) async fn mount_listing(app: &TestApp, refused: u64) {
     Mock::given(method("GET"))
         .and(path("/v1/items"))
         .and(header("authorization", format!("Bearer {FIRST_ACCESS}")))
         .respond_with(ResponseTemplate::new(401).set_body_json(json!({"error": "revoked"})))
-        .expect(1)
+        .expect(refused)
         .mount(&app.api)
         .await;
     Mock::given(method("GET"))
@@ -106,8 +108,8 @@ async fn gauge(metrics_port: u16) -> String {
 #[tokio::test]
 async fn a_revoked_grant_needs_a_reconnect_until_the_connect_page_reconnects_it() {
     let app = spawn_app().await;
-    mount_token_endpoint(&app).await;
-    mount_listing(&app).await;
+    mount_token_endpoint(&app, 1).await;
+    mount_listing(&app, 1).await;
     let metrics_port = free_port();
     let served = Served::start_with_env(
         &app,

@@ -23,7 +23,7 @@ const STRAVA_SECRET: &str = "strava-client-secret-0123456789";
 const GITHUB_TOKEN: &str = "gho_16C7e42F292c6912E7710c838347Ae178B4a";
 const STRAVA_ACCESS: &str = "a4b945687g7a8f6a7s8d6f7as8d6f7as";
 const STRAVA_REFRESH: &str = "e5n567567ert4657vv4e5nq5p5n6w4567";
-const CODE: &str = "the-code-f00dcafe";
+pub(crate) const CODE: &str = "the-code-f00dcafe";
 const GITHUB_USER_ID: i64 = 583231;
 
 /// GitHub (an OAuth app) and Strava, their API and OAuth hosts on the app's wiremock,
@@ -54,7 +54,7 @@ pub(crate) async fn serve(app: &TestApp) -> Served {
 }
 
 /// A session's link for `user` to connect `provider`.
-async fn session(served: &Served, key: &str, user: &str, provider: &str) -> String {
+pub(crate) async fn session(served: &Served, key: &str, user: &str, provider: &str) -> String {
     let body = json!({"user_id": user, "providers": [provider], "return_url": RETURN_URL});
     let (status, _, created) = post_json(served, "/v1/connect/sessions", key, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
@@ -63,7 +63,7 @@ async fn session(served: &Served, key: &str, user: &str, provider: &str) -> Stri
 
 /// What pressing `provider`'s button gives: the authorization URL's query, and the
 /// callback cookie (`name=value`).
-async fn authorize(
+pub(crate) async fn authorize(
     url: &str,
     cookie: &str,
     provider: &str,
@@ -95,7 +95,7 @@ async fn authorize(
 }
 
 /// The provider's redirect back, as a browser with `cookie` follows it.
-async fn callback(
+pub(crate) async fn callback(
     served: &Served,
     query: &str,
     cookie: Option<&str>,
@@ -109,7 +109,7 @@ async fn callback(
     (status, location, body)
 }
 
-fn code_and_state(code: &str, state: &str) -> String {
+pub(crate) fn code_and_state(code: &str, state: &str) -> String {
     form_urlencoded::Serializer::new(String::new())
         .append_pair("code", code)
         .append_pair("state", state)
@@ -117,7 +117,10 @@ fn code_and_state(code: &str, state: &str) -> String {
 }
 
 /// The form fields of the requests wiremock received at `at`.
-async fn token_requests(app: &TestApp, at: &str) -> Vec<(HashMap<String, String>, Option<String>)> {
+pub(crate) async fn token_requests(
+    app: &TestApp,
+    at: &str,
+) -> Vec<(HashMap<String, String>, Option<String>)> {
     app.api
         .received_requests()
         .await
@@ -135,6 +138,19 @@ async fn token_requests(app: &TestApp, at: &str) -> Vec<(HashMap<String, String>
             (fields, accept)
         })
         .collect()
+}
+
+/// The `Authorization` header of the first request wiremock received at `at`.
+pub(crate) async fn token_authorization(app: &TestApp, at: &str) -> Option<String> {
+    let received = app.api.received_requests().await.unwrap_or_default();
+    let request = received
+        .iter()
+        .find(|request| request.url.path() == at)
+        .expect("the token request");
+    request
+        .headers
+        .get("authorization")
+        .map(|value| value.to_str().unwrap_or_default().to_string())
 }
 
 /// GitHub's `GET /user` with the new token: the user's numeric id.
@@ -689,17 +705,10 @@ async fn a_rest_provider_with_an_authorize_url_sends_pkce_authenticates_by_basic
     .await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
-    let received = app.api.received_requests().await.unwrap_or_default();
-    let token_request = received
-        .iter()
-        .find(|request| request.url.path() == "/oauth2/token")
-        .expect("the token request");
     let basic = base64::engine::general_purpose::STANDARD.encode("acme-client:acme-secret");
     assert_eq!(
-        token_request.headers["authorization"]
-            .to_str()
-            .expect("header"),
-        format!("Basic {basic}")
+        token_authorization(&app, "/oauth2/token").await,
+        Some(format!("Basic {basic}"))
     );
     let (fields, _) = &token_requests(&app, "/oauth2/token").await[0];
     assert_eq!(fields["grant_type"], "authorization_code");

@@ -894,7 +894,12 @@ async fn the_webhook_body_counts_deletions_and_restorations() {
         .await
         .expect("deliveries")
         .into_iter()
-        .map(|row| (row.run_id, serde_json::from_str(&row.body).expect("JSON")))
+        .map(|row| {
+            (
+                row.run_id.unwrap_or_default(),
+                serde_json::from_str(&row.body).expect("JSON"),
+            )
+        })
         .collect();
     assert_eq!(bodies.len(), 3, "{bodies:?}");
     let body_of = |run_id: i64| {

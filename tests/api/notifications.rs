@@ -23,15 +23,15 @@ use crate::daemon::{daemon_table, eventually, every_second, Daemon};
 use crate::helpers::{cursor_provider, items, mount_cursor_pages, run, tributary, TestApp};
 
 /// The signing secret the tests configure (long enough for `[notify]`).
-const SECRET: &str = "whsec_test_0123456789abcdef";
+pub(crate) const SECRET: &str = "whsec_test_0123456789abcdef";
 /// The variable the configs name for it.
-const SECRET_ENV: &str = "TRIBUTARY_TEST_HOOK_SECRET";
+pub(crate) const SECRET_ENV: &str = "TRIBUTARY_TEST_HOOK_SECRET";
 /// How old a signed timestamp the test receiver accepts, as docs/operations.md advises.
 const TOLERANCE_SECS: i64 = 300;
 
 /// A `[notify]` table for `receiver` with fast retries, `extra`'s lines (`key = value`)
 /// added or replacing those.
-fn notify_table(receiver: &MockServer, extra: &str) -> String {
+pub(crate) fn notify_table(receiver: &MockServer, extra: &str) -> String {
     let mut keys = vec![
         ("url".to_string(), format!("\"{}/hooks\"", receiver.uri())),
         ("secret_env".to_string(), format!("\"{SECRET_ENV}\"")),
@@ -62,7 +62,7 @@ fn providers(app: &TestApp, receiver: &MockServer, users: &[&str], extra: &str) 
 }
 
 /// A delivery worker on the app's database with the config's `[notify]`.
-fn notifier(app: &TestApp, settings: &Settings) -> Notifier {
+pub(crate) fn notifier(app: &TestApp, settings: &Settings) -> Notifier {
     let notify = settings.notify.clone().expect("[notify] configured");
     Notifier::new(app.db.main().clone(), notify, SecretString::from(SECRET)).expect("worker")
 }
@@ -86,7 +86,7 @@ async fn mount_records(app: &TestApp, records: Vec<Value>) {
 }
 
 /// Every delivery, oldest first.
-async fn deliveries(app: &TestApp) -> Vec<notification_delivery::Model> {
+pub(crate) async fn deliveries(app: &TestApp) -> Vec<notification_delivery::Model> {
     notification_delivery::Entity::find()
         .order_by_asc(notification_delivery::Column::Id)
         .all(&app.db)
@@ -95,7 +95,7 @@ async fn deliveries(app: &TestApp) -> Vec<notification_delivery::Model> {
 }
 
 /// Passes of `notifier` until `done` holds of the deliveries, failing after `limit`.
-async fn deliver_until(
+pub(crate) async fn deliver_until(
     app: &TestApp,
     notifier: &Notifier,
     limit: Duration,
@@ -119,12 +119,12 @@ async fn deliver_until(
     }
 }
 
-fn all_settled(rows: &[notification_delivery::Model]) -> bool {
+pub(crate) fn all_settled(rows: &[notification_delivery::Model]) -> bool {
     rows.iter().all(|d| d.status != DeliveryStatus::Pending)
 }
 
 /// A receiver that answers `status` and counts nothing itself (wiremock keeps requests).
-async fn answer(receiver: &MockServer, status: u16) {
+pub(crate) async fn answer(receiver: &MockServer, status: u16) {
     Mock::given(method("POST"))
         .and(path("/hooks"))
         .respond_with(ResponseTemplate::new(status))
@@ -134,7 +134,7 @@ async fn answer(receiver: &MockServer, status: u16) {
 
 /// What the receiver checks of one request: the signature over the raw body with the
 /// shared secret, and the timestamp's age. Returns the body.
-fn verified(request: &Request) -> Value {
+pub(crate) fn verified(request: &Request) -> Value {
     let header = request
         .headers
         .get("tributary-signature")
@@ -165,7 +165,7 @@ fn verified(request: &Request) -> Value {
     serde_json::from_slice(&request.body).expect("a JSON body")
 }
 
-async fn received(receiver: &MockServer) -> Vec<Request> {
+pub(crate) async fn received(receiver: &MockServer) -> Vec<Request> {
     receiver.received_requests().await.unwrap_or_default()
 }
 
@@ -180,7 +180,7 @@ async fn a_changed_run_is_posted_signed_with_its_counts_and_the_receiver_verifie
     assert_eq!(rows.len(), 1, "the run's delivery committed with it");
     assert_eq!(
         (rows[0].run_id, rows[0].status, rows[0].attempts),
-        (run.run_id, DeliveryStatus::Pending, 0)
+        (Some(run.run_id), DeliveryStatus::Pending, 0)
     );
     let worker = notifier(&app, &settings);
     deliver_until(&app, &worker, Duration::from_secs(20), all_settled).await;
@@ -258,7 +258,7 @@ async fn a_run_that_changed_nothing_sends_nothing_unless_always() {
     let rows = deliveries(&app).await;
     assert_eq!(
         rows.iter().map(|d| d.run_id).collect::<Vec<_>>(),
-        vec![first.run_id],
+        vec![Some(first.run_id)],
         "the unchanged run wrote no delivery"
     );
     assert_eq!(received(&receiver).await.len(), 1);
@@ -281,8 +281,11 @@ async fn a_run_that_changed_nothing_sends_nothing_unless_always() {
         all_settled,
     )
     .await;
-    let runs: Vec<i64> = deliveries(&app).await.iter().map(|d| d.run_id).collect();
-    assert_eq!(runs, vec![first.run_id, partial.run_id, quiet.run_id]);
+    let runs: Vec<Option<i64>> = deliveries(&app).await.iter().map(|d| d.run_id).collect();
+    assert_eq!(
+        runs,
+        vec![Some(first.run_id), Some(partial.run_id), Some(quiet.run_id)]
+    );
     let bodies: Vec<Value> = received(&receiver).await.iter().map(verified).collect();
     assert_eq!(bodies.len(), 3);
     assert_eq!(bodies[1]["status"], "partial");
@@ -678,7 +681,7 @@ async fn a_daemon_killed_after_the_run_committed_delivers_after_restart_and_no_s
         (DeliveryStatus::Pending, 0)
     );
     assert!(received(&receiver).await.is_empty());
-    let run_id = rows[0].run_id;
+    let run_id = rows[0].run_id.expect("a run's delivery");
 
     let port = crate::daemon::free_port();
     let config = app.write_config(&table("50ms").replace(

@@ -10,7 +10,7 @@ use sea_orm::{
 };
 use tributary::config::RetentionSettings;
 use tributary::entities::connection;
-use tributary::entities::notification_delivery::{self, DeliveryStatus};
+use tributary::entities::notification_delivery::{self, DeliveryEvent, DeliveryStatus};
 use tributary::entities::run_error::{self, Scope, Stage};
 use tributary::entities::run_sighting;
 use tributary::entities::sync_job::{self, JobKind, JobStatus};
@@ -227,7 +227,7 @@ async fn delivery(
     notification_delivery::ActiveModel {
         id: NotSet,
         delivery_id: Set(format!("00000000-0000-0000-0000-{run_id:012}")),
-        run_id: Set(run_id),
+        run_id: Set(Some(run_id)),
         user_id: Set("alice".to_string()),
         provider: Set("acme".to_string()),
         body: Set("{}".to_string()),
@@ -237,6 +237,8 @@ async fn delivery(
         next_attempt_at: Set(settled_at),
         created_at: Set(created_at),
         delivered_at: Set((status == DeliveryStatus::Delivered).then_some(settled_at)),
+        event: Set(DeliveryEvent::Run),
+        event_key: Set(None),
     }
     .insert(&app.db)
     .await

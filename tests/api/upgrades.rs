@@ -456,3 +456,64 @@ async fn migrate_says_when_nothing_is_pending_and_names_what_it_applied() {
     );
     assert!(recorded(&app, &newest).await);
 }
+
+#[tokio::test]
+async fn run_deliveries_from_before_connection_events_read_as_runs_after_the_upgrade() {
+    use sea_orm::ActiveValue::NotSet;
+    use tributary::entities::notification_delivery::{self, DeliveryEvent, DeliveryStatus};
+    use tributary_migrations::{Migrator, MigratorTrait};
+    let app = crate::helpers::spawn_app().await;
+    let (_, run_id) = app.alice_with_a_run().await;
+    Migrator::down(app.db.main(), Some(1))
+        .await
+        .expect("rolled back");
+    let delivery = |delivery_id: &str, run_id: Option<i64>| notification_delivery::ActiveModel {
+        id: NotSet,
+        delivery_id: Set(delivery_id.to_string()),
+        run_id: Set(run_id),
+        user_id: Set("alice".to_string()),
+        provider: Set("acme".to_string()),
+        body: Set("{}".to_string()),
+        status: Set(DeliveryStatus::Pending),
+        attempts: Set(0),
+        last_error: Set(None),
+        next_attempt_at: Set(Utc::now()),
+        created_at: Set(Utc::now()),
+        delivered_at: Set(None),
+        // The older schema has neither column: the insert leaves them out.
+        event: NotSet,
+        event_key: NotSet,
+    };
+    notification_delivery::Entity::insert(delivery("older", Some(run_id)))
+        .exec_without_returning(&app.db)
+        .await
+        .expect("an older release's delivery");
+    Migrator::up(app.db.main(), None).await.expect("migrated");
+
+    let rows = notification_delivery::Entity::find()
+        .all(&app.db)
+        .await
+        .expect("deliveries");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].delivery_id.as_str(), rows[0].run_id, rows[0].event),
+        ("older", Some(run_id), DeliveryEvent::Run)
+    );
+    assert_eq!(rows[0].event_key, None);
+    // Connection events have no run, and their key is unique.
+    let event = |delivery_id: &str, key: &str| {
+        let mut row = delivery(delivery_id, None);
+        row.event = Set(DeliveryEvent::ConnectionCreated);
+        row.event_key = Set(Some(key.to_string()));
+        notification_delivery::Entity::insert(row).exec_without_returning(&*app.db)
+    };
+    event("first", "connection.created:1:session-1")
+        .await
+        .expect("a connection event");
+    event("second", "connection.created:2:session-2")
+        .await
+        .expect("another connection's event");
+    assert!(event("third", "connection.created:1:session-1")
+        .await
+        .is_err());
+}

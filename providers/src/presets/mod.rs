@@ -19,7 +19,11 @@
 //! Each preset is a file `providers/presets/NAME.toml`, embedded at build time, that holds
 //! `kind = "rest"`, the adapter keys its API's documentation calls for, and a `[requires]`
 //! table naming the keys the user must give (dotted, e.g. `"headers.Harvest-Account-Id"`)
-//! and what each one is; `apply` refuses a table that leaves one out. A preset never holds
+//! and what each one is; `apply` refuses a table that leaves one out. A preset whose API
+//! offers OAuth2 has an `[oauth2]` table with the vendor's documented endpoints: a
+//! provider table that writes `auth = { oauth2 = "refresh_token", client_id = ...,
+//! client_secret_env = ... }` gets them under its own keys, so the Connect page can
+//! authorize its users. A preset never holds
 //! a secret: tokens stay on the connections. `providers/presets/README.md` lists the
 //! presets and the documentation facts each follows.
 //!
@@ -51,6 +55,10 @@ presets! {
 const PRESET_KEY: &str = "preset";
 /// The table of a preset file that names the keys the user must give.
 const REQUIRES_KEY: &str = "requires";
+/// The table of a preset file that holds its API's documented OAuth2 application
+/// endpoints (`authorize_url`, `token_url`, `pkce`, `client_auth`, `scope`): the base of
+/// `auth` when the provider table chooses OAuth2 (`auth = { oauth2 = ... }`).
+const OAUTH2_KEY: &str = "oauth2";
 
 /// The name of every preset, for messages and docs.
 pub fn names() -> &'static [&'static str] {
@@ -87,6 +95,15 @@ pub fn apply(table: &mut Table) -> Result<(), String> {
     }
     let mut user = table.clone();
     user.remove(PRESET_KEY);
+    let oauth2 = preset.remove(OAUTH2_KEY);
+    if chooses_oauth2(&user) {
+        // The preset's own `auth` (a key in a header) would merge into the user's
+        // OAuth2 table key by key: the API's OAuth2 endpoints stand in for it instead.
+        match oauth2 {
+            Some(endpoints) => preset.insert("auth".to_string(), endpoints),
+            None => preset.remove("auth"),
+        };
+    }
     merge(&mut preset, user);
     for (key, what) in &requires {
         match lookup(&preset, key) {
@@ -103,6 +120,14 @@ pub fn apply(table: &mut Table) -> Result<(), String> {
     }
     *table = preset;
     Ok(())
+}
+
+/// Whether a provider table authenticates with OAuth2: `auth = { oauth2 = ... }`.
+fn chooses_oauth2(table: &Table) -> bool {
+    table
+        .get("auth")
+        .and_then(Value::as_table)
+        .is_some_and(|auth| auth.contains_key(OAUTH2_KEY))
 }
 
 /// The preset called `name`, parsed.

@@ -213,6 +213,7 @@ impl Notifier {
             tracing::info!(
                 delivery_id = delivery.delivery_id,
                 run_id = delivery.run_id,
+                event = %delivery.event,
                 attempt,
                 "Notification delivered."
             );
@@ -233,6 +234,7 @@ impl Notifier {
             tracing::error!(
                 delivery_id = delivery.delivery_id,
                 run_id = delivery.run_id,
+                event = %delivery.event,
                 attempt,
                 %error,
                 "Notification given up: still failing after give_up_after."
@@ -244,6 +246,7 @@ impl Notifier {
         tracing::warn!(
             delivery_id = delivery.delivery_id,
             run_id = delivery.run_id,
+                event = %delivery.event,
             attempt,
             %error,
             next_attempt_at = %next,

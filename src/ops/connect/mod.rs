@@ -25,7 +25,9 @@ use super::connections::{self, NewConnection, Target};
 use super::OpsError;
 use crate::config::{ConnectSettings, ProviderSettings, Settings};
 use crate::credentials::StoredCredentials;
-use crate::db::DatabasePools;
+use crate::db::connection_events::ConnectionEvent;
+use crate::db::{Announce, DatabasePools};
+use crate::entities::notification_delivery::DeliveryEvent;
 use crate::entities::{connect_session, connection};
 
 /// The most providers one session offers.
@@ -490,10 +492,10 @@ async fn connect_in(
     if let Some(account_id) = &account_id {
         check_account(&txn, settings, session, provider, account_id).await?;
     }
-    let connection_id = match session.reconnect_connection_id {
+    let (connection_id, event) = match session.reconnect_connection_id {
         Some(id) => {
             replace_credentials(&txn, db, session, provider, id, &credentials).await?;
-            id
+            (id, DeliveryEvent::ConnectionReconnected)
         }
         None => {
             let new = NewConnection {
@@ -511,7 +513,7 @@ async fn connect_in(
                 stream_schedules: Vec::new(),
             };
             match connections::add_in(&txn, db, settings, new).await {
-                Ok(added) => added.id,
+                Ok(added) => (added.id, DeliveryEvent::ConnectionCreated),
                 Err(OpsError::Conflict(_)) => {
                     drop(txn);
                     return Ok(outcome(
@@ -531,6 +533,13 @@ async fn connect_in(
             .exec(&txn)
             .await?;
     }
+    let announce = match settings.notify {
+        Some(_) => Announce::Yes,
+        None => Announce::No,
+    };
+    announce_connected(&txn, announce, connection_id, session, event).await?;
+    // The user authorized again: scheduled runs may ask the provider once more.
+    crate::db::clear_needs_reconnect(&txn, connection_id, crate::db::now(), announce).await?;
     txn.commit().await?;
     tracing::info!(
         session_id = session.id,
@@ -546,6 +555,29 @@ async fn connect_in(
         tracing::warn!(connection_id, %error, "Queueing the first sync of a connection made on the Connect page failed; its schedule will sync it.");
     }
     Ok(outcome(&session.return_url, "connected", None))
+}
+
+/// Writes the connection event of a connect (created) or reconnect in `txn`, named by the
+/// session, which connects once.
+async fn announce_connected(
+    txn: &sea_orm::DatabaseTransaction,
+    announce: Announce,
+    connection_id: i64,
+    session: &connect_session::Model,
+    event: DeliveryEvent,
+) -> Result<(), ConnectError> {
+    if announce == Announce::No {
+        return Ok(());
+    }
+    let transition = format!("session-{}", session.id);
+    let event = ConnectionEvent {
+        connection_id,
+        event,
+        transition: &transition,
+        now: crate::db::now(),
+    };
+    crate::db::connection_events::write(txn, &event).await?;
+    Ok(())
 }
 
 /// Replaces connection `id`'s credentials, keeping its records, cursors and history.
@@ -582,8 +614,6 @@ async fn replace_credentials(
         .map_err(OpsError::from)?;
     let mut active: connection::ActiveModel = row.into();
     active.credentials = Set(column);
-    // The user authorized again: scheduled runs may ask the provider once more.
-    active.needs_reconnect_since = Set(None);
     active.updated_at = Set(crate::db::now());
     active.update(txn).await?;
     Ok(())

@@ -269,3 +269,95 @@ fn an_empty_required_value_is_refused_naming_the_key() {
         );
     }
 }
+
+/// `minimal(preset)` authenticating with OAuth2 instead of the preset's key.
+fn with_oauth2(preset: &str) -> String {
+    format!(
+        "{}auth = {{ oauth2 = \"refresh_token\", client_id = \"app-1\", client_secret_env = \"APP_SECRET\" }}\n",
+        minimal(preset)
+    )
+}
+
+#[test]
+fn the_presets_whose_apis_offer_oauth2_authorize_at_the_documented_endpoints() {
+    use crate::oauth2::ClientAuth;
+    // (preset, authorization endpoint, token endpoint, PKCE, client authentication, scope)
+    let documented = [
+        (
+            "gitlab_issues",
+            "https://gitlab.com/oauth/authorize",
+            "https://gitlab.com/oauth/token",
+            true,
+            ClientAuth::Post,
+            Some("read_api"),
+        ),
+        (
+            "asana_tasks",
+            "https://app.asana.com/-/oauth_authorize",
+            "https://app.asana.com/-/oauth_token",
+            true,
+            ClientAuth::Post,
+            None,
+        ),
+        (
+            "harvest_time_entries",
+            "https://id.getharvest.com/oauth2/authorize",
+            "https://id.getharvest.com/api/v2/oauth2/token",
+            false,
+            ClientAuth::Post,
+            None,
+        ),
+        (
+            "pipedrive_deals",
+            "https://oauth.pipedrive.com/oauth/authorize",
+            "https://oauth.pipedrive.com/oauth/token",
+            false,
+            ClientAuth::Basic,
+            None,
+        ),
+    ];
+    for (preset, authorize, token, pkce, client_auth, scope) in documented {
+        let oauth = config(&with_oauth2(preset)).unwrap_or_else(|err| panic!("{preset}: {err}"));
+        let app = oauth
+            .authorization()
+            .unwrap_or_else(|| panic!("{preset} offers no authorization"));
+        assert_eq!(app.authorize_url.as_str(), authorize, "{preset}");
+        assert_eq!(app.token_url.as_str(), token, "{preset}");
+        assert_eq!(app.pkce, pkce, "{preset}");
+        assert_eq!(app.client_auth, client_auth, "{preset}");
+        assert_eq!(app.scope.as_deref(), scope, "{preset}");
+        assert_eq!(app.client_id, "app-1", "{preset}");
+        assert_eq!(app.client_secret_env.as_deref(), Some("APP_SECRET"));
+        // Without `auth = { oauth2 ... }` the preset keeps its key and offers no consent.
+        let keyed = config(&minimal(preset)).unwrap();
+        assert!(keyed.authorization().is_none(), "{preset}");
+    }
+}
+
+#[test]
+fn the_users_oauth2_endpoints_win_and_a_preset_without_oauth2_keeps_none_of_its_auth() {
+    let own = format!(
+        "{}auth = {{ oauth2 = \"refresh_token\", client_id = \"app-1\", \
+         authorize_url = \"https://git.example.com/oauth/authorize\", \
+         token_url = \"https://git.example.com/oauth/token\" }}\n",
+        minimal("gitlab_issues")
+    );
+    let app = config(&own).unwrap().authorization().unwrap();
+    assert_eq!(
+        app.authorize_url.as_str(),
+        "https://git.example.com/oauth/authorize"
+    );
+    assert_eq!(
+        app.token_url.as_str(),
+        "https://git.example.com/oauth/token"
+    );
+    assert!(app.pkce);
+    // Freshdesk offers no OAuth2 here: the user's table is the whole `auth`.
+    let own = format!(
+        "{}auth = {{ oauth2 = \"refresh_token\", client_id = \"app-1\", \
+         token_url = \"https://auth.example.com/token\" }}\n",
+        minimal("freshdesk_tickets")
+    );
+    let rest = rest(&own);
+    assert!(matches!(rest.auth, Auth::OAuth2(_)), "{:?}", rest.auth);
+}

@@ -288,6 +288,7 @@ impl<'a> Writer<'a> {
             notify: NotifyRuns::None,
             deletions: DeletionPass::Off,
             full_passes_served: 0,
+            authorization_refused: false,
         };
         self.run.into_inner().close(end).await?;
         Ok(())

@@ -99,6 +99,7 @@ pub async fn run_store_only(
             notify: tributary::config::NotifyRuns::None,
             deletions: tributary::pipeline::DeletionPass::Off,
             full_passes_served: 0,
+            authorization_refused: false,
         };
         totals.push(*run.counts());
         run.close(end).await?;

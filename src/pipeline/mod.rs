@@ -30,7 +30,7 @@ use futures::FutureExt;
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tributary_providers::Provider;
+use tributary_providers::{FetchError, Provider};
 
 use crate::config::{ProviderSettings, StreamSettings};
 use crate::db::DatabasePools;
@@ -201,7 +201,15 @@ pub(crate) async fn sync_opened(
             _ => None,
         };
         let listing_complete = result.is_ok();
+        let authorization_refused = matches!(
+            &result,
+            Err(RunFault::Fetch {
+                source: FetchError::Unauthorized { status: 401, .. },
+                ..
+            })
+        );
         let end = RunEnd {
+            authorization_refused,
             status,
             error: error.as_deref(),
             listing_complete,

@@ -298,6 +298,7 @@ async fn replay_records(
         notify: provider_settings.notify,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
+        authorization_refused: false,
     };
     let closed = run.close(end).await?;
     if stopped.is_some() {

@@ -341,6 +341,9 @@ pub struct RunEnd<'a> {
     /// The `full_sync_schedule` firings the run served: what the stream owed when it
     /// began, for a full pass whose listing completed (only with `listing_complete`).
     pub full_passes_served: i64,
+    /// The provider answered 401 to the connection's credentials (after any refresh):
+    /// the connection needs a reconnect.
+    pub authorization_refused: bool,
 }
 
 /// How a run closed: its status, reason and counters as stored, which deciding
@@ -452,8 +455,16 @@ async fn finish_run(
     if end.deletions != DeletionPass::Off {
         deletions::forget_sightings(&txn, run_id).await?;
     }
-    // A run that succeeded proves the authorization works again.
+    // A run that succeeded proves the authorization works again; a 401 says it does not.
     let announce = crate::db::Announce::under(end.notify);
+    if end.authorization_refused
+        && crate::db::mark_needs_reconnect(&txn, connection.id, now, announce).await?
+    {
+        tracing::warn!(
+            connection_id = connection.id,
+            "The provider refused the connection's credentials with 401; the connection needs a reconnect."
+        );
+    }
     if closed.status == RunStatus::Succeeded
         && crate::db::clear_needs_reconnect(&txn, connection.id, now, announce).await?
     {

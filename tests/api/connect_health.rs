@@ -225,3 +225,63 @@ async fn a_revoked_grant_needs_a_reconnect_until_the_connect_page_reconnects_it(
     // The refresh was asked once, the revoked token listed once: wiremock's expectations.
     app.api.verify().await;
 }
+
+/// The `needs_reconnect_since` of `user`'s connection.
+async fn needs_reconnect(app: &TestApp, user: &str) -> bool {
+    connections_of(app, user).await[0]
+        .needs_reconnect_since
+        .is_some()
+}
+
+#[tokio::test]
+async fn a_key_the_provider_refuses_with_401_needs_a_reconnect_and_a_403_does_not() {
+    let app = spawn_app().await;
+    // Bob's key was revoked (401); carol's lacks a permission (403); a key that cannot be
+    // refreshed has nothing else to try.
+    for (user, status) in [("bob", 401), ("carol", 403)] {
+        Mock::given(method("GET"))
+            .and(path("/v1/items"))
+            .and(header("authorization", format!("Bearer token-{user}")))
+            .respond_with(ResponseTemplate::new(status).set_body_json(json!({"message": "no"})))
+            .up_to_n_times(1)
+            .mount(&app.api)
+            .await;
+    }
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "data": [{"id": "item-1"}], "next_cursor": null
+        })))
+        .mount(&app.api)
+        .await;
+    let settings = app
+        .settings(&crate::helpers::cursor_provider(
+            "acme",
+            &app.api.uri(),
+            &["bob", "carol"],
+        ))
+        .await;
+
+    let outcomes = app.sync(&settings).await;
+    let statuses: Vec<_> = outcomes
+        .iter()
+        .map(|o| (o.user_id.as_str(), o.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [("bob", RunStatus::Failed), ("carol", RunStatus::Failed)]
+    );
+    assert!(needs_reconnect(&app, "bob").await, "a 401 marks it");
+    assert!(
+        !needs_reconnect(&app, "carol").await,
+        "a 403 is a permission, not a revocation"
+    );
+
+    // The key works again (say the provider restored it): a run that succeeds clears it.
+    let outcomes = app.sync(&settings).await;
+    assert!(
+        outcomes.iter().all(|o| o.status == RunStatus::Succeeded),
+        "{outcomes:?}"
+    );
+    assert!(!needs_reconnect(&app, "bob").await);
+}

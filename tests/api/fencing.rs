@@ -455,6 +455,7 @@ async fn close_complete_pass(
         notify: NotifyRuns::All,
         deletions: DeletionPass::Apply { max_fraction: 1.0 },
         full_passes_served: 0,
+        authorization_refused: false,
     };
     let closed = run.close(end).await.expect("closed");
     (run_id, closed)
@@ -556,6 +557,7 @@ async fn a_run_marked_interrupted_by_another_process_is_never_flipped_back() {
         notify: NotifyRuns::All,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
+        authorization_refused: false,
     };
     let closed = run.close(end).await.expect("closed");
     assert_eq!(closed.status, RunStatus::Interrupted);
@@ -666,6 +668,7 @@ async fn a_leased_run_whose_connection_was_removed_ends_interrupted_saying_so() 
         notify: NotifyRuns::All,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
+        authorization_refused: false,
     };
     assert_eq!(*run.counts(), RunCounts::default());
     let closed = run.close(end).await.expect("closed");

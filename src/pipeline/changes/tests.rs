@@ -99,6 +99,7 @@ async fn run_of(mut run: Run<'_>, pages: &[&[&str]]) -> i64 {
         notify: NotifyRuns::All,
         deletions: DeletionPass::Off,
         full_passes_served: 0,
+        authorization_refused: false,
     };
     run.close(end).await.expect("closed");
     id

@@ -149,17 +149,16 @@ async fn mount_listing(app: &TestApp) {
         .await;
 }
 
-#[tokio::test]
-async fn a_runs_trace_reaches_the_collector_with_its_span_tree_its_retry_and_its_failed_record() {
-    let app = spawn_app().await;
-    mount_listing(&app).await;
+/// `tributary sync` of alice's listing ([`mount_listing`]) with `[telemetry]` and `extra`
+/// keys in it; the collector, once the process has exited.
+async fn sync_traced(app: &TestApp, extra: &str) -> Collector {
+    mount_listing(app).await;
     let (collector, base) = Collector::start().await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
-    let config = app.write_config(&format!("{}{providers}", telemetry_table(&base)));
-
-    let config_for_run = config.clone();
+    let config = app.write_config(&format!("{}{extra}\n{providers}", telemetry_table(&base)));
+    // Off the test's thread: the collector answers on it meanwhile.
     let sync = tokio::task::spawn_blocking(move || {
-        run(tributary(&config_for_run)
+        run(tributary(&config)
             .args(["sync", "--quiet"])
             .env(COLLECTOR_KEY_ENV, COLLECTOR_KEY))
     })
@@ -171,7 +170,23 @@ async fn a_runs_trace_reaches_the_collector_with_its_span_tree_its_retry_and_its
         "{}",
         sync.stdout
     );
+    collector
+}
 
+#[tokio::test]
+async fn the_user_id_is_exported_only_when_the_config_allows() {
+    let app = spawn_app().await;
+    let collector = sync_traced(&app, "include_user_id = true").await;
+    let spans = collector.spans();
+    let runs = named(&spans, "run");
+    assert_eq!(runs.len(), 1, "{spans:#?}");
+    assert_eq!(text(runs[0], "user_id").as_deref(), Some("alice"));
+}
+
+#[tokio::test]
+async fn a_runs_trace_reaches_the_collector_with_its_span_tree_its_retry_and_its_failed_record() {
+    let app = spawn_app().await;
+    let collector = sync_traced(&app, "").await;
     let spans = collector.spans();
     let runs = named(&spans, "run");
     assert_eq!(runs.len(), 1, "{spans:#?}");

@@ -162,6 +162,7 @@ pub(crate) async fn sync_opened(
         "otel.status_code" = tracing::field::Empty,
         "otel.status_description" = tracing::field::Empty,
     );
+    let run_span = span.clone();
     async move {
         let stream = run.stream();
         // A full pass the schedule owes the stream makes this run one, whoever asked.
@@ -275,7 +276,7 @@ pub(crate) async fn sync_opened(
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
-        record_on_span(&outcome);
+        record_on_span(&run_span, &outcome);
         crate::telemetry::record_run(&outcome.metrics(listing_complete));
         Ok(outcome)
     }
@@ -349,8 +350,7 @@ fn panicked(payload: &(dyn std::any::Any + Send)) -> RunFault {
 }
 
 /// The run's outcome and counters as attributes of its span, for traces.
-fn record_on_span(outcome: &RunOutcome) {
-    let span = tracing::Span::current();
+fn record_on_span(span: &tracing::Span, outcome: &RunOutcome) {
     let counts = &outcome.counts;
     span.record("outcome", tracing::field::display(outcome.status));
     for (name, value) in [

@@ -304,6 +304,8 @@ struct Walker<'r, 'a> {
     /// The run's span, every page's parent (a page fetched ahead starts inside the page
     /// before).
     run_span: tracing::Span,
+    /// The span of the page being walked.
+    page_span: tracing::Span,
 }
 
 impl<'r, 'a> Walker<'r, 'a> {
@@ -331,6 +333,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             last_commit: Instant::now(),
             prefetched: None,
             run_span: tracing::Span::current(),
+            page_span: tracing::Span::none(),
         })
     }
 
@@ -358,6 +361,7 @@ impl<'r, 'a> Walker<'r, 'a> {
                 Some((_, span)) => span.clone(),
                 None => self.page_span(page_number),
             };
+            self.page_span = span.clone();
             let step = self
                 .page(page_number, committed)
                 .instrument(span.clone())
@@ -397,7 +401,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         committed: &mut Committed<'_>,
     ) -> Result<bool, RunFault> {
         let page = self.next_page(page_number, &committed.run).await?;
-        record_page_size(&page);
+        record_page_size(&page, &self.page_span);
         if let Some(position) = self.repeated_page(&page) {
             return Err(RunFault::RepeatedPage {
                 page: page_number,
@@ -655,7 +659,8 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 
     fn page_committed(&mut self, page: u64, stored: &PageStoreCounts, committed: &Committed<'_>) {
-        tracing::Span::current().record("failed", super::ground::to_db(stored.failed));
+        self.page_span
+            .record("failed", super::ground::to_db(stored.failed));
         if !stored.deferred {
             self.last_commit = Instant::now();
         }
@@ -675,8 +680,12 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 }
 
-/// The page's records and the bytes of their payloads, on the page's span.
-fn record_page_size(page: &Page) {
+/// The page's records and the bytes of their payloads, on the page's span; nothing is
+/// counted when no trace records it.
+fn record_page_size(page: &Page, span: &tracing::Span) {
+    if span.is_disabled() {
+        return;
+    }
     let bytes: usize = page
         .items
         .iter()
@@ -686,12 +695,11 @@ fn record_page_size(page: &Page) {
             PageItem::Deleted(deleted) => deleted.payload.len(),
         })
         .fold(0, usize::saturating_add);
-    tracing::Span::current()
-        .record(
-            "records",
-            i64::try_from(page.items.len()).unwrap_or(i64::MAX),
-        )
-        .record("bytes", i64::try_from(bytes).unwrap_or(i64::MAX));
+    span.record(
+        "records",
+        i64::try_from(page.items.len()).unwrap_or(i64::MAX),
+    )
+    .record("bytes", i64::try_from(bytes).unwrap_or(i64::MAX));
 }
 
 /// What the next page most likely holds, judged by the page just stored.

@@ -73,7 +73,7 @@ pub(super) async fn post(
             Err(error) => return Err(redact.apply(&transport_error(error))),
         };
         let status = response.status();
-        tracing::Span::current().record("http.response.status_code", i64::from(status.as_u16()));
+        span.record("http.response.status_code", i64::from(status.as_u16()));
         if status.is_success() {
             return Ok(());
         }

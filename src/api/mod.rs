@@ -303,7 +303,48 @@ fn layered(router: Router<ApiState>, api: &ApiSettings, state: ApiState) -> Rout
             auth::audit_writes,
         ))
         .layer(axum::middleware::from_fn(problem::problems_everywhere))
+        .layer(axum::middleware::from_fn(traced))
         .with_state(state)
+}
+
+/// Serves `request` in a span of its own, the child of the trace its `traceparent` names,
+/// so an app's trace goes on into tributary's. The span names the route, never the path:
+/// the Connect page's paths hold tokens.
+async fn traced(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", axum::extract::MatchedPath::as_str)
+        .to_string();
+    let span = tracing::debug_span!(
+        "http.server.request",
+        "otel.name" = format!("{method} {route}"),
+        "otel.kind" = "server",
+        "http.request.method" = method.as_str(),
+        "http.route" = route.as_str(),
+        "http.response.status_code" = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+    );
+    if let Some(traceparent) = request
+        .headers()
+        .get(crate::telemetry::TRACEPARENT)
+        .and_then(|value| value.to_str().ok())
+    {
+        crate::telemetry::continue_trace(&span, traceparent);
+    }
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
 }
 
 /// Binds `[api] listen` and serves until `shutdown` is cancelled; requests in flight are

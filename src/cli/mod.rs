@@ -30,6 +30,9 @@ use tributary_providers::quote::{truncated, MAX_QUOTED_CHARS};
 
 use exit::{EXIT_CONFIG, EXIT_FAILURE, EXIT_SCHEMA};
 
+use crate::config::{ConfigError, Settings};
+use crate::telemetry::{self, TraceExport, Traces};
+
 /// tributary: a scheduled multi-provider sync daemon. Fetches your users' records from
 /// third-party APIs and stores each once per (user_id, provider, external_id).
 #[derive(Debug, Parser)]
@@ -167,9 +170,11 @@ pub fn main() -> ExitCode {
 /// stderr filtered by `filter`, on the same runtime every command runs on, so that what
 /// it measures is what `tributary` does.
 pub fn run_tool(filter: &str, work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    init_tracing(LogFormat::Text, filter);
     match runtime() {
-        Ok(runtime) => runtime.block_on(work),
+        Ok(runtime) => {
+            init_tracing(LogFormat::Text, filter, None);
+            runtime.block_on(work)
+        }
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
             ExitCode::from(EXIT_FAILURE)
@@ -184,7 +189,7 @@ fn run(cli: Cli) -> ExitCode {
         Command::Daemon(_) => "info",
         _ => "warn",
     };
-    init_tracing(cli.log_format, cli.log.as_deref().unwrap_or(default_filter));
+    // The runtime first: the trace exporter sends on it.
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -192,6 +197,18 @@ fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    let export = match trace_export(&cli) {
+        Ok(export) => export.map(|export| (export, runtime.handle().clone())),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let traces = init_tracing(
+        cli.log_format,
+        cli.log.as_deref().unwrap_or(default_filter),
+        export,
+    );
     let outcome = runtime.block_on(async {
         let outcome = dispatch(cli).await;
         // A run cancelled while its token refresh was in flight leaves the refresh to
@@ -204,6 +221,9 @@ fn run(cli: Cli) -> ExitCode {
         }
         outcome
     });
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match outcome {
         Ok(code) => code,
         Err(error) => {
@@ -269,22 +289,73 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// Logs to stderr in `format`, filtered by `filter` (EnvFilter syntax; "warn" if invalid).
-fn init_tracing(format: LogFormat, filter: &str) {
+/// Logs to stderr in `format`, filtered by `filter` (EnvFilter syntax; "warn" if invalid),
+/// and exports traces when `export` says where (sent on its runtime). Without an export
+/// no trace layer is installed, so spans cost what logging alone makes them cost.
+fn init_tracing(
+    format: LogFormat,
+    filter: &str,
+    export: Option<(TraceExport, tokio::runtime::Handle)>,
+) -> Option<Traces> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let colour = use_colour(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
+        LogFormat::Json => lines.json().boxed(),
     };
+    let (exported, traces) = match export.map(|(export, runtime)| telemetry::layer(export, runtime))
+    {
+        Some(Ok((layer, traces))) => (Some(layer), Some(traces)),
+        Some(Err(message)) => {
+            eprintln!("warning: traces are not exported: {message}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(exported)
+        .try_init();
+    traces
+}
+
+/// The trace export of the commands that sync (`daemon`, `sync`), from `[telemetry]`. A
+/// config that does not load exports nothing: the command itself reports why.
+fn trace_export(cli: &Cli) -> Result<Option<TraceExport>, ConfigError> {
+    if !matches!(cli.command, Command::Daemon(_) | Command::Sync(_)) {
+        return Ok(None);
+    }
+    let Ok(settings) = Settings::load(&cli.config) else {
+        return Ok(None);
+    };
+    let Some(telemetry) = &settings.telemetry else {
+        return Ok(None);
+    };
+    let headers = telemetry
+        .resolve_headers()
+        .map_err(|(key, message)| ConfigError::Invalid {
+            path: settings.path.clone(),
+            key,
+            message,
+        })?;
+    Ok(Some(TraceExport {
+        traces_url: telemetry.traces_url(),
+        headers,
+        service_name: telemetry.service_name.clone(),
+        sampling_ratio: telemetry.sampling_ratio,
+        include_user_id: telemetry.include_user_id,
+    }))
 }
 
 /// Whether log lines are coloured: only on a terminal, where escape codes are read as

@@ -22,6 +22,7 @@ mod redact;
 mod retention;
 mod secret_env;
 mod streams;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -35,6 +36,7 @@ pub use redact::redact_url;
 pub use retention::RetentionSettings;
 pub(crate) use streams::namespace;
 pub use streams::StreamSettings;
+pub(crate) use telemetry::TelemetrySettings;
 pub(crate) use webhooks::{
     standard_key, HmacAlgorithm, HmacScheme, SignatureEncoding, WebhookScheme, WebhookSettings,
     DEFAULT_TOLERANCE as DEFAULT_WEBHOOK_TOLERANCE,
@@ -140,6 +142,8 @@ pub struct Settings {
     /// `[connect]`: the hosted page where users connect their accounts; `None` when the
     /// table is absent.
     pub(crate) connect: Option<ConnectSettings>,
+    /// `[telemetry]`: where traces are exported; `None` (off) when the table is absent.
+    pub(crate) telemetry: Option<TelemetrySettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -424,6 +428,7 @@ struct RawSettings {
     retention: Option<toml::Value>,
     api: Option<toml::Value>,
     connect: Option<toml::Value>,
+    telemetry: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -597,6 +602,14 @@ impl Settings {
             ),
             None => None,
         };
+        let telemetry = match raw.telemetry {
+            Some(value) => Some(
+                deserialize_at("telemetry", value)
+                    .and_then(|raw| telemetry::parse(raw, env_is_set))
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
         let notify_runs = notify
             .as_ref()
             .map_or(NotifyRuns::None, NotifySettings::runs);
@@ -684,6 +697,7 @@ impl Settings {
             retention,
             api,
             connect,
+            telemetry,
             providers,
         })
     }

@@ -11,6 +11,7 @@ use sea_orm::{
     TransactionTrait,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tributary_providers::Provider;
 
 use super::queue::{self, NewJob};
@@ -77,13 +78,47 @@ pub(crate) async fn run(
     job: &sync_job::Model,
     connection: Option<connection::Model>,
 ) -> Option<SyncReport> {
-    match run_and_record(context, job, connection).await {
+    let span = tracing::debug_span!(
+        "job",
+        job_id = job.id,
+        connection_id = job.connection_id,
+        provider = %job.provider,
+        stream = %job.stream,
+        kind = ?job.kind,
+        attempt = job.attempt,
+        runs = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+    );
+    let report = match run_and_record(context, job, connection)
+        .instrument(span.clone())
+        .await
+    {
         Ok(report) => report,
         Err(error) => {
-            tracing::error!(job_id = job.id, %error, "Recording the job's end failed.");
+            span.record("otel.status_code", "ERROR");
+            tracing::error!(parent: &span, job_id = job.id, %error, "Recording the job's end failed.");
             None
         }
+    };
+    let outcomes = report
+        .as_ref()
+        .map_or(&[][..], |report| &report.outcomes[..]);
+    // The job's outcome is its worst run's: one failed run fails the job.
+    let worst = outcomes
+        .iter()
+        .map(|outcome| outcome.status)
+        .find(|status| *status == RunStatus::Failed)
+        .or_else(|| outcomes.last().map(|outcome| outcome.status));
+    span.record("runs", i64::try_from(outcomes.len()).unwrap_or(i64::MAX));
+    match worst {
+        Some(status) => span.record("outcome", tracing::field::display(status)),
+        None => span.record("outcome", "no_run"),
+    };
+    if worst == Some(RunStatus::Failed) {
+        span.record("otel.status_code", "ERROR");
     }
+    report
 }
 
 async fn run_and_record(

@@ -148,8 +148,21 @@ pub(crate) async fn sync_opened(
         run_id,
         user_id = %connection.user_id,
         provider = %connection.provider,
-        stream = %run.stream().name()
+        stream = %run.stream().name(),
+        connection_id = connection.id,
+        trigger = %trigger,
+        outcome = tracing::field::Empty,
+        pages = tracing::field::Empty,
+        fetched = tracing::field::Empty,
+        inserted = tracing::field::Empty,
+        updated = tracing::field::Empty,
+        unchanged = tracing::field::Empty,
+        failed = tracing::field::Empty,
+        deleted = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_description" = tracing::field::Empty,
     );
+    let run_span = span.clone();
     async move {
         let stream = run.stream();
         // A full pass the schedule owes the stream makes this run one, whoever asked.
@@ -271,6 +284,7 @@ pub(crate) async fn sync_opened(
             elapsed: started.elapsed(),
         };
         log_outcome(&outcome);
+        record_on_span(&run_span, &outcome);
         crate::telemetry::record_run(&outcome.metrics(listing_complete));
         Ok(outcome)
     }
@@ -341,6 +355,30 @@ fn panicked(payload: &(dyn std::any::Any + Send)) -> RunFault {
     let message: String = text.chars().take(MAX_PANIC_MESSAGE_CHARS).collect();
     tracing::error!(panic = %message, "The run panicked; it ends failed.");
     RunFault::Panicked { message }
+}
+
+/// The run's outcome and counters as attributes of its span, for traces.
+fn record_on_span(span: &tracing::Span, outcome: &RunOutcome) {
+    let counts = &outcome.counts;
+    span.record("outcome", tracing::field::display(outcome.status));
+    for (name, value) in [
+        ("pages", counts.pages_fetched),
+        ("fetched", counts.fetched),
+        ("inserted", counts.inserted),
+        ("updated", counts.updated),
+        ("unchanged", counts.unchanged),
+        ("failed", counts.failed),
+        ("deleted", counts.deleted),
+    ] {
+        // As integers: the trace layer would export a u64 as text.
+        span.record(name, ground::to_db(value));
+    }
+    if outcome.status == RunStatus::Failed {
+        span.record("otel.status_code", "ERROR");
+        if let Some(error) = &outcome.error {
+            span.record("otel.status_description", error.as_str());
+        }
+    }
 }
 
 fn log_outcome(outcome: &RunOutcome) {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sea_orm::DbErr;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tributary_providers::http::{with_budget, RequestBudget};
 use tributary_providers::{
     FetchContext, FetchError, Page, PageItem, PagePosition, ParentRecord, Provider, Watermark,
@@ -298,8 +299,13 @@ struct Walker<'r, 'a> {
     expect: PageExpectation,
     last_commit: Instant,
     /// The next page, fetched while the current one was being stored: at most one page
-    /// ahead, so memory stays bounded by two pages.
-    prefetched: Option<Fetched>,
+    /// ahead, so memory stays bounded by two pages. With the span its fetch ran in.
+    prefetched: Option<(Fetched, tracing::Span)>,
+    /// The run's span, every page's parent (a page fetched ahead starts inside the page
+    /// before).
+    run_span: tracing::Span,
+    /// The span of the page being walked.
+    page_span: tracing::Span,
 }
 
 impl<'r, 'a> Walker<'r, 'a> {
@@ -331,6 +337,8 @@ impl<'r, 'a> Walker<'r, 'a> {
             expect: PageExpectation::Unchanged,
             last_commit: Instant::now(),
             prefetched: None,
+            run_span: tracing::Span::current(),
+            page_span: tracing::Span::none(),
         })
     }
 
@@ -354,27 +362,71 @@ impl<'r, 'a> Walker<'r, 'a> {
         loop {
             self.check_before_fetch(committed)?;
             let page_number = committed.run.counts().pages_fetched + 1;
-            let page = self.next_page(page_number, &committed.run).await?;
-            if let Some(position) = self.repeated_page(&page) {
-                return Err(RunFault::RepeatedPage {
-                    page: page_number,
-                    position,
-                });
-            }
-            if let Some(reason) = page.parent_gone {
-                self.parent_gone(&reason, committed);
+            let span = match &self.prefetched {
+                Some((_, span)) => span.clone(),
+                None => self.page_span(page_number),
+            };
+            self.page_span = span.clone();
+            let step = self
+                .page(page_number, committed)
+                .instrument(span.clone())
+                .await;
+            match &step {
+                Ok(_) => span.record("outcome", "stored"),
+                Err(fault) => span
+                    .record("outcome", "failed")
+                    .record("otel.status_code", "ERROR")
+                    .record("otel.status_description", fault.to_string()),
+            };
+            if !step? {
                 return Ok(());
             }
-            match self.store(page, page_number, committed).await? {
-                AfterPage::Next(position) => self.position = Some(position),
-                AfterPage::End => return Ok(()),
-                AfterPage::Stopped(reason) => {
-                    return Err(RunFault::ListingStopped {
-                        page: page_number,
-                        reason,
-                    })
-                }
+        }
+    }
+
+    /// The span of page `page_number` of this run.
+    fn page_span(&self, page_number: u64) -> tracing::Span {
+        tracing::debug_span!(
+            parent: &self.run_span,
+            "page",
+            page = super::ground::to_db(page_number),
+            records = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            failed = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_description" = tracing::field::Empty,
+        )
+    }
+
+    /// Fetches and stores one page; false when the listing ends with it.
+    async fn page(
+        &mut self,
+        page_number: u64,
+        committed: &mut Committed<'_>,
+    ) -> Result<bool, RunFault> {
+        let page = self.next_page(page_number, &committed.run).await?;
+        record_page_size(&page, &self.page_span);
+        if let Some(position) = self.repeated_page(&page) {
+            return Err(RunFault::RepeatedPage {
+                page: page_number,
+                position,
+            });
+        }
+        if let Some(reason) = page.parent_gone {
+            self.parent_gone(&reason, committed);
+            return Ok(false);
+        }
+        match self.store(page, page_number, committed).await? {
+            AfterPage::Next(position) => {
+                self.position = Some(position);
+                Ok(true)
             }
+            AfterPage::End => Ok(false),
+            AfterPage::Stopped(reason) => Err(RunFault::ListingStopped {
+                page: page_number,
+                reason,
+            }),
         }
     }
 
@@ -446,7 +498,7 @@ impl<'r, 'a> Walker<'r, 'a> {
     /// The page at the current position: the one fetched ahead, or a fetch now.
     async fn next_page(&mut self, page_number: u64, run: &Run<'_>) -> Result<Page, RunFault> {
         let fetched = match self.prefetched.take() {
-            Some(fetched) => fetched,
+            Some((fetched, _)) => fetched,
             None => {
                 fetch_unless_cancelled(
                     self.run,
@@ -504,7 +556,7 @@ impl<'r, 'a> Walker<'r, 'a> {
         if page.watermarks_ahead > 0 {
             tracing::warn!(
                 run_id = committed.run.id(),
-                page = page_number,
+                page = super::ground::to_db(page_number),
                 count = page.watermarks_ahead,
                 "Watermarks beyond the clock skew were clamped to the fetch time."
             );
@@ -539,15 +591,17 @@ impl<'r, 'a> Walker<'r, 'a> {
         });
         let stored = match ahead {
             Some(next) => {
+                let next_span = self.page_span(page_number.saturating_add(1));
                 let fetch_next = fetch_unless_cancelled(
                     run,
                     &self.stream_name,
                     &self.credentials,
                     &self.listing,
                     Some(next),
-                );
+                )
+                .instrument(next_span.clone());
                 let (stored, next_page) = tokio::join!(store, fetch_next);
-                self.prefetched = Some(next_page);
+                self.prefetched = Some((next_page, next_span));
                 stored
             }
             None => store.await,
@@ -610,6 +664,8 @@ impl<'r, 'a> Walker<'r, 'a> {
     }
 
     fn page_committed(&mut self, page: u64, stored: &PageStoreCounts, committed: &Committed<'_>) {
+        self.page_span
+            .record("failed", super::ground::to_db(stored.failed));
         if !stored.deferred {
             self.last_commit = Instant::now();
         }
@@ -627,6 +683,28 @@ impl<'r, 'a> Walker<'r, 'a> {
             .progress
             .page_committed(self.run.connection, committed.run.counts());
     }
+}
+
+/// The page's records and the bytes of their payloads, on the page's span; nothing is
+/// counted when no trace records it.
+fn record_page_size(page: &Page, span: &tracing::Span) {
+    if span.is_disabled() {
+        return;
+    }
+    let bytes: usize = page
+        .items
+        .iter()
+        .map(|item| match item {
+            PageItem::Record(record) => record.payload.len(),
+            PageItem::Rejected(rejected) => rejected.payload.len(),
+            PageItem::Deleted(deleted) => deleted.payload.len(),
+        })
+        .fold(0, usize::saturating_add);
+    span.record(
+        "records",
+        i64::try_from(page.items.len()).unwrap_or(i64::MAX),
+    )
+    .record("bytes", i64::try_from(bytes).unwrap_or(i64::MAX));
 }
 
 /// What the next page most likely holds, judged by the page just stored.

@@ -354,6 +354,26 @@ fn bad_configs_fail_at_start_naming_the_file_and_key_and_write_nothing() {
             "providers.acme.connections[0].user_id",
             "control characters",
         ),
+        (
+            format!("[telemetry]\nendpoint = \"http://127.0.0.1:4318\"\nsampling_ratio = 1.5\n{valid}"),
+            "telemetry.sampling_ratio",
+            "between 0.0 and 1.0, got 1.5",
+        ),
+        (
+            format!("[telemetry]\nendpoint = \"http://127.0.0.1:4318\"\nheaders = {{ \"x-api-key\" = \"hny_Secret123\" }}\n{valid}"),
+            "telemetry.headers.x-api-key",
+            "never the value itself",
+        ),
+        (
+            format!("[telemetry]\nendpoint = \"http://127.0.0.1:4318\"\nheaders = {{ \"x-api-key\" = \"TRIBUTARY_TEST_NOT_SET_OTLP\" }}\n{valid}"),
+            "telemetry.headers.x-api-key",
+            "TRIBUTARY_TEST_NOT_SET_OTLP is not set",
+        ),
+        (
+            format!("[telemetry]\nendpoint = \"https://user:pass@collector.example\"\n{valid}"),
+            "telemetry.endpoint",
+            "credentials in the URL",
+        ),
     ];
     for (index, (text, key, expected)) in cases.iter().enumerate() {
         let config = dir.path().join(format!("bad-{index}.toml"));

@@ -60,6 +60,7 @@ mod streams;
 mod stripe_events;
 mod tenants;
 mod tools;
+mod traces;
 mod transactions;
 mod upgrades;
 mod webhooks;

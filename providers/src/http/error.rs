@@ -195,6 +195,28 @@ impl FetchError {
         }
     }
 
+    /// A short name of the kind of failure (OpenTelemetry's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FetchError::Client { .. } => "client",
+            FetchError::InvalidUrl { .. } => "invalid_url",
+            FetchError::MissingCredentials { .. } => "missing_credentials",
+            FetchError::Unauthorized { .. } => "unauthorized",
+            FetchError::RateLimited { .. } => "rate_limited",
+            FetchError::BudgetSpent { .. } => "budget_spent",
+            FetchError::BudgetUnavailable { .. } => "budget_unavailable",
+            FetchError::Status { .. } => "status",
+            FetchError::Transport { .. } => "transport",
+            FetchError::BodyTooLarge { .. } => "body_too_large",
+            FetchError::InvalidJson { .. } => "invalid_json",
+            FetchError::Shape { .. } => "shape",
+            FetchError::TooManyRecords { .. } => "too_many_records",
+            FetchError::PaginationLoop { .. } => "pagination_loop",
+            FetchError::PositionMismatch { .. } => "position_mismatch",
+            FetchError::RefusedWithRotation { .. } => "refused_with_rotation",
+        }
+    }
+
     /// `run_errors.stage` for this error: "parse" for InvalidJson/Shape, else "fetch".
     pub fn stage(&self) -> RecordStage {
         match self {

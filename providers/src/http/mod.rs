@@ -26,7 +26,7 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,7 @@ use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION};
 use reqwest::{Method, Response};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::value::RawValue;
+use tracing::Instrument;
 use url::Url;
 
 pub use budget::{reported_windows, with_budget, BudgetRefusal, ReportedWindow, RequestBudget};
@@ -236,6 +237,24 @@ impl HttpClient {
         read: BodyReader<T>,
     ) -> Result<T, FetchError> {
         let shown = display_url_hiding(request.url, &self.secret_params);
+        // One span per request, its retries included, named as OpenTelemetry's HTTP
+        // conventions name a client's; the URL is the one logs show, secrets hidden.
+        let span = tracing::debug_span!(
+            "http.request",
+            "otel.name" = request.method.as_str(),
+            "otel.kind" = "client",
+            "http.request.method" = request.method.as_str(),
+            "url.full" = shown.as_str(),
+            "http.response.status_code" = tracing::field::Empty,
+            "http.request.resend_count" = tracing::field::Empty,
+            "tributary.rate_limit_wait_ms" = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_description" = tracing::field::Empty,
+        );
+        let waited_ms = AtomicU64::new(0);
+        // The last answer's status (0: none yet), recorded once the retries are over.
+        let last_status = AtomicU16::new(0);
         let attempts = AtomicU32::new(0);
         let max_delay = self.settings.retry_max_delay;
         let backoff = ExponentialBuilder::default()
@@ -243,15 +262,21 @@ impl HttpClient {
             .with_max_delay(max_delay)
             .with_max_times(usize::try_from(self.settings.max_retries).unwrap_or(usize::MAX))
             .with_jitter();
-        let (request, shown_ref, attempts_ref) = (&request, shown.as_str(), &attempts);
+        let (request, shown_ref, attempts_ref, waited_ref, status_ref) = (
+            &request,
+            shown.as_str(),
+            &attempts,
+            &waited_ms,
+            &last_status,
+        );
         let read = &read;
         let attempt = move || async move {
             let attempt = attempts_ref.fetch_add(1, Ordering::Relaxed) + 1;
-            self.attempt(request, policy, shown_ref, attempt, read)
+            self.attempt(request, policy, shown_ref, attempt, read, status_ref)
                 .await
                 .map_err(|failure| failure.for_method(&request.method))
         };
-        attempt
+        let outcome = attempt
             .retry(backoff)
             .when(|failure: &Failure| failure.retryable)
             // The backoff decides whether there is another attempt; the wait the API asked
@@ -265,10 +290,30 @@ impl HttpClient {
                 metrics::counter!(HTTP_RETRIES_TOTAL, "provider" => provider).increment(1);
                 if failure.retry_after.is_some() {
                     self.record_rate_limit_wait();
+                    let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                    waited_ref.fetch_add(ms, Ordering::Relaxed);
                 }
             })
+            .instrument(span.clone())
             .await
-            .map_err(|failure| failure.error)
+            .map_err(|failure| failure.error);
+        let resent = attempts.load(Ordering::Relaxed).saturating_sub(1);
+        // As i64: the trace layer would export unsigned values as text.
+        span.record("http.request.resend_count", i64::from(resent));
+        let waited = i64::try_from(waited_ms.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        span.record("tributary.rate_limit_wait_ms", waited);
+        match last_status.load(Ordering::Relaxed) {
+            0 => {}
+            status => {
+                span.record("http.response.status_code", i64::from(status));
+            }
+        }
+        if let Err(error) = &outcome {
+            span.record("error.type", error.kind())
+                .record("otel.status_code", "ERROR")
+                .record("otel.status_description", error.to_string());
+        }
+        outcome
     }
 
     /// One request: the answer, or a failure saying whether it is worth another attempt.
@@ -279,6 +324,7 @@ impl HttpClient {
         shown: &str,
         attempt: u32,
         read: &BodyReader<T>,
+        last_status: &AtomicU16,
     ) -> Result<T, Failure> {
         let transport = |what: &str, err: reqwest::Error| {
             // A redirect loop or a request that cannot be built fails the same way again.
@@ -324,6 +370,7 @@ impl HttpClient {
         metrics::counter!(HTTP_REQUESTS_TOTAL, "provider" => provider, "status" => status_label)
             .increment(1);
         let mut response = sent.map_err(|err| transport("sending the request failed", err))?;
+        last_status.store(response.status().as_u16(), Ordering::Relaxed);
         policy.observe(response.status(), response.headers());
         if let Some(shared) = &shared_budget {
             let reported = reported_windows(response.headers());

@@ -7,8 +7,11 @@ use secrecy::{ExposeSecret, SecretString};
 use tributary_providers::http::error_chain;
 use tributary_providers::quote::truncated;
 
-use crate::config::NotifySettings;
+use tracing::Instrument;
+
+use crate::config::{redact_url, NotifySettings};
 use crate::entities::notification_delivery::Model as Delivery;
+use crate::telemetry::{traceparent_of, TRACEPARENT};
 
 use super::signature::{signature, DELIVERY_HEADER, SIGNATURE_HEADER};
 
@@ -44,27 +47,49 @@ pub(super) async fn post(
     let mut signature_value =
         HeaderValue::from_str(&signed).map_err(|error| format!("signing: {error}"))?;
     signature_value.set_sensitive(true);
-    let answer = client
+    let span = tracing::debug_span!(
+        "notify.delivery",
+        "otel.name" = "POST",
+        "otel.kind" = "client",
+        "http.request.method" = "POST",
+        "url.full" = %redact_url(settings.url.as_str()),
+        delivery_id = delivery.delivery_id.as_str(),
+        "http.response.status_code" = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_description" = tracing::field::Empty,
+    );
+    let mut request = client
         .post(settings.url.clone())
         .header(CONTENT_TYPE, "application/json")
         .header(SIGNATURE_HEADER, signature_value)
-        .header(DELIVERY_HEADER, delivery.delivery_id.as_str())
-        .body(delivery.body.clone())
-        .send()
-        .await;
-    let response = match answer {
-        Ok(response) => response,
-        Err(error) => return Err(redact.apply(&transport_error(error))),
-    };
-    let status = response.status();
-    if status.is_success() {
-        return Ok(());
+        .header(DELIVERY_HEADER, delivery.delivery_id.as_str());
+    // The receiver's trace goes on from this delivery's span.
+    if let Some(traceparent) = traceparent_of(&span) {
+        request = request.header(TRACEPARENT, traceparent);
     }
-    let body = read_head(response).await;
-    Err(format!(
-        "the receiver answered HTTP {status}: {}",
-        redact.excerpt(&body)
-    ))
+    let sent = async {
+        let response = match request.body(delivery.body.clone()).send().await {
+            Ok(response) => response,
+            Err(error) => return Err(redact.apply(&transport_error(error))),
+        };
+        let status = response.status();
+        span.record("http.response.status_code", i64::from(status.as_u16()));
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = read_head(response).await;
+        Err(format!(
+            "the receiver answered HTTP {status}: {}",
+            redact.excerpt(&body)
+        ))
+    }
+    .instrument(span.clone())
+    .await;
+    if let Err(error) = &sent {
+        span.record("otel.status_code", "ERROR")
+            .record("otel.status_description", error.as_str());
+    }
+    sent
 }
 
 /// A failed request's error without its URL (whose query may hold a receiver's token).

@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, TransactionTrait,
 };
+use tracing::Instrument;
 use tributary_providers::{DeletedRecord, PageItem, Record, RecordStage, RejectedRecord};
 
 use crate::config::WriteMode;
@@ -123,30 +124,67 @@ pub(crate) async fn store_page(
     if let (true, PageExpectation::New, Some(new_pages)) =
         (shortcut, context.expect, backend.new_pages())
     {
-        if let Some(counts) = page.write_all_new(new_pages, totals).await? {
+        let span = transaction_span("all_new");
+        if let Some(counts) = page
+            .write_all_new(new_pages, totals)
+            .instrument(span)
+            .await?
+        {
             backend.committed();
             return Ok(counts);
         }
     }
-    let counts = match page.write(db, totals, Mode::Fast).await {
+    let span = transaction_span("usual");
+    let counts = match page
+        .write(db, totals, Mode::Fast)
+        .instrument(span.clone())
+        .await
+    {
         Ok(counts) => counts,
         Err(PageFailure::Record(error)) => {
+            failed_on(&span, &error);
             let reason = careful_path_handles(backend, "usual", error)?;
             tracing::warn!(
                 reason = reason.as_str(),
                 "Writing a record failed; writing the page again record by record where needed."
             );
-            match page.write(db, totals, Mode::Careful).await {
+            let careful = transaction_span("careful");
+            match page
+                .write(db, totals, Mode::Careful)
+                .instrument(careful.clone())
+                .await
+            {
                 Ok(counts) => counts,
                 Err(PageFailure::Record(error) | PageFailure::Database(error)) => {
-                    return Err(error.into())
+                    failed_on(&careful, &error);
+                    return Err(error.into());
                 }
             }
         }
-        Err(PageFailure::Database(error)) => return Err(error.into()),
+        Err(PageFailure::Database(error)) => {
+            failed_on(&span, &error);
+            return Err(error.into());
+        }
     };
     backend.committed();
     Ok(counts)
+}
+
+/// The span of one of a page's transactions; `path` is the way it is written (`all_new`,
+/// `usual`, `careful`).
+fn transaction_span(path: &'static str) -> tracing::Span {
+    tracing::debug_span!(
+        "store.transaction",
+        path,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_description" = tracing::field::Empty,
+    )
+}
+
+/// Marks a transaction's span failed, rolled back for `error`.
+fn failed_on(span: &tracing::Span, error: &StoreError) {
+    span.record("otel.status_code", "ERROR")
+        .record("otel.status_description", error.to_string());
 }
 
 /// The reason a fast path failed with `error`, if the careful path handles it; counted

@@ -65,6 +65,15 @@ pub(crate) async fn insert_run_errors(
     scope: ErrorScope,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
+    for reject in rejected {
+        // On the page's span in traces; the record itself stays in `run_errors`.
+        tracing::debug!(
+            external_id = reject.external_id.as_deref().unwrap_or(""),
+            stage = ?reject.stage,
+            error = %reject.message,
+            "Record set aside."
+        );
+    }
     for chunk in rejected.chunks(RUN_ERROR.rows(db.get_database_backend())) {
         let rows = chunk.iter().map(|reject| {
             error_row(

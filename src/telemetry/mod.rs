@@ -1,11 +1,15 @@
 //! Metrics: their names, labels and the one place each is recorded. They go through the
 //! `metrics` facade, so they cost nothing unless a recorder is installed (the daemon
 //! installs a Prometheus one when `[daemon] listen` is set). The events are plain structs,
-//! so this module depends on nothing of ours and every layer may record.
+//! so this module depends on nothing of ours and every layer may record. Traces are in
+//! [`traces`].
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+mod traces;
+pub(crate) use traces::{continue_trace, layer, traceparent_of, TraceExport, Traces, TRACEPARENT};
 
 /// Runs by provider, stream and final status. Every run metric carries `provider` and
 /// `stream`: both come from config.toml, so their values are bounded (never user ids).

@@ -123,6 +123,19 @@ pub async fn run_with(
     // Checked again although `App::open` does: an embedding app may start the daemon on
     // pools of its own, and without the index concurrent runs could write duplicates.
     crate::db::require_key_index(&db).await?;
+    // Installed before the pools are handed out, so that every statement is counted; no
+    // count, not even its atomic add, without the endpoint that serves it.
+    let metrics = match settings.daemon.listen {
+        Some(_) => Some(crate::telemetry::install_prometheus().map_err(DaemonError::Metrics)?),
+        None => None,
+    };
+    let db = match metrics {
+        Some(_) => {
+            let statements = crate::telemetry::statement_counter();
+            db.counting_statements(move || statements.increment(1))
+        }
+        None => db,
+    };
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
     // Before anything compares a time of another instance's (the sweep below does).
@@ -274,9 +287,8 @@ pub async fn run_with(
     tracker.spawn(worker::work(worker, tracker.clone()));
     scheduling.store(true, Ordering::SeqCst);
 
-    let endpoints = match settings.daemon.listen {
-        Some(listen) => {
-            let metrics = crate::telemetry::install_prometheus().map_err(DaemonError::Metrics)?;
+    let endpoints = match (settings.daemon.listen, metrics) {
+        (Some(listen), Some(metrics)) => {
             let state = endpoints::EndpointState {
                 db: db.main().clone(),
                 metrics,
@@ -298,7 +310,7 @@ pub async fn run_with(
                     .map_err(|source| DaemonError::Listen { listen, source })?,
             )
         }
-        None => None,
+        _ => None,
     };
     let api = match &settings.api {
         Some(api) => {

@@ -6,10 +6,12 @@
 //! Measured and checked from the database and the emulator afterwards: every watched
 //! slot of every connection is one job, run at most once (a run named by one job only),
 //! none missed but those deferred by the budget, which ran later; no 429 answered; the
-//! delay from a slot to its run's start (p50, p99); the database's transactions per slot
-//! (`pg_stat_database`: each statement outside a transaction is one); peak RSS per daemon
-//! (VmHWM); how soon the killed daemon's jobs ran again elsewhere; and where the machine's
-//! CPU went from the first slot on: each daemon, PostgreSQL, this process (the emulator).
+//! delay from a slot to its run's start (p50, p99); the statements each daemon sent per
+//! slot (its `/metrics` counter, read at the first slot and before it is killed or
+//! stopped) and the database's transactions per slot (`pg_stat_database`); peak RSS per
+//! daemon (VmHWM); how soon each of the killed daemon's jobs was claimed again elsewhere,
+//! checked against the heartbeat's lapse; and where the machine's CPU went from the first
+//! slot on: each daemon, PostgreSQL, this process (the emulator).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
@@ -28,6 +30,15 @@ use super::cpu::{CpuMeter, CpuSpent};
 use super::emulator::{Dataset, Emulator, GlobalLimit, TOKEN_PREFIX};
 use super::verify::Check;
 use super::PROVIDER;
+
+/// How long after its last heartbeat an instance is taken for gone and its jobs re-queued
+/// (`STALE_AFTER` in src/db/instances.rs), how often a daemon looks for such jobs
+/// (`ORPHANS_EVERY`) and reads the queue (`POLL_EVERY`, both in src/daemon/worker.rs).
+const HEARTBEAT_LAPSE: Duration = Duration::from_secs(120);
+const ORPHANS_LOOK: Duration = Duration::from_secs(5);
+const CLAIM_POLL: Duration = Duration::from_secs(1);
+/// Room for a re-queued job to wait for a free run slot of a busy daemon.
+const RECLAIM_SLACK: Duration = Duration::from_secs(10);
 
 /// What the fleet runs.
 #[derive(Clone, Debug)]
@@ -70,6 +81,11 @@ pub struct FleetReport {
     pub delay_p99_seconds: f64,
     pub transactions_per_slot: f64,
     pub transactions_per_run: f64,
+    /// Statements each daemon sent per watched slot, from the first slot until it was
+    /// killed or stopped.
+    pub statements_per_slot: Vec<f64>,
+    pub statements_per_slot_total: f64,
+    pub statements_per_run: f64,
     pub peak_rss_mib: Vec<f64>,
     /// CPU seconds from the first slot to the end: each daemon, then this process.
     pub cpu: CpuSpent,
@@ -77,6 +93,9 @@ pub struct FleetReport {
     pub cpu_ms_per_run: (f64, f64, f64),
     pub killed_jobs: usize,
     pub killed_jobs_rerun_within_seconds: Option<f64>,
+    /// From the kill to each killed job's claim by another daemon: the most, the median.
+    pub reclaimed_max_seconds: Option<f64>,
+    pub reclaimed_p50_seconds: Option<f64>,
     pub seconds: f64,
     pub checks: Vec<Check>,
 }
@@ -85,12 +104,22 @@ pub struct FleetReport {
 struct Daemon {
     child: Child,
     log: PathBuf,
+    /// Where its `/metrics` is served.
+    metrics_port: u16,
+    /// Its statement count at the first slot, then when it was killed or stopped.
+    statements_from: u64,
+    statements_to: u64,
     peak_rss_kib: u64,
     killed: bool,
 }
 
 impl Daemon {
-    fn start(binary: &Path, config: &Path, log: PathBuf) -> anyhow::Result<Daemon> {
+    fn start(
+        binary: &Path,
+        config: &Path,
+        log: PathBuf,
+        metrics_port: u16,
+    ) -> anyhow::Result<Daemon> {
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(binary)
@@ -106,6 +135,9 @@ impl Daemon {
         Ok(Daemon {
             child,
             log,
+            metrics_port,
+            statements_from: 0,
+            statements_to: 0,
             peak_rss_kib: 0,
             killed: false,
         })
@@ -137,6 +169,25 @@ impl Daemon {
         }
     }
 
+    /// The statements it has sent so far, from its `/metrics`.
+    async fn statements(&self, client: &reqwest::Client) -> anyhow::Result<u64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let text = client
+            .get(&url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .with_context(|| format!("reading {url}"))?
+            .text()
+            .await?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("tributary_database_statements_total "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            // Prometheus' text format writes every value as a float.
+            .map(|value| value as u64)
+            .with_context(|| format!("{url} has no tributary_database_statements_total"))
+    }
+
     fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
@@ -151,21 +202,24 @@ impl Drop for Daemon {
     }
 }
 
-/// The config every daemon reads.
-fn config_text(options: &FleetOptions, base_url: &str) -> String {
+/// The config the daemons read; each daemon's serves `/metrics` on `metrics_port`.
+fn config_text(options: &FleetOptions, base_url: &str, metrics_port: Option<u16>) -> String {
     let schedule = if options.period >= 60 {
         "0 * * * * *".to_string()
     } else {
         format!("*/{} * * * * *", options.period)
     };
     let window = options.limit_window.as_secs().max(1);
+    let listen = metrics_port
+        .map(|port| format!("listen = \"127.0.0.1:{port}\"\n"))
+        .unwrap_or_default();
     let mut text = format!(
         r#"[database]
 url = {url}
 max_connections = {pool}
 
 [daemon]
-lease_ttl = "10s"
+{listen}lease_ttl = "10s"
 shutdown_grace = "10s"
 max_concurrent_runs = {concurrency}
 retries = 0
@@ -204,6 +258,13 @@ async fn transactions(db: &sea_orm::DatabaseConnection) -> anyhow::Result<i64> {
         .await?
         .context("pg_stat_database has no row for the database")?;
     Ok(row.try_get("", "n")?)
+}
+
+/// A port free on 127.0.0.1 now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// The first slot time at least `ahead` from now.
@@ -270,10 +331,13 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
     let config = dir.join("config.toml");
     let key_file = dir.join("secrets.key");
     tributary::secrets::Keyring::generate_key_file(&key_file)?;
-    let text = format!(
-        "{}\n[secrets]\nkey_file = {}\n",
-        config_text(options, &emulator.base_url()),
+    let secrets = format!(
+        "\n[secrets]\nkey_file = {}\n",
         toml::Value::String(key_file.display().to_string())
+    );
+    let text = format!(
+        "{}{secrets}",
+        config_text(options, &emulator.base_url(), None)
     );
     std::fs::write(&config, &text).with_context(|| format!("writing {}", config.display()))?;
 
@@ -290,12 +354,21 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
 
     let mut daemons = Vec::new();
     for i in 0..options.daemons {
+        let port = free_port()?;
+        let own = dir.join(format!("daemon{i}.toml"));
+        let text = format!(
+            "{}{secrets}",
+            config_text(options, &emulator.base_url(), Some(port))
+        );
+        std::fs::write(&own, text).with_context(|| format!("writing {}", own.display()))?;
         daemons.push(Daemon::start(
             &options.binary,
-            &config,
+            &own,
             dir.join(format!("daemon{i}.log")),
+            port,
         )?);
     }
+    let client = reqwest::Client::new();
     let ready_by = Instant::now() + Duration::from_secs(120);
     while !daemons
         .iter()
@@ -333,6 +406,9 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
                 let mut pids: Vec<u32> = daemons.iter().map(|daemon| daemon.child.id()).collect();
                 pids.push(std::process::id());
                 cpu = Some(CpuMeter::start(pids));
+                for daemon in &mut daemons {
+                    daemon.statements_from = daemon.statements(&client).await?;
+                }
             }
             transactions_at.push(transactions(&db).await?);
             next_boundary += 1;
@@ -340,6 +416,7 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
         if options.kill && killed_when.is_none() && options.daemons > 1 && now >= kill_at {
             let victim = &mut daemons[0];
             let pid = victim.child.id();
+            victim.statements_to = victim.statements(&client).await?;
             victim.signal("-KILL");
             victim.killed = true;
             killed_when = Some(Utc::now());
@@ -382,6 +459,11 @@ pub async fn run_fleet(options: &FleetOptions) -> anyhow::Result<FleetReport> {
         cpu.sample();
         cpu.spent()
     });
+    for daemon in &mut daemons {
+        if !daemon.killed {
+            daemon.statements_to = daemon.statements(&client).await?;
+        }
+    }
     for daemon in &daemons {
         if !daemon.killed {
             daemon.signal("-TERM");
@@ -586,6 +668,40 @@ fn measure(
             .map(|started| (started - killed).num_milliseconds() as f64 / 1000.0)
             .reduce(f64::max)
     });
+    // The moment another daemon's claim took each killed job: its claim's start (a claim
+    // that found the lease held puts the job back with `waiting:`, keeping that start), or,
+    // for a job superseded by a later slot at that claim, the claim's end of it.
+    let victim = daemons
+        .iter()
+        .find(|daemon| daemon.killed)
+        .map(|daemon| daemon.child.id().to_string());
+    let mut reclaimed: Vec<f64> = Vec::new();
+    let mut not_reclaimed = 0usize;
+    for job in killed_jobs
+        .iter()
+        .filter_map(|id| jobs.iter().find(|job| job.id == *id))
+    {
+        let elsewhere = job
+            .holder
+            .as_deref()
+            .is_some_and(|holder| holder.split(':').nth(1) != victim.as_deref());
+        let outcome = job.outcome.as_deref().unwrap_or_default();
+        let at = match job.status {
+            JobStatus::Skipped if outcome.contains("superseded") => job.finished_at,
+            JobStatus::Queued if outcome.starts_with("waiting:") => job.started_at,
+            JobStatus::Queued => None,
+            _ if elsewhere => job.started_at,
+            _ => None,
+        };
+        match (at, killed_when) {
+            (Some(at), Some(killed)) if at >= killed => {
+                reclaimed.push((at - killed).num_milliseconds() as f64 / 1000.0);
+            }
+            _ => not_reclaimed += 1,
+        }
+    }
+    reclaimed.sort_by(f64::total_cmp);
+    let reclaim_bound = (HEARTBEAT_LAPSE + ORPHANS_LOOK + CLAIM_POLL + RECLAIM_SLACK).as_secs_f64();
     // Put back once the killed daemon's heartbeat is stale, a job whose connection has a
     // later slot due by then is superseded by it at the claim: served when the connection
     // has a finished run that started after the kill.
@@ -626,7 +742,31 @@ fn measure(
             killed_done,
             killed_jobs.len(),
         ));
+        checks.push(Check::equal(
+            "the killed daemon's jobs not claimed again",
+            not_reclaimed,
+            0,
+        ));
+        let latest = reclaimed.last().copied().unwrap_or(0.0);
+        checks.push(Check {
+            name: format!(
+                "the killed daemon's jobs claimed again within the heartbeat's lapse ({} s) \
+                 + the look for them ({} s) + a claim poll ({} s) + {} s",
+                HEARTBEAT_LAPSE.as_secs(),
+                ORPHANS_LOOK.as_secs(),
+                CLAIM_POLL.as_secs(),
+                RECLAIM_SLACK.as_secs()
+            ),
+            passed: latest <= reclaim_bound,
+            detail: format!("the latest after {latest:.1} s, at most {reclaim_bound:.0} s"),
+        });
     }
+    // Each daemon's statements from the first slot to its kill or stop.
+    let statements: Vec<u64> = daemons
+        .iter()
+        .map(|daemon| daemon.statements_to.saturating_sub(daemon.statements_from))
+        .collect();
+    let statements_total: u64 = statements.iter().sum();
     let per_run = |seconds: f64| seconds * 1000.0 / runs.len().max(1) as f64;
     let daemons_cpu: f64 = cpu.processes.iter().take(daemons.len()).sum();
     let own_cpu = cpu.processes.get(daemons.len()).copied().unwrap_or(0.0);
@@ -655,6 +795,12 @@ fn measure(
         delay_p99_seconds: percentile(&delays, 99.0),
         transactions_per_slot,
         transactions_per_run,
+        statements_per_slot: statements
+            .iter()
+            .map(|count| *count as f64 / slots.len().max(1) as f64)
+            .collect(),
+        statements_per_slot_total: statements_total as f64 / slots.len().max(1) as f64,
+        statements_per_run: statements_total as f64 / watched_runs.max(1) as f64,
         peak_rss_mib: daemons
             .iter()
             .map(|daemon| daemon.peak_rss_kib as f64 / 1024.0)
@@ -663,6 +809,8 @@ fn measure(
         cpu_ms_per_run,
         killed_jobs: killed_jobs.len(),
         killed_jobs_rerun_within_seconds: rerun_within,
+        reclaimed_max_seconds: reclaimed.last().copied(),
+        reclaimed_p50_seconds: (!reclaimed.is_empty()).then(|| percentile(&reclaimed, 50.0)),
         seconds: started.elapsed().as_secs_f64(),
         checks,
     }
@@ -716,6 +864,20 @@ pub fn table(report: &FleetReport) -> String {
                 report.transactions_per_slot, report.transactions_per_run
             ),
         ),
+        (
+            "statements per slot: each daemon / all / per run",
+            format!(
+                "{} / {:.0} / {:.1}",
+                report
+                    .statements_per_slot
+                    .iter()
+                    .map(|count| format!("{count:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                report.statements_per_slot_total,
+                report.statements_per_run
+            ),
+        ),
         ("peak RSS per daemon (MiB)", rss.join(", ")),
         (
             "CPU s: daemons / PostgreSQL / bench / machine",
@@ -747,6 +909,13 @@ pub fn table(report: &FleetReport) -> String {
             match report.killed_jobs_rerun_within_seconds {
                 Some(seconds) => format!("{} jobs, {seconds:.1} s", report.killed_jobs),
                 None => format!("{} jobs", report.killed_jobs),
+            },
+        ),
+        (
+            "killed daemon's jobs claimed again after: max / p50",
+            match (report.reclaimed_max_seconds, report.reclaimed_p50_seconds) {
+                (Some(max), Some(p50)) => format!("{max:.1} s / {p50:.1} s"),
+                _ => "-".to_string(),
             },
         ),
         ("wall time", format!("{:.0} s", report.seconds)),

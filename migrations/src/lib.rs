@@ -43,6 +43,7 @@ mod m20261205_000098_connection_account_id;
 mod m20261205_000099_one_job_per_slot;
 mod m20261205_000100_needs_reconnect;
 mod m20261205_000110_webhook_routing;
+mod m20261206_000120_stream_paused;
 mod m20261206_000125_connection_events;
 
 /// All migrations, oldest first.
@@ -90,6 +91,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000099_one_job_per_slot::Migration),
             Box::new(m20261205_000100_needs_reconnect::Migration),
             Box::new(m20261205_000110_webhook_routing::Migration),
+            Box::new(m20261206_000120_stream_paused::Migration),
             Box::new(m20261206_000125_connection_events::Migration),
         ]
     }

@@ -66,6 +66,9 @@ pub(crate) struct StreamState {
     pub last_success_at: Option<DateTime<Utc>>,
     /// Its own schedule, replacing its connection's; absent: the connection's.
     pub schedule: Option<String>,
+    /// Since when it is paused (left out of its schedules while the connection's other
+    /// streams go on); absent when it is not.
+    pub paused_at: Option<DateTime<Utc>>,
 }
 
 /// A page of connections.
@@ -87,6 +90,7 @@ fn grouped(views: Vec<ConnectionView>) -> Vec<Connection> {
             last_success_run_id: view.last_success_run_id,
             last_success_at: view.last_success_at,
             schedule: view.stream_schedule,
+            paused_at: view.stream_paused_at,
         };
         match connections.last_mut() {
             Some(last) if last.id == view.id => last.streams.push(stream),
@@ -366,11 +370,25 @@ pub(crate) struct ConnectionChange {
     schedule: Option<ScheduleOverride>,
     /// Changes to its streams, by stream name.
     #[serde(default)]
-    streams: BTreeMap<String, StreamChange>,
+    streams: BTreeMap<String, StreamUpdate>,
 }
 
-/// Change a connection: pause or resume, enable or disable it, and set or clear its own
-/// schedule and its streams'. All or nothing.
+/// A change to one stream of a connection.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StreamUpdate {
+    /// The stream's own schedule, a cron expression with seconds replacing its
+    /// connection's; `null`: back on its connection's; absent: as it is.
+    #[serde(default, deserialize_with = "schedule_override")]
+    #[schema(value_type = Option<String>)]
+    schedule: Option<ScheduleOverride>,
+    /// Pause the stream (its schedules leave it out; the connection's other streams go
+    /// on) or resume it.
+    paused: Option<bool>,
+}
+
+/// Change a connection: pause or resume it or one of its streams, enable or disable it,
+/// and set or clear its own schedule and its streams'. All or nothing.
 #[utoipa::path(
     patch,
     path = "/v1/connections/{id}",
@@ -395,11 +413,28 @@ pub(crate) async fn change_connection(
     Json(change): Json<ConnectionChange>,
 ) -> Result<axum::Json<Connection>, Problem> {
     let id = path_id(&id)?;
+    let stream_pauses = change
+        .streams
+        .iter()
+        .filter_map(|(name, update)| update.paused.map(|paused| (name.clone(), paused)))
+        .collect();
     let change = ops::ConnectionChange {
         enabled: change.enabled,
         paused: change.paused,
         schedule: change.schedule,
-        stream_schedules: stream_schedules(change.streams),
+        stream_schedules: stream_schedules(
+            change
+                .streams
+                .into_iter()
+                .map(|(name, update)| {
+                    let change = StreamChange {
+                        schedule: update.schedule,
+                    };
+                    (name, change)
+                })
+                .collect(),
+        ),
+        stream_pauses,
     };
     ops::change(state.db.main(), &state.settings, id, &change)
         .await

@@ -76,6 +76,7 @@ pub enum ApiError {
         connections::ConnectionChange,
         connections::NewConnectionBody,
         connections::StreamChange,
+        connections::StreamUpdate,
         connections::Deleted,
         runs::Run,
         runs::RunPage,

@@ -148,8 +148,12 @@ pub(crate) struct StreamSyncs {
     pub schedule: Option<String>,
     /// `stream`, `connection` or `provider`: whose schedule it is.
     pub schedule_from: String,
-    /// The schedule's next slot; absent while paused or disabled.
+    /// The schedule's next slot; absent while it or its connection is paused, or the
+    /// connection disabled.
     pub next_slot: Option<DateTime<Utc>>,
+    /// Since when the stream is paused (left out of its schedules while the connection's
+    /// other streams go on); absent when it is not.
+    pub paused_at: Option<DateTime<Utc>>,
     /// Where the next incremental run starts.
     pub cursor: Option<String>,
     /// Whether a run stopped midway and the next one goes on from its checkpoint.
@@ -203,6 +207,7 @@ impl From<status::SyncStatus> for SyncStatus {
                     schedule: stream.schedule,
                     schedule_from: stream.schedule_from.to_string(),
                     next_slot: stream.next_slot,
+                    paused_at: stream.paused_at,
                     cursor: stream.cursor,
                     unfinished_run: stream.unfinished_run,
                     full_passes_owed: stream.full_passes_owed,

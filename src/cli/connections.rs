@@ -91,16 +91,25 @@ pub enum ConnectionsCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Pause a connection: its schedule leaves it out until `resume` (a `sync` asked for
-    /// still runs it). Works for connections config.toml lists too.
+    /// Pause a connection, or with `--stream` one of its streams: its schedules leave it
+    /// out until `resume`, as do retries and webhook runs, while a paused stream's
+    /// connection syncs its other streams. A `sync` asked for still runs it; full passes
+    /// that fall due stay owed until it runs. Works for connections config.toml lists too.
     Pause {
         #[command(flatten)]
         target: Target,
+        /// Only this stream of the connection.
+        #[arg(long)]
+        stream: Option<String>,
     },
-    /// Resume a paused connection: its schedule's next firing includes it.
+    /// Resume a paused connection, or with `--stream` a paused stream: its schedule's next
+    /// firing includes it.
     Resume {
         #[command(flatten)]
         target: Target,
+        /// Only this stream of the connection.
+        #[arg(long)]
+        stream: Option<String>,
     },
     /// Give a connection a schedule of its own, replacing its provider's, or put it back
     /// on the provider's. Works for connections config.toml lists too.
@@ -288,8 +297,12 @@ async fn run(
             }
             Ok(())
         }
-        ConnectionsCommand::Pause { target } => set_paused(db, target, true).await,
-        ConnectionsCommand::Resume { target } => set_paused(db, target, false).await,
+        ConnectionsCommand::Pause { target, stream } => {
+            set_paused(db, settings, target, stream, true).await
+        }
+        ConnectionsCommand::Resume { target, stream } => {
+            set_paused(db, settings, target, stream, false).await
+        }
         ConnectionsCommand::Remove {
             target,
             delete_records,
@@ -326,13 +339,28 @@ async fn set_enabled(
     Ok(())
 }
 
-async fn set_paused(db: &DatabasePools, target: Target, paused: bool) -> anyhow::Result<()> {
+async fn set_paused(
+    db: &DatabasePools,
+    settings: &Settings,
+    target: Target,
+    stream: Option<String>,
+    paused: bool,
+) -> anyhow::Result<()> {
     let target: ops::Target = target.into();
-    let changed = ops::set_paused(db, &target, paused).await?;
+    let (changed, what) = match stream {
+        Some(stream) => (
+            ops::set_stream_paused(db, settings, &target, &stream, paused).await?,
+            format!("Stream {stream:?} of {target}"),
+        ),
+        None => (
+            ops::set_paused(db, &target, paused).await?,
+            target.to_string(),
+        ),
+    };
     let state = if paused { "paused" } else { "resumed" };
     match changed {
-        true => println!("{target} is {state}."),
-        false => println!("{target} was already {state}."),
+        true => println!("{what} is {state}."),
+        false => println!("{what} was already {state}."),
     }
     Ok(())
 }
@@ -407,7 +435,10 @@ fn print_status(status: &crate::ops::sync_status::SyncStatus, json: bool) -> any
                     }
                 })
                 .unwrap_or_default(),
-            time(stream.next_slot),
+            match stream.paused_at {
+                Some(at) => format!("paused since {}", time(Some(at))),
+                None => time(stream.next_slot),
+            },
             stream
                 .schedule
                 .as_ref()
@@ -459,7 +490,12 @@ fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()>
             view.stream.clone().unwrap_or_default(),
             view.user_id.clone(),
             view.enabled.to_string(),
-            if view.paused_at.is_some() { "yes" } else { "" }.to_string(),
+            match (view.paused_at, view.stream_paused_at) {
+                (Some(_), _) => "yes",
+                (None, Some(_)) => "stream",
+                (None, None) => "",
+            }
+            .to_string(),
             if view.needs_reconnect_since.is_some() {
                 "yes"
             } else {

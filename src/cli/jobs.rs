@@ -166,6 +166,11 @@ async fn next_due(app: &App, json: bool) -> anyhow::Result<ExitCode> {
                 },
                 match (row.next_slot, row.paused) {
                     (_, true) => "paused".to_string(),
+                    (Some(at), false) if !row.paused_streams.is_empty() => format!(
+                        "{} (paused: {})",
+                        at.format("%Y-%m-%d %H:%M:%S"),
+                        row.paused_streams.join(", ")
+                    ),
                     (Some(at), false) => at.format("%Y-%m-%d %H:%M:%S").to_string(),
                     (None, false) => String::new(),
                 },

@@ -123,6 +123,19 @@ pub async fn run_with(
     // Checked again although `App::open` does: an embedding app may start the daemon on
     // pools of its own, and without the index concurrent runs could write duplicates.
     crate::db::require_key_index(&db).await?;
+    // Installed before the pools are handed out, so that every statement is counted; no
+    // count, not even its atomic add, without the endpoint that serves it.
+    let metrics = match settings.daemon.listen {
+        Some(_) => Some(crate::telemetry::install_prometheus().map_err(DaemonError::Metrics)?),
+        None => None,
+    };
+    let db = match metrics {
+        Some(_) => {
+            let statements = crate::telemetry::statement_counter();
+            db.counting_statements(move || statements.increment(1))
+        }
+        None => db,
+    };
     let holder = Holder::current();
     tracing::info!(instance = holder.as_str(), "Daemon starting.");
     // Before anything compares a time of another instance's (the sweep below does).
@@ -274,9 +287,8 @@ pub async fn run_with(
     tracker.spawn(worker::work(worker, tracker.clone()));
     scheduling.store(true, Ordering::SeqCst);
 
-    let endpoints = match settings.daemon.listen {
-        Some(listen) => {
-            let metrics = crate::telemetry::install_prometheus().map_err(DaemonError::Metrics)?;
+    let endpoints = match (settings.daemon.listen, metrics) {
+        (Some(listen), Some(metrics)) => {
             let state = endpoints::EndpointState {
                 db: db.main().clone(),
                 metrics,
@@ -298,7 +310,7 @@ pub async fn run_with(
                     .map_err(|source| DaemonError::Listen { listen, source })?,
             )
         }
-        None => None,
+        _ => None,
     };
     let api = match &settings.api {
         Some(api) => {
@@ -488,7 +500,7 @@ async fn fire(job: &ProviderJob) {
         JobKind::Scheduled
     };
     let overridden = loop {
-        match stream_overrides(&job.db, Some(provider)).await {
+        match stream_rules(&job.db, Some(provider), true).await {
             Ok(overridden) => break overridden,
             Err(error) => {
                 if !backoff
@@ -510,48 +522,70 @@ async fn fire(job: &ProviderJob) {
     queue_slot(job, jobs, slot, kind, unrecorded, backoff).await;
 }
 
-/// The streams with a schedule of their own, by connection (of `provider` only, or all).
-async fn stream_overrides(
+/// The streams that do not follow their connection's schedule, by connection.
+#[derive(Default)]
+struct StreamRules {
+    /// Those with a schedule of their own.
+    own: HashMap<i64, Vec<stream_schedule::Model>>,
+    /// Those paused: no schedule queues them.
+    paused: HashMap<i64, Vec<String>>,
+}
+
+impl StreamRules {
+    /// Whether stream `stream` of connection `connection_id` is paused.
+    fn is_paused(&self, connection_id: i64, stream: &str) -> bool {
+        self.paused
+            .get(&connection_id)
+            .is_some_and(|paused| paused.iter().any(|name| name == stream))
+    }
+}
+
+/// The streams with a schedule of their own and, with `paused`, those paused (of
+/// `provider`'s connections only, or all).
+async fn stream_rules(
     db: &DatabasePools,
     provider: Option<&str>,
-) -> Result<HashMap<i64, Vec<stream_schedule::Model>>, sea_orm::DbErr> {
+    paused: bool,
+) -> Result<StreamRules, sea_orm::DbErr> {
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-    let mut query = stream_schedule::Entity::find();
+    let mut connections = sea_orm::sea_query::Query::select()
+        .column(connection::Column::Id)
+        .from(connection::Entity)
+        .to_owned();
     if let Some(provider) = provider {
-        let connections = sea_orm::sea_query::Query::select()
-            .column(connection::Column::Id)
-            .from(connection::Entity)
-            .and_where(connection::Column::Provider.eq(provider))
-            .to_owned();
-        query = query.filter(stream_schedule::Column::ConnectionId.in_subquery(connections));
+        connections.and_where(connection::Column::Provider.eq(provider));
     }
-    let mut by_connection: HashMap<i64, Vec<stream_schedule::Model>> = HashMap::new();
+    let mut rules = StreamRules::default();
+    let query = stream_schedule::Entity::find()
+        .filter(stream_schedule::Column::ConnectionId.in_subquery(connections.clone()));
     for row in query.all(db.main()).await? {
-        by_connection
-            .entry(row.connection_id)
-            .or_default()
-            .push(row);
+        rules.own.entry(row.connection_id).or_default().push(row);
     }
-    Ok(by_connection)
+    if paused {
+        rules.paused = crate::pipeline::streams::paused_streams(db.main(), connections).await?;
+    }
+    Ok(rules)
 }
 
 /// What a slot of the connections' schedule runs of each: every stream (`""`), or, for a
-/// connection some of whose streams have a schedule of their own, each of the others.
+/// connection some of whose streams have a schedule of their own or are paused, each of
+/// the others.
 fn slot_jobs(
     settings: &ProviderSettings,
     connections: Vec<connection::Model>,
-    overridden: &HashMap<i64, Vec<stream_schedule::Model>>,
+    rules: &StreamRules,
 ) -> Vec<(connection::Model, String)> {
     let mut jobs = Vec::with_capacity(connections.len());
     for connection in connections {
-        match overridden.get(&connection.id) {
-            None => jobs.push((connection, String::new())),
-            Some(own) => {
-                for stream in &settings.streams {
-                    if !own.iter().any(|row| row.stream == stream.name) {
-                        jobs.push((connection.clone(), stream.name.clone()));
-                    }
-                }
+        let own = rules.own.get(&connection.id);
+        if own.is_none() && !rules.paused.contains_key(&connection.id) {
+            jobs.push((connection, String::new()));
+            continue;
+        }
+        for stream in &settings.streams {
+            let has_own = own.is_some_and(|own| own.iter().any(|row| row.stream == stream.name));
+            if !has_own && !rules.is_paused(connection.id, &stream.name) {
+                jobs.push((connection.clone(), stream.name.clone()));
             }
         }
     }
@@ -721,14 +755,15 @@ struct Overrides {
 async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     let now = chrono::Utc::now();
-    let streams = match stream_overrides(&overrides.db, None).await {
+    // Paused streams are read below, only when some connection has a schedule of its own.
+    let mut streams = match stream_rules(&overrides.db, None, false).await {
         Ok(streams) => streams,
         Err(error) => {
             tracing::warn!(%error, "Reading the streams' own schedules failed; retrying at the next tick.");
             return;
         }
     };
-    let ids: Vec<i64> = streams.keys().copied().collect();
+    let ids: Vec<i64> = streams.own.keys().copied().collect();
     let rows = connection::Entity::find()
         .filter(
             sea_orm::Condition::any()
@@ -746,6 +781,20 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
             return;
         }
     };
+    if !rows.is_empty() {
+        let of = sea_orm::sea_query::Query::select()
+            .column(connection::Column::Id)
+            .from(connection::Entity)
+            .and_where(connection::Column::Id.is_in(rows.iter().map(|row| row.id)))
+            .to_owned();
+        match crate::pipeline::streams::paused_streams(overrides.db.main(), of).await {
+            Ok(paused) => streams.paused = paused,
+            Err(error) => {
+                tracing::warn!(%error, "Reading the paused streams failed; retrying at the next tick.");
+                return;
+            }
+        }
+    }
     for row in rows {
         let Some(job) = overrides.jobs.get(&row.provider) else {
             continue;
@@ -762,12 +811,14 @@ async fn tick_overrides(overrides: &Overrides, tracker: &TaskTracker) {
                 due.push((jobs, slot, Backoff::until(next_slot(&cron, slot))));
             }
         }
-        for own in streams.get(&row.id).into_iter().flatten() {
+        for own in streams.own.get(&row.id).into_iter().flatten() {
             let Ok(cron) = parse_cron(&own.schedule) else {
                 continue;
             };
             let slot = slot_of(&cron, now);
-            if overrides.first_since(row.id, &own.stream, slot) {
+            if overrides.first_since(row.id, &own.stream, slot)
+                && !streams.is_paused(row.id, &own.stream)
+            {
                 let backoff = Backoff::until(next_slot(&cron, slot));
                 due.push((vec![(row.clone(), own.stream.clone())], slot, backoff));
             }

@@ -296,6 +296,7 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker, look: Look
         for crate::jobs::Claimed {
             job: claimed_job,
             connection,
+            paused_streams,
         } in claimed
         {
             worker.count(name, true);
@@ -317,7 +318,9 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker, look: Look
                     retry: Some(&worker.retry),
                     progress: &NoProgress,
                 };
-                if let Some(report) = crate::jobs::run(&context, &claimed_job, connection).await {
+                if let Some(report) =
+                    crate::jobs::run(&context, &claimed_job, connection, &paused_streams).await
+                {
                     for outcome in &report.outcomes {
                         provider_job.panics.note(outcome);
                     }

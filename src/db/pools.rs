@@ -73,6 +73,16 @@ impl DatabasePools {
         }
     }
 
+    /// These pools with `count` called after every statement sent through the main pool
+    /// (transactions' statements included); its clones made from now on count too.
+    pub(crate) fn counting_statements(
+        mut self,
+        count: impl Fn() + Send + Sync + 'static,
+    ) -> DatabasePools {
+        self.main.set_metric_callback(move |_| count());
+        self
+    }
+
     /// The keys that open and seal `connections.credentials`.
     pub fn secrets(&self) -> &Keyring {
         &self.secrets

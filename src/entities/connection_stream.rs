@@ -22,6 +22,9 @@ pub struct Model {
     /// `full_sync_schedule` firings not yet served by a complete full pass of the stream:
     /// while above 0, its runs are full passes.
     pub full_passes_owed: i64,
+    /// Since when the operator has paused the stream: its schedule's firings leave it out
+    /// (the connection's other streams go on); a `sync` asked for still runs it.
+    pub paused_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -124,10 +124,12 @@ pub(crate) async fn insert_queued(
     Ok(row.id)
 }
 
-/// A job claimed, with its connection's row as the claim read it (`None`: removed).
+/// A job claimed, with its connection's row as the claim read it (`None`: removed) and
+/// the connection's paused streams.
 pub(crate) struct Claimed {
     pub job: sync_job::Model,
     pub connection: Option<connection::Model>,
+    pub paused_streams: Vec<String>,
 }
 
 /// What a claim took, and whether more may be due.
@@ -233,9 +235,19 @@ pub(crate) async fn claim(
     ids.sort_unstable();
     ids.dedup();
     let connections = connection::Entity::find()
-        .filter(connection::Column::Id.is_in(ids))
+        .filter(connection::Column::Id.is_in(ids.clone()))
         .all(&txn)
         .await?;
+    // Only a run someone asked for runs a paused stream: no read when all are such.
+    let mut paused = HashMap::new();
+    if jobs.iter().any(|job| job.kind != JobKind::Manual) {
+        let of = sea_orm::sea_query::Query::select()
+            .column(connection::Column::Id)
+            .from(connection::Entity)
+            .and_where(connection::Column::Id.is_in(ids))
+            .to_owned();
+        paused = crate::pipeline::streams::paused_streams(&txn, of).await?;
+    }
     txn.commit().await?;
     if superseded > 0 {
         tracing::info!(
@@ -254,7 +266,12 @@ pub(crate) async fn claim(
                 .iter()
                 .find(|connection| connection.id == job.connection_id)
                 .cloned();
-            Claimed { job, connection }
+            let paused_streams = paused.get(&job.connection_id).cloned().unwrap_or_default();
+            Claimed {
+                job,
+                connection,
+                paused_streams,
+            }
         })
         .collect();
     Ok(claims)

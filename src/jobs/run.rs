@@ -71,12 +71,13 @@ pub(crate) struct JobContext<'a> {
     pub progress: &'a dyn ProgressSink,
 }
 
-/// Runs the claimed `job` of `connection` (as the claim read it; `None`: removed) and
-/// records its end. Returns the runs it made, if any.
+/// Runs the claimed `job` of `connection` (as the claim read it; `None`: removed) but
+/// for its `paused_streams`, and records its end. Returns the runs it made, if any.
 pub(crate) async fn run(
     context: &JobContext<'_>,
     job: &sync_job::Model,
     connection: Option<connection::Model>,
+    paused_streams: &[String],
 ) -> Option<SyncReport> {
     let span = tracing::debug_span!(
         "job",
@@ -90,7 +91,7 @@ pub(crate) async fn run(
         outcome = tracing::field::Empty,
         "otel.status_code" = tracing::field::Empty,
     );
-    let report = match run_and_record(context, job, connection)
+    let report = match run_and_record(context, job, connection, paused_streams)
         .instrument(span.clone())
         .await
     {
@@ -125,6 +126,7 @@ async fn run_and_record(
     context: &JobContext<'_>,
     job: &sync_job::Model,
     connection: Option<connection::Model>,
+    paused_streams: &[String],
 ) -> Result<Option<SyncReport>, DbErr> {
     let db = context.db;
     // A slot superseded by a later one was skipped by the claim already.
@@ -153,6 +155,15 @@ async fn run_and_record(
             }
         }
     };
+    // A paused stream, as a paused connection, runs only when someone asks for it.
+    let (paused, streams): (Vec<_>, Vec<_>) = streams
+        .into_iter()
+        .partition(|stream| job.kind != JobKind::Manual && paused_streams.contains(&stream.name));
+    if streams.is_empty() {
+        let names: Vec<&str> = paused.iter().map(|stream| stream.name.as_str()).collect();
+        let why = format!("its streams are paused ({})", names.join(", "));
+        return skip(context, job, &why).await;
+    }
     let options = RunOptions {
         trigger: match job.kind {
             JobKind::Manual => Trigger::Manual,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::health::Health;
 use super::stream_states::stream_states;
 use super::{check_limit, OpsError, Page};
-use crate::config::{ProviderSettings, Settings};
+use crate::config::{ProviderSettings, Settings, StreamSettings};
 use crate::credentials::StoredCredentials;
 use crate::db::DatabasePools;
 use crate::entities::{connection, connection_stream, stream_schedule};
@@ -93,6 +93,8 @@ pub struct ConnectionView {
     pub last_success_at: Option<DateTime<Utc>>,
     /// The stream's own schedule, replacing its connection's; `None`: the connection's.
     pub stream_schedule: Option<String>,
+    /// Since when the operator has paused the stream (its schedules leave it out).
+    pub stream_paused_at: Option<DateTime<Utc>>,
 }
 
 /// One page of connections, each as one view per stream. `next` is a connection id.
@@ -345,6 +347,7 @@ async fn views_of(
                 last_success_run_id: stream.last_success_run_id,
                 last_success_at: stream.last_success_at,
                 stream_schedule,
+                stream_paused_at: stream.paused_at,
             });
         }
     }
@@ -509,6 +512,8 @@ pub(crate) struct ConnectionChange {
     pub schedule: Option<ScheduleOverride>,
     /// Streams' schedules, by stream name.
     pub stream_schedules: Vec<(String, ScheduleOverride)>,
+    /// Streams to pause (`true`) or resume, by stream name (see [`set_stream_paused`]).
+    pub stream_pauses: Vec<(String, bool)>,
 }
 
 /// Changes connection `id` as `change` asks, all or nothing: every field is checked
@@ -536,6 +541,21 @@ pub(crate) async fn change(
             check_schedule(expression)?;
         }
     }
+    let mut to_open = Vec::new();
+    for (stream, paused) in &change.stream_pauses {
+        let stream = check_stream(settings, &target, stream)?;
+        if *paused {
+            to_open.push(stream);
+        }
+    }
+    // Every field checked: the rows a pause is kept on, before the transaction (opening
+    // one takes its own), as a first run would make them.
+    if !to_open.is_empty() {
+        let row = find(db, &target).await?.ok_or_else(|| not_found(&target))?;
+        for stream in to_open {
+            crate::pipeline::streams::open_stream(db, &row, stream).await?;
+        }
+    }
     let txn = db.begin().await?;
     let row = connection::Entity::find_by_id(id)
         .one(&txn)
@@ -561,6 +581,9 @@ pub(crate) async fn change(
     active.update(&txn).await?;
     for (stream, schedule) in &change.stream_schedules {
         write_stream_schedule(&txn, id, stream, schedule.expression()).await?;
+    }
+    for (stream, paused) in &change.stream_pauses {
+        crate::pipeline::streams::set_stream_paused(&txn, id, stream, *paused).await?;
     }
     txn.commit().await?;
     Ok(())
@@ -600,6 +623,26 @@ pub async fn set_paused(
     active.updated_at = Set(now);
     active.update(db).await?;
     Ok(true)
+}
+
+/// Pauses one stream of a connection (`true`) or resumes it: a paused stream is left out
+/// of its schedules' firings and of every job of its connection but a `sync` asked for,
+/// which still runs it; the connection's other streams go on, and the full passes that
+/// fall due stay owed, as for a paused connection. Returns whether its state changed.
+pub(crate) async fn set_stream_paused(
+    db: &DatabaseConnection,
+    settings: &Settings,
+    target: &Target,
+    stream: &str,
+    paused: bool,
+) -> Result<bool, OpsError> {
+    let row = find(db, target).await?.ok_or_else(|| not_found(target))?;
+    let stream_settings = check_stream(settings, target, stream)?;
+    if paused {
+        // The row a pause is kept on, as the stream's first run would make it.
+        crate::pipeline::streams::open_stream(db, &row, stream_settings).await?;
+    }
+    Ok(crate::pipeline::streams::set_stream_paused(db, row.id, stream, paused).await?)
 }
 
 /// The longest schedule override.
@@ -643,13 +686,17 @@ pub(crate) async fn set_stream_schedule(
     Ok(())
 }
 
-/// Refuses a stream that `target`'s provider does not sync.
-fn check_stream(settings: &Settings, target: &Target, stream: &str) -> Result<(), OpsError> {
+/// Refuses a stream that `target`'s provider does not sync; returns the stream's settings.
+fn check_stream<'s>(
+    settings: &'s Settings,
+    target: &Target,
+    stream: &str,
+) -> Result<&'s StreamSettings, OpsError> {
     let provider = settings
         .providers
         .get(&target.provider)
         .ok_or_else(|| not_found(target))?;
-    if provider.stream(stream).is_none() {
+    let Some(found) = provider.stream(stream) else {
         let known: Vec<&str> = provider.streams.iter().map(|s| s.name.as_str()).collect();
         return Err(OpsError::Invalid {
             field: "stream",
@@ -660,8 +707,8 @@ fn check_stream(settings: &Settings, target: &Target, stream: &str) -> Result<()
                 known.join(", ")
             ),
         });
-    }
-    Ok(())
+    };
+    Ok(found)
 }
 
 /// Stores stream `stream`'s own schedule of connection `connection_id`, or with `None`

@@ -194,6 +194,8 @@ pub(crate) struct NextDue {
     pub schedule: String,
     pub own_schedule: bool,
     pub paused: bool,
+    /// Its streams the operator paused: its slots run its other streams.
+    pub paused_streams: Vec<String>,
     /// The next slot; `None` while paused or disabled.
     pub next_slot: Option<chrono::DateTime<chrono::Utc>>,
     /// Its jobs waiting in the queue.
@@ -220,6 +222,12 @@ pub(crate) async fn next_due(
         .into_iter()
         .map(|(id, count)| (id, u64::try_from(count).unwrap_or(0)))
         .collect();
+    let enabled = sea_orm::sea_query::Query::select()
+        .column(connection::Column::Id)
+        .from(connection::Entity)
+        .and_where(connection::Column::Enabled.eq(true))
+        .to_owned();
+    let mut paused_streams = crate::pipeline::streams::paused_streams(db, enabled).await?;
     let connections = connection::Entity::find()
         .filter(connection::Column::Enabled.eq(true))
         .order_by_asc(connection::Column::Provider)
@@ -253,6 +261,7 @@ pub(crate) async fn next_due(
             own_schedule: row.schedule.is_some(),
             schedule,
             paused,
+            paused_streams: paused_streams.remove(&row.id).unwrap_or_default(),
             next_slot,
             queued,
         });

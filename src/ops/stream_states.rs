@@ -13,6 +13,8 @@ pub(super) struct StreamState {
     pub checkpoint: Option<String>,
     pub last_success_run_id: Option<i64>,
     pub last_success_at: Option<DateTime<Utc>>,
+    /// Since when the operator has paused the stream.
+    pub paused_at: Option<DateTime<Utc>>,
 }
 
 /// The streams of connection `row` to show, given its stream states `own`: the configured
@@ -40,6 +42,7 @@ pub(super) fn stream_states(
         checkpoint: row.checkpoint.clone(),
         last_success_run_id: row.last_success_run_id,
         last_success_at: row.last_success_at,
+        paused_at: None,
     };
     if names.is_empty() {
         return vec![legacy()];
@@ -53,6 +56,7 @@ pub(super) fn stream_states(
                 checkpoint: state.checkpoint.clone(),
                 last_success_run_id: state.last_success_run_id,
                 last_success_at: state.last_success_at,
+                paused_at: state.paused_at,
             },
             None if primary.as_ref() == Some(&name) => StreamState {
                 name: Some(name),
@@ -64,6 +68,7 @@ pub(super) fn stream_states(
                 checkpoint: None,
                 last_success_run_id: None,
                 last_success_at: None,
+                paused_at: None,
             },
         })
         .collect()

@@ -96,9 +96,11 @@ pub struct StreamStatus {
     /// The schedule that applies; `None` when the provider is not configured.
     pub schedule: Option<String>,
     pub schedule_from: ScheduleFrom,
-    /// Its schedule's next slot; `None` while the connection is paused or disabled, or
-    /// its provider disabled or gone.
+    /// Its schedule's next slot; `None` while it or the connection is paused, the
+    /// connection disabled, or its provider disabled or gone.
     pub next_slot: Option<DateTime<Utc>>,
+    /// Since when the operator has paused the stream.
+    pub paused_at: Option<DateTime<Utc>>,
     /// Where the next incremental run starts.
     pub cursor: Option<String>,
     /// Whether a run stopped midway and the next one goes on from its checkpoint.
@@ -170,7 +172,10 @@ pub async fn status(
                     (None, None) => (None, ScheduleFrom::Provider),
                 },
             };
-        let sleeping = !row.enabled || row.paused_at.is_some() || provider.is_none();
+        let sleeping = !row.enabled
+            || row.paused_at.is_some()
+            || state.paused_at.is_some()
+            || provider.is_none();
         let next_slot = schedule
             .as_deref()
             .filter(|_| !sleeping)
@@ -211,6 +216,7 @@ pub async fn status(
             schedule,
             schedule_from,
             next_slot,
+            paused_at: state.paused_at,
             cursor: state.cursor,
             unfinished_run: state.checkpoint.is_some(),
         });

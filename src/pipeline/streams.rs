@@ -1,11 +1,13 @@
 //! A connection's streams: the state row each keeps in `connection_streams`, opened (and
 //! at its first run created) before a run of the stream starts.
 
+use std::collections::HashMap;
+
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
     ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, Set,
+    QueryFilter, QuerySelect, Set,
 };
 
 use super::ground::begin_page_transaction;
@@ -71,6 +73,7 @@ pub async fn open_stream(
         last_success_at: Set(legacy.as_ref().and_then(|old| old.last_success_at)),
         // A stream's first run is a full pass anyway: it has no cursor.
         full_passes_owed: Set(0),
+        paused_at: NotSet,
         created_at: Set(now),
         updated_at: Set(now),
     };
@@ -179,6 +182,57 @@ async fn find(
         .filter(connection_stream::Column::Stream.eq(stream))
         .one(db)
         .await
+}
+
+/// The paused streams of the connections `connections` selects (a subquery of their ids),
+/// by connection.
+pub(crate) async fn paused_streams(
+    db: &impl ConnectionTrait,
+    connections: sea_orm::sea_query::SelectStatement,
+) -> Result<HashMap<i64, Vec<String>>, DbErr> {
+    let rows: Vec<(i64, String)> = connection_stream::Entity::find()
+        .select_only()
+        .column(connection_stream::Column::ConnectionId)
+        .column(connection_stream::Column::Stream)
+        .filter(connection_stream::Column::PausedAt.is_not_null())
+        .filter(connection_stream::Column::ConnectionId.in_subquery(connections))
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut paused: HashMap<i64, Vec<String>> = HashMap::new();
+    for (connection_id, stream) in rows {
+        paused.entry(connection_id).or_default().push(stream);
+    }
+    Ok(paused)
+}
+
+/// Pauses (`true`) or resumes stream `stream` of connection `connection_id`, keeping the
+/// time a pause began. Returns whether its state changed; a stream without a state row
+/// is not paused.
+pub(crate) async fn set_stream_paused(
+    db: &impl ConnectionTrait,
+    connection_id: i64,
+    stream: &str,
+    paused: bool,
+) -> Result<bool, DbErr> {
+    let now = Utc::now();
+    let was = match paused {
+        true => connection_stream::Column::PausedAt.is_null(),
+        false => connection_stream::Column::PausedAt.is_not_null(),
+    };
+    let changed = connection_stream::Entity::update_many()
+        .col_expr(
+            connection_stream::Column::PausedAt,
+            Expr::value(paused.then_some(now)),
+        )
+        .col_expr(connection_stream::Column::UpdatedAt, Expr::value(now))
+        .filter(connection_stream::Column::ConnectionId.eq(connection_id))
+        .filter(connection_stream::Column::Stream.eq(stream))
+        .filter(was)
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(changed > 0)
 }
 
 /// Every stream state of the connections with ids `connection_ids` (`connections list`).

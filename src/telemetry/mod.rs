@@ -45,6 +45,16 @@ pub const WEBHOOK_LAG_SECONDS: &str = "tributary_webhook_lag_seconds";
 /// Set as `/metrics` is read.
 pub const CONNECTIONS_NEEDING_RECONNECT: &str = "tributary_connections_needing_reconnect";
 
+/// Statements this process sent to the database through its main pool, counted from the
+/// daemon's start when `[daemon] listen` is set (per statement, not per transaction).
+pub(crate) const DATABASE_STATEMENTS_TOTAL: &str = "tributary_database_statements_total";
+
+/// The counter of [`DATABASE_STATEMENTS_TOTAL`]: each increment is one atomic add, so the
+/// pools may count every statement they send.
+pub(crate) fn statement_counter() -> metrics::Counter {
+    metrics::counter!(DATABASE_STATEMENTS_TOTAL)
+}
+
 /// Installs the Prometheus recorder for this process and returns the handle that renders
 /// `/metrics`.
 pub fn install_prometheus() -> Result<PrometheusHandle, String> {

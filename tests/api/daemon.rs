@@ -184,6 +184,13 @@ async fn the_daemon_syncs_on_schedule_serves_metrics_and_stops_on_sigterm() {
         ),
         "{metrics}"
     );
+    // Two runs cannot have sent fewer statements than two claims and two runs' writes.
+    let statements: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("tributary_database_statements_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no statement count:\n{metrics}"));
+    assert!(statements >= 10, "{statements} statements:\n{metrics}");
 
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());

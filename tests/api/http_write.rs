@@ -806,3 +806,86 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[tokio::test]
+async fn a_stream_is_paused_and_resumed_over_the_api_and_an_unknown_one_changes_nothing() {
+    let app = spawn_app().await;
+    let served = Served::start(&app, &yearly(&app, &["alice"])).await;
+    let writer = served.create_key("writer", &["connections:read", "connections:write"]);
+    let id = connection_row(&app, "alice").await.expect("alice").id;
+    let path = format!("/v1/connections/{id}");
+    let patch = |path: String, body: Value| {
+        let (served, writer) = (&served, &writer);
+        async move {
+            served
+                .call(Method::PATCH, &path, Some(writer), json_body(&body))
+                .await
+        }
+    };
+
+    // An unknown stream or connection: a problem naming it, and nothing written.
+    let (status, headers, problem) = patch(
+        path.clone(),
+        json!({"paused": true, "streams": {"wikis": {"paused": true}}}),
+    )
+    .await;
+    assert_problem(status, &headers, &problem);
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "streams", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("no stream named \"wikis\"")),
+        "{problem}"
+    );
+    let missing = id + 1000;
+    let (status, _, problem) = patch(
+        format!("/v1/connections/{missing}"),
+        json!({"streams": {"records": {"paused": true}}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains(&format!("connection with id {missing}"))),
+        "{problem}"
+    );
+    assert!(
+        query(&app, "SELECT id FROM connection_streams")
+            .await
+            .is_empty(),
+        "a refused change wrote a stream"
+    );
+    let row = connection_row(&app, "alice").await.expect("alice");
+    assert!(
+        row.paused_at.is_none(),
+        "a refused change paused the connection"
+    );
+
+    let (status, _, changed) = patch(
+        path.clone(),
+        json!({"streams": {"records": {"paused": true}}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert!(changed["paused_at"].is_null(), "{changed}");
+    assert!(changed["streams"][0]["paused_at"].is_string(), "{changed}");
+    let (_, _, syncs) = served
+        .call(Method::GET, &format!("{path}/syncs"), Some(&writer), None)
+        .await;
+    assert!(syncs["streams"][0]["paused_at"].is_string(), "{syncs}");
+    assert!(syncs["streams"][0]["next_slot"].is_null(), "{syncs}");
+
+    let (status, _, changed) = patch(
+        path.clone(),
+        json!({"streams": {"records": {"paused": false}}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert!(changed["streams"][0]["paused_at"].is_null(), "{changed}");
+    let (_, _, syncs) = served
+        .call(Method::GET, &format!("{path}/syncs"), Some(&writer), None)
+        .await;
+    assert!(syncs["streams"][0]["next_slot"].is_string(), "{syncs}");
+}

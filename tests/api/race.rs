@@ -210,6 +210,7 @@ async fn race_in_process(
             last_success_run_id: Set(None),
             last_success_at: Set(None),
             full_passes_owed: Set(0),
+            paused_at: Set(None),
             created_at: Set(now),
             updated_at: Set(now),
         })

@@ -1148,3 +1148,174 @@ async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_it
         "{jobs:?}"
     );
 }
+
+#[tokio::test]
+async fn a_paused_stream_is_left_out_of_its_schedule_while_its_connections_other_streams_run() {
+    use crate::daemon::{daemon_table, eventually, Daemon};
+    use std::time::Duration;
+    let app = spawn_app().await;
+    mount_repos(
+        &app.api,
+        json!([repo(7, "octo/widgets", "2026-11-02T10:00:00Z")]),
+    )
+    .await;
+    mount_issues(&app.api, json!([issue(7, "2026-11-03T10:00:00Z")])).await;
+    let providers = github(&app, r#"["issues", "repos"]"#)
+        .replace("schedule = \"0 * * * * *\"", "schedule = \"* * * * * *\"");
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let connections = |args: &[&str]| {
+        let mut all = vec!["connections"];
+        all.extend_from_slice(args);
+        run(tributary(&config).args(&all))
+    };
+    let stream_rows = || async {
+        connection_stream::Entity::find()
+            .all(&app.db)
+            .await
+            .expect("connection_streams")
+    };
+
+    // An unknown stream or connection: named, and nothing written.
+    let unknown = connections(&[
+        "pause",
+        "--provider",
+        "gh",
+        "--user",
+        "alice",
+        "--stream",
+        "wikis",
+    ]);
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("provider \"gh\" syncs no stream named \"wikis\"; it syncs issues, repos"),
+        "{}",
+        unknown.stderr
+    );
+    let nobody = connections(&[
+        "pause",
+        "--provider",
+        "gh",
+        "--user",
+        "nobody",
+        "--stream",
+        "repos",
+    ]);
+    assert_eq!(nobody.code, 1, "{}", nobody.stderr);
+    assert!(
+        nobody.stderr.contains("there is no connection nobody@gh"),
+        "{}",
+        nobody.stderr
+    );
+    assert!(stream_rows().await.is_empty(), "a refused pause wrote");
+
+    let paused = connections(&[
+        "pause",
+        "--provider",
+        "gh",
+        "--user",
+        "alice",
+        "--stream",
+        "repos",
+    ]);
+    assert_eq!(paused.code, 0, "{}", paused.stderr);
+    assert_eq!(
+        paused.stdout.trim(),
+        "Stream \"repos\" of alice@gh is paused."
+    );
+    let rows = stream_rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].stream, "repos");
+    assert!(rows[0].paused_at.is_some(), "{rows:?}");
+    let again = connections(&[
+        "pause",
+        "--provider",
+        "gh",
+        "--user",
+        "alice",
+        "--stream",
+        "repos",
+    ]);
+    assert_eq!(
+        again.stdout.trim(),
+        "Stream \"repos\" of alice@gh was already paused."
+    );
+    assert_eq!(
+        stream_state(&app, "repos").await.paused_at,
+        rows[0].paused_at,
+        "a pause keeps the time it began"
+    );
+
+    // Shown as paused by `connections status` and `jobs --next`.
+    let status = connections(&["status", "--provider", "gh", "--user", "alice", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
+    let stream = |name: &str| {
+        status["streams"]
+            .as_array()
+            .expect("streams")
+            .iter()
+            .find(|stream| stream["stream"] == name)
+            .cloned()
+            .expect("the stream")
+    };
+    assert!(stream("repos")["paused_at"].is_string(), "{status}");
+    assert!(stream("repos")["next_slot"].is_null(), "{status}");
+    assert!(stream("issues")["paused_at"].is_null(), "{status}");
+    assert!(stream("issues")["next_slot"].is_string(), "{status}");
+    let next = run(tributary(&config).args(["jobs", "--next", "--json"]));
+    let next: serde_json::Value = serde_json::from_str(&next.stdout).expect("JSON");
+    assert_eq!(next[0]["paused_streams"], json!(["repos"]), "{next}");
+    assert_eq!(next[0]["paused"], false, "{next}");
+
+    // A sync asked for still runs the paused stream.
+    let synced = run(tributary(&config).args(["sync", "--json"]));
+    assert_eq!(synced.code, 0, "{}", synced.stderr);
+    assert_eq!(requests_to(&app.api, "/user/repos").await, 1);
+
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(30), "issues synced twice", || async {
+        requests_to(&app.api, "/issues").await >= 3
+    })
+    .await;
+    assert_eq!(
+        requests_to(&app.api, "/user/repos").await,
+        1,
+        "the paused stream's slots queue nothing"
+    );
+    let jobs = tributary::entities::sync_job::Entity::find()
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert!(
+        jobs.iter()
+            .filter(|job| job.kind != tributary::entities::sync_job::JobKind::Manual)
+            .all(|job| job.stream == "issues"),
+        "{jobs:?}"
+    );
+
+    let resumed = connections(&[
+        "resume",
+        "--provider",
+        "gh",
+        "--user",
+        "alice",
+        "--stream",
+        "repos",
+    ]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert_eq!(
+        resumed.stdout.trim(),
+        "Stream \"repos\" of alice@gh is resumed."
+    );
+    eventually(
+        Duration::from_secs(30),
+        "repos synced once resumed",
+        || async { requests_to(&app.api, "/user/repos").await >= 2 },
+    )
+    .await;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    assert!(stream_state(&app, "repos").await.paused_at.is_none());
+}

@@ -150,6 +150,7 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         expect: Default::default(),
         sightings: false,
         lease: None,
+        version: None,
     };
     let store = backend_for(&test.db);
     for (round, (new_id, per_record)) in [("it_new_a", false), ("it_new_b", true)]

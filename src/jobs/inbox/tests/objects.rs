@@ -7,7 +7,7 @@ use sea_orm::{ActiveModelTrait, EntityTrait, IntoActiveModel, QueryOrder};
 
 use super::*;
 use crate::entities::{change, record, sync_run};
-use crate::pipeline::Trigger;
+use crate::pipeline::{Run, Trigger};
 
 /// `acme`, a Stripe provider with its charges and customers, receiving webhooks.
 const STRIPE: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\nkind = \"stripe\"\n\
@@ -369,5 +369,105 @@ async fn two_instances_sharing_the_inbox_apply_each_delivery_once_and_keep_the_n
     assert!(
         feed[1..].iter().all(|(_, kind)| kind == "updated"),
         "{feed:?}"
+    );
+}
+
+/// A page of `cus_1` named `name`, as a run of the listing stores it (no version).
+fn listed_customer(name: &str) -> crate::pipeline::RunPage<'static> {
+    let payload = customer(name);
+    let record = tributary_providers::Record {
+        external_id: "cus_1".to_string(),
+        content_hash: tributary_providers::record::sha256_hex(payload.as_bytes()),
+        payload,
+    };
+    crate::pipeline::RunPage {
+        items: vec![tributary_providers::PageItem::Record(record)],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_waits_for_a_running_run_to_end_and_a_later_runs_read_wins_over_it() {
+    use crate::lease::{claim, release, Holder};
+
+    let test = TestDb::new().await;
+    let settings = test.settings(STRIPE);
+    let alice = test.alice().await;
+    let customers = settings.providers["acme"]
+        .stream("customers")
+        .expect("customers")
+        .clone();
+    let scheduled = Holder::current();
+    let ttl = std::time::Duration::from_secs(60);
+    let lease = claim(test.main(), &alice, &scheduled, ttl)
+        .await
+        .expect("claim")
+        .expect("free");
+    let mut run = Run::open(
+        &test.db,
+        &alice,
+        &customers,
+        Trigger::Schedule,
+        Some(&lease),
+    )
+    .await
+    .expect("run");
+    stripe_event(
+        &test,
+        "evt_2",
+        "customer.updated",
+        200,
+        &customer("delivered"),
+    )
+    .await;
+
+    // While the run holds the connection, the delivery waits, no attempt spent.
+    let now = crate::db::now();
+    let waiting = process_due(&test.db, &settings, now)
+        .await
+        .expect("processed");
+    assert_eq!((waiting.applied, waiting.waiting), (0, 1));
+    // The run stores what it read before the change, and ends.
+    run.store(listed_customer("listed before"))
+        .await
+        .expect("stored");
+    release(test.main(), &alice, &scheduled)
+        .await
+        .expect("released");
+    let after = now + BUSY_WAIT + TimeDelta::seconds(1);
+    let applied = process_due(&test.db, &settings, after)
+        .await
+        .expect("processed");
+    assert_eq!(applied.applied, 1);
+    assert_eq!(
+        names(&records(&test).await),
+        [("cus_1".into(), "delivered".into())]
+    );
+
+    // A run after the delivery read the API later: its read wins.
+    let mut later = Run::open(&test.db, &alice, &customers, Trigger::Schedule, None)
+        .await
+        .expect("run");
+    later
+        .store(listed_customer("listed after"))
+        .await
+        .expect("stored");
+    assert_eq!(
+        names(&records(&test).await),
+        [("cus_1".into(), "listed after".into())]
+    );
+    // A delivery older than the last one stored is still refused.
+    stripe_event(&test, "evt_1", "customer.updated", 150, &customer("stale")).await;
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+    let stored = records(&test).await;
+    assert_eq!(names(&stored), [("cus_1".into(), "listed after".into())]);
+    assert_eq!(
+        stored[0].source_version.as_deref(),
+        Some("00000000000000000200.0")
+    );
+    let delivery = &deliveries(&test).await[0];
+    assert_eq!(
+        (delivery.status, delivery.attempts),
+        (InboxStatus::Applied, 1)
     );
 }

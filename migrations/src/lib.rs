@@ -45,6 +45,7 @@ mod m20261205_000100_needs_reconnect;
 mod m20261205_000110_webhook_routing;
 mod m20261206_000120_stream_paused;
 mod m20261206_000125_connection_events;
+mod m20261206_000130_record_source_version;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -93,6 +94,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000110_webhook_routing::Migration),
             Box::new(m20261206_000120_stream_paused::Migration),
             Box::new(m20261206_000125_connection_events::Migration),
+            Box::new(m20261206_000130_record_source_version::Migration),
         ]
     }
 }

@@ -1,10 +1,11 @@
 //! `tributary webhooks`: the inbound webhook deliveries, newest first: where each
-//! stands, the connection and job it was routed to, and why a failed one failed.
+//! stands, the connection and job it was routed to, and why a failed one failed; and
+//! `tributary webhooks replay`, which puts failed ones back in the inbox.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use crate::app::{Access, App};
 use crate::config::Settings;
@@ -15,7 +16,10 @@ use crate::ops::webhooks::{InboxQuery, MAX_INBOX_LIMIT};
 use super::history::{print_rows, shorten};
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct InboxArgs {
+    #[command(subcommand)]
+    command: Option<WebhooksCommand>,
     /// Only the deliveries that failed after their retries.
     #[arg(long)]
     failed: bool,
@@ -34,8 +38,48 @@ pub struct InboxArgs {
     json: bool,
 }
 
+#[derive(Debug, Subcommand)]
+enum WebhooksCommand {
+    /// Put failed deliveries back in the inbox, due now with their attempts reset; the
+    /// daemon applies them as any delivery, with one effect. Replaying one that has not
+    /// failed does nothing.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct ReplayArgs {
+    /// The delivery's row id (`tributary webhooks --failed` lists them).
+    id: Option<i64>,
+    /// Every failed delivery.
+    #[arg(long)]
+    all_failed: bool,
+}
+
+/// `tributary webhooks replay`.
+async fn replay(config: &Path, args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    use crate::ops::webhooks::ReplayWhich;
+    let app = App::open(Settings::load(config)?, Access::Migrated).await?;
+    let which = match args.id {
+        Some(id) => ReplayWhich::One(id),
+        None => ReplayWhich::AllFailed,
+    };
+    let replayed = crate::ops::webhooks::replay(app.db(), which, crate::db::now()).await?;
+    for id in &replayed.not_failed {
+        println!("Delivery {id} has not failed; left as it is.");
+    }
+    println!(
+        "{} failed deliveries put back in the inbox; a running daemon applies them.",
+        replayed.requeued.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `tributary webhooks`.
 pub async fn run(config: &Path, args: InboxArgs) -> anyhow::Result<ExitCode> {
+    if let Some(WebhooksCommand::Replay(replay_args)) = args.command {
+        return replay(config, replay_args).await;
+    }
     let app = App::open(Settings::load(config)?, Access::Read).await?;
     let query = InboxQuery {
         provider: args.provider.as_deref(),

@@ -235,7 +235,7 @@ pub async fn run_with(
     {
         // Tracked, so shutdown lets a delivery being settled commit.
         tracker.spawn(process_webhooks(
-            db.main().clone(),
+            db.clone(),
             Arc::new(settings.clone()),
             wake.clone(),
             cancel.clone(),
@@ -364,7 +364,7 @@ const WEBHOOKS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Settles the webhook inbox's due deliveries until `cancel`, waking the worker when
 /// jobs were queued. Every instance runs it; the claim keeps them apart.
 async fn process_webhooks(
-    db: sea_orm::DatabaseConnection,
+    db: DatabasePools,
     settings: Arc<Settings>,
     wake: Arc<tokio::sync::Notify>,
     cancel: CancellationToken,

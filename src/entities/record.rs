@@ -27,6 +27,9 @@ pub struct Model {
     pub deleted_at: Option<DateTimeUtc>,
     /// The run whose complete listing no longer returned it.
     pub deleted_by_run_id: Option<i64>,
+    /// The version of the object a webhook delivery last stored (`None`: no delivery
+    /// has); a delivery writes only over an older one.
+    pub source_version: Option<String>,
 }
 
 /// The three-part key, defined once: the pipeline looks records up and resolves insert

@@ -60,6 +60,9 @@ pub enum Trigger {
     Schedule,
     #[sea_orm(string_value = "replay")]
     Replay,
+    /// The object a webhook delivery carried, stored as it arrived.
+    #[sea_orm(string_value = "webhook")]
+    Webhook,
 }
 
 /// How a run ended.

@@ -116,6 +116,9 @@ pub struct RunPage<'p> {
     pub watermark_anomalies: u64,
     /// The page's records the provider's filter dropped (counted with the page).
     pub filtered: u64,
+    /// For the object a webhook delivery carried: its version, which the store compares
+    /// with the stored one and writes only over an older one.
+    pub version: Option<&'p str>,
 }
 
 impl<'a> Run<'a> {
@@ -219,6 +222,7 @@ impl<'a> Run<'a> {
             expect: page.expect,
             sightings: page.sightings,
             lease: self.lease,
+            version: page.version,
         }
     }
 

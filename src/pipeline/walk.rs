@@ -588,6 +588,7 @@ impl<'r, 'a> Walker<'r, 'a> {
             pages: 1,
             watermark_anomalies: page.watermarks_ahead,
             filtered: page.filtered,
+            version: None,
         });
         let stored = match ahead {
             Some(next) => {

@@ -1262,3 +1262,106 @@ async fn a_delivery_for_an_unknown_account_is_unmatched_counted_and_queues_nothi
         "{listed}"
     );
 }
+
+/// A GitHub `issues` delivery of issue 1 with `action`, `title` and `updated_at`, sent
+/// by alice's GitHub user.
+fn github_issue(tag: &str, action: &str, title: &str, updated_at: &str) -> Delivery {
+    let issue = json!({"id": 1, "title": title, "updated_at": updated_at});
+    let body = json!({"action": action, "issue": issue, "sender": {"id": 4242}});
+    github_with(tag, Signing::Good, body)
+}
+
+/// The feed's kinds in order.
+async fn feed_kinds(app: &TestApp) -> Vec<String> {
+    query(app, "SELECT kind FROM changes ORDER BY batch_id, ordinal")
+        .await
+        .iter()
+        .map(|row| row.try_get("", "kind").expect("kind"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_issue_edited_delivery_updates_the_record_and_the_feed_within_seconds() {
+    let app = spawn_app().await;
+    let (served, _) = serve_routing(&app).await;
+    let applied =
+        |tag: &str| format!("SELECT status FROM webhook_deliveries WHERE delivery_id = 'gh-{tag}'");
+
+    let opened = github_issue("opened", "opened", "Bug", "2026-12-05T10:00:00Z");
+    let (status, _, answer) = send(&served, &opened, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, &applied("opened"), "applied").await;
+    let edited = github_issue("edited", "edited", "Bug, clearer", "2026-12-05T10:05:00Z");
+    let (status, _, answer) = send(&served, &edited, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, &applied("edited"), "applied").await;
+
+    let records = app.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].external_id, "1");
+    assert!(records[0].payload.contains("Bug, clearer"), "{records:?}");
+    assert_eq!(feed_kinds(&app).await, ["inserted", "updated"]);
+    assert!(
+        query(&app, "SELECT id FROM sync_jobs").await.is_empty(),
+        "stored from the delivery, with no run of the listing"
+    );
+}
+
+#[tokio::test]
+async fn a_daemon_killed_between_accepting_and_applying_a_delivery_applies_it_once_after_restart() {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    use tributary::entities::connection;
+    use tributary::entities::sync_run::{self, Trigger};
+
+    let app = spawn_app().await;
+    let (served, _) = serve_routing(&app).await;
+    // Another process's run holds alice's connection, so the delivery waits unapplied.
+    let hold = |holder: Option<&str>| {
+        connection::Entity::update_many()
+            .col_expr(
+                connection::Column::LeaseHolder,
+                Expr::value(holder.map(str::to_string)),
+            )
+            .col_expr(
+                connection::Column::LeaseExpiresAt,
+                Expr::value(holder.map(|_| chrono::Utc::now() + chrono::TimeDelta::hours(1))),
+            )
+            .filter(connection::Column::UserId.eq("alice"))
+            .exec(&app.db)
+    };
+    hold(Some("another-host:1:00000000")).await.expect("held");
+    let opened = github_issue("opened", "opened", "Bug", "2026-12-05T10:00:00Z");
+    let (status, _, answer) = send(&served, &opened, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // Past a poll or two of the inbox, which finds the connection busy.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    drop(served); // SIGKILL
+    assert!(app.records().await.is_empty());
+    hold(None).await.expect("released");
+
+    let (_restarted, _) = serve_routing(&app).await;
+    until_text(
+        &app,
+        "SELECT status FROM webhook_deliveries WHERE delivery_id = 'gh-opened'",
+        "applied",
+    )
+    .await;
+
+    let records = app.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let delivery = query(&app, "SELECT attempts FROM webhook_deliveries").await;
+    assert_eq!(delivery.len(), 1);
+    let attempts: i64 = delivery[0].try_get("", "attempts").expect("attempts");
+    assert_eq!(attempts, 1, "a wait for the lease is no failed attempt");
+    let inserted: Vec<i64> = sync_run::Entity::find()
+        .filter(sync_run::Column::Trigger.eq(Trigger::Webhook))
+        .all(&app.db)
+        .await
+        .expect("runs")
+        .iter()
+        .map(|run| run.records_inserted)
+        .collect();
+    assert_eq!(inserted, [1], "one webhook run stored it");
+    assert_eq!(feed_kinds(&app).await, ["inserted"]);
+}

@@ -1,17 +1,22 @@
 //! The webhook inbox's processing: claims deliveries `received` and due, routes each to
-//! the connections of its provider with the account id it names, and queues one
-//! incremental run per connection and stream as a `webhook` job, which deliveries
-//! arriving while it waits join (docs/decisions/inbound-webhooks.md).
+//! the connections of its provider with the account id it names, and either stores the
+//! object it carries whole through the pipeline (`apply.rs`), or queues one incremental
+//! run per connection and stream as a `webhook` job, which deliveries arriving while it
+//! waits join (docs/decisions/inbound-webhooks.md).
+
+mod apply;
+mod carried;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sea_orm::sea_query::{LockBehavior, LockType};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection,
-    DatabaseTransaction, DbErr, EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
-    Set, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseTransaction, DbErr,
+    EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, Set, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
 };
 
 use crate::config::{ProviderSettings, Settings};
+use crate::db::DatabasePools;
 use crate::entities::connection;
 use crate::entities::sync_job::{self, JobKind, JobStatus};
 use crate::entities::webhook_delivery::{self, InboxStatus};
@@ -24,6 +29,11 @@ pub(crate) const MAX_ATTEMPTS: i64 = 5;
 const FIRST_BACKOFF: TimeDelta = TimeDelta::seconds(10);
 /// Deliveries settled in one call, so that a backlog does not hold the loop forever.
 const BATCH: usize = 100;
+/// How long a delivery whose object is being stored stays claimed: past it, an instance
+/// that died storing it has it applied again, by whichever instance claims it next.
+const APPLY_HOLD: TimeDelta = TimeDelta::seconds(30);
+/// The wait of a delivery whose connection's lease a run holds.
+const BUSY_WAIT: TimeDelta = TimeDelta::seconds(2);
 
 /// What one call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,19 +46,26 @@ pub(crate) struct Processed {
     pub failed: u64,
     /// Webhook jobs inserted (the rest joined one already queued).
     pub jobs_queued: u64,
+    /// Carrying an object for a connection whose lease a run holds: due again shortly.
+    pub waiting: u64,
 }
 
 /// How one delivery ended.
 enum Settled {
-    Applied { jobs_queued: u64 },
+    Applied {
+        jobs_queued: u64,
+    },
     Unmatched,
+    /// It carries its object whole: held for [`APPLY_HOLD`], to be stored for these
+    /// connections once the claim committed.
+    Carries(Vec<connection::Model>),
 }
 
 /// Settles up to [`BATCH`] deliveries due at `now`, one transaction each. Each is
 /// claimed with `FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL (SQLite has one
 /// writer), so instances sharing the inbox never settle one twice.
 pub(crate) async fn process_due(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     settings: &Settings,
     now: DateTime<Utc>,
 ) -> Result<Processed, DbErr> {
@@ -98,12 +115,26 @@ pub(crate) async fn process_due(
                 Err(error)
             }
         };
+        let outcome = match outcome {
+            Ok(Settled::Carries(connections)) => {
+                apply_carried(db, settings, &delivery, &connections, now).await
+            }
+            settled => settled,
+        };
         let provider = delivery.provider.as_str();
         match outcome {
             Ok(Settled::Applied { jobs_queued }) => {
                 processed.applied = processed.applied.saturating_add(1);
                 processed.jobs_queued = processed.jobs_queued.saturating_add(jobs_queued);
                 crate::telemetry::record_webhook_delivery(provider, "applied");
+            }
+            Ok(Settled::Carries(_)) => {
+                processed.waiting = processed.waiting.saturating_add(1);
+                tracing::debug!(
+                    provider,
+                    delivery_id = delivery.delivery_id.as_str(),
+                    "Webhook delivery waits for its connection's run to end."
+                );
             }
             Ok(Settled::Unmatched) => {
                 processed.unmatched = processed.unmatched.saturating_add(1);
@@ -151,6 +182,10 @@ async fn settle(
         settle_row(txn, delivery, InboxStatus::Unmatched, None, None, now).await?;
         return Ok(Settled::Unmatched);
     };
+    if carries_object(provider, delivery) {
+        hold(txn, delivery, now).await?;
+        return Ok(Settled::Carries(connections));
+    }
     let stream = stream_of(provider, delivery.event_type.as_deref());
     let mut jobs_queued = 0u64;
     let mut first_job = None;
@@ -246,8 +281,92 @@ fn stream_of(provider: &ProviderSettings, event_type: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
-async fn settle_row(
+/// Whether `delivery` carries an object whole that `provider` has a stream for.
+fn carries_object(provider: &ProviderSettings, delivery: &webhook_delivery::Model) -> bool {
+    let Some(webhooks) = &provider.webhooks else {
+        return false;
+    };
+    let event_type = delivery.event_type.as_deref();
+    carried::carried(&webhooks.scheme, event_type, &delivery.body)
+        .is_some_and(|carried| apply::stream_for(provider, &carried).is_some())
+}
+
+/// Keeps `delivery` from being claimed again for [`APPLY_HOLD`], as the claim commits.
+async fn hold(
     txn: &DatabaseTransaction,
+    delivery: &webhook_delivery::Model,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    due_again(
+        txn,
+        delivery,
+        now.checked_add_signed(APPLY_HOLD).unwrap_or(now),
+    )
+    .await
+}
+
+async fn due_again(
+    db: &impl ConnectionTrait,
+    delivery: &webhook_delivery::Model,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    webhook_delivery::ActiveModel {
+        id: Set(delivery.id),
+        next_attempt_at: Set(at),
+        ..Default::default()
+    }
+    .update(db)
+    .await
+    .map(|_| ())
+}
+
+/// Stores the object `delivery` carries for `connections`, then settles it `applied`;
+/// when a connection's run holds its lease, the delivery is due again shortly, its
+/// attempts unchanged ([`Settled::Carries`]).
+async fn apply_carried(
+    db: &DatabasePools,
+    settings: &Settings,
+    delivery: &webhook_delivery::Model,
+    connections: &[connection::Model],
+    now: DateTime<Utc>,
+) -> Result<Settled, DbErr> {
+    let provider = settings.providers.get(&delivery.provider);
+    let scheme = provider.and_then(|provider| provider.webhooks.as_ref());
+    let (Some(provider), Some(webhooks), Some(first)) = (provider, scheme, connections.first())
+    else {
+        return Err(DbErr::Custom(
+            "the delivery's provider has no webhooks".into(),
+        ));
+    };
+    let event_type = delivery.event_type.as_deref();
+    let Some(carried) = carried::carried(&webhooks.scheme, event_type, &delivery.body) else {
+        return Err(DbErr::Custom(
+            "the delivery no longer reads as an object".into(),
+        ));
+    };
+    match apply::apply(db, settings, provider, connections, &carried).await? {
+        apply::Applied::Stored => {
+            settle_row(
+                db.main(),
+                delivery,
+                InboxStatus::Applied,
+                Some(first.id),
+                None,
+                now,
+            )
+            .await?;
+            Ok(Settled::Applied { jobs_queued: 0 })
+        }
+        apply::Applied::Busy => {
+            let at = now.checked_add_signed(BUSY_WAIT).unwrap_or(now);
+            due_again(db.main(), delivery, at).await?;
+            Ok(Settled::Carries(Vec::new()))
+        }
+    }
+}
+
+async fn settle_row(
+    txn: &impl ConnectionTrait,
     delivery: &webhook_delivery::Model,
     status: InboxStatus,
     connection_id: Option<i64>,
@@ -272,7 +391,7 @@ async fn settle_row(
 /// Counts a failed attempt of `delivery`: due again after a backoff, or `failed` after
 /// [`MAX_ATTEMPTS`]; its error is kept either way. Returns whether it was the last.
 async fn record_failure(
-    db: &DatabaseConnection,
+    db: &DatabasePools,
     delivery: &webhook_delivery::Model,
     error: &DbErr,
     now: DateTime<Utc>,

@@ -201,6 +201,77 @@ pub(crate) async fn inbox(
     Ok(super::Page::from_rows(rows, limit, |delivery| delivery.id))
 }
 
+/// Which deliveries [`replay`] puts back.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReplayWhich {
+    /// The delivery with this row id.
+    One(i64),
+    /// Every `failed` delivery.
+    AllFailed,
+}
+
+/// What [`replay`] did.
+#[derive(Debug, Default, serde::Serialize)]
+pub(crate) struct Replayed {
+    /// The `failed` deliveries put back in the inbox, due now.
+    pub requeued: Vec<i64>,
+    /// Named deliveries that had not failed, left as they are.
+    pub not_failed: Vec<i64>,
+}
+
+/// Puts `failed` deliveries back as `received`, due `now` with their attempts and error
+/// cleared, for the daemons' processing to apply again as it applies any delivery (at
+/// least once, with one effect). A delivery that has not failed is left as it is, so a
+/// second replay of one does nothing.
+pub(crate) async fn replay(
+    db: &DatabaseConnection,
+    which: ReplayWhich,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Replayed, super::OpsError> {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, QueryFilter, QuerySelect};
+    let mut replayed = Replayed::default();
+    let mut failed = webhook_delivery::Entity::find()
+        .select_only()
+        .column(webhook_delivery::Column::Id)
+        .filter(webhook_delivery::Column::Status.eq(InboxStatus::Failed));
+    if let ReplayWhich::One(id) = which {
+        let exists = webhook_delivery::Entity::find_by_id(id).one(db).await?;
+        let Some(delivery) = exists else {
+            return Err(super::OpsError::NotFound {
+                what: format!("webhook delivery with id {id}"),
+                hint: "; `tributary webhooks --failed` lists the failed ones",
+            });
+        };
+        if delivery.status != InboxStatus::Failed {
+            replayed.not_failed.push(id);
+            return Ok(replayed);
+        }
+        failed = failed.filter(webhook_delivery::Column::Id.eq(id));
+    }
+    let ids: Vec<i64> = failed.into_tuple().all(db).await?;
+    for chunk in ids.chunks(500) {
+        // Only rows still failed: a concurrent replay's rows are not counted twice.
+        webhook_delivery::Entity::update_many()
+            .col_expr(
+                webhook_delivery::Column::Status,
+                Expr::value(InboxStatus::Received),
+            )
+            .col_expr(webhook_delivery::Column::Attempts, Expr::value(0i64))
+            .col_expr(webhook_delivery::Column::NextAttemptAt, Expr::value(now))
+            .col_expr(
+                webhook_delivery::Column::Error,
+                Expr::value(Option::<String>::None),
+            )
+            .filter(webhook_delivery::Column::Id.is_in(chunk.iter().copied()))
+            .filter(webhook_delivery::Column::Status.eq(InboxStatus::Failed))
+            .exec(db)
+            .await?;
+        replayed.requeued.extend_from_slice(chunk);
+    }
+    Ok(replayed)
+}
+
 /// Counts a delivery of `provider` that ended in `outcome`.
 pub(crate) fn record_outcome(provider: &str, outcome: &'static str) {
     crate::telemetry::record_webhook_delivery(provider, outcome);

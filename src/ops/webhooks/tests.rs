@@ -271,3 +271,79 @@ fn a_large_body_is_checked_on_the_blocking_pool_and_a_small_one_inline() {
         assert_eq!(large, Ok("uuid-65536".to_string()));
     });
 }
+
+/// A failed delivery replayed is applied by the next processing, once: a second replay
+/// of it, or of every failed one, puts nothing back.
+#[tokio::test]
+async fn a_replayed_failed_delivery_is_applied_once_and_replaying_again_does_nothing() {
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait};
+
+    use super::{replay, ReplayWhich};
+    use crate::entities::record;
+    use crate::entities::webhook_delivery::{self, InboxStatus};
+    use crate::ops::OpsError;
+    use crate::testing::TestDb;
+
+    let test = TestDb::new().await;
+    let settings = test.settings(
+        "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\nkind = \"stripe\"\n\
+         schedule = \"0 0 0 1 1 *\"\nstreams = [\"charges\", \"customers\"]\n\
+         [providers.acme.webhooks]\nsecret_env = \"HOOK\"\n",
+    );
+    test.alice().await;
+    let now = crate::db::now();
+    let body = r#"{"id":"evt_1","type":"customer.created","created":100,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+    let failed = webhook_delivery::ActiveModel {
+        provider: Set("acme".to_string()),
+        delivery_id: Set("evt_1".to_string()),
+        event_type: Set(Some("customer.created".to_string())),
+        received_at: Set(now),
+        body: Set(body.to_string()),
+        status: Set(InboxStatus::Failed),
+        attempts: Set(5),
+        next_attempt_at: Set(now),
+        error: Set(Some("the database went away".to_string())),
+        account_ids: Set(Some(String::new())),
+        ..Default::default()
+    }
+    .insert(test.main())
+    .await
+    .expect("failed delivery");
+
+    let replayed = replay(test.main(), ReplayWhich::One(failed.id), now)
+        .await
+        .expect("replayed");
+    assert_eq!(replayed.requeued, [failed.id]);
+    let row = webhook_delivery::Entity::find_by_id(failed.id)
+        .one(test.main())
+        .await
+        .expect("row")
+        .expect("kept");
+    assert_eq!(
+        (row.status, row.attempts, row.error),
+        (InboxStatus::Received, 0, None)
+    );
+    let processed = crate::jobs::process_due(&test.db, &settings, now)
+        .await
+        .expect("processed");
+    assert_eq!(processed.applied, 1);
+    let records = record::Entity::find()
+        .all(test.main())
+        .await
+        .expect("records");
+    assert_eq!(records.len(), 1);
+
+    let again = replay(test.main(), ReplayWhich::One(failed.id), now)
+        .await
+        .expect("replayed");
+    assert!(again.requeued.is_empty() && again.not_failed == [failed.id]);
+    let all = replay(test.main(), ReplayWhich::AllFailed, now)
+        .await
+        .expect("replayed");
+    assert!(all.requeued.is_empty() && all.not_failed.is_empty());
+    let missing = replay(test.main(), ReplayWhich::One(failed.id + 100), now).await;
+    assert!(
+        matches!(missing, Err(OpsError::NotFound { .. })),
+        "{missing:?}"
+    );
+}

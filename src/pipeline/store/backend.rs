@@ -494,7 +494,10 @@ fn records_insert(page: RowPage<'_>, records: &[&Record]) -> Result<InsertStatem
 /// `UPDATE records SET payload = CASE id WHEN ... END, content_hash = CASE ... END,
 /// <the rest of REWRITE>, <DELETION> = NULL WHERE id IN (...)`: a record written again is
 /// live, whether it was marked deleted or not.
-fn update_statement(page: RowPage<'_>, changed: &[ChangedRecord<'_>]) -> UpdateStatement {
+pub(super) fn update_statement(
+    page: RowPage<'_>,
+    changed: &[ChangedRecord<'_>],
+) -> UpdateStatement {
     let mut update = record::Entity::update_many();
     for (column, source) in REWRITE {
         let value: Expr = match source {

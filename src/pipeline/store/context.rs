@@ -34,6 +34,10 @@ pub struct PageContext<'a> {
     /// holds it and the run's row is `running` (`None`: a run without a lease, such as
     /// `sync_connection` called directly, fenced by its run's status only).
     pub lease: Option<&'a Fence>,
+    /// The version of the page's objects, for a page a webhook delivery carried: each is
+    /// written only over an older stored version (`versioned.rs`). `None`: a page of the
+    /// listing, written as fetched.
+    pub version: Option<&'a str>,
 }
 
 impl PageContext<'_> {

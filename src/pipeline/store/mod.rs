@@ -18,6 +18,7 @@ mod postgres;
 mod run_errors;
 mod sightings;
 mod sqlite;
+mod versioned;
 mod writes;
 
 use std::collections::HashMap;
@@ -97,7 +98,10 @@ pub(crate) async fn store_page(
     }
     // One order for every writer makes lock waits between concurrent inserts less likely.
     records.sort_by(|a, b| a.external_id.cmp(&b.external_id));
-    let shortcut = rejected.is_empty() && deleted.is_empty() && context.mode == WriteMode::Upsert;
+    let shortcut = rejected.is_empty()
+        && deleted.is_empty()
+        && context.mode == WriteMode::Upsert
+        && context.version.is_none();
     if shortcut
         && context.expect == PageExpectation::Unchanged
         && all_stored_unchanged(backend, db.get_database_backend(), context, &records).await?
@@ -316,6 +320,27 @@ impl PageWrite<'_> {
         }
         for chunk in chunks {
             existing.extend(backend.lookup(&txn, context, chunk).await?);
+        }
+        if let Some(version) = context.version {
+            let write = versioned::VersionedWrite {
+                backend,
+                txn: &txn,
+                context,
+                version,
+                now,
+            };
+            let (records, deleted) = (self.records, self.deleted);
+            write
+                .write(
+                    &existing,
+                    records,
+                    deleted,
+                    &mut counts,
+                    &mut changes,
+                    &mut failed,
+                )
+                .await?;
+            return self.finish(txn, counts, failed, changes, totals, now).await;
         }
         let mut new_records = Vec::new();
         let mut changed_records: Vec<ChangedRecord> = Vec::new();

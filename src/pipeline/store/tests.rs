@@ -150,6 +150,7 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
         expect: Default::default(),
         sightings: false,
         lease: None,
+        version: None,
     };
     let store = backend_for(&test.db);
     for (round, (new_id, per_record)) in [("it_new_a", false), ("it_new_b", true)]
@@ -202,4 +203,95 @@ async fn an_insert_that_hits_the_unique_index_counts_as_a_duplicate_skip() {
             "existing rows are left as they were"
         );
     }
+}
+
+/// A versioned write compares in its own statements: handed a stale lookup (the row as
+/// it was before a newer object was stored, as PostgreSQL's page lookup can read it after
+/// waiting on the lock), an older object and an older deletion write nothing over it.
+#[tokio::test]
+async fn a_versioned_write_with_a_stale_lookup_never_puts_an_older_object_over_a_newer_one() {
+    use super::backend::{Existing, Stored};
+    use super::versioned::VersionedWrite;
+    use super::writes::PageChanges;
+    use crate::pipeline::PageStoreCounts;
+    use tributary_providers::DeletedRecord;
+
+    let test = TestDb::new().await;
+    let connection = test.alice().await;
+    let mut newer = open_run(&test.db, &connection).await;
+    let mut page = page_of(&["it_0"]);
+    page.version = Some("00000000000000000200.0");
+    assert_eq!(newer.store(page).await.expect("stored").inserted, 1);
+    let before = dump_records(&test).await;
+    let stored = record::Entity::find()
+        .one(test.main())
+        .await
+        .expect("record")
+        .expect("stored");
+
+    let older = open_run(&test.db, &connection).await;
+    let version = "00000000000000000100.0";
+    let context = PageContext {
+        run_id: older.id(),
+        connection: &connection,
+        stream: older.stream(),
+        next_checkpoint: None,
+        mode: Default::default(),
+        leave_checkpoint: true,
+        expect: Default::default(),
+        sightings: false,
+        lease: None,
+        version: Some(version),
+    };
+    let stale: Existing = [(
+        "it_0".to_string(),
+        Stored::from_row(stored.id, "0".repeat(64), None),
+    )]
+    .into();
+    let record = Record {
+        external_id: "it_0".to_string(),
+        payload: r#"{"id":"it_0","older":true}"#.to_string(),
+        content_hash: "1".repeat(64),
+    };
+    let gone = DeletedRecord {
+        external_id: "it_0".to_string(),
+        payload: record.payload.clone(),
+    };
+    let backend = backend_for(&test.db);
+    let txn = test.main().begin().await.expect("begin");
+    let write = VersionedWrite {
+        backend: backend.as_ref(),
+        txn: &txn,
+        context: &context,
+        version,
+        now: chrono::Utc::now(),
+    };
+    let (mut counts, mut changes, mut failed) = (
+        PageStoreCounts::default(),
+        PageChanges::default(),
+        Vec::new(),
+    );
+    write
+        .write(
+            &stale,
+            &[record],
+            &[gone],
+            &mut counts,
+            &mut changes,
+            &mut failed,
+        )
+        .await
+        .expect("written");
+    txn.commit().await.expect("commit");
+
+    assert_eq!(
+        (counts.unchanged, counts.updated, counts.deleted),
+        (1, 0, 0)
+    );
+    assert!(failed.is_empty());
+    assert_eq!(
+        dump_records(&test).await,
+        before,
+        "the newer row is as it was"
+    );
 }

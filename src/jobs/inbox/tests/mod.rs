@@ -8,6 +8,8 @@ use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, IntoActiveModel, Q
 use super::*;
 use crate::testing::TestDb;
 
+mod objects;
+
 /// `acme` (a `rest` provider with `records` and `events` streams) receiving webhooks
 /// whose account is the body's `/account`.
 const ACME: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\nkind = \"rest\"\nbase_url = \"https://api.example.com\"\n\
@@ -64,7 +66,7 @@ async fn all<E: EntityTrait>(test: &TestDb, id: E::Column) -> Vec<E::Model> {
 
 /// [`process_due`] now, on the test's own pool.
 async fn process(test: &TestDb, settings: &Settings) -> Processed {
-    process_due(test.main(), settings, crate::db::now())
+    process_due(&test.db, settings, crate::db::now())
         .await
         .expect("processed")
 }
@@ -204,8 +206,8 @@ async fn two_instances_settling_one_burst_queue_one_job_and_settle_each_delivery
     loop {
         let now = crate::db::now();
         let (first, second) = tokio::join!(
-            process_due(one.main(), &settings, now),
-            process_due(two.main(), &settings, now)
+            process_due(&one, &settings, now),
+            process_due(&two, &settings, now)
         );
         let (first, second) = (first.expect("first"), second.expect("second"));
         if first.applied == 0 && second.applied == 0 {
@@ -239,7 +241,7 @@ async fn a_delivery_that_fails_is_retried_with_backoff_and_ends_failed_with_its_
     let mut now = crate::db::now();
     let mut waits = Vec::new();
     for attempt in 1..=MAX_ATTEMPTS {
-        let processed = process_due(test.main(), &settings, now)
+        let processed = process_due(&test.db, &settings, now)
             .await
             .expect("processed");
         assert_eq!(processed.failed, 1, "attempt {attempt}");
@@ -257,7 +259,7 @@ async fn a_delivery_that_fails_is_retried_with_backoff_and_ends_failed_with_its_
         let wait = delivery.next_attempt_at.signed_duration_since(now);
         waits.push((wait.num_milliseconds() + 500) / 1000);
         // Not due again before its backoff.
-        let early = process_due(test.main(), &settings, now)
+        let early = process_due(&test.db, &settings, now)
             .await
             .expect("processed");
         assert_eq!(early, Processed::default(), "attempt {attempt}");
@@ -266,7 +268,7 @@ async fn a_delivery_that_fails_is_retried_with_backoff_and_ends_failed_with_its_
     assert_eq!(waits[..4], [10, 20, 40, 80]);
     let delivery = &deliveries(&test).await[0];
     assert_eq!(delivery.status, InboxStatus::Failed);
-    let after = process_due(test.main(), &settings, now + TimeDelta::days(1))
+    let after = process_due(&test.db, &settings, now + TimeDelta::days(1))
         .await
         .expect("processed");
     assert_eq!(

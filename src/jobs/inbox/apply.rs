@@ -1,0 +1,135 @@
+//! Applying a delivery that carries its object whole: for each connection it was routed
+//! to, a run with trigger `webhook` under the connection's lease stores the object as its
+//! stream's record through the pipeline (`Run::store`), with the object's version, so
+//! the store writes it only over an older one (docs/decisions/webhook-versions.md).
+
+use sea_orm::DbErr;
+use tributary_providers::{build_provider, DeletedRecord, PageItem};
+
+use super::carried::Carried;
+use crate::config::{ProviderSettings, Settings, StreamSettings};
+use crate::db::DatabasePools;
+use crate::entities::connection;
+use crate::lease::{claim, release, Holder};
+use crate::pipeline::{CheckpointMove, DeletionPass, Run, RunEnd, RunPage, RunStatus, Trigger};
+
+/// What applying a delivery came to.
+pub(super) enum Applied {
+    /// Stored (or found older than what is stored) for every connection.
+    Stored,
+    /// A connection's lease is held by a run: the delivery waits for it to end.
+    Busy,
+}
+
+/// The stream of `provider` that `carried`'s object type names (`charge`: `charges`).
+pub(super) fn stream_for<'p>(
+    provider: &'p ProviderSettings,
+    carried: &Carried<'_>,
+) -> Option<&'p StreamSettings> {
+    let name = &carried.object_type;
+    provider
+        .stream(name)
+        .or_else(|| provider.stream(&format!("{name}s")))
+}
+
+/// Stores `carried` for each of `connections` of `provider`, each in a run of its own
+/// under the connection's lease. A lease held elsewhere stops at that connection: the
+/// caller tries the delivery again, and what was stored already compares as not newer.
+pub(super) async fn apply(
+    db: &DatabasePools,
+    settings: &Settings,
+    provider: &ProviderSettings,
+    connections: &[connection::Model],
+    carried: &Carried<'_>,
+) -> Result<Applied, DbErr> {
+    let Some(stream) = stream_for(provider, carried) else {
+        return Ok(Applied::Stored);
+    };
+    let adapter = build_provider(&provider.adapter, &provider.http)
+        .map_err(|error| DbErr::Custom(format!("building provider {}: {error}", provider.name)))?;
+    // Keyed and checked as the adapter keys a fetched record, or set aside with why.
+    let item = match adapter.check_stored(&stream.name, carried.object) {
+        Ok(record) if carried.deleted => PageItem::Deleted(DeletedRecord {
+            external_id: record.external_id,
+            payload: record.payload,
+        }),
+        Ok(record) => PageItem::Record(record),
+        Err(rejected) => PageItem::Rejected(rejected),
+    };
+    let holder = Holder::current();
+    for connection in connections {
+        let lease = match claim(db, connection, &holder, settings.daemon.lease_ttl).await? {
+            Ok(lease) => lease,
+            Err(_busy) => return Ok(Applied::Busy),
+        };
+        let target = Target {
+            db,
+            provider,
+            connection,
+            stream,
+            version: &carried.version,
+        };
+        let stored = target.store(&item, &lease).await;
+        let released = release(db, connection, &holder).await;
+        stored?;
+        released?;
+    }
+    Ok(Applied::Stored)
+}
+
+/// Where one delivery's object goes.
+struct Target<'a> {
+    db: &'a DatabasePools,
+    provider: &'a ProviderSettings,
+    connection: &'a connection::Model,
+    stream: &'a StreamSettings,
+    version: &'a str,
+}
+
+impl Target<'_> {
+    /// One run storing `item`: a page of it alone, which leaves the stream's checkpoint
+    /// and cursor as they are.
+    async fn store(&self, item: &PageItem, lease: &crate::lease::Fence) -> Result<(), DbErr> {
+        let mut run = Run::open(
+            self.db,
+            self.connection,
+            self.stream,
+            Trigger::Webhook,
+            Some(lease),
+        )
+        .await?;
+        let mut stored = run.store(self.page(item.clone())).await?;
+        if stored.duplicate > 0 {
+            // Another writer inserted the key after the page's lookup: store it again,
+            // now compared with that row.
+            stored = run.store(self.page(item.clone())).await?;
+        }
+        let end = RunEnd {
+            status: match stored.failed {
+                0 => RunStatus::Succeeded,
+                _ => RunStatus::Partial,
+            },
+            error: None,
+            // Loose records, not a pass over the listing.
+            listing_complete: false,
+            checkpoint: CheckpointMove::Keep,
+            watermark: None,
+            notify: self.provider.notify,
+            deletions: DeletionPass::Off,
+            full_passes_served: 0,
+            authorization_refused: false,
+        };
+        run.close(end).await?;
+        Ok(())
+    }
+
+    fn page(&self, item: PageItem) -> RunPage<'_> {
+        RunPage {
+            items: vec![item],
+            mode: self.provider.write_mode,
+            leave_checkpoint: true,
+            version: Some(self.version),
+            ..RunPage::default()
+        }
+    }
+}

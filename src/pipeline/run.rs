@@ -469,7 +469,9 @@ async fn finish_run(
             "The provider refused the connection's credentials with 401; the connection needs a reconnect."
         );
     }
+    // Only a whole listing fetched proves it: a replay or a webhook's object asks nothing.
     if closed.status == RunStatus::Succeeded
+        && end.listing_complete
         && crate::db::clear_needs_reconnect(&txn, connection.id, now, announce).await?
     {
         tracing::info!(

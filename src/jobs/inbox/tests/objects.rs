@@ -252,6 +252,15 @@ async fn a_github_issue_edited_event_updates_the_record_and_the_feed() {
     };
     let opened = issue("opened", "Bug", "2026-12-05T10:00:00Z");
     let edited = issue("edited", "Bug, clearer", "2026-12-05T10:05:00Z");
+    // A revoked token: an object a delivery carried proves nothing about it.
+    let mut revoked = crate::entities::connection::Entity::find()
+        .one(&test.db)
+        .await
+        .expect("connections")
+        .expect("alice")
+        .into_active_model();
+    revoked.needs_reconnect_since = sea_orm::Set(Some(crate::db::now()));
+    revoked.update(&test.db).await.expect("marked");
     deliver(&test, "gh-1", "issues", &opened, "4242").await;
     process(&test.db, &settings).await;
     deliver(&test, "gh-2", "issues", &edited, "4242").await;
@@ -271,6 +280,15 @@ async fn a_github_issue_edited_event_updates_the_record_and_the_feed() {
     assert_eq!(
         changes(&test).await,
         feed(&[("7", "inserted"), ("7", "updated")])
+    );
+    let connection = crate::entities::connection::Entity::find()
+        .one(&test.db)
+        .await
+        .expect("connections")
+        .expect("alice");
+    assert!(
+        connection.needs_reconnect_since.is_some(),
+        "its webhook runs succeeded without asking the provider"
     );
 }
 

@@ -249,6 +249,44 @@ async fn may_be_due(worker: &Worker, name: &str, look: Look) -> bool {
     }
 }
 
+/// At most this many claims in a row that each only skipped superseded slots.
+const SUPERSEDED_ROUNDS: usize = 64;
+
+/// Claims up to `room` of provider `name`'s due jobs. A claim that only skipped slots
+/// superseded by later ones (a backed-up queue) is followed by another at once: waiting
+/// a poll after each would skip `room` slots a second, fewer than a large fleet queues,
+/// and the queue would grow while nothing ran. `None`: the claim failed (logged).
+async fn claim_past_superseded(
+    worker: &Worker,
+    name: &str,
+    room: usize,
+) -> Option<Vec<crate::jobs::Claimed>> {
+    for _ in 0..SUPERSEDED_ROUNDS {
+        let claimed = crate::jobs::claim(
+            &worker.db,
+            name,
+            &worker.holder,
+            u64::try_from(room).unwrap_or(u64::MAX),
+            // Due by the database's clock, which every instance shares.
+            crate::db::now(),
+        )
+        .await;
+        let claims = match claimed {
+            Ok(claims) => claims,
+            Err(error) => {
+                tracing::warn!(provider = %name, %error, "Claiming jobs failed; trying again at the next poll.");
+                return None;
+            }
+        };
+        worker.note_drained(name, !claims.more_due);
+        let only_skipped = claims.claimed.is_empty() && claims.superseded > 0 && claims.more_due;
+        if !only_skipped || worker.cancel.is_cancelled() {
+            return Some(claims.claimed);
+        }
+    }
+    Some(Vec::new())
+}
+
 /// Claims as many due jobs as the bounds leave room for, provider by provider, and
 /// starts their runs.
 async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker, look: Look) {
@@ -274,24 +312,8 @@ async fn claim_and_start(worker: &Arc<Worker>, tracker: &TaskTracker, look: Look
         if room == 0 || worker.cancel.is_cancelled() || !may_be_due(worker, name, look).await {
             continue;
         }
-        let claimed = crate::jobs::claim(
-            &worker.db,
-            name,
-            &worker.holder,
-            u64::try_from(room).unwrap_or(u64::MAX),
-            // Due by the database's clock, which every instance shares.
-            crate::db::now(),
-        )
-        .await;
-        let claimed = match claimed {
-            Ok(claims) => {
-                worker.note_drained(name, !claims.more_due);
-                claims.claimed
-            }
-            Err(error) => {
-                tracing::warn!(provider = %name, %error, "Claiming jobs failed; trying again at the next poll.");
-                continue;
-            }
+        let Some(claimed) = claim_past_superseded(worker, name, room).await else {
+            continue;
         };
         for crate::jobs::Claimed {
             job: claimed_job,

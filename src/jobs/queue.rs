@@ -138,6 +138,8 @@ pub(crate) struct Claims {
     /// The claim read as many due jobs as it could take (some perhaps superseded, or
     /// taken by another instance first): more may be due. False: none was left.
     pub more_due: bool,
+    /// Jobs it skipped, superseded by a later slot of their connection.
+    pub superseded: u64,
 }
 
 /// `provider`'s queued jobs due at `now`.
@@ -186,6 +188,7 @@ pub(crate) async fn claim(
     let mut claims = Claims {
         claimed: Vec::new(),
         more_due: true,
+        superseded: 0,
     };
     if limit == 0 {
         return Ok(claims);
@@ -203,6 +206,7 @@ pub(crate) async fn claim(
     claims.more_due = u64::try_from(jobs.len()).is_ok_and(|read| read >= limit);
     let later = later_slots(&txn, &jobs, now).await?;
     let superseded = supersede(&txn, &mut jobs, &later, now).await?;
+    claims.superseded = superseded;
     if jobs.is_empty() {
         txn.commit().await?;
         return Ok(claims);

@@ -483,6 +483,64 @@ async fn latest_slot_only(max_concurrent_connections: usize) {
     );
 }
 
+#[tokio::test]
+async fn a_queue_backed_up_by_many_connections_skips_its_superseded_slots_without_waiting() {
+    // Thirty connections, each with an old slot and a later one queued, and room for one
+    // run at a time: each claim reads one old slot and skips it. Waiting a poll (a
+    // second) after each such claim would run nothing for thirty seconds.
+    let app = spawn_app().await;
+    let users: Vec<String> = (0..30).map(|n| format!("user{n:02}")).collect();
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    for user in &names {
+        mount_cursor_listing(&app.api, user, user, 1, 1, Duration::ZERO).await;
+    }
+    let providers = yearly(&app, &names).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nmax_concurrent_connections = 1\n",
+        1,
+    );
+    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    app.settings(&providers).await;
+    let now = chrono::Utc::now();
+    let slot = |minutes: i64| {
+        use chrono::Timelike;
+        let at = now - chrono::Duration::minutes(minutes);
+        at.with_nanosecond(0).unwrap_or(at)
+    };
+    for minutes in [2, 1] {
+        for user in &names {
+            let connection = connection_of(&app, user).await;
+            queue_slot_job(&app, connection.id, slot(minutes)).await;
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut daemon = Daemon::start(&config, app.dir.path().join("daemon.log"));
+    eventually(Duration::from_secs(60), "every job ended", || async {
+        jobs(&app)
+            .await
+            .iter()
+            .all(|job| job.status != JobStatus::Queued && job.status != JobStatus::Running)
+    })
+    .await;
+    let took = started.elapsed();
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait(Duration::from_secs(15)), 0, "{}", daemon.log());
+    let ended = jobs(&app).await;
+    let skipped = ended
+        .iter()
+        .filter(|job| job.status == JobStatus::Skipped)
+        .count();
+    let done = ended
+        .iter()
+        .filter(|job| job.status == JobStatus::Done)
+        .count();
+    assert_eq!((skipped, done), (30, 30), "{ended:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the old slots took a poll each: {took:?}"
+    );
+}
+
 /// Queues a job of each of the four connections of `providers`, then lets a daemon with
 /// room for `max_concurrent_runs` run them all and stops it.
 async fn queue_four_and_run_them(app: &TestApp, max_concurrent_runs: usize, providers: &str) {

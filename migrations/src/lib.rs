@@ -43,6 +43,7 @@ mod m20261205_000098_connection_account_id;
 mod m20261205_000099_one_job_per_slot;
 mod m20261205_000100_needs_reconnect;
 mod m20261205_000110_webhook_routing;
+mod m20261206_000135_operator_sessions;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -89,6 +90,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000099_one_job_per_slot::Migration),
             Box::new(m20261205_000100_needs_reconnect::Migration),
             Box::new(m20261205_000110_webhook_routing::Migration),
+            Box::new(m20261206_000135_operator_sessions::Migration),
         ]
     }
 }

@@ -18,6 +18,7 @@ mod api;
 mod budget;
 mod connect;
 mod notify;
+mod operator;
 mod redact;
 mod retention;
 mod secret_env;
@@ -31,6 +32,7 @@ pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub(crate) use connect::ConnectSettings;
 pub use notify::NotifyRuns;
 pub(crate) use notify::NotifySettings;
+pub(crate) use operator::OperatorSettings;
 pub use redact::redact_url;
 pub use retention::RetentionSettings;
 pub(crate) use streams::namespace;
@@ -140,6 +142,8 @@ pub struct Settings {
     /// `[connect]`: the hosted page where users connect their accounts; `None` when the
     /// table is absent.
     pub(crate) connect: Option<ConnectSettings>,
+    /// `[operator]`: the operator page; `None` when the table is absent.
+    pub(crate) operator: Option<OperatorSettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -424,6 +428,7 @@ struct RawSettings {
     retention: Option<toml::Value>,
     api: Option<toml::Value>,
     connect: Option<toml::Value>,
+    operator: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -597,6 +602,20 @@ impl Settings {
             ),
             None => None,
         };
+        let operator = match raw.operator {
+            Some(_) if api.is_none() => {
+                return Err(invalid(
+                    "operator".into(),
+                    "the operator page shares the API's server: add an [api] table".into(),
+                ))
+            }
+            Some(value) => Some(
+                deserialize_at("operator", value)
+                    .and_then(operator::parse)
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
         let notify_runs = notify
             .as_ref()
             .map_or(NotifyRuns::None, NotifySettings::runs);
@@ -684,6 +703,7 @@ impl Settings {
             retention,
             api,
             connect,
+            operator,
             providers,
         })
     }

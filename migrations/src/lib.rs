@@ -46,6 +46,7 @@ mod m20261205_000110_webhook_routing;
 mod m20261206_000120_stream_paused;
 mod m20261206_000125_connection_events;
 mod m20261206_000130_record_source_version;
+mod m20261206_000135_operator_sessions;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -95,6 +96,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000120_stream_paused::Migration),
             Box::new(m20261206_000125_connection_events::Migration),
             Box::new(m20261206_000130_record_source_version::Migration),
+            Box::new(m20261206_000135_operator_sessions::Migration),
         ]
     }
 }

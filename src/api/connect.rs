@@ -323,14 +323,7 @@ struct KeyFields {
 
 /// Reads the form body: urlencoded, small, each field once, no other field.
 fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectError> {
-    let urlencoded = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| {
-            let essence = value.split(';').next().unwrap_or_default().trim();
-            essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if !urlencoded {
+    if !urlencoded(headers) {
         return Err(ConnectError::BadForm(
             "the form must be sent as application/x-www-form-urlencoded".to_string(),
         ));
@@ -367,8 +360,19 @@ fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectErro
     Ok(fields)
 }
 
+/// Whether the body is a form, `application/x-www-form-urlencoded`.
+pub(super) fn urlencoded(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
 /// The value of cookie `name` the request carries, if any.
-fn cookie_of(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(super) fn cookie_of(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -501,7 +505,7 @@ fn policy(return_origin: &str) -> String {
 }
 
 /// The headers every Connect answer carries.
-async fn page_headers(mut response: Response) -> Response {
+pub(super) async fn page_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
         if let Ok(policy) = HeaderValue::from_str(&policy("")) {

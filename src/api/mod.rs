@@ -18,6 +18,7 @@ mod inbox;
 mod input;
 mod jobs;
 mod notifications;
+mod operator;
 mod problem;
 mod records;
 mod runs;
@@ -50,6 +51,12 @@ use state::ApiState;
 pub enum ApiError {
     #[error("listening on {listen} ([api] listen) failed: {source}")]
     Listen {
+        listen: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("listening on {listen} ([operator] listen) failed: {source}")]
+    OperatorListen {
         listen: SocketAddr,
         #[source]
         source: std::io::Error,
@@ -367,11 +374,62 @@ pub(crate) async fn serve(
         &settings,
         state.db.secrets(),
     )?);
-    let app = app(api, state);
     let scheme = if tls.is_some() { "https" } else { "http" };
+    // Bound before the API serves, so that a taken port fails the start as a whole.
+    let operator = match &settings.operator {
+        Some(operator) => {
+            let listen = operator.listen;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|source| ApiError::OperatorListen { listen, source })?;
+            let pages = layered(operator::pages(), api, state.clone());
+            tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the operator page.");
+            Some(spawn_server(
+                listener,
+                tls.clone(),
+                pages,
+                api.request_timeout,
+                shutdown.clone(),
+                Served::Operator,
+            ))
+        }
+        None => None,
+    };
+    let app = app(api, state);
     tracing::info!(%listen, url = %format!("{scheme}://{listen}"), "Serving the API.");
-    let request_timeout = api.request_timeout;
+    let served = spawn_server(
+        listener,
+        tls,
+        app,
+        api.request_timeout,
+        shutdown,
+        Served::Api,
+    );
     Ok(tokio::spawn(async move {
+        let _ = served.await;
+        if let Some(operator) = operator {
+            let _ = operator.await;
+        }
+    }))
+}
+
+/// Which server a listener serves, for its log lines.
+#[derive(Clone, Copy)]
+enum Served {
+    Api,
+    Operator,
+}
+
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` is cancelled.
+fn spawn_server(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    request_timeout: std::time::Duration,
+    shutdown: CancellationToken,
+    what: Served,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let stopped = async move { shutdown.cancelled().await };
         let served = match tls {
             Some(config) => {
@@ -386,11 +444,18 @@ pub(crate) async fn serve(
                     .await
             }
         };
-        if let Err(error) = served {
-            tracing::error!(%error, "The API stopped.");
+        match (served, what) {
+            (Err(error), Served::Api) => tracing::error!(%error, "The API stopped."),
+            (Err(error), Served::Operator) => {
+                tracing::error!(%error, "The operator page stopped.")
+            }
+            (Ok(()), _) => {}
         }
-        tracing::info!("The API stopped serving.");
-    }))
+        match what {
+            Served::Api => tracing::info!("The API stopped serving."),
+            Served::Operator => tracing::info!("The operator page stopped serving."),
+        }
+    })
 }
 
 #[cfg(test)]

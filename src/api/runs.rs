@@ -128,6 +128,7 @@ pub(crate) async fn list_runs(
         provider: params.provider,
         stream: params.stream,
         user_id: params.user_id,
+        status: None,
         before,
         limit: params.limit.unwrap_or(DEFAULT_LIMIT),
     };

@@ -74,6 +74,7 @@ pub async fn runs(config: &Path, args: RunsArgs) -> anyhow::Result<ExitCode> {
         provider: args.provider,
         stream: args.stream,
         user_id: args.user,
+        status: None,
         before: args.before,
         limit: args.limit,
     };

@@ -18,6 +18,7 @@ mod api;
 mod budget;
 mod connect;
 mod notify;
+mod operator;
 mod redact;
 mod retention;
 mod secret_env;
@@ -32,6 +33,7 @@ pub(crate) use budget::{BudgetSettings, BudgetWindow};
 pub(crate) use connect::ConnectSettings;
 pub use notify::NotifyRuns;
 pub(crate) use notify::NotifySettings;
+pub(crate) use operator::OperatorSettings;
 pub use redact::redact_url;
 pub use retention::RetentionSettings;
 pub(crate) use streams::namespace;
@@ -144,6 +146,8 @@ pub struct Settings {
     pub(crate) connect: Option<ConnectSettings>,
     /// `[telemetry]`: where traces are exported; `None` (off) when the table is absent.
     pub(crate) telemetry: Option<TelemetrySettings>,
+    /// `[operator]`: the operator page; `None` when the table is absent.
+    pub(crate) operator: Option<OperatorSettings>,
     /// Providers by name, in name order.
     pub providers: BTreeMap<String, ProviderSettings>,
 }
@@ -429,6 +433,7 @@ struct RawSettings {
     api: Option<toml::Value>,
     connect: Option<toml::Value>,
     telemetry: Option<toml::Value>,
+    operator: Option<toml::Value>,
     #[serde(default)]
     providers: BTreeMap<String, toml::Value>,
 }
@@ -610,6 +615,20 @@ impl Settings {
             ),
             None => None,
         };
+        let operator = match raw.operator {
+            Some(_) if api.is_none() => {
+                return Err(invalid(
+                    "operator".into(),
+                    "the operator page shares the API's server: add an [api] table".into(),
+                ))
+            }
+            Some(value) => Some(
+                deserialize_at("operator", value)
+                    .and_then(operator::parse)
+                    .map_err(|(key, message)| invalid(key, message))?,
+            ),
+            None => None,
+        };
         let notify_runs = notify
             .as_ref()
             .map_or(NotifyRuns::None, NotifySettings::runs);
@@ -698,6 +717,7 @@ impl Settings {
             api,
             connect,
             telemetry,
+            operator,
             providers,
         })
     }

@@ -11,6 +11,7 @@ pub mod connection;
 pub mod connection_stream;
 pub mod instance;
 pub mod notification_delivery;
+pub(crate) mod operator_session;
 pub mod processed_key;
 pub(crate) mod rate_budget;
 pub mod record;

@@ -371,6 +371,24 @@ pub async fn authenticate(db: &DatabaseConnection, presented: &str) -> Result<Ca
             .exec(db)
             .await?;
     }
+    Ok(caller_of(row))
+}
+
+/// The key with id `key_id`, read now, as a caller: how a session made from a key learns
+/// that the key was revoked.
+pub(crate) async fn caller_by_id(db: &DatabaseConnection, key_id: i64) -> Result<Caller, KeyError> {
+    let row = api_key::Entity::find_by_id(key_id)
+        .one(db)
+        .await?
+        .ok_or(KeyError::Unknown)?;
+    if row.revoked_at.is_some() {
+        return Err(KeyError::Revoked);
+    }
+    Ok(caller_of(row))
+}
+
+/// The caller a key's row describes.
+fn caller_of(row: api_key::Model) -> Caller {
     let scopes = row
         .scopes
         .split_whitespace()
@@ -382,12 +400,12 @@ pub async fn authenticate(db: &DatabaseConnection, presented: &str) -> Result<Ca
         .rate_limit
         .as_deref()
         .and_then(|limit| crate::config::parse_rate_limit(limit).ok());
-    Ok(Caller {
+    Caller {
         key_id: row.id,
         name: row.name,
         scopes,
         rate_limit,
-    })
+    }
 }
 
 /// Whether a key's request is within its rate limit.
@@ -454,7 +472,7 @@ pub async fn audit(db: &DatabaseConnection, entry: AuditEntry<'_>) -> Result<(),
 
 /// SHA-256 of a key's secret, in lowercase hex. A fast hash suffices: the secret is 32
 /// random bytes, beyond any guessing (docs/decisions/api-keys.md).
-fn hash(secret: &str) -> String {
+pub(crate) fn hash(secret: &str) -> String {
     const_hex::encode(Sha256::digest(secret.as_bytes()))
 }
 

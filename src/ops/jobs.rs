@@ -268,3 +268,17 @@ pub(crate) async fn next_due(
     }
     Ok(due)
 }
+
+/// How many jobs stand in each status, in the order of [`JobStatus`]: the queue's depth.
+pub(crate) async fn depth(db: &DatabaseConnection) -> Result<Vec<(JobStatus, u64)>, OpsError> {
+    use sea_orm::{Iterable, PaginatorTrait};
+    let mut counts = Vec::new();
+    for status in JobStatus::iter() {
+        let count = sync_job::Entity::find()
+            .filter(sync_job::Column::Status.eq(status))
+            .count(db)
+            .await?;
+        counts.push((status, count));
+    }
+    Ok(counts)
+}

@@ -14,6 +14,7 @@ pub(crate) mod errors;
 pub(crate) mod health;
 pub(crate) mod jobs;
 pub(crate) mod notifications;
+pub(crate) mod operator;
 pub(crate) mod records;
 pub mod replay;
 pub(crate) mod runs;

@@ -15,6 +15,9 @@ pub struct RunsQuery {
     pub provider: Option<String>,
     pub stream: Option<String>,
     pub user_id: Option<String>,
+    /// Only runs that ended so (or are still running).
+    #[serde(skip)]
+    pub status: Option<sync_run::RunStatus>,
     /// Only runs older than this run id (the `next` of the page before).
     pub before: Option<i64>,
     /// At most this many runs (1 to [`MAX_LIMIT`]).
@@ -37,6 +40,9 @@ pub async fn list(
     if let Some(user_id) = &query.user_id {
         select = select.filter(sync_run::Column::UserId.eq(user_id.as_str()));
     }
+    if let Some(status) = query.status {
+        select = select.filter(sync_run::Column::Status.eq(status));
+    }
     if let Some(before) = query.before {
         select = select.filter(sync_run::Column::Id.lt(before));
     }
@@ -57,4 +63,10 @@ pub async fn get(db: &DatabaseConnection, run_id: i64) -> Result<sync_run::Model
             what: format!("run with id {run_id}"),
             hint: "; `tributary runs` lists them",
         })
+}
+
+/// Every status a run can have, in the order they are declared.
+pub(crate) fn statuses() -> Vec<sync_run::RunStatus> {
+    use sea_orm::Iterable;
+    sync_run::RunStatus::iter().collect()
 }

@@ -20,13 +20,13 @@ const GOOD_KEY: &str = "sk_test_browser_good_51H8";
 const BAD_KEY: &str = "sk_test_browser_bad_51H8";
 
 /// chromedriver on a free port, killed (by its own handle) when dropped.
-struct Chromedriver {
+pub(crate) struct Chromedriver {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Chromedriver {
-    async fn start() -> Chromedriver {
+    pub(crate) async fn start() -> Chromedriver {
         let program = std::env::var("TRIBUTARY_TEST_CHROMEDRIVER")
             .unwrap_or_else(|_| "chromedriver".to_string());
         let port = free_port();
@@ -61,7 +61,7 @@ impl Chromedriver {
     }
 
     /// A headless Chromium session.
-    async fn browser(&self) -> Client {
+    pub(crate) async fn browser(&self) -> Client {
         let binary = std::env::var("TRIBUTARY_TEST_CHROMIUM")
             .unwrap_or_else(|_| "/usr/bin/chromium".to_string());
         assert!(
@@ -79,6 +79,8 @@ impl Chromedriver {
             "goog:chromeOptions".to_string(),
             json!({"binary": binary, "args": args}),
         );
+        // The console, for tests that read it through the driver.
+        capabilities.insert("goog:loggingPrefs".to_string(), json!({"browser": "ALL"}));
         // sqlx turns on rustls' ring beside aws-lc-rs, so rustls cannot pick one alone;
         // the process takes the one the app uses. Err: another test installed it first.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -157,7 +159,10 @@ async fn connect_stripe(browser: &Client, link: &str, key: &str) {
 }
 
 /// The element `locator` finds once it is on the page (at most 20 s), else the page.
-async fn appeared(browser: &Client, locator: Locator<'_>) -> fantoccini::elements::Element {
+pub(crate) async fn appeared(
+    browser: &Client,
+    locator: Locator<'_>,
+) -> fantoccini::elements::Element {
     let found = browser
         .wait()
         .at_most(Duration::from_secs(20))
@@ -468,7 +473,7 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
 
 /// `html`, as served for `name`, checked by html-validate's `standard` preset (the HTML
 /// specification's rules, not a style guide).
-fn assert_valid_html(name: &str, html: &str) {
+pub(crate) fn assert_valid_html(name: &str, html: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join(format!("{name}.html"));
     std::fs::write(&file, html).expect("page written");
@@ -490,7 +495,7 @@ fn assert_valid_html(name: &str, html: &str) {
 
 /// The page the browser shows, checked by axe-core against WCAG 2.1 A and AA and its best
 /// practices: no violation of any impact.
-async fn assert_accessible(browser: &Client, name: &str) {
+pub(crate) async fn assert_accessible(browser: &Client, name: &str) {
     let engine = std::fs::read_to_string(crate::helpers::test_tool("axe-core/axe.min.js"))
         .expect("axe-core");
     browser

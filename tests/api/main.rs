@@ -41,6 +41,8 @@ mod mid_run_changes;
 mod migration_lock;
 mod notifications;
 mod oauth_refresh;
+mod operator;
+mod operator_browser;
 mod pagination;
 mod panics;
 mod poison;

@@ -1261,6 +1261,33 @@ async fn a_delivery_for_an_unknown_account_is_unmatched_counted_and_queues_nothi
         listed.contains("the database went away") && !listed.contains("gh-stranger"),
         "{listed}"
     );
+
+    // `webhooks replay` puts it back, its error and attempts cleared; once only.
+    let replayed = webhooks(&["replay", &failed.to_string()]);
+    assert!(
+        replayed.contains("1 failed deliveries put back in the inbox"),
+        "{replayed}"
+    );
+    let row = query(
+        &app,
+        &format!("SELECT status, attempts, error FROM webhook_deliveries WHERE id = {failed}"),
+    )
+    .await;
+    let status: String = row[0].try_get("", "status").expect("status");
+    let error: Option<String> = row[0].try_get("", "error").expect("error");
+    assert!(status != "failed" && error.is_none(), "{status} {error:?}");
+    let again = webhooks(&["replay", &failed.to_string()]);
+    assert!(again.contains("has not failed; left as it is"), "{again}");
+    let missing = crate::helpers::tributary(&served.config)
+        .args(["webhooks", "replay", "987654"])
+        .env("HOOK_GH", GITHUB_SECRET)
+        .output()
+        .expect("ran");
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("webhook delivery with id 987654"),
+        "{missing:?}"
+    );
 }
 
 /// A GitHub `issues` delivery of issue 1 with `action`, `title` and `updated_at`, sent

@@ -112,7 +112,9 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
                 .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
         });
     } else {
-        options.max_connections(settings.max_connections);
+        options
+            .max_connections(settings.max_connections)
+            .map_sqlx_postgres_pool_opts(|pool| pool.after_connect(plan_each_statement));
     }
     let failed = |source| DbSetupError::Connect {
         url: redact_url(&settings.url),
@@ -153,6 +155,22 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
     Ok(match sqlite_file(&settings.url) {
         Some(_) => DatabasePools::with_sqlite_readers(main),
         None => DatabasePools::single(main),
+    })
+}
+
+/// Has PostgreSQL plan each statement for its own parameters. A plan it caches for a
+/// session is made while a table may still be small (a new deployment's first minutes,
+/// before autovacuum analyzes it) and stays with that connection as the table grows: a
+/// daemon's lookup of a connection's running runs kept a scan of the whole history that
+/// way, which took most of the database's time per run at scale (docs/performance.md).
+fn plan_each_statement(
+    connection: &mut sea_orm::sqlx::PgConnection,
+    _: sea_orm::sqlx::pool::PoolConnectionMetadata,
+) -> futures::future::BoxFuture<'_, Result<(), sea_orm::sqlx::Error>> {
+    Box::pin(async move {
+        sea_orm::sqlx::Executor::execute(connection, "SET plan_cache_mode = force_custom_plan")
+            .await
+            .map(|_| ())
     })
 }
 
@@ -443,5 +461,28 @@ mod tests {
             message.starts_with("reading the indexes of the records table failed: "),
             "{message}"
         );
+    }
+
+    #[tokio::test]
+    async fn every_postgresql_session_plans_each_statement_for_its_parameters() {
+        let test = crate::testing::TestDb::new().await;
+        let db = test.main();
+        if db.get_database_backend() != DbBackend::Postgres {
+            return;
+        }
+        // Several at once, so that the pool opens more than its first session.
+        let show = || async {
+            db.query_one_raw(sea_orm::Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT current_setting('plan_cache_mode') AS mode, pg_sleep(0.05)::text AS slept",
+            ))
+            .await
+            .expect("plan_cache_mode read")
+            .expect("a row")
+            .try_get::<String>("", "mode")
+            .expect("a setting")
+        };
+        let modes = futures::future::join_all((0..4).map(|_| show())).await;
+        assert_eq!(modes, vec!["force_custom_plan"; 4]);
     }
 }

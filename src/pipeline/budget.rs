@@ -6,6 +6,10 @@
 //! of a window also inserts its row (if absent) and sweeps ended windows. A request that a
 //! later window refuses gives back what the earlier windows gave, so no window ever counts
 //! more than was sent and the sum across instances never passes the limit.
+//!
+//! A request taken at a window's edge counts in the window beside it too: the API counts
+//! it when it arrives, by its own clock, which may put it across the edge from where we
+//! took it (see [`EDGE_MAX`]).
 
 use std::sync::Arc;
 
@@ -34,6 +38,12 @@ pub(crate) struct TableBudget {
     /// Which scope an answer's rate-limit headers count against (`learn_from_headers`).
     learns_into: Option<usize>,
 }
+
+/// How close to a window's edge a request also counts in the window across it, at most:
+/// what lies between our count and the API's (the request's way there, the two clocks'
+/// disagreement, a busy machine's scheduling). A twentieth of shorter windows, so that
+/// the edges of a 10 s window spend at most a tenth of it twice.
+const EDGE_MAX: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
 /// One window of one scope as it stands now.
 struct WindowAt<'a> {
@@ -79,27 +89,41 @@ impl TableBudget {
         }))
     }
 
-    fn windows_at(&self, now: DateTime<Utc>) -> Vec<WindowAt<'_>> {
-        let now = now.timestamp();
-        self.scopes
-            .iter()
-            .flat_map(|scope| {
-                scope.windows.iter().map(move |window| {
-                    let (start, end) = window_around(now, window.period_seconds());
-                    WindowAt {
-                        scope,
-                        window: *window,
-                        start,
-                        end,
-                    }
-                })
-            })
-            .collect()
+    /// The windows a request taken at `now` counts in: each scope's window holding `now`,
+    /// and beside it the next one within the edge before its end, or the previous one
+    /// within the edge after its start. Each comes with when a refusal by it ends.
+    fn windows_at(&self, now: DateTime<Utc>) -> Vec<(WindowAt<'_>, DateTime<Utc>)> {
+        let seconds = now.timestamp();
+        let mut windows = Vec::new();
+        for scope in &self.scopes {
+            for window in &scope.windows {
+                let period = window.period_seconds();
+                let (start, end) = window_around(seconds, period);
+                let edge = edge_of(period);
+                let at = |start: i64, end: i64| WindowAt {
+                    scope,
+                    window: *window,
+                    start,
+                    end,
+                };
+                windows.push((at(start, end), instant(end)));
+                let end_edge = instant(end).checked_sub_signed(edge);
+                let start_edge = instant(start).checked_add_signed(edge);
+                if end_edge.is_some_and(|edge_starts| now >= edge_starts) {
+                    let next_end = end.saturating_add(period);
+                    windows.push((at(end, next_end), instant(next_end)));
+                } else if let Some(edge_ends) = start_edge.filter(|edge_ends| now < *edge_ends) {
+                    // A spent previous window holds the request back only until the edge.
+                    windows.push((at(start.saturating_sub(period), start), edge_ends));
+                }
+            }
+        }
+        windows
     }
 
-    /// Takes one request from `at`: true when it had one left.
-    async fn take_one(&self, at: &WindowAt<'_>) -> Result<bool, DbErr> {
-        take_in(&self.db, &at.scope.key, &at.window, at.start, at.end).await
+    /// Takes one request from `at` at `now`: true when it had one left.
+    async fn take_one(&self, at: &WindowAt<'_>, now: DateTime<Utc>) -> Result<bool, DbErr> {
+        take_in(&self.db, &at.scope.key, &at.window, (at.start, at.end), now).await
     }
 
     /// Gives back a request taken from `at` that was never sent.
@@ -118,23 +142,36 @@ impl TableBudget {
 
     async fn take_all(&self) -> Result<Result<(), BudgetRefusal>, DbErr> {
         // The database's clock, so that every instance counts in the same window.
-        let windows = self.windows_at(crate::db::now());
-        for (index, at) in windows.iter().enumerate() {
-            if self.take_one(at).await? {
+        self.take_all_at(crate::db::now()).await
+    }
+
+    async fn take_all_at(&self, now: DateTime<Utc>) -> Result<Result<(), BudgetRefusal>, DbErr> {
+        let windows = self.windows_at(now);
+        for (index, (at, reopens_at)) in windows.iter().enumerate() {
+            if self.take_one(at, now).await? {
                 continue;
             }
-            for taken in &windows[..index] {
+            for (taken, _) in &windows[..index] {
                 self.give_back(taken).await?;
             }
-            let reopens_at =
-                DateTime::from_timestamp(at.end, 0).unwrap_or(DateTime::<Utc>::MAX_UTC);
             return Ok(Err(BudgetRefusal::Spent {
                 scope: at.scope.label.clone(),
-                reopens_at,
+                reopens_at: *reopens_at,
             }));
         }
         Ok(Ok(()))
     }
+}
+
+/// The edge of a window of `period` seconds (see [`EDGE_MAX`]).
+fn edge_of(period: i64) -> chrono::TimeDelta {
+    let twentieth = chrono::TimeDelta::milliseconds(period.saturating_mul(50));
+    Ord::min(twentieth, EDGE_MAX)
+}
+
+/// The instant `seconds` after the epoch.
+fn instant(seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(seconds, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// The row of the window `at`.
@@ -160,7 +197,7 @@ pub(crate) async fn take_one_from(
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, DbErr> {
     let (start, end) = window_around(now.timestamp(), window.period_seconds());
-    if take_in(db, key, window, start, end).await? {
+    if take_in(db, key, window, (start, end), now).await? {
         return Ok(None);
     }
     Ok(Some(
@@ -168,14 +205,14 @@ pub(crate) async fn take_one_from(
     ))
 }
 
-/// Takes one request from the window `[start, end)` of scope `key`: true when it had one
-/// left.
+/// Takes one request at `now` from the window `[start, end)` of scope `key`: true when
+/// it had one left.
 async fn take_in(
     db: &DatabaseConnection,
     key: &str,
     window: &BudgetWindow,
-    start: i64,
-    end: i64,
+    (start, end): (i64, i64),
+    now: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
     if increment(db, key, window, start).await? {
         return Ok(true);
@@ -200,7 +237,7 @@ async fn take_in(
     .exec_without_returning(db)
     .await?;
     if inserted > 0 {
-        sweep(db, start).await?;
+        sweep(db, now).await?;
     }
     // Another instance may have inserted the row since our first try.
     increment(db, key, window, start).await
@@ -225,11 +262,13 @@ async fn increment(
     Ok(updated.rows_affected == 1)
 }
 
-/// Removes the windows that ended before `now` (any scope's): a window's row is useless
-/// once it ends, and this runs only when a new window opens.
-async fn sweep(db: &DatabaseConnection, now: i64) -> Result<(), DbErr> {
+/// Removes the windows that ended before `now` (any scope's), but for those whose edge
+/// is not yet past: a window's row is useless once its edge is over, and this runs only
+/// when a new window opens.
+async fn sweep(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<(), DbErr> {
+    let edge_past = now.checked_sub_signed(EDGE_MAX).unwrap_or(now).timestamp();
     let swept = rate_budget::Entity::delete_many()
-        .filter(rate_budget::Column::WindowEnd.lte(now))
+        .filter(rate_budget::Column::WindowEnd.lte(edge_past))
         .exec(db)
         .await?
         .rows_affected;
@@ -299,7 +338,100 @@ impl RequestBudget for TableBudget {
 
 #[cfg(test)]
 mod tests {
-    use super::window_around;
+    use std::time::Duration;
+
+    use chrono::{DateTime, TimeDelta, Utc};
+    use sea_orm::{EntityTrait, QueryOrder};
+    use tributary_providers::http::BudgetRefusal;
+
+    use super::{window_around, Scope, TableBudget};
+    use crate::config::BudgetWindow;
+    use crate::entities::rate_budget;
+    use crate::testing::TestDb;
+
+    /// An application budget of `requests` per 10 s.
+    fn ten_seconds(test: &TestDb, requests: u64) -> TableBudget {
+        TableBudget {
+            db: test.main().clone(),
+            scopes: vec![Scope {
+                key: "provider:p".to_string(),
+                label: "provider \"p\"".to_string(),
+                windows: vec![BudgetWindow {
+                    requests,
+                    per: Duration::from_secs(10),
+                }],
+            }],
+            learns_into: None,
+        }
+    }
+
+    /// `seconds` and `millis` after the start of a window (2026-12-06T00:00:00Z).
+    fn at(seconds: i64, millis: i64) -> DateTime<Utc> {
+        let start = DateTime::from_timestamp(1_796_515_200, 0).unwrap_or_default();
+        start + TimeDelta::seconds(seconds) + TimeDelta::milliseconds(millis)
+    }
+
+    /// Each window's start (seconds after the first's) and how many it counts.
+    async fn counted(test: &TestDb) -> Vec<(i64, i64)> {
+        rate_budget::Entity::find()
+            .order_by_asc(rate_budget::Column::WindowStart)
+            .all(test.main())
+            .await
+            .expect("rate budgets")
+            .into_iter()
+            .map(|row| (row.window_start - 1_796_515_200, row.used))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_request_at_a_windows_end_counts_in_the_next_window_too() {
+        let test = TestDb::new().await;
+        let budget = ten_seconds(&test, 5);
+        assert!(budget.take_all_at(at(4, 0)).await.expect("taken").is_ok());
+        // Within the last half second (a twentieth of 10 s): the API may count it after.
+        assert!(budget.take_all_at(at(9, 600)).await.expect("taken").is_ok());
+        assert_eq!(counted(&test).await, [(0, 2), (10, 1)]);
+        // The next window then has room for four, not five.
+        for millis in [0, 100, 200, 300] {
+            let taken = budget.take_all_at(at(15, millis)).await.expect("taken");
+            assert!(taken.is_ok(), "{taken:?}");
+        }
+        let refused = budget.take_all_at(at(15, 400)).await.expect("answered");
+        let Err(BudgetRefusal::Spent { reopens_at, .. }) = refused else {
+            panic!("the fifth request of the window was taken: {refused:?}");
+        };
+        assert_eq!(reopens_at, at(20, 0));
+        // (The first window, over, may have been swept.)
+        assert_eq!(counted(&test).await.last(), Some(&(10, 5)));
+    }
+
+    #[tokio::test]
+    async fn a_request_at_a_windows_start_waits_while_the_spent_window_before_may_count_it() {
+        let test = TestDb::new().await;
+        let budget = ten_seconds(&test, 2);
+        for seconds in [3, 5] {
+            assert!(budget
+                .take_all_at(at(seconds, 0))
+                .await
+                .expect("taken")
+                .is_ok());
+        }
+        // A clock a little behind the API's: just after the edge, the API may still be
+        // counting in the spent window.
+        let early = budget.take_all_at(at(10, 100)).await.expect("answered");
+        let Err(BudgetRefusal::Spent { reopens_at, .. }) = early else {
+            panic!("taken in the edge after a spent window: {early:?}");
+        };
+        assert_eq!(reopens_at, at(10, 500));
+        assert_eq!(
+            counted(&test).await,
+            [(0, 2), (10, 0)],
+            "the refusal gave back"
+        );
+        let after = budget.take_all_at(at(10, 500)).await.expect("taken");
+        assert!(after.is_ok(), "{after:?}");
+        assert_eq!(counted(&test).await, [(0, 2), (10, 1)]);
+    }
 
     #[test]
     fn windows_are_aligned_to_the_quarter_hour_and_to_midnight() {

@@ -1038,21 +1038,28 @@ async fn a_full_pass_that_skipped_a_parent_marks_none_of_its_records_deleted() {
     );
 }
 
-#[tokio::test]
-async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_its_own() {
-    use crate::daemon::{daemon_table, eventually, Daemon};
-    use std::time::Duration;
-    let app = spawn_app().await;
+/// A daemon's config with alice's GitHub connection syncing `issues` and `repos` every
+/// second, one repository and one issue served.
+async fn two_streams_every_second(app: &TestApp) -> std::path::PathBuf {
     mount_repos(
         &app.api,
         json!([repo(7, "octo/widgets", "2026-11-02T10:00:00Z")]),
     )
     .await;
     mount_issues(&app.api, json!([issue(7, "2026-11-03T10:00:00Z")])).await;
-    let providers = github(&app, r#"["issues", "repos"]"#)
+    let providers = github(app, r#"["issues", "repos"]"#)
         .replace("schedule = \"0 * * * * *\"", "schedule = \"* * * * * *\"");
-    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
+    let config = app.write_config(&format!("{}{providers}", crate::daemon::daemon_table(None)));
     app.settings(&providers).await;
+    config
+}
+
+#[tokio::test]
+async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_its_own() {
+    use crate::daemon::{eventually, Daemon};
+    use std::time::Duration;
+    let app = spawn_app().await;
+    let config = two_streams_every_second(&app).await;
     let schedule = |args: &[&str]| {
         let mut all = vec![
             "connections",
@@ -1151,19 +1158,10 @@ async fn a_stream_with_a_schedule_of_its_own_leaves_its_connections_and_keeps_it
 
 #[tokio::test]
 async fn a_paused_stream_is_left_out_of_its_schedule_while_its_connections_other_streams_run() {
-    use crate::daemon::{daemon_table, eventually, Daemon};
+    use crate::daemon::{eventually, Daemon};
     use std::time::Duration;
     let app = spawn_app().await;
-    mount_repos(
-        &app.api,
-        json!([repo(7, "octo/widgets", "2026-11-02T10:00:00Z")]),
-    )
-    .await;
-    mount_issues(&app.api, json!([issue(7, "2026-11-03T10:00:00Z")])).await;
-    let providers = github(&app, r#"["issues", "repos"]"#)
-        .replace("schedule = \"0 * * * * *\"", "schedule = \"* * * * * *\"");
-    let config = app.write_config(&format!("{}{providers}", daemon_table(None)));
-    app.settings(&providers).await;
+    let config = two_streams_every_second(&app).await;
     let connections = |args: &[&str]| {
         let mut all = vec!["connections"];
         all.extend_from_slice(args);

@@ -489,3 +489,52 @@ async fn a_delivery_waits_for_a_running_run_to_end_and_a_later_runs_read_wins_ov
         (InboxStatus::Applied, 1)
     );
 }
+
+#[tokio::test]
+async fn a_deletion_before_its_object_leaves_a_tombstone_an_older_delivery_cannot_lift_but_a_listing_can(
+) {
+    let test = TestDb::new().await;
+    let settings = test.settings(STRIPE);
+    let alice = test.alice().await;
+    stripe_event(&test, "evt_d", "customer.deleted", 200, &customer("gone")).await;
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+    // The provider's `created` event, delayed past its deletion.
+    stripe_event(&test, "evt_c", "customer.created", 100, &customer("first")).await;
+
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+
+    let stored = records(&test).await;
+    assert_eq!(names(&stored), [("cus_1".to_string(), "gone".to_string())]);
+    assert!(stored[0].deleted_at.is_some(), "{stored:?}");
+    assert_eq!(
+        stored[0].source_version.as_deref(),
+        Some("00000000000000000200.9")
+    );
+    assert!(
+        changes(&test).await.is_empty(),
+        "the app never saw the record"
+    );
+    let runs = webhook_runs(&test).await;
+    let written: i64 = runs
+        .iter()
+        .map(|run| run.records_inserted + run.records_deleted + run.records_restored)
+        .sum();
+    assert_eq!(written, 0, "{runs:?}");
+
+    // A run's listing is the source of truth: it returns the object, which is live again.
+    let customers = settings.providers["acme"]
+        .stream("customers")
+        .expect("customers")
+        .clone();
+    let mut run = Run::open(&test.db, &alice, &customers, Trigger::Schedule, None)
+        .await
+        .expect("run");
+    run.store(listed_customer("listed")).await.expect("stored");
+    let stored = records(&test).await;
+    assert_eq!(
+        names(&stored),
+        [("cus_1".to_string(), "listed".to_string())]
+    );
+    assert!(stored[0].deleted_at.is_none(), "{stored:?}");
+    assert_eq!(changes(&test).await, feed(&[("cus_1", "restored")]));
+}

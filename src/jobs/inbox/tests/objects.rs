@@ -538,3 +538,58 @@ async fn a_deletion_before_its_object_leaves_a_tombstone_an_older_delivery_canno
     assert!(stored[0].deleted_at.is_none(), "{stored:?}");
     assert_eq!(changes(&test).await, feed(&[("cus_1", "restored")]));
 }
+
+/// A GitHub `issues` event of issue 7 with `action`, `title` and `updated_at`, from
+/// alice's user 4242.
+fn github_issue(action: &str, title: &str, at: &str) -> String {
+    format!(
+        r#"{{"action":"{action}","issue":{{"id":7,"title":"{title}","updated_at":"{at}"}},"sender":{{"id":4242}}}}"#
+    )
+}
+
+async fn webhook_jobs(test: &TestDb) -> Vec<sync_job::Model> {
+    sync_job::Entity::find()
+        .order_by_asc(sync_job::Column::Id)
+        .all(test.main())
+        .await
+        .expect("jobs")
+}
+
+#[tokio::test]
+async fn two_edits_in_one_second_store_nothing_from_the_second_and_queue_the_streams_run() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB);
+    alice_as(&test, Some("4242"), true).await;
+    let at = "2026-12-05T10:00:00Z";
+    deliver(
+        &test,
+        "gh-1",
+        "issues",
+        &github_issue("opened", "Bug", at),
+        "4242",
+    )
+    .await;
+    process(&test.db, &settings).await;
+    // Edited within the same second: its version ties with the stored one's.
+    let edited = github_issue("edited", "Bug, clearer", at);
+    deliver(&test, "gh-2", "issues", &edited, "4242").await;
+    // A redelivery of the first, identical to what is stored, queues nothing.
+    let opened = github_issue("opened", "Bug", at);
+    deliver(&test, "gh-1-again", "issues", &opened, "4242").await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (2, 1));
+    let stored = records(&test).await;
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].payload.contains(r#""title":"Bug""#), "{stored:?}");
+    assert_eq!(changes(&test).await, feed(&[("7", "inserted")]));
+    let jobs = webhook_jobs(&test).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (jobs[0].kind, jobs[0].status, jobs[0].stream.as_str()),
+        (JobKind::Webhook, JobStatus::Queued, "issues")
+    );
+    let job_ids: Vec<Option<i64>> = deliveries(&test).await.iter().map(|d| d.job_id).collect();
+    assert_eq!(job_ids, [None, Some(jobs[0].id), None]);
+}

@@ -24,15 +24,22 @@ pub(super) enum Applied {
     Busy,
 }
 
-/// The stream of `provider` that `carried`'s object type names (`charge`: `charges`).
+/// The stream of `provider` that `carried`'s object type names (`charge`: `charges`),
+/// or the primary stream (whose namespace is the provider's name) for an object listed
+/// there.
 pub(super) fn stream_for<'p>(
     provider: &'p ProviderSettings,
     carried: &Carried<'_>,
 ) -> Option<&'p StreamSettings> {
     let name = &carried.object_type;
+    let primary = || {
+        let mut streams = provider.streams.iter();
+        streams.find(|stream| carried.in_primary && stream.namespace == provider.name)
+    };
     provider
         .stream(name)
         .or_else(|| provider.stream(&format!("{name}s")))
+        .or_else(primary)
 }
 
 /// Stores `carried` for each of `connections` of `provider`, each in a run of its own

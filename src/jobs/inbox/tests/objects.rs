@@ -593,3 +593,85 @@ async fn two_edits_in_one_second_store_nothing_from_the_second_and_queue_the_str
     let job_ids: Vec<Option<i64>> = deliveries(&test).await.iter().map(|d| d.job_id).collect();
     assert_eq!(job_ids, [None, Some(jobs[0].id), None]);
 }
+
+/// `acme`, Shopify's orders through `preset = "shopify_orders"`, receiving webhooks.
+const SHOPIFY: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\n\
+    preset = \"shopify_orders\"\nbase_url = \"https://shop.myshopify.com\"\n\
+    schedule = \"0 0 0 1 1 *\"\n[providers.acme.webhooks]\nscheme = \"shopify\"\n\
+    secret_env = \"HOOK\"\n";
+
+/// A Shopify order as its webhooks and the REST Admin API send it (trimmed).
+fn order(id: u64, name: &str, updated_at: &str) -> String {
+    format!(
+        r#"{{"id":{id},"name":"{name}","financial_status":"paid","updated_at":"{updated_at}","line_items":[]}}"#
+    )
+}
+
+#[tokio::test]
+async fn shopify_orders_are_stored_from_the_body_by_updated_at_and_deleted_for_good() {
+    let test = TestDb::new().await;
+    let settings = test.settings(SHOPIFY);
+    let shop = "shop.myshopify.com";
+    alice_as(&test, Some(shop), true).await;
+    let (first, second) = ("2026-12-05T10:00:00-05:00", "2026-12-05T10:05:00-05:00");
+    deliver(
+        &test,
+        "s-2",
+        "orders/updated",
+        &order(450789469, "paid", second),
+        shop,
+    )
+    .await;
+    deliver(
+        &test,
+        "s-1",
+        "orders/create",
+        &order(450789469, "created", first),
+        shop,
+    )
+    .await;
+    // An order edit's body is no order: it queues a run.
+    deliver(
+        &test,
+        "s-e",
+        "orders/edited",
+        r#"{"order_edit":{"id":1}}"#,
+        shop,
+    )
+    .await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (3, 1));
+    let stored = records(&test).await;
+    assert_eq!(names(&stored), [("450789469".into(), "paid".into())]);
+    assert_eq!(stored[0].provider, "acme", "the preset's primary stream");
+    assert_eq!(changes(&test).await, feed(&[("450789469", "inserted")]));
+    let jobs = webhook_jobs(&test).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+
+    // `orders/delete` carries the id alone; a delete before its order is kept too.
+    deliver(&test, "s-d", "orders/delete", r#"{"id":450789469}"#, shop).await;
+    deliver(&test, "s-d2", "orders/delete", r#"{"id":7}"#, shop).await;
+    process(&test.db, &settings).await;
+    deliver(
+        &test,
+        "s-late",
+        "orders/updated",
+        &order(7, "late", second),
+        shop,
+    )
+    .await;
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+
+    let stored = records(&test).await;
+    let deleted: Vec<(&str, bool)> = stored
+        .iter()
+        .map(|record| (record.external_id.as_str(), record.deleted_at.is_some()))
+        .collect();
+    assert_eq!(deleted, [("450789469", true), ("7", true)]);
+    assert_eq!(
+        changes(&test).await,
+        feed(&[("450789469", "inserted"), ("450789469", "deleted")])
+    );
+}

@@ -1392,3 +1392,111 @@ async fn a_daemon_killed_between_accepting_and_applying_a_delivery_applies_it_on
     assert_eq!(inserted, [1], "one webhook run stored it");
     assert_eq!(feed_kinds(&app).await, ["inserted"]);
 }
+
+const SHOP_DOMAIN: &str = "example.myshopify.com";
+
+/// `shop`, Shopify's orders through `preset = "shopify_orders"` against the mock API,
+/// for alice, whose shop is [`SHOP_DOMAIN`].
+async fn serve_shop(app: &TestApp) -> Served {
+    let providers = format!(
+        "\n[providers.shop]\npreset = \"shopify_orders\"\nbase_url = \"{}\"\n\
+         schedule = \"0 0 0 1 1 *\"\n[providers.shop.webhooks]\nscheme = \"shopify\"\n\
+         secret_env = \"HOOK_SHOPIFY\"\n{}",
+        app.api.uri(),
+        crate::helpers::connections("shop", &["alice"]),
+    );
+    let served = Served::start_with_env(app, &providers, &ENV, |text| text).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared(&format!(
+            "UPDATE connections SET account_id = '{SHOP_DOMAIN}' WHERE user_id = 'alice'"
+        ))
+        .await
+        .expect("alice's shop");
+    served
+}
+
+/// An order webhook of `topic` as Shopify sends it: the body signed with the app's
+/// secret, base64 in `X-Shopify-Hmac-Sha256`, and the shop in `X-Shopify-Shop-Domain`.
+fn shopify_order(tag: &str, topic: &'static str, body: Value) -> Delivery {
+    let body = body.to_string();
+    let id = format!("shop-{tag}");
+    Delivery {
+        provider: "shop",
+        headers: vec![
+            header(
+                "X-Shopify-Hmac-Sha256",
+                base64(&hmac_sha256(SHOPIFY_SECRET.as_bytes(), &[body.as_bytes()])),
+            ),
+            header("X-Shopify-Webhook-Id", &id),
+            header("X-Shopify-Topic", topic),
+            header("X-Shopify-Shop-Domain", SHOP_DOMAIN),
+            header("X-Shopify-API-Version", "2025-10"),
+            header("X-Shopify-Triggered-At", "2026-12-05T15:05:00.000000Z"),
+        ],
+        body: body.into_bytes(),
+        id,
+        event_type: Some(topic),
+    }
+}
+
+#[tokio::test]
+async fn shopify_order_webhooks_store_the_order_by_updated_at_and_orders_delete_deletes_it() {
+    let app = spawn_app().await;
+    let served = serve_shop(&app).await;
+    let applied = |tag: &str| {
+        format!("SELECT status FROM webhook_deliveries WHERE delivery_id = 'shop-{tag}'")
+    };
+    let order = |financial_status: &str, updated_at: &str| {
+        json!({"id": 450789469_u64, "name": "#1001", "financial_status": financial_status,
+               "updated_at": updated_at, "line_items": [{"id": 466157049_u64, "quantity": 1}]})
+    };
+    let deliveries = [
+        (
+            "create",
+            "orders/create",
+            order("pending", "2026-12-05T10:00:00-05:00"),
+        ),
+        (
+            "paid",
+            "orders/paid",
+            order("paid", "2026-12-05T10:05:00-05:00"),
+        ),
+        // Delayed: older than what is stored, so it changes nothing.
+        (
+            "updated",
+            "orders/updated",
+            order("pending", "2026-12-05T10:01:00-05:00"),
+        ),
+    ];
+    for (tag, topic, body) in deliveries {
+        let (status, _, answer) = send(&served, &shopify_order(tag, topic, body), None).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        until_text(&app, &applied(tag), "applied").await;
+    }
+
+    let records = app.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].external_id.as_str(),
+            records[0].provider.as_str()
+        ),
+        ("450789469", "shop")
+    );
+    assert!(records[0].payload.contains(r#""financial_status":"paid""#));
+    assert_eq!(feed_kinds(&app).await, ["inserted", "updated"]);
+
+    let gone = shopify_order("delete", "orders/delete", json!({"id": 450789469_u64}));
+    let (status, _, answer) = send(&served, &gone, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, &applied("delete"), "applied").await;
+
+    let records = app.records().await;
+    assert!(records[0].deleted_at.is_some(), "{records:?}");
+    assert_eq!(feed_kinds(&app).await, ["inserted", "updated", "deleted"]);
+    assert!(
+        query(&app, "SELECT id FROM sync_jobs").await.is_empty(),
+        "stored from the deliveries, with no run of the listing"
+    );
+}

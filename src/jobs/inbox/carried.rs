@@ -1,9 +1,9 @@
 //! The object a delivery carries whole, read from its body as received: a Stripe event's
-//! `data.object`, and the issue, pull request or comment of GitHub's `issues`,
-//! `pull_request` and `issue_comment` events; with its version, which orders the
-//! deliveries of one object however they arrive (docs/decisions/webhook-versions.md).
-//! Any other delivery, or one without the fields its version needs, carries none and
-//! queues a run instead.
+//! `data.object`, the issue, pull request or comment of GitHub's `issues`,
+//! `pull_request` and `issue_comment` events, and the order of Shopify's `orders/*`
+//! topics; with its version, which orders the deliveries of one object however they
+//! arrive (docs/decisions/webhook-versions.md). Any other delivery, or one without the
+//! fields its version needs, carries none and queues a run instead.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -16,6 +16,9 @@ pub(crate) struct Carried<'b> {
     /// Its type (`charge`, `issue`, `issue_comment`): its stream is the provider's
     /// stream of that name, or of that name with an `s`.
     pub object_type: String,
+    /// Failing those, the `rest` kind's primary stream holds it (Shopify's orders, as
+    /// `preset = "shopify_orders"` lists them).
+    pub in_primary: bool,
     /// The object's JSON text exactly as received.
     pub object: &'b RawValue,
     /// The event reports the object deleted.
@@ -33,6 +36,7 @@ pub(crate) fn carried<'b>(
     match scheme {
         WebhookScheme::Stripe => stripe(body),
         WebhookScheme::Github => github(event_type?, body),
+        WebhookScheme::Shopify => shopify(event_type?, body),
         _ => None,
     }
 }
@@ -84,6 +88,7 @@ fn stripe(body: &str) -> Option<Carried<'_>> {
     };
     Some(Carried {
         object_type: state.object,
+        in_primary: false,
         object: event.data.object,
         deleted,
         version: version(created, rank),
@@ -103,7 +108,7 @@ struct GithubEvent<'b> {
 }
 
 #[derive(Deserialize)]
-struct GithubUpdated {
+struct Updated {
     updated_at: String,
 }
 
@@ -117,9 +122,7 @@ fn github<'b>(event_type: &str, body: &'b str) -> Option<Carried<'b>> {
         "issue_comment" => event.comment?,
         _ => return None,
     };
-    let updated: GithubUpdated = serde_json::from_str(object.get()).ok()?;
-    let updated_at = chrono::DateTime::parse_from_rfc3339(&updated.updated_at).ok()?;
-    let seconds = u64::try_from(updated_at.timestamp()).ok()?;
+    let seconds = updated_at(object)?;
     let deleted = event.action.as_deref() == Some("deleted");
     let object_type = match event_type {
         "issues" => "issue",
@@ -127,9 +130,43 @@ fn github<'b>(event_type: &str, body: &'b str) -> Option<Carried<'b>> {
     };
     Some(Carried {
         object_type: object_type.to_string(),
+        in_primary: false,
         object,
         deleted,
         version: version(seconds, if deleted { 9 } else { 0 }),
+    })
+}
+
+/// The seconds of an object's RFC 3339 `updated_at`.
+fn updated_at(object: &RawValue) -> Option<u64> {
+    let updated: Updated = serde_json::from_str(object.get()).ok()?;
+    let updated_at = chrono::DateTime::parse_from_rfc3339(&updated.updated_at).ok()?;
+    u64::try_from(updated_at.timestamp()).ok()
+}
+
+/// The order of a Shopify `orders/*` topic (`X-Shopify-Topic`), whose body is the order
+/// as the REST Admin API returns it, versioned by its `updated_at`. `orders/delete`
+/// carries only the `id`: a deletion is final at Shopify, so it ranks above every
+/// version. `orders/edited` carries an order edit, not the order, and other topics
+/// queue a run.
+fn shopify<'b>(topic: &str, body: &'b str) -> Option<Carried<'b>> {
+    let object: &'b RawValue = serde_json::from_str(body).ok()?;
+    let (deleted, version) = match topic {
+        "orders/delete" => (true, version(u64::MAX, 9)),
+        "orders/create"
+        | "orders/updated"
+        | "orders/cancelled"
+        | "orders/fulfilled"
+        | "orders/partially_fulfilled"
+        | "orders/paid" => (false, version(updated_at(object)?, 0)),
+        _ => return None,
+    };
+    Some(Carried {
+        object_type: "order".to_string(),
+        in_primary: true,
+        object,
+        deleted,
+        version,
     })
 }
 
@@ -176,11 +213,32 @@ mod tests {
     }
 
     #[test]
+    fn a_shopify_order_is_versioned_by_updated_at_and_its_deletion_is_final() {
+        let shopify = WebhookScheme::Shopify;
+        let order = r##"{"id":450789469,"name":"#1001","updated_at":"2024-03-01T10:15:00-05:00"}"##;
+        let updated = carried(&shopify, Some("orders/updated"), order).expect("carried");
+        assert_eq!(updated.version, version(1_709_306_100, 0));
+        assert_eq!(
+            (updated.object_type.as_str(), updated.in_primary),
+            ("order", true)
+        );
+        assert_eq!(updated.object.get(), order);
+        let gone = r#"{"id":450789469}"#;
+        let deleted = carried(&shopify, Some("orders/delete"), gone).expect("carried");
+        assert!(deleted.deleted && deleted.version > updated.version);
+    }
+
+    #[test]
     fn objects_without_their_version_or_of_other_events_carry_nothing() {
         let github = WebhookScheme::Github;
         assert!(carried(&github, Some("issues"), r#"{"issue":{"id":7}}"#).is_none());
         assert!(carried(&github, Some("push"), r#"{"issue":{"id":7}}"#).is_none());
         assert!(carried(&github, None, "{}").is_none());
+        let shopify = WebhookScheme::Shopify;
+        let order = r#"{"id":450789469,"updated_at":"2024-03-01T10:15:00-05:00"}"#;
+        assert!(carried(&shopify, Some("orders/edited"), order).is_none());
+        assert!(carried(&shopify, Some("orders/updated"), r#"{"id":1}"#).is_none());
+        assert!(carried(&shopify, None, order).is_none());
         let stripe = WebhookScheme::Stripe;
         assert!(carried(&stripe, None, r#"{"type":"x","data":{"object":{}}}"#).is_none());
         assert!(carried(&stripe, None, "not json").is_none());

@@ -2,7 +2,8 @@
 //! the connections of its provider with the account id it names, and either stores the
 //! object it carries whole through the pipeline (`apply.rs`), or queues one incremental
 //! run per connection and stream as a `webhook` job, which deliveries arriving while it
-//! waits join (docs/decisions/inbound-webhooks.md).
+//! waits join (docs/decisions/inbound-webhooks.md). An object whose version ties with
+//! the stored one's but whose content differs queues that run too.
 
 mod apply;
 mod carried;
@@ -345,17 +346,25 @@ async fn apply_carried(
         ));
     };
     match apply::apply(db, settings, provider, connections, &carried).await? {
-        apply::Applied::Stored => {
+        apply::Applied::Stored { tied } => {
+            let (mut jobs_queued, mut first_job) = (0u64, None);
+            if let Some(stream) = apply::stream_for(provider, &carried) {
+                for connection in &tied {
+                    let (job_id, inserted) = queue_run(db, connection, &stream.name, now).await?;
+                    first_job.get_or_insert(job_id);
+                    jobs_queued = jobs_queued.saturating_add(u64::from(inserted));
+                }
+            }
             settle_row(
                 db.main(),
                 delivery,
                 InboxStatus::Applied,
                 Some(first.id),
-                None,
+                first_job,
                 now,
             )
             .await?;
-            Ok(Settled::Applied { jobs_queued: 0 })
+            Ok(Settled::Applied { jobs_queued })
         }
         apply::Applied::Busy => {
             let at = now.checked_add_signed(BUSY_WAIT).unwrap_or(now);
@@ -363,6 +372,33 @@ async fn apply_carried(
             Ok(Settled::Carries(Vec::new()))
         }
     }
+}
+
+/// [`queue_or_join`] in a transaction of its own that holds `connection`'s row (SQLite:
+/// the write lock), as routing does.
+async fn queue_run(
+    db: &DatabasePools,
+    connection: &connection::Model,
+    stream: &str,
+    now: DateTime<Utc>,
+) -> Result<(i64, bool), DbErr> {
+    let txn = db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            isolation_level: (db.get_database_backend() == DatabaseBackend::MySql)
+                .then_some(IsolationLevel::ReadCommitted),
+            ..TransactionOptions::default()
+        })
+        .await?;
+    if txn.get_database_backend() != DatabaseBackend::Sqlite {
+        connection::Entity::find_by_id(connection.id)
+            .lock(LockType::Update)
+            .one(&txn)
+            .await?;
+    }
+    let queued = queue_or_join(&txn, connection, stream, now).await?;
+    txn.commit().await?;
+    Ok(queued)
 }
 
 async fn settle_row(

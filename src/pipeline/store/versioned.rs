@@ -4,14 +4,17 @@
 //! committed may be stale (PostgreSQL's page lookup reads its snapshot from before the
 //! lock it waited on); the write's own condition is evaluated on the row as committed, so
 //! two instances applying deliveries of one object cannot put the older over the newer.
+//! A deletion of a key never stored leaves a row marked deleted with its version (a
+//! tombstone), so that a late, older delivery cannot store the object live.
 //! (docs/decisions/webhook-versions.md)
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Condition, Expr, ExprTrait, UpdateStatement};
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, OnConflict, UpdateStatement};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, QueryTrait,
-    TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter,
+    QuerySelect, QueryTrait, Set, TransactionTrait,
 };
+use tributary_providers::record::sha256_hex;
 use tributary_providers::{DeletedRecord, Record, RejectedRecord};
 
 use super::backend::{update_statement, Existing, StoreBackend};
@@ -73,9 +76,12 @@ impl VersionedWrite<'_> {
         for gone in deleted {
             if self.mark_deleted(&gone.external_id, changes).await? {
                 counts.deleted += 1;
-            } else {
-                self.advance(&gone.external_id).await?;
+                continue;
             }
+            if !self.stored(&gone.external_id).await? {
+                self.tombstone(gone).await?;
+            }
+            self.advance(&gone.external_id).await?;
         }
         Ok(())
     }
@@ -155,6 +161,50 @@ impl VersionedWrite<'_> {
                 .await?;
         }
         Ok(written)
+    }
+
+    /// Whether a row of `external_id` is stored, live or deleted.
+    async fn stored(&self, external_id: &str) -> Result<bool, DbErr> {
+        let found = record::Entity::find()
+            .select_only()
+            .column(record::Column::Id)
+            .filter(self.key(external_id))
+            .into_tuple::<i64>()
+            .one(self.txn)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// Keeps the deletion of a key never stored as a row marked deleted with the page's
+    /// version, so that an older delivery of the object compares with it and stores
+    /// nothing, while a listing that returns the object restores it as any deleted
+    /// record. No change: the app never saw the record, and a run would not have either.
+    async fn tombstone(&self, gone: &DeletedRecord) -> Result<(), DbErr> {
+        let (run_id, now) = (self.context.run_id, self.now);
+        let row = record::ActiveModel {
+            user_id: Set(self.context.connection.user_id.clone()),
+            provider: Set(self.context.stream.namespace().to_string()),
+            external_id: Set(gone.external_id.clone()),
+            payload: Set(gone.payload.clone()),
+            content_hash: Set(sha256_hex(gone.payload.as_bytes())),
+            first_seen_run_id: Set(run_id),
+            last_seen_run_id: Set(run_id),
+            created_at: Set(now),
+            updated_at: Set(now),
+            deleted_at: Set(Some(now)),
+            deleted_by_run_id: Set(Some(run_id)),
+            source_version: Set(Some(self.version.to_string())),
+            ..Default::default()
+        };
+        // MySQL has no `DO NOTHING` (see `backend::insert_statement`).
+        let on_conflict = OnConflict::columns(record::KEY_COLUMNS)
+            .do_nothing_on([record::Column::Id])
+            .to_owned();
+        record::Entity::insert(row)
+            .on_conflict(on_conflict)
+            .exec_without_returning(self.txn)
+            .await
+            .map(|_| ())
     }
 
     /// Stamps the page's version on the stored `external_id` if its own is older.

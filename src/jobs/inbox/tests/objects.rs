@@ -489,3 +489,189 @@ async fn a_delivery_waits_for_a_running_run_to_end_and_a_later_runs_read_wins_ov
         (InboxStatus::Applied, 1)
     );
 }
+
+#[tokio::test]
+async fn a_deletion_before_its_object_leaves_a_tombstone_an_older_delivery_cannot_lift_but_a_listing_can(
+) {
+    let test = TestDb::new().await;
+    let settings = test.settings(STRIPE);
+    let alice = test.alice().await;
+    stripe_event(&test, "evt_d", "customer.deleted", 200, &customer("gone")).await;
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+    // The provider's `created` event, delayed past its deletion.
+    stripe_event(&test, "evt_c", "customer.created", 100, &customer("first")).await;
+
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+
+    let stored = records(&test).await;
+    assert_eq!(names(&stored), [("cus_1".to_string(), "gone".to_string())]);
+    assert!(stored[0].deleted_at.is_some(), "{stored:?}");
+    assert_eq!(
+        stored[0].source_version.as_deref(),
+        Some("00000000000000000200.9")
+    );
+    assert!(
+        changes(&test).await.is_empty(),
+        "the app never saw the record"
+    );
+    let runs = webhook_runs(&test).await;
+    let written: i64 = runs
+        .iter()
+        .map(|run| run.records_inserted + run.records_deleted + run.records_restored)
+        .sum();
+    assert_eq!(written, 0, "{runs:?}");
+
+    // A run's listing is the source of truth: it returns the object, which is live again.
+    let customers = settings.providers["acme"]
+        .stream("customers")
+        .expect("customers")
+        .clone();
+    let mut run = Run::open(&test.db, &alice, &customers, Trigger::Schedule, None)
+        .await
+        .expect("run");
+    run.store(listed_customer("listed")).await.expect("stored");
+    let stored = records(&test).await;
+    assert_eq!(
+        names(&stored),
+        [("cus_1".to_string(), "listed".to_string())]
+    );
+    assert!(stored[0].deleted_at.is_none(), "{stored:?}");
+    assert_eq!(changes(&test).await, feed(&[("cus_1", "restored")]));
+}
+
+/// A GitHub `issues` event of issue 7 with `action`, `title` and `updated_at`, from
+/// alice's user 4242.
+fn github_issue(action: &str, title: &str, at: &str) -> String {
+    format!(
+        r#"{{"action":"{action}","issue":{{"id":7,"title":"{title}","updated_at":"{at}"}},"sender":{{"id":4242}}}}"#
+    )
+}
+
+async fn webhook_jobs(test: &TestDb) -> Vec<sync_job::Model> {
+    sync_job::Entity::find()
+        .order_by_asc(sync_job::Column::Id)
+        .all(test.main())
+        .await
+        .expect("jobs")
+}
+
+#[tokio::test]
+async fn two_edits_in_one_second_store_nothing_from_the_second_and_queue_the_streams_run() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB);
+    alice_as(&test, Some("4242"), true).await;
+    let at = "2026-12-05T10:00:00Z";
+    deliver(
+        &test,
+        "gh-1",
+        "issues",
+        &github_issue("opened", "Bug", at),
+        "4242",
+    )
+    .await;
+    process(&test.db, &settings).await;
+    // Edited within the same second: its version ties with the stored one's.
+    let edited = github_issue("edited", "Bug, clearer", at);
+    deliver(&test, "gh-2", "issues", &edited, "4242").await;
+    // A redelivery of the first, identical to what is stored, queues nothing.
+    let opened = github_issue("opened", "Bug", at);
+    deliver(&test, "gh-1-again", "issues", &opened, "4242").await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (2, 1));
+    let stored = records(&test).await;
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].payload.contains(r#""title":"Bug""#), "{stored:?}");
+    assert_eq!(changes(&test).await, feed(&[("7", "inserted")]));
+    let jobs = webhook_jobs(&test).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (jobs[0].kind, jobs[0].status, jobs[0].stream.as_str()),
+        (JobKind::Webhook, JobStatus::Queued, "issues")
+    );
+    let job_ids: Vec<Option<i64>> = deliveries(&test).await.iter().map(|d| d.job_id).collect();
+    assert_eq!(job_ids, [None, Some(jobs[0].id), None]);
+}
+
+/// `acme`, Shopify's orders through `preset = "shopify_orders"`, receiving webhooks.
+const SHOPIFY: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\n\
+    preset = \"shopify_orders\"\nbase_url = \"https://shop.myshopify.com\"\n\
+    schedule = \"0 0 0 1 1 *\"\n[providers.acme.webhooks]\nscheme = \"shopify\"\n\
+    secret_env = \"HOOK\"\n";
+
+/// A Shopify order as its webhooks and the REST Admin API send it (trimmed).
+fn order(id: u64, name: &str, updated_at: &str) -> String {
+    format!(
+        r#"{{"id":{id},"name":"{name}","financial_status":"paid","updated_at":"{updated_at}","line_items":[]}}"#
+    )
+}
+
+#[tokio::test]
+async fn shopify_orders_are_stored_from_the_body_by_updated_at_and_deleted_for_good() {
+    let test = TestDb::new().await;
+    let settings = test.settings(SHOPIFY);
+    let shop = "shop.myshopify.com";
+    alice_as(&test, Some(shop), true).await;
+    let (first, second) = ("2026-12-05T10:00:00-05:00", "2026-12-05T10:05:00-05:00");
+    deliver(
+        &test,
+        "s-2",
+        "orders/updated",
+        &order(450789469, "paid", second),
+        shop,
+    )
+    .await;
+    deliver(
+        &test,
+        "s-1",
+        "orders/create",
+        &order(450789469, "created", first),
+        shop,
+    )
+    .await;
+    // An order edit's body is no order: it queues a run.
+    deliver(
+        &test,
+        "s-e",
+        "orders/edited",
+        r#"{"order_edit":{"id":1}}"#,
+        shop,
+    )
+    .await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (3, 1));
+    let stored = records(&test).await;
+    assert_eq!(names(&stored), [("450789469".into(), "paid".into())]);
+    assert_eq!(stored[0].provider, "acme", "the preset's primary stream");
+    assert_eq!(changes(&test).await, feed(&[("450789469", "inserted")]));
+    let jobs = webhook_jobs(&test).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+
+    // `orders/delete` carries the id alone; a delete before its order is kept too.
+    deliver(&test, "s-d", "orders/delete", r#"{"id":450789469}"#, shop).await;
+    deliver(&test, "s-d2", "orders/delete", r#"{"id":7}"#, shop).await;
+    process(&test.db, &settings).await;
+    deliver(
+        &test,
+        "s-late",
+        "orders/updated",
+        &order(7, "late", second),
+        shop,
+    )
+    .await;
+    assert_eq!(process(&test.db, &settings).await.applied, 1);
+
+    let stored = records(&test).await;
+    let deleted: Vec<(&str, bool)> = stored
+        .iter()
+        .map(|record| (record.external_id.as_str(), record.deleted_at.is_some()))
+        .collect();
+    assert_eq!(deleted, [("450789469", true), ("7", true)]);
+    assert_eq!(
+        changes(&test).await,
+        feed(&[("450789469", "inserted"), ("450789469", "deleted")])
+    );
+}

@@ -47,6 +47,7 @@ mod m20261206_000120_stream_paused;
 mod m20261206_000125_connection_events;
 mod m20261206_000130_record_source_version;
 mod m20261206_000135_operator_sessions;
+mod m20261206_000150_feed_readers;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -97,6 +98,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000125_connection_events::Migration),
             Box::new(m20261206_000130_record_source_version::Migration),
             Box::new(m20261206_000135_operator_sessions::Migration),
+            Box::new(m20261206_000150_feed_readers::Migration),
         ]
     }
 }

@@ -54,12 +54,19 @@ impl Needs for WebhooksRead {
     const SCOPE: Scope = Scope::WebhooksRead;
 }
 
+pub(crate) struct Admin;
+impl Needs for Admin {
+    const SCOPE: Scope = Scope::Admin;
+}
+
 /// The caller, whose key grants `N`'s scope. Missing, malformed, unknown and revoked keys
 /// are 401 with a bearer challenge, a key past its `[api] rate_limit` 429 with
 /// `Retry-After`, a key without the scope 403. Taken first in a handler's arguments, so
 /// that nothing else is read for a refused caller.
 pub(crate) struct Authorized<N> {
     needs: PhantomData<N>,
+    /// The key's `api_keys.id`.
+    pub(crate) key_id: i64,
 }
 
 impl<N: Needs> FromRequestParts<ApiState> for Authorized<N> {
@@ -124,7 +131,10 @@ impl<N: Needs> FromRequestParts<ApiState> for Authorized<N> {
                 format!("the key {:?} lacks the scope {}", caller.name, N::SCOPE),
             ));
         }
-        Ok(Authorized { needs: PhantomData })
+        Ok(Authorized {
+            needs: PhantomData,
+            key_id: caller.key_id,
+        })
     }
 }
 

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::{Authorized, RecordsRead};
+use super::auth::{Admin, Authorized, RecordsRead};
 use super::input::Query;
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::changes::{self as ops, ChangeItem, ChangesQuery, FeedCursor, Payload};
+use crate::ops::changes::{self as ops, ChangeItem, ChangesQuery, FeedCursor, Payload, ReaderView};
 use crate::ops::OpsError;
 
 const DEFAULT_LIMIT: u64 = 100;
@@ -100,7 +100,8 @@ pub(crate) struct ChangesParams {
     limit: Option<u64>,
 }
 
-/// Read the change feed after a cursor.
+/// Read the change feed after a cursor. The key is the reader whose position and last
+/// read `/v1/changes/readers` shows.
 #[utoipa::path(
     get,
     path = "/v1/changes",
@@ -115,7 +116,7 @@ pub(crate) struct ChangesParams {
     )
 )]
 pub(crate) async fn read_changes(
-    _caller: Authorized<RecordsRead>,
+    caller: Authorized<RecordsRead>,
     State(state): State<ApiState>,
     Query(params): Query<ChangesParams>,
 ) -> Result<axum::Json<ChangePage>, Problem> {
@@ -133,7 +134,7 @@ pub(crate) async fn read_changes(
         user_id: params.user_id,
         limit: params.limit.unwrap_or(DEFAULT_LIMIT),
     };
-    let page = ops::read(state.db.main(), &query)
+    let page = ops::read_by(state.db.main(), &query, caller.key_id)
         .await
         .map_err(gone_with_resync)?;
     Ok(axum::Json(ChangePage {
@@ -173,4 +174,41 @@ fn gone_with_resync(error: OpsError) -> Problem {
         true => Problem::new(StatusCode::GONE, format!("{error}. {RESYNC}")),
         false => error.into(),
     }
+}
+
+/// The feed's readers: the head, and how far behind it each key that reads the feed is.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct FeedReaders {
+    /// The cursor after every change committed so far.
+    pub head: String,
+    pub feed_start: FeedStart,
+    /// The furthest behind first.
+    pub readers: Vec<ReaderView>,
+}
+
+/// The feed's readers, and how far behind the head each is.
+#[utoipa::path(
+    get,
+    path = "/v1/changes/readers",
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "The head, and each reader's cursor and lag", body = FeedReaders),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks admin", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn feed_readers(
+    _caller: Authorized<Admin>,
+    State(state): State<ApiState>,
+) -> Result<axum::Json<FeedReaders>, Problem> {
+    let retention = state.settings.changes.retention;
+    let found = ops::readers(state.db.main(), retention).await?;
+    Ok(axum::Json(FeedReaders {
+        head: found.head.to_string(),
+        feed_start: FeedStart {
+            cursor: found.feed_start.cursor.to_string(),
+            first_committed_at: found.feed_start.first_committed_at,
+        },
+        readers: found.readers,
+    }))
 }

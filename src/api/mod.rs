@@ -97,6 +97,8 @@ pub enum ApiError {
         changes::Change,
         changes::FeedStart,
         changes::FeedHead,
+        changes::FeedReaders,
+        crate::ops::changes::ReaderView,
         errors::RunError,
         errors::RunErrorPage,
         errors::Replay,
@@ -185,6 +187,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<errors::__path_replay_run>("errors", post(errors::replay_run))
     .add::<changes::__path_read_changes>("changes", get(changes::read_changes))
     .add::<changes::__path_feed_head>("changes", get(changes::feed_head))
+    .add::<changes::__path_feed_readers>("changes", get(changes::feed_readers))
     .add::<notifications::__path_list_deliveries>(
         "notifications",
         get(notifications::list_deliveries),

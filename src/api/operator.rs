@@ -295,19 +295,12 @@ async fn overview(admin: Admin, State(state): State<ApiState>) -> Response {
         Ok(page) => page.items,
         Err(error) => return ops_error(&error),
     };
-    let head = crate::ops::changes::head(db).await;
-    let start = crate::ops::changes::read(
-        db,
-        &crate::ops::changes::ChangesQuery {
-            limit: 1,
-            ..Default::default()
-        },
-    )
-    .await;
-    let (head, start) = match (head, start) {
-        (Ok(head), Ok(page)) => (head, page.feed_start),
-        (Err(error), _) | (_, Err(error)) => return ops_error(&error),
+    let retention = state.settings.changes.retention;
+    let feed = match crate::ops::changes::readers(db, retention).await {
+        Ok(feed) => feed,
+        Err(error) => return ops_error(&error),
     };
+    let (head, start) = (&feed.head, &feed.feed_start);
     let body = html! {
         h1 { "Overview" }
         h2 id="queue" { "Job queue" }
@@ -352,7 +345,42 @@ async fn overview(admin: Admin, State(state): State<ApiState>) -> Response {
             dt { "Head" } dd { code { (head) } " (batch " (head.position.seq) ")" }
             dt { "Oldest kept" } dd { code { (start.cursor) } " (batch " (start.cursor.position.seq) ", committed " (time(start.first_committed_at)) ")" }
         }
-        p class="note" { "The feed does not record its readers: each keeps its own cursor, so how far behind a reader is shows in its own cursor against the head. A reader older than the oldest kept change must resync." }
+        h3 id="readers" { "Readers" }
+        p class="note" { "Each API key that reads " code { "/v1/changes" } ", at the furthest cursor its reads returned (noted at most every 5 seconds). A reader whose cursor is older than the oldest kept change gets 410 Gone and must resync." }
+        @if feed.readers.is_empty() {
+            p { "No API key has read the feed." }
+        } @else {
+            (scroll("feed readers", html! {
+                table {
+                    thead { tr {
+                        th scope="col" { "Reader" } th scope="col" { "Cursor" } th scope="col" { "Changes behind" }
+                        th scope="col" { "Time behind" } th scope="col" { "Last read" } th scope="col" { "Status" }
+                    } }
+                    tbody {
+                        @for reader in &feed.readers {
+                            tr {
+                                td { (reader.name) @if let Some(prefix) = &reader.key_prefix { " (" code { "trb_" (prefix) } ")" } }
+                                td { code { (reader.cursor) } " (" (reader.cursor.position) ")" }
+                                td { (reader.changes_behind) @if reader.changes_behind_capped { " or more" } }
+                                td {
+                                    @if let Some(at) = reader.oldest_unread_committed_at {
+                                        (waited(reader.seconds_behind)) " (oldest unread committed " (time(Some(at))) ")"
+                                    } @else { "up to date" }
+                                }
+                                td { (time(Some(reader.last_read_at))) }
+                                td class="wrap" {
+                                    @if reader.expired {
+                                        strong class="error" { "Gone: changes after its cursor were swept; its next read gets 410 and it must resync." }
+                                    } @else if reader.idle_past_retention {
+                                        strong class="error" { "Idle longer than the retention (" (waited(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX))) "): it will get 410 and must resync." }
+                                    } @else { "reading" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }))
+        }
     };
     page("Overview", admin.by_session, body).into_response()
 }
@@ -754,11 +782,17 @@ fn duration(started: DateTime<Utc>, finished: Option<DateTime<Utc>>) -> String {
     let Some(finished) = finished else {
         return "running".to_string();
     };
-    let seconds = (finished - started).num_seconds().max(0);
+    waited((finished - started).num_seconds())
+}
+
+/// A wait in seconds, as its largest two units.
+fn waited(seconds: i64) -> String {
+    let seconds = seconds.max(0);
     match seconds {
         0..60 => format!("{seconds} s"),
         60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
-        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+        3600..86400 => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+        _ => format!("{} d {} h", seconds / 86400, seconds % 86400 / 3600),
     }
 }
 

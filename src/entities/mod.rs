@@ -9,6 +9,7 @@ pub mod change_clock;
 pub(crate) mod connect_session;
 pub mod connection;
 pub mod connection_stream;
+pub(crate) mod feed_reader;
 pub mod instance;
 pub mod notification_delivery;
 pub(crate) mod operator_session;

@@ -264,7 +264,8 @@ pub struct Revoked {
     pub already: bool,
 }
 
-/// Revokes a key: from the next request on, every instance refuses it.
+/// Revokes a key: from the next request on, every instance refuses it. Its row among the
+/// change feed's readers is deleted.
 pub async fn revoke(db: &DatabaseConnection, which: &KeyRef) -> Result<Revoked, OpsError> {
     let (column, value, what) = match which {
         KeyRef::Name(name) => (api_key::Column::Name, name, "name"),
@@ -290,6 +291,10 @@ pub async fn revoke(db: &DatabaseConnection, which: &KeyRef) -> Result<Revoked, 
     let mut active: api_key::ActiveModel = row.into();
     active.revoked_at = Set(Some(Utc::now()));
     let row = active.update(db).await?;
+    // A revoked key reads the change feed no more: its lag would only grow on the
+    // operator page (docs/decisions/feed-readers.md).
+    let reader = crate::pipeline::changes::key_reader(row.id);
+    crate::pipeline::changes::forget_reader(db, &reader).await?;
     Ok(Revoked {
         key: row.into(),
         already: false,

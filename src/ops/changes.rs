@@ -93,6 +93,126 @@ pub async fn head(db: &DatabaseConnection) -> Result<FeedCursor, OpsError> {
     })
 }
 
+/// [`read`] by API key `key_id`, noting where the reader got to (one indexed `SELECT`,
+/// and a write at most every few seconds: `pipeline::changes::note_read`). A failure to
+/// note it is logged, and the read served all the same.
+pub(crate) async fn read_by(
+    db: &DatabaseConnection,
+    query: &ChangesQuery,
+    key_id: i64,
+) -> Result<ChangesPage, OpsError> {
+    let page = read(db, query).await?;
+    let reader = changes::key_reader(key_id);
+    let position = page.next_cursor.position;
+    if let Err(error) =
+        changes::note_read(db, &reader, Some(key_id), position, crate::db::now()).await
+    {
+        tracing::warn!(%error, key_id, "Noting where a change feed reader got to failed.");
+    }
+    Ok(page)
+}
+
+/// The feed's head and start, and how far behind the head each reader is.
+#[derive(Debug, Serialize)]
+pub(crate) struct FeedReaders {
+    #[serde(serialize_with = "as_text")]
+    pub head: FeedCursor,
+    pub feed_start: FeedStart,
+    pub readers: Vec<ReaderView>,
+}
+
+/// A key that reads the feed, and how far behind the head it is. The API returns it as
+/// it is, so its schema is described here once.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = FeedReader)]
+pub(crate) struct ReaderView {
+    /// The key's name.
+    pub name: String,
+    /// The key's public prefix (`trb_<prefix>_...`).
+    pub key_prefix: Option<String>,
+    /// The furthest cursor its reads returned (noted at most every 5 seconds).
+    #[serde(serialize_with = "as_text")]
+    #[schema(value_type = String)]
+    pub cursor: FeedCursor,
+    /// The changes after its cursor up to the head, counted up to 100,000.
+    pub changes_behind: u64,
+    /// Whether there are more than `changes_behind`.
+    pub changes_behind_capped: bool,
+    /// When the first change it has not read committed; null when it has read them all.
+    pub oldest_unread_committed_at: Option<DateTime<Utc>>,
+    /// How long that change has waited for it, in seconds; 0 when it has read them all.
+    pub seconds_behind: i64,
+    /// When it last read (to within a minute while its cursor stays put).
+    pub last_read_at: DateTime<Utc>,
+    /// Changes after its cursor were swept: its next read is refused (410).
+    pub expired: bool,
+    /// It has not read for longer than the feed's retention, so changes after its cursor
+    /// are swept, or will be, before it reads again.
+    pub idle_past_retention: bool,
+}
+
+/// The readers of the feed, the furthest behind first, with the head they are behind.
+/// Readers whose key was revoked are left out (their rows are deleted with the
+/// revocation).
+pub(crate) async fn readers(
+    db: &DatabaseConnection,
+    retention: std::time::Duration,
+) -> Result<FeedReaders, OpsError> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let lags = changes::reader_lags(db).await?;
+    let database = Some(changes::database_id(db).await?);
+    let issued = |position| FeedCursor { database, position };
+    let key_ids: Vec<i64> = lags.readers.iter().filter_map(|lag| lag.key_id).collect();
+    let keys: std::collections::HashMap<i64, crate::entities::api_key::Model> =
+        match key_ids.is_empty() {
+            true => Default::default(),
+            false => crate::entities::api_key::Entity::find()
+                .filter(crate::entities::api_key::Column::Id.is_in(key_ids))
+                .all(db)
+                .await?
+                .into_iter()
+                .map(|key| (key.id, key))
+                .collect(),
+        };
+    let now = crate::db::now();
+    let idle_since = chrono::TimeDelta::from_std(retention)
+        .ok()
+        .and_then(|retention| now.checked_sub_signed(retention));
+    let readers = lags
+        .readers
+        .into_iter()
+        .filter_map(|lag| {
+            let key = lag.key_id.and_then(|id| keys.get(&id));
+            if key.is_some_and(|key| key.revoked_at.is_some()) {
+                return None;
+            }
+            let waited = lag
+                .oldest_unread_at
+                .map_or(0, |at| (now - at).num_seconds());
+            Some(ReaderView {
+                name: key.map_or_else(|| lag.reader.clone(), |key| key.name.clone()),
+                key_prefix: key.map(|key| key.prefix.clone()),
+                cursor: issued(lag.position),
+                changes_behind: lag.unread.min(changes::COUNT_CAP),
+                changes_behind_capped: lag.unread > changes::COUNT_CAP,
+                oldest_unread_committed_at: lag.oldest_unread_at,
+                seconds_behind: waited.max(0),
+                last_read_at: lag.read_at,
+                expired: lag.expired,
+                idle_past_retention: idle_since.is_some_and(|since| lag.read_at < since),
+            })
+        })
+        .collect();
+    Ok(FeedReaders {
+        head: issued(lags.head),
+        feed_start: FeedStart {
+            cursor: issued(lags.start.cursor),
+            first_committed_at: lags.start.first_committed_at,
+        },
+        readers,
+    })
+}
+
 /// The changes after `query.since`. A cursor the feed cannot serve (swept, ahead of the
 /// head, issued by another database, or naming none) is [`OpsError::Feed`], and
 /// [`OpsError::needs_resync`] says the reader must take the baseline again.

@@ -304,8 +304,9 @@ async fn issued(app: &TestApp, position: Cursor) -> String {
         .to_string()
 }
 
-#[tokio::test]
-async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_gone() {
+/// A scratch app whose one run inserted `k0`, `k1` and `k2` (one batch, readable), and
+/// its providers' config.
+async fn three_changes() -> (TestApp, String) {
     let app = spawn_app().await;
     let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
     let settings = app.settings(&providers).await;
@@ -313,6 +314,12 @@ async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_
     app.sync_one(&settings).await;
     // On PostgreSQL a batch is readable once no older transaction is open.
     read_feed(&app.db, Cursor::START, 100).await;
+    (app, providers)
+}
+
+#[tokio::test]
+async fn the_change_feed_is_paged_by_its_cursor_and_a_cursor_it_cannot_serve_is_gone() {
+    let (app, providers) = three_changes().await;
     let served = Served::start(&app, &providers).await;
     let records = served.create_key("records", &["records:read"]);
     let reader = served.create_key("reader", &["connections:read"]);
@@ -659,4 +666,170 @@ async fn health_answers_without_a_key_with_the_version_only() {
         .call(Method::GET, "/v1/health", Some("nonsense"), None)
         .await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// The `feed_readers` rows: (reader, key id, seq, ordinal), by reader.
+pub(crate) async fn reader_rows(app: &TestApp) -> Vec<(String, Option<i64>, i64, i64)> {
+    crate::http::query(
+        app,
+        "SELECT reader, key_id, seq, ordinal FROM feed_readers ORDER BY reader",
+    )
+    .await
+    .iter()
+    .map(|row| {
+        (
+            row.try_get_by_index(0).expect("reader"),
+            row.try_get_by_index(1).expect("key_id"),
+            row.try_get_by_index(2).expect("seq"),
+            row.try_get_by_index(3).expect("ordinal"),
+        )
+    })
+    .collect()
+}
+
+/// The id of the API key named `name`.
+pub(crate) async fn key_id(app: &TestApp, name: &str) -> i64 {
+    let rows = crate::http::query(
+        app,
+        &format!("SELECT id FROM api_keys WHERE name = '{name}'"),
+    )
+    .await;
+    rows.first()
+        .expect("the key")
+        .try_get_by_index(0)
+        .expect("id")
+}
+
+#[tokio::test]
+async fn two_keys_reading_the_feed_at_different_positions_are_listed_with_their_lag() {
+    let (app, providers) = three_changes().await;
+    // The page's one batch committed two hours ago.
+    let hours_ago = chrono::Utc::now() - chrono::Duration::hours(2);
+    change_batch::Entity::update_many()
+        .col_expr(change_batch::Column::CommittedAt, Expr::value(hours_ago))
+        .exec(&app.db)
+        .await
+        .expect("backdated");
+    let served = Served::start(&app, &providers).await;
+    let behind = served.create_key("behind", &["records:read"]);
+    let current = served.create_key("current", &["records:read"]);
+    let admin = served.create_key("admin", &["admin"]);
+
+    // `behind` read one change of three, `current` all of them.
+    let (status, first) = served.get("/v1/changes?limit=1", &behind).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let (status, all) = served.get("/v1/changes", &current).await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    let cursor = |page: &Value| -> FeedCursor {
+        page["next_cursor"]
+            .as_str()
+            .expect("next_cursor")
+            .parse()
+            .expect("a cursor")
+    };
+    let (behind_at, current_at) = (cursor(&first).position, cursor(&all).position);
+    let (behind_id, current_id) = (key_id(&app, "behind").await, key_id(&app, "current").await);
+    let mut expected = vec![
+        (
+            format!("key:{behind_id}"),
+            Some(behind_id),
+            behind_at.seq,
+            behind_at.ordinal,
+        ),
+        (
+            format!("key:{current_id}"),
+            Some(current_id),
+            current_at.seq,
+            current_at.ordinal,
+        ),
+    ];
+    expected.sort();
+    assert_eq!(reader_rows(&app).await, expected);
+
+    // The readers as the API lists them, the furthest behind first, and the head (on
+    // PostgreSQL it moves on with the transaction ids, so it is at least `current`'s).
+    let (status, listed) = served.get("/v1/changes/readers", &admin).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let head: FeedCursor = listed["head"]
+        .as_str()
+        .expect("head")
+        .parse()
+        .expect("a cursor");
+    assert_eq!(head.database, cursor(&all).database, "{listed}");
+    match backend() {
+        Backend::Postgres => assert!(head.position >= current_at, "{listed}"),
+        _ => assert_eq!(head.position, current_at, "{listed}"),
+    }
+    let readers = listed["readers"].as_array().expect("readers");
+    let names: Vec<&str> = readers.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["behind", "current"], "{listed}");
+    let (late, done) = (&readers[0], &readers[1]);
+    assert_eq!(late["cursor"], first["next_cursor"], "{listed}");
+    assert_eq!(late["changes_behind"], 2, "{listed}");
+    assert_eq!(late["changes_behind_capped"], false, "{listed}");
+    let waited = late["seconds_behind"].as_i64().expect("seconds_behind");
+    assert!((7200..7300).contains(&waited), "{listed}");
+    assert!(late["oldest_unread_committed_at"].is_string(), "{listed}");
+    assert_eq!(done["cursor"], all["next_cursor"], "{listed}");
+    assert_eq!(
+        (&done["changes_behind"], &done["seconds_behind"]),
+        (&json!(0), &json!(0)),
+        "{listed}"
+    );
+    assert!(done["oldest_unread_committed_at"].is_null(), "{listed}");
+    for reader in readers {
+        assert_eq!(
+            (&reader["expired"], &reader["idle_past_retention"]),
+            (&json!(false), &json!(false)),
+            "{listed}"
+        );
+        let prefix = reader["key_prefix"].as_str().expect("key_prefix");
+        let key = if reader["name"] == "behind" {
+            &behind
+        } else {
+            &current
+        };
+        assert!(key.starts_with(&format!("trb_{prefix}_")), "{listed}");
+        assert!(!listed.to_string().contains(key.as_str()), "never the key");
+    }
+    // Only an admin key lists them.
+    assert_scoped(&served, "/v1/changes/readers", &current).await;
+
+    // The batch is swept: `behind`'s cursor is gone, as its next read will say.
+    let swept = changes::sweep_expired_changes(&app.db, Duration::from_secs(60 * 60))
+        .await
+        .expect("swept");
+    assert!(swept.swept_seq.is_some(), "{swept:?}");
+    let (_, listed) = served.get("/v1/changes/readers", &admin).await;
+    let expired: Vec<(&Value, &Value)> = listed["readers"]
+        .as_array()
+        .expect("readers")
+        .iter()
+        .map(|r| (&r["name"], &r["expired"]))
+        .collect();
+    assert_eq!(
+        expired,
+        [
+            (&json!("behind"), &json!(true)),
+            (&json!("current"), &json!(false))
+        ],
+        "{listed}"
+    );
+    let next = first["next_cursor"].as_str().expect("next_cursor");
+    let (status, _) = served
+        .get(&format!("/v1/changes?cursor={next}"), &behind)
+        .await;
+    assert_eq!(status, StatusCode::GONE);
+
+    // A revoked key's row is deleted with the revocation.
+    let revoked = run(tributary(&served.config).args(["api-keys", "revoke", "--name", "behind"]));
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    let rows: Vec<String> = reader_rows(&app).await.into_iter().map(|r| r.0).collect();
+    assert_eq!(rows, [format!("key:{current_id}")]);
+    let (_, listed) = served.get("/v1/changes/readers", &admin).await;
+    assert_eq!(
+        listed["readers"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
 }

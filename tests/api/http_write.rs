@@ -690,6 +690,13 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
         },
         Route {
             method: Method::GET,
+            path: "/v1/changes/readers",
+            body: None,
+            needs: Some("admin"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
             path: "/v1/notifications",
             body: None,
             needs: Some("notifications:read"),

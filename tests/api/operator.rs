@@ -4,6 +4,7 @@
 
 use chrono::{TimeDelta, Utc};
 use reqwest::StatusCode;
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, Query};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Set, Statement};
 use serde_json::json;
 use tributary::entities::connection;
@@ -12,7 +13,9 @@ use tributary::entities::sync_job::{self, JobKind, JobStatus};
 use tributary::entities::sync_run::RunStatus;
 
 use crate::daemon::free_port;
-use crate::helpers::{cursor_provider, mount_cursor_pages, run, spawn_app, tributary, TestApp};
+use crate::helpers::{
+    cursor_provider, mount_cursor_pages, read_feed, run, spawn_app, tributary, TestApp,
+};
 use crate::http::Served;
 
 /// A long field, so that the failed record's payload is folded on its run's page.
@@ -29,6 +32,10 @@ pub(crate) struct Seeded {
     pub run_id: i64,
     pub delivery_in: String,
     pub delivery_out: String,
+    /// Keys that read the change feed: `exporter` up to date, `laggard` set back to the
+    /// feed's start as though it last read 40 days ago.
+    pub exporter: String,
+    pub laggard: String,
 }
 
 pub(crate) async fn seeded() -> Seeded {
@@ -104,6 +111,28 @@ pub(crate) async fn seeded() -> Seeded {
     })
     .await;
     let admin = served.create_key("admin", &["admin"]);
+    let exporter = served.create_key("exporter", &["records:read"]);
+    let laggard = served.create_key("laggard", &["records:read"]);
+    // On PostgreSQL the run's batch is readable once no older transaction is open.
+    read_feed(&app.db, tributary::pipeline::changes::Cursor::START, 100).await;
+    for key in [&exporter, &laggard] {
+        let (status, page) = served.get("/v1/changes", key).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+    }
+    let laggard_id = crate::http_feed::key_id(&app, "laggard").await;
+    let set_back = Query::update()
+        .table(Alias::new("feed_readers"))
+        .values([
+            (Alias::new("seq"), 0i64.into()),
+            (Alias::new("ordinal"), 0i64.into()),
+            (
+                Alias::new("read_at"),
+                (Utc::now() - TimeDelta::days(40)).into(),
+            ),
+        ])
+        .and_where(Expr::col(Alias::new("key_id")).eq(laggard_id))
+        .to_owned();
+    app.db.execute(&set_back).await.expect("set back");
     Seeded {
         app,
         served,
@@ -112,6 +141,8 @@ pub(crate) async fn seeded() -> Seeded {
         run_id: failed.run_id,
         delivery_in,
         delivery_out,
+        exporter,
+        laggard,
     }
 }
 
@@ -273,6 +304,55 @@ async fn only_an_admin_key_or_its_live_session_opens_the_operator_page() {
         sessions(&seeded.app).await.is_empty(),
         "the session is deleted"
     );
+}
+
+/// The `<td>` that names the reader whose key is `key`: its name and prefix.
+fn reader_cell(name: &str, key: &str) -> String {
+    let prefix = key
+        .strip_prefix("trb_")
+        .and_then(|rest| rest.split('_').next())
+        .expect("a key's prefix");
+    format!("<td>{name} (<code>trb_{prefix}</code>)</td>")
+}
+
+#[tokio::test]
+async fn the_overview_shows_each_feed_reader_with_its_lag_and_flags_the_idle_one() {
+    let seeded = seeded().await;
+    let (status, _, html) = get(&seeded, "/", Some(&seeded.admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    let rows: Vec<&str> = html
+        .split("<tr>")
+        .filter(|row| row.contains("(<code>trb_"))
+        .collect();
+    assert_eq!(rows.len(), 2, "one row a reader: {html}");
+    // The furthest behind first: the laggard, one change behind (alice's record `a`),
+    // idle longer than the 30 days' retention.
+    let (laggard, exporter) = (rows[0], rows[1]);
+    assert!(
+        laggard.starts_with(&reader_cell("laggard", &seeded.laggard)),
+        "{laggard}"
+    );
+    assert!(laggard.contains("<td>1</td>"), "{laggard}");
+    assert!(laggard.contains("(oldest unread committed "), "{laggard}");
+    assert!(
+        laggard.contains("Idle longer than the retention (30 d 0 h): it will get 410"),
+        "{laggard}"
+    );
+    assert!(
+        exporter.starts_with(&reader_cell("exporter", &seeded.exporter)),
+        "{exporter}"
+    );
+    assert!(
+        exporter.contains("<td>0</td><td>up to date</td>"),
+        "{exporter}"
+    );
+    assert!(
+        exporter.contains("<td class=\"wrap\">reading</td>"),
+        "{exporter}"
+    );
+    for key in [&seeded.exporter, &seeded.laggard, &seeded.admin] {
+        assert!(!html.contains(key.as_str()), "never a key: {html}");
+    }
 }
 
 #[tokio::test]

@@ -6,11 +6,12 @@
 //! that a reader that saw seq `n` can never later find a batch below `n` appear
 //! (`order.rs` says how each backend ensures it; docs/decisions/change-feed.md).
 //! `write.rs` writes batches (the store path and `finish_run` call it), `read.rs` reads
-//! them, `sweep.rs` forgets old ones.
+//! them, `sweep.rs` forgets old ones, `readers.rs` notes how far each reader got.
 
 mod cursor;
 mod order;
 mod read;
+mod readers;
 mod sweep;
 mod write;
 
@@ -21,6 +22,7 @@ pub(crate) use read::run_cursor_bounds;
 pub(crate) use read::MAX_LIMIT;
 pub(crate) use read::{database_id, head};
 pub use read::{read_changes, FeedChange, FeedError, FeedQuery};
+pub(crate) use readers::{forget_reader, key_reader, note_read, reader_lags, COUNT_CAP};
 pub use sweep::{sweep_expired_changes, SweptChanges};
 // Only the pipeline writes changes, each in the transaction of the write it records.
 pub(crate) use write::{

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
-    AccessMode, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait,
-    FromQueryResult, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    AccessMode, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, EntityTrait, FromQueryResult, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
+    TransactionTrait,
 };
 
 use super::cursor::{Cursor, DatabaseId, FeedCursor};
@@ -124,9 +125,9 @@ pub enum FeedError {
 
 /// The clock as a reader sees it: the newest seq it may read and the highest swept one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Clock {
-    seq: i64,
-    swept_seq: i64,
+pub(super) struct Clock {
+    pub(super) seq: i64,
+    pub(super) swept_seq: i64,
 }
 
 impl Clock {
@@ -135,13 +136,19 @@ impl Clock {
         Ok(Clock { seq, swept_seq })
     }
 
-    fn head(self) -> Cursor {
+    pub(super) fn head(self) -> Cursor {
         Cursor::after_batch(self.seq)
     }
 
     /// Just before the first change kept: every batch up to the swept seq may be gone.
-    fn start(self) -> Cursor {
+    pub(super) fn start(self) -> Cursor {
         Cursor::after_batch(self.swept_seq)
+    }
+
+    /// Whether the sweep may have deleted changes after `cursor`: a reader there must
+    /// resync.
+    pub(super) fn expired(self, cursor: Cursor) -> bool {
+        self.swept_seq > 0 && cursor < Cursor::after_batch(self.swept_seq)
     }
 
     /// Whether `cursor` is one this database could have issued (at most the head, or a
@@ -157,7 +164,7 @@ impl Clock {
                 head: self.head(),
             });
         }
-        if self.swept_seq > 0 && cursor < Cursor::after_batch(self.swept_seq) {
+        if self.expired(cursor) {
             return Err(FeedError::Expired {
                 cursor,
                 swept: self.swept_seq,
@@ -295,18 +302,7 @@ pub async fn read_changes(
     query: &FeedQuery<'_>,
 ) -> Result<FeedPage, FeedError> {
     let limit = query.limit.clamp(1, MAX_LIMIT);
-    let txn = match db.get_database_backend() {
-        // A SQLite read transaction is a snapshot already, and takes no options.
-        DbBackend::Sqlite => db.begin().await?,
-        _ => {
-            db.begin_with_config(
-                Some(IsolationLevel::RepeatableRead),
-                Some(AccessMode::ReadOnly),
-            )
-            .await?
-        }
-    };
-    let clock = Clock::read(&txn).await?;
+    let (txn, clock) = snapshot(db).await?;
     let database = database_id(&txn).await?;
     let since = match query.since {
         Some(cursor) => {
@@ -363,8 +359,30 @@ pub async fn read_changes(
     })
 }
 
+/// A read-only snapshot of the feed, and its clock as the snapshot sees it.
+pub(super) async fn snapshot(
+    db: &DatabaseConnection,
+) -> Result<(DatabaseTransaction, Clock), DbErr> {
+    let txn = match db.get_database_backend() {
+        // A SQLite read transaction is a snapshot already, and takes no options.
+        DbBackend::Sqlite => db.begin().await?,
+        _ => {
+            db.begin_with_config(
+                Some(IsolationLevel::RepeatableRead),
+                Some(AccessMode::ReadOnly),
+            )
+            .await?
+        }
+    };
+    let clock = Clock::read(&txn).await?;
+    Ok((txn, clock))
+}
+
 /// Where the feed begins in `clock`'s snapshot.
-async fn feed_start(txn: &impl ConnectionTrait, clock: Clock) -> Result<FeedStart, DbErr> {
+pub(super) async fn feed_start(
+    txn: &impl ConnectionTrait,
+    clock: Clock,
+) -> Result<FeedStart, DbErr> {
     let cursor = clock.start();
     let first: Option<Option<DateTime<Utc>>> = change_batch::Entity::find()
         .select_only()

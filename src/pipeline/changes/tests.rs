@@ -653,3 +653,133 @@ async fn the_sweep_leaves_a_batch_no_reader_may_read_yet() {
     }
     assert_eq!(batch_seqs(test.main()).await, Vec::<i64>::new());
 }
+
+/// A reader's row moves forward at most every few seconds, is refreshed while the reader
+/// polls where it is, and never moves back: not for an older position, and not when
+/// reads on several connections race and commit out of order.
+#[tokio::test]
+async fn a_readers_position_moves_forward_throttled_and_never_back_under_racing_reads() {
+    use super::note_read;
+    use super::readers::{advance, Noted, MOVE_EVERY, REFRESH_EVERY};
+    use crate::entities::feed_reader;
+    let test = TestDb::new().await;
+    let db = test.main();
+    let at = |seconds: i64| {
+        chrono::DateTime::from_timestamp(1_800_000_000 + seconds, 0).expect("a time")
+    };
+    let row = |reader: &'static str| async move {
+        let row = feed_reader::Entity::find()
+            .filter(feed_reader::Column::Reader.eq(reader))
+            .one(db)
+            .await
+            .expect("readers")
+            .expect("its row");
+        (
+            Cursor {
+                seq: row.seq,
+                ordinal: row.ordinal,
+            },
+            row.read_at,
+        )
+    };
+    let note = |position: Cursor, now| note_read(db, "key:1", Some(1), position, now);
+    let seven = Cursor::after_batch(7);
+    let partway = Cursor { seq: 9, ordinal: 2 };
+
+    assert_eq!(note(seven, at(0)).await.expect("noted"), Noted::Inserted);
+    assert_eq!(row("key:1").await, (seven, at(0)));
+    // Within MOVE_EVERY of the last write, a move waits for a later read.
+    let soon = MOVE_EVERY.num_seconds() - 1;
+    assert_eq!(
+        note(partway, at(soon)).await.expect("noted"),
+        Noted::Skipped
+    );
+    assert_eq!(row("key:1").await, (seven, at(0)));
+    let later = MOVE_EVERY.num_seconds();
+    assert_eq!(note(partway, at(later)).await.expect("noted"), Noted::Moved);
+    assert_eq!(row("key:1").await, (partway, at(later)));
+    // An older position (a reader reading again from an older cursor) leaves it, and
+    // only refreshes when it last read, once REFRESH_EVERY has passed.
+    assert_eq!(
+        note(seven, at(later + 1)).await.expect("noted"),
+        Noted::Skipped
+    );
+    let refresh = later + REFRESH_EVERY.num_seconds();
+    assert_eq!(
+        note(seven, at(refresh)).await.expect("noted"),
+        Noted::Refreshed
+    );
+    assert_eq!(row("key:1").await, (partway, at(refresh)));
+    // A read that decided on an older row moves nothing once a further one is stored.
+    let id = feed_reader::Entity::find()
+        .one(db)
+        .await
+        .expect("readers")
+        .expect("its row")
+        .id;
+    assert!(!advance(db, id, seven, at(refresh + 1000))
+        .await
+        .expect("ran"));
+    assert_eq!(row("key:1").await, (partway, at(refresh)));
+
+    // Reads racing on four connections, each due by its own clock, at positions out of
+    // order: the row only ever moves forward, and ends at the furthest position noted.
+    let racers = test.pool(4).await;
+    let positions: Vec<Cursor> = [13, 4, 19, 11, 20, 2, 17, 8, 15, 6, 18, 10]
+        .iter()
+        .map(|seq| Cursor::after_batch(100 + seq))
+        .collect();
+    note_read(db, "key:2", Some(2), Cursor::after_batch(100), at(0))
+        .await
+        .expect("first read");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = {
+        let (stop, watched) = (stop.clone(), test.pool(1).await);
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.is_cancelled() {
+                let row = feed_reader::Entity::find()
+                    .filter(feed_reader::Column::Reader.eq("key:2"))
+                    .one(watched.main())
+                    .await
+                    .expect("readers")
+                    .expect("its row");
+                seen.push(Cursor {
+                    seq: row.seq,
+                    ordinal: row.ordinal,
+                });
+                tokio::task::yield_now().await;
+            }
+            seen
+        })
+    };
+    let step = MOVE_EVERY.num_seconds();
+    let noted = futures::future::join_all(positions.iter().enumerate().map(|(i, position)| {
+        let db = racers.main();
+        // Every read is due by its own clock against the first one's row.
+        let now = at(step * (i as i64 + 1));
+        async move {
+            (
+                note_read(db, "key:2", Some(2), *position, now).await,
+                *position,
+            )
+        }
+    }))
+    .await;
+    stop.cancel();
+    let seen = watcher.await.expect("watcher");
+    assert!(
+        seen.windows(2).all(|pair| pair[0] <= pair[1]),
+        "the position moved back: {seen:?}"
+    );
+    let moved: Vec<Cursor> = noted
+        .into_iter()
+        .filter_map(|(noted, position)| match noted.expect("noted") {
+            Noted::Moved => Some(position),
+            _ => None,
+        })
+        .collect();
+    assert!(!moved.is_empty(), "some read moved it");
+    let furthest = moved.iter().max().copied();
+    assert_eq!(Some(row("key:2").await.0), furthest, "moved: {moved:?}");
+}

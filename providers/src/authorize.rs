@@ -150,21 +150,7 @@ impl AuthorizationApp {
         body: &Value,
         now: DateTime<Utc>,
     ) -> Result<Exchanged, FetchError> {
-        if let Some(error) = body.get("error").and_then(Value::as_str) {
-            return Err(FetchError::Unauthorized {
-                status,
-                message: format!(
-                    "the token endpoint refused the code: {}",
-                    crate::quote::truncated(error.trim(), 200)
-                ),
-            });
-        }
-        let (access_token, refresh_token) = read_tokens(url, body)?;
-        let expires_at = expiry(
-            body.get("expires_at").and_then(seconds),
-            body.get("expires_in").and_then(seconds),
-            now,
-        );
+        let credentials = granted(url, status, body, now)?;
         let account_id = self
             .account_in_answer
             .and_then(|pointer| body.pointer(pointer))
@@ -176,13 +162,46 @@ impl AuthorizationApp {
             );
         }
         Ok(Exchanged {
-            credentials: Credentials {
-                token: Some(access_token),
-                refresh_token,
-                expires_at,
-            },
+            credentials,
             account_id,
         })
+    }
+}
+
+/// The credentials a token endpoint's successful answer (§5.1) grants: a token without an
+/// expiry never expires.
+pub(crate) fn granted(
+    url: &Url,
+    status: u16,
+    body: &Value,
+    now: DateTime<Utc>,
+) -> Result<Credentials, FetchError> {
+    refusal(status, body)?;
+    let (access_token, refresh_token) = read_tokens(url, body)?;
+    let expires_at = expiry(
+        body.get("expires_at").and_then(seconds),
+        body.get("expires_in").and_then(seconds),
+        now,
+    );
+    Ok(Credentials {
+        token: Some(access_token),
+        refresh_token,
+        expires_at,
+    })
+}
+
+/// The token endpoint's refusal of a code, when its answer is one: an `error` field,
+/// which GitHub sends with a 200.
+fn refusal(status: u16, body: &Value) -> Result<(), FetchError> {
+    match body.get("error").and_then(Value::as_str) {
+        Some(error) => Err(FetchError::Unauthorized {
+            status,
+            message: format!(
+                "the token endpoint refused the code: {}",
+                crate::quote::truncated(error.trim(), 200)
+            ),
+        }),
+        None => Ok(()),
     }
 }
 

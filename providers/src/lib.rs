@@ -17,7 +17,9 @@
 //!   their line items, subscriptions and more, kept current through Stripe's Events API.
 //! - [`strava`]: `kind = "strava"`, the connected athlete's activities and profile, with
 //!   OAuth2 refresh and the application's shared rate-limit budget.
-//! - [`authorize`]: the authorization code grant with PKCE the Connect page runs.
+//! - [`authorize`]: the authorization code grant with PKCE the Connect page runs;
+//!   [`shopify_app`]: Shopify's per-shop grant (the shop check, the signed callback, the
+//!   exchange on the shop's host), not yet offered on the page.
 //! - `oauth2`: what the OAuth2 adapters share: reading a token endpoint's answer and
 //!   refreshing a connection's access token through the [`CredentialStore`].
 //! - [`config`]: [`ProviderConfig`], the per-kind configuration, and [`build_provider`], the
@@ -37,6 +39,7 @@ pub mod quote;
 pub mod raw;
 pub mod record;
 pub mod rest;
+pub mod shopify_app;
 pub mod strava;
 pub mod stripe;
 

@@ -67,7 +67,18 @@ async fn session(served: &Served, key: &str, user: &str) -> String {
 
 /// A session's link for `user` to connect Stripe, sending the browser to `return_url`.
 pub(crate) async fn session_to(served: &Served, key: &str, user: &str, return_url: &str) -> String {
-    let body = json!({"user_id": user, "providers": ["stripe"], "return_url": return_url});
+    session_for(served, key, user, "stripe", return_url).await
+}
+
+/// A session's link for `user` to connect `provider`, going back to `return_url`.
+pub(crate) async fn session_for(
+    served: &Served,
+    key: &str,
+    user: &str,
+    provider: &str,
+    return_url: &str,
+) -> String {
+    let body = json!({"user_id": user, "providers": [provider], "return_url": return_url});
     let (status, _, created) = post_json(served, "/v1/connect/sessions", key, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     created["url"].as_str().expect("url").to_string()

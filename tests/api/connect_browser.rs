@@ -12,7 +12,7 @@ use serde_json::json;
 use tributary::entities::{connection, sync_run};
 use wiremock::ResponseTemplate;
 
-use crate::connect::{empty_list, mount_charges, serve_stripe, session_to};
+use crate::connect::{empty_list, mount_charges, serve_stripe, session_for, session_to};
 use crate::daemon::free_port;
 use crate::helpers::spawn_app;
 
@@ -113,7 +113,7 @@ fn running_as_root() -> bool {
 }
 
 /// The app's page the user comes back to: records the query of each visit.
-async fn return_page() -> (String, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn return_page() -> (String, Arc<Mutex<Vec<String>>>) {
     let visits: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&visits);
     let app = axum::Router::new().route(
@@ -128,15 +128,18 @@ async fn return_page() -> (String, Arc<Mutex<Vec<String>>>) {
             }
         }),
     );
+    let url = format!("{}/connected", serve_router(app).await);
+    (url, visits)
+}
+
+/// Serves `router` on a free loopback port: its origin, `http://127.0.0.1:PORT`.
+pub(crate) async fn serve_router(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bound");
-    let url = format!(
-        "http://{}/connected",
-        listener.local_addr().expect("address")
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, visits)
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
 }
 
 /// Opens `link`, chooses Stripe, types `key` and submits.
@@ -156,6 +159,13 @@ async fn connect_stripe(browser: &Client, link: &str, key: &str) {
         .click()
         .await
         .expect("submitted");
+}
+
+/// The fields of a urlencoded form body.
+pub(crate) fn form_fields(body: &str) -> std::collections::HashMap<String, String> {
+    form_urlencoded::parse(body.as_bytes())
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect()
 }
 
 /// The element `locator` finds once it is on the page (at most 20 s), else the page.
@@ -178,7 +188,7 @@ pub(crate) async fn appeared(
 }
 
 /// Polls the browser's URL until `done` holds for it (at most 20 s).
-async fn wait_for_url(browser: &Client, done: impl Fn(&url::Url) -> bool) -> url::Url {
+pub(crate) async fn wait_for_url(browser: &Client, done: impl Fn(&url::Url) -> bool) -> url::Url {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let url = browser.current_url().await.expect("the URL");
@@ -342,12 +352,6 @@ async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
         }
     }
 
-    fn form_fields(body: &str) -> HashMap<String, String> {
-        form_urlencoded::parse(body.as_bytes())
-            .map(|(name, value)| (name.into_owned(), value.into_owned()))
-            .collect()
-    }
-
     let seen: Seen = Arc::default();
     let app = axum::Router::new()
         .route("/login/oauth/authorize", axum::routing::get(authorize))
@@ -365,12 +369,7 @@ async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
             axum::routing::get(|| async { axum::Json(json!([])) }),
         )
         .with_state(Arc::clone(&seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bound");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, seen)
+    (serve_router(app).await, seen)
 }
 
 #[tokio::test]
@@ -383,36 +382,11 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
          client_id = \"browser-client\"\nclient_secret_env = \"TEST_BROWSER_GITHUB_SECRET\"\n\
          schedule = \"0 0 0 1 1 *\"\n"
     );
-    let served = crate::http::Served::start_with_env(
-        &app,
-        &provider,
-        &[("TEST_BROWSER_GITHUB_SECRET", "browser-secret")],
-        crate::connect::with_connect(&return_url),
-    )
-    .await;
-    let admin = served.create_key("admin", &["admin"]);
-    let body = json!({"user_id": "browser-gh", "providers": ["github"], "return_url": return_url});
-    let body = ("application/json", body.to_string().into_bytes());
-    let (status, _, created) = served
-        .call(
-            reqwest::Method::POST,
-            "/v1/connect/sessions",
-            Some(&admin),
-            Some(body),
-        )
-        .await;
-    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
-    let link = created["url"].as_str().expect("url").to_string();
+    let secret = ("TEST_BROWSER_GITHUB_SECRET", "browser-secret");
+    let (served, link) = serve_oauth(&app, &provider, secret, &return_url, "browser-gh").await;
     let driver = Chromedriver::start().await;
     let browser = driver.browser().await;
-
-    browser.goto(&link).await.expect("the page opens");
-    let button = Locator::XPath("//button[normalize-space()='Connect github']");
-    appeared(&browser, button)
-        .await
-        .click()
-        .await
-        .expect("clicked");
+    press_connect(&browser, &link, "github").await;
     // GitHub's page: the user consents.
     let authorize = appeared(&browser, Locator::Css("button#authorize")).await;
     let consent = browser.source().await.expect("source");
@@ -449,10 +423,54 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
     let stored = app.stored_credentials("browser-gh", "github").await;
     assert_eq!(stored.token.as_deref(), Some(GITHUB_TOKEN));
     // Its first sync runs, with the token, against the emulated API.
+    first_sync_succeeded(&app, "browser-gh").await;
+    browser.close().await.expect("closed");
+}
+
+/// A daemon serving `provider_table` (one OAuth2 provider, its client secret in the
+/// environment variable `secret`) with Connect back to `return_url`, and a session's link
+/// for `user` to connect it.
+pub(crate) async fn serve_oauth(
+    app: &crate::helpers::TestApp,
+    provider_table: &str,
+    secret: (&str, &str),
+    return_url: &str,
+    user: &str,
+) -> (crate::http::Served, String) {
+    let provider = provider_table
+        .split_once("[providers.")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(name, _)| name.to_string())
+        .expect("a [providers.NAME] table");
+    let served = crate::http::Served::start_with_env(
+        app,
+        provider_table,
+        &[secret],
+        crate::connect::with_connect(return_url),
+    )
+    .await;
+    let admin = served.create_key("admin", &["admin"]);
+    let link = session_for(&served, &admin, user, &provider, return_url).await;
+    (served, link)
+}
+
+/// Opens `link` and presses `provider`'s button.
+pub(crate) async fn press_connect(browser: &Client, link: &str, provider: &str) {
+    browser.goto(link).await.expect("the page opens");
+    let button = format!("//button[normalize-space()='Connect {provider}']");
+    appeared(browser, Locator::XPath(&button))
+        .await
+        .click()
+        .await
+        .expect("clicked");
+}
+
+/// Waits (at most 30 s) until a run of `user`'s connection has succeeded.
+pub(crate) async fn first_sync_succeeded(app: &crate::helpers::TestApp, user: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let runs = sync_run::Entity::find()
-            .filter(sync_run::Column::UserId.eq("browser-gh"))
+            .filter(sync_run::Column::UserId.eq(user))
             .all(&app.db)
             .await
             .expect("runs");
@@ -460,7 +478,7 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
             .iter()
             .any(|run| run.status == sync_run::RunStatus::Succeeded)
         {
-            break;
+            return;
         }
         assert!(
             Instant::now() < deadline,
@@ -468,7 +486,6 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    browser.close().await.expect("closed");
 }
 
 /// `html`, as served for `name`, checked by html-validate's `standard` preset (the HTML

@@ -12,6 +12,7 @@ mod clock;
 mod concurrency;
 mod connect;
 mod connect_browser;
+mod connect_browser_gitlab;
 mod connect_events;
 mod connect_health;
 mod connect_oauth;

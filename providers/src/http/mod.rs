@@ -142,6 +142,14 @@ impl HttpClient {
         })
     }
 
+    /// The same client sending through `client`: a test reaches an emulated host over TLS
+    /// (a resolver override and its own trust root) with no switch in production code.
+    #[cfg(test)]
+    pub(crate) fn with_reqwest(mut self, client: reqwest::Client) -> HttpClient {
+        self.client = client;
+        self
+    }
+
     /// The same client, also hiding `name`'s value wherever it quotes a URL.
     pub fn hiding_query_param(mut self, name: &str) -> HttpClient {
         let mut names = self.secret_params.to_vec();

@@ -257,3 +257,23 @@ async fn gitlab_issues_wait_out_a_spent_window_before_the_next_page() {
     assert_eq!(walk.ids, ["2", "1"]);
     assert_waited_a_second(started, "the second page");
 }
+
+#[tokio::test]
+async fn gitlab_names_the_tokens_user_by_its_numeric_id() {
+    let server = MockServer::start().await;
+    // GET /user answers the authenticated user; `id` is a number.
+    Mock::given(method("GET"))
+        .and(path("/api/v4/user"))
+        .and(header("PRIVATE-TOKEN", TOKEN))
+        .respond_with(json(
+            json!({"id": 1, "username": "john_smith", "name": "John Smith", "state": "active"}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let account = gitlab(&server)
+        .account_id(&credentials(TOKEN))
+        .await
+        .unwrap();
+    assert_eq!(account.as_deref(), Some("1"));
+}

@@ -73,7 +73,8 @@ pub struct FleetReport {
     pub runs_by_status: BTreeMap<String, usize>,
     pub jobs_by_status: BTreeMap<String, usize>,
     pub deferred_jobs: usize,
-    /// Skipped while the killed daemon's lease lasted, served by a later run.
+    /// Skipped while the killed daemon's lease lasted, or the killed daemon's own jobs
+    /// superseded when put back, served by a later run.
     pub skipped_served_later: usize,
     pub requests: u64,
     pub answered_429: u64,
@@ -616,10 +617,29 @@ fn measure(
             }
         }
     }
+    // A killed daemon's job put back once its heartbeat lapsed meets its connection's
+    // later slot, due by then, and is superseded by it: one run serves both, and it is
+    // served when the connection has a finished run that started after the kill.
+    let killed_superseded = |job: &sync_job::Model| {
+        job.status == JobStatus::Skipped
+            && killed_jobs.contains(&job.id)
+            && job
+                .outcome
+                .as_deref()
+                .is_some_and(|outcome| outcome.contains("superseded"))
+            && killed_when.is_some_and(|killed| {
+                last_finished_start
+                    .get(&job.connection_id)
+                    .is_some_and(|started| *started >= killed)
+            })
+    };
     let served_later = |job: &sync_job::Model| {
         let (Some(slot), JobStatus::Skipped) = (job.slot_at, job.status) else {
             return false;
         };
+        if killed_superseded(job) {
+            return true;
+        }
         // Not a slot superseded by a later one of a backed-up queue: that one is missed.
         let busy = job
             .outcome
@@ -708,20 +728,7 @@ fn measure(
     let killed_done = killed_jobs
         .iter()
         .filter_map(|id| jobs.iter().find(|job| job.id == *id))
-        .filter(|job| match job.status {
-            JobStatus::Done => true,
-            JobStatus::Skipped => {
-                job.outcome
-                    .as_deref()
-                    .is_some_and(|outcome| outcome.contains("superseded"))
-                    && killed_when.is_some_and(|killed| {
-                        last_finished_start
-                            .get(&job.connection_id)
-                            .is_some_and(|started| *started >= killed)
-                    })
-            }
-            _ => false,
-        })
+        .filter(|job| job.status == JobStatus::Done || killed_superseded(job))
         .count();
     let mut checks = vec![
         Check::equal(

@@ -292,6 +292,82 @@ async fn a_github_issue_edited_event_updates_the_record_and_the_feed() {
     );
 }
 
+/// `acme`, a GitHub provider syncing pull requests and issue comments too.
+const GITHUB_ALL: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\nkind = \"github\"\n\
+    schedule = \"0 0 0 1 1 *\"\nstreams = [\"issues\", \"repos\", \"pull_requests\", \"issue_comments\"]\n\
+    [providers.acme.webhooks]\nsecret_env = \"HOOK\"\n";
+
+#[tokio::test]
+async fn github_pull_request_and_issue_comment_events_store_their_objects_in_their_streams() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB_ALL);
+    alice_as(&test, Some("4242"), true).await;
+    let pull = |action: &str, title: &str, at: &str| {
+        format!(
+            r#"{{"action":"{action}","number":3,"pull_request":{{"id":30,"number":3,"title":"{title}","updated_at":"{at}"}},"sender":{{"id":4242}}}}"#
+        )
+    };
+    let comment = r#"{"action":"created","issue":{"id":7,"number":1,"title":"Bug","updated_at":"2026-12-05T09:00:00Z"},"comment":{"id":70,"body":"Seen it too","updated_at":"2026-12-05T10:01:00Z"},"sender":{"id":4242}}"#;
+    deliver(
+        &test,
+        "gh-pr-1",
+        "pull_request",
+        &pull("opened", "Fix", "2026-12-05T10:00:00Z"),
+        "4242",
+    )
+    .await;
+    deliver(&test, "gh-c-1", "issue_comment", comment, "4242").await;
+    process(&test.db, &settings).await;
+    deliver(
+        &test,
+        "gh-pr-2",
+        "pull_request",
+        &pull("edited", "Fix, tested", "2026-12-05T10:02:00Z"),
+        "4242",
+    )
+    .await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (1, 0));
+    let stored: Vec<(String, String)> = records(&test)
+        .await
+        .into_iter()
+        .map(|record| (record.provider, record.external_id))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("acme.pull_requests".to_string(), "30".to_string()),
+            ("acme.issue_comments".to_string(), "70".to_string()),
+        ],
+        "each object in its own stream, the comment not the issue"
+    );
+    let pull_request = &records(&test).await[0];
+    assert!(
+        pull_request.payload.contains("Fix, tested"),
+        "{pull_request:?}"
+    );
+    assert_eq!(
+        changes(&test).await,
+        feed(&[("30", "inserted"), ("70", "inserted"), ("30", "updated")])
+    );
+    let mut runs = webhook_runs(&test).await;
+    runs.sort_by_key(|run| run.id);
+    let streams: Vec<String> = runs
+        .into_iter()
+        .map(|run| run.stream.unwrap_or_default())
+        .collect();
+    assert_eq!(
+        streams,
+        ["pull_requests", "issue_comments", "pull_requests"]
+    );
+    assert!(
+        webhook_jobs(&test).await.is_empty(),
+        "nothing asked of GitHub"
+    );
+}
+
 #[tokio::test]
 async fn a_delivery_for_a_disabled_connection_changes_nothing() {
     let test = TestDb::new().await;

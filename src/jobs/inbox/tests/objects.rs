@@ -369,6 +369,52 @@ async fn github_pull_request_and_issue_comment_events_store_their_objects_in_the
 }
 
 #[tokio::test]
+async fn a_delivery_for_a_removed_connection_changes_nothing() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB);
+    alice_as(&test, Some("4242"), true).await;
+    let alice = crate::entities::connection::Entity::find()
+        .one(test.main())
+        .await
+        .expect("connections")
+        .expect("alice");
+    // Received while the connection was there, applied after it was removed.
+    deliver(
+        &test,
+        "gh-1",
+        "issues",
+        &github_issue("opened", "Bug", "2026-12-05T10:00:00Z"),
+        "4242",
+    )
+    .await;
+    let removed =
+        crate::pipeline::records::remove_connection(test.main(), alice.id, "alice", "acme", false)
+            .await
+            .expect("removed");
+    assert_eq!(removed, Some(0));
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!(
+        (
+            processed.applied,
+            processed.unmatched,
+            processed.jobs_queued
+        ),
+        (0, 1, 0)
+    );
+    assert!(records(&test).await.is_empty());
+    assert!(changes(&test).await.is_empty());
+    assert!(webhook_runs(&test).await.is_empty());
+    assert!(webhook_jobs(&test).await.is_empty());
+    let delivery = &deliveries(&test).await[0];
+    assert_eq!(
+        (delivery.status, delivery.connection_id, delivery.job_id),
+        (InboxStatus::Unmatched, None, None)
+    );
+}
+
+#[tokio::test]
 async fn a_delivery_for_a_disabled_connection_changes_nothing() {
     let test = TestDb::new().await;
     let settings = test.settings(STRIPE);

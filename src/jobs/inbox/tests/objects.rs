@@ -4,6 +4,7 @@
 //! inbox applying each delivery once.
 
 use sea_orm::{ActiveModelTrait, EntityTrait, IntoActiveModel, QueryOrder};
+use serde_json::json;
 
 use super::*;
 use crate::entities::{change, record, sync_run};
@@ -411,6 +412,62 @@ async fn a_delivery_for_a_removed_connection_changes_nothing() {
     assert_eq!(
         (delivery.status, delivery.connection_id, delivery.job_id),
         (InboxStatus::Unmatched, None, None)
+    );
+}
+
+#[tokio::test]
+async fn an_object_failing_validation_is_a_run_error_with_its_payload_and_the_run_notifies() {
+    let test = TestDb::new().await;
+    let notify =
+        "\n[notify]\nurl = \"https://app.example.com/hooks\"\nsecret_env = \"HOOK_NOTIFY\"\n";
+    let settings = test.settings(&format!("{notify}{STRIPE}"));
+    test.alice().await;
+    // A customer without its `id`: no key to store it under.
+    let keyless = r#"{"object":"customer","name":"no-id-customer"}"#;
+    stripe_event(&test, "evt_bad", "customer.created", 100, keyless).await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!(
+        (processed.applied, processed.failed),
+        (1, 0),
+        "{processed:?}"
+    );
+    assert!(records(&test).await.is_empty());
+    let runs = webhook_runs(&test).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        (runs[0].status, runs[0].records_failed),
+        (crate::pipeline::RunStatus::Partial, 1)
+    );
+    let errors = crate::entities::run_error::Entity::find()
+        .all(test.main())
+        .await
+        .expect("run errors");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        (
+            errors[0].run_id,
+            errors[0].user_id.as_str(),
+            errors[0].provider.as_str()
+        ),
+        (runs[0].id, "alice", "acme"),
+        "run errors name the provider, the run its stream"
+    );
+    assert_eq!(runs[0].stream.as_deref(), Some("customers"));
+    assert_eq!(errors[0].external_id, None);
+    assert_eq!(errors[0].payload, keyless, "the object as received");
+    let notifications = crate::entities::notification_delivery::Entity::find()
+        .all(test.main())
+        .await
+        .expect("notifications");
+    assert_eq!(notifications.len(), 1, "{notifications:?}");
+    assert_eq!(notifications[0].run_id, Some(runs[0].id));
+    let body: serde_json::Value = serde_json::from_str(&notifications[0].body).expect("JSON");
+    assert_eq!(
+        (&body["stream"], &body["status"], &body["counts"]["failed"]),
+        (&json!("customers"), &json!("partial"), &json!(1)),
+        "{body}"
     );
 }
 

@@ -718,6 +718,66 @@ async fn the_body_cap_is_the_providers_and_unknown_providers_and_verified_non_js
     assert_eq!(kept, ["gh-within"]);
 }
 
+/// Whether `/metrics` counts `count` deliveries of `provider` with `outcome`.
+fn counted(metrics: &str, provider: &str, outcome: &str, count: u64) -> bool {
+    metrics.lines().any(|line| {
+        line.starts_with("tributary_webhook_deliveries_total{")
+            && line.contains(&format!("provider=\"{provider}\""))
+            && line.contains(&format!("outcome=\"{outcome}\""))
+            && line.ends_with(&format!(" {count}"))
+    })
+}
+
+#[tokio::test]
+async fn a_verified_malformed_body_is_400_and_counted_and_no_refused_body_reaches_the_log() {
+    let app = spawn_app().await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
+    let marker = "zq-distinctive-body-8731";
+    let signed = |body: &[u8], secret: &str| {
+        let mut delivery = github("malformed", Signing::Good);
+        let signature = const_hex::encode(hmac_sha256(secret.as_bytes(), &[body]));
+        delivery.headers[0] = header("X-Hub-Signature-256", format!("sha256={signature}"));
+        delivery
+    };
+
+    // Signed with the secret, but not JSON.
+    let broken = format!("{{\"id\": {marker}").into_bytes();
+    let (status, headers, problem) = send(
+        &served,
+        &signed(&broken, GITHUB_SECRET),
+        Some(broken.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_problem(status, &headers, &problem);
+    assert_eq!(problem["field"], "body", "{problem}");
+
+    // JSON, but signed with another secret.
+    let forged = json!({"action": "opened", "issue": {"id": 1, "title": marker}})
+        .to_string()
+        .into_bytes();
+    let (status, _, problem) = send(
+        &served,
+        &signed(&forged, "not the secret"),
+        Some(forged.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+    assert!(!problem.to_string().contains(marker), "{problem}");
+
+    assert_eq!(inbox(&app).await, Vec::new());
+    let metrics = metrics_text(metrics_port).await;
+    assert!(counted(&metrics, "gh", "malformed", 1), "{metrics}");
+    assert!(counted(&metrics, "gh", "unauthorized", 1), "{metrics}");
+    let log = served.daemon.log();
+    assert!(
+        log.contains("A verified webhook delivery was malformed.")
+            && log.contains("A webhook delivery was refused."),
+        "{log}"
+    );
+    assert!(!log.contains(marker), "a body is in the log:\n{log}");
+}
+
 /// A secret's variable that is not set stops the daemon before it starts, naming the key
 /// and the variable.
 #[tokio::test]

@@ -1560,3 +1560,176 @@ async fn shopify_order_webhooks_store_the_order_by_updated_at_and_orders_delete_
         "stored from the deliveries, with no run of the listing"
     );
 }
+
+/// The (kind, stream, status) of every job, and each delivery's (status, whether its
+/// job is the first job, its connection's user).
+async fn routed(app: &TestApp) -> (Vec<(String, String, String)>, Vec<(String, bool, String)>) {
+    let jobs = query(
+        app,
+        "SELECT id, kind, stream, status FROM sync_jobs ORDER BY id",
+    )
+    .await;
+    let first: Option<i64> = jobs.first().map(|row| row.try_get("", "id").expect("id"));
+    let jobs = jobs
+        .iter()
+        .map(|row| {
+            (
+                row.try_get("", "kind").expect("kind"),
+                row.try_get("", "stream").expect("stream"),
+                row.try_get("", "status").expect("status"),
+            )
+        })
+        .collect();
+    let deliveries = query(
+        app,
+        "SELECT d.status, d.job_id, c.user_id FROM webhook_deliveries d \
+         JOIN connections c ON c.id = d.connection_id ORDER BY d.id",
+    )
+    .await
+    .iter()
+    .map(|row| {
+        let job: Option<i64> = row.try_get("", "job_id").expect("job_id");
+        (
+            row.try_get("", "status").expect("status"),
+            job.is_some() && job == first,
+            row.try_get("", "user_id").expect("user_id"),
+        )
+    })
+    .collect();
+    (jobs, deliveries)
+}
+
+fn text(row: (&str, &str, &str)) -> (String, String, String) {
+    (row.0.to_string(), row.1.to_string(), row.2.to_string())
+}
+
+#[tokio::test]
+async fn a_gitlab_issue_hook_routed_by_its_project_id_queues_that_connections_webhook_run() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/issues"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(json!({"data": [{"id": "issue-1", "title": "From the API"}]})),
+        )
+        .expect(1..)
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "\n[providers.lab]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/items\"\n\
+         records_path = \"data\"\nid_field = \"id\"\nauth = \"bearer\"\nschedule = \"0 0 0 1 1 *\"\n\
+         streams = [\"records\", \"issues\"]\n[providers.lab.resources.issues]\npath = \"/issues\"\n\
+         records_path = \"data\"\nid_field = \"id\"\n[providers.lab.webhooks]\nscheme = \"gitlab\"\nsecret_env = \"HOOK_GITLAB\"\n{}",
+        app.api.uri(),
+        crate::helpers::connections("lab", &["alice", "bob"]),
+    );
+    let served = Served::start_with_env(&app, &providers, &ENV, |text| text).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared("UPDATE connections SET account_id = '15' WHERE user_id = 'alice'")
+        .await
+        .expect("alice's project id");
+
+    // GitLab's Issue Hook names the project (15) and the user who acted (4).
+    let mut delivery = gitlab("routed", Signing::Good);
+    delivery.body = json!({
+        "object_kind": "issue", "event_type": "issue", "user": {"id": 4},
+        "project": {"id": 15}, "object_attributes": {"id": 301, "title": "From the hook"}
+    })
+    .to_string()
+    .into_bytes();
+    let (status, _, answer) = send(&served, &delivery, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
+
+    let (jobs, deliveries) = routed(&app).await;
+    // "Issue Hook" names `issues`: the run is of that stream alone (`/items` is not
+    // mocked).
+    assert_eq!(jobs, [text(("webhook", "issues", "done"))]);
+    assert_eq!(
+        deliveries,
+        [("applied".to_string(), true, "alice".to_string())]
+    );
+    let records = app.records().await;
+    let stored: Vec<(&str, &str)> = records
+        .iter()
+        .map(|record| (record.provider.as_str(), record.external_id.as_str()))
+        .collect();
+    assert_eq!(
+        stored,
+        [("lab.issues", "issue-1")],
+        "bob's connection ran nothing"
+    );
+    assert_eq!(records[0].user_id, "alice");
+    assert!(records[0].payload.contains("From the API"));
+    app.api.verify().await;
+}
+
+#[tokio::test]
+async fn a_strava_event_routed_by_owner_id_queues_a_run_that_fetches_from_the_api() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/api/v3/athlete/activities"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .and(wiremock::matchers::query_param("page", "1"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!([
+            {"id": 1360128428, "name": "From the API", "start_date": "2018-01-16T18:00:00Z"}
+        ])))
+        .expect(1..)
+        .mount(&app.api)
+        .await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/api/v3/athlete/activities"))
+        .and(wiremock::matchers::query_param("page", "2"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "\n[providers.strava]\nkind = \"strava\"\nbase_url = \"{uri}\"\noauth_url = \"{uri}\"\n\
+         client_id = \"4242\"\nclient_secret_env = \"HOOK_STRAVA_CLIENT\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.strava.webhooks]\nsecret_env = \"HOOK_STRAVA_VERIFY\"\nsubscription_id = 120475\n{}",
+        crate::helpers::connections("strava", &["alice"]),
+        uri = app.api.uri(),
+    );
+    let served = Served::start_with_env(&app, &providers, &STRAVA_ENV, |text| text).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared("UPDATE connections SET account_id = '134815' WHERE user_id = 'alice'")
+        .await
+        .expect("alice's athlete id");
+
+    let (status, _, answer) = served
+        .call(
+            Method::POST,
+            "/webhooks/strava",
+            None,
+            Some(("application/json", strava_event(json!({})))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
+
+    let (jobs, deliveries) = routed(&app).await;
+    assert_eq!(jobs, [text(("webhook", "activities", "done"))]);
+    assert_eq!(
+        deliveries,
+        [("applied".to_string(), true, "alice".to_string())]
+    );
+    let records = app.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].external_id, "1360128428");
+    // What the API answered, not the event's `updates`.
+    assert!(
+        records[0].payload.contains("From the API") && !records[0].payload.contains("Messy"),
+        "{}",
+        records[0].payload
+    );
+    app.api.verify().await;
+}

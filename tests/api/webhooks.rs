@@ -718,6 +718,66 @@ async fn the_body_cap_is_the_providers_and_unknown_providers_and_verified_non_js
     assert_eq!(kept, ["gh-within"]);
 }
 
+/// Whether `/metrics` counts `count` deliveries of `provider` with `outcome`.
+fn counted(metrics: &str, provider: &str, outcome: &str, count: u64) -> bool {
+    metrics.lines().any(|line| {
+        line.starts_with("tributary_webhook_deliveries_total{")
+            && line.contains(&format!("provider=\"{provider}\""))
+            && line.contains(&format!("outcome=\"{outcome}\""))
+            && line.ends_with(&format!(" {count}"))
+    })
+}
+
+#[tokio::test]
+async fn a_verified_malformed_body_is_400_and_counted_and_no_refused_body_reaches_the_log() {
+    let app = spawn_app().await;
+    let (served, metrics_port) = serve_with_metrics(&app).await;
+    let marker = "zq-distinctive-body-8731";
+    let signed = |body: &[u8], secret: &str| {
+        let mut delivery = github("malformed", Signing::Good);
+        let signature = const_hex::encode(hmac_sha256(secret.as_bytes(), &[body]));
+        delivery.headers[0] = header("X-Hub-Signature-256", format!("sha256={signature}"));
+        delivery
+    };
+
+    // Signed with the secret, but not JSON.
+    let broken = format!("{{\"id\": {marker}").into_bytes();
+    let (status, headers, problem) = send(
+        &served,
+        &signed(&broken, GITHUB_SECRET),
+        Some(broken.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_problem(status, &headers, &problem);
+    assert_eq!(problem["field"], "body", "{problem}");
+
+    // JSON, but signed with another secret.
+    let forged = json!({"action": "opened", "issue": {"id": 1, "title": marker}})
+        .to_string()
+        .into_bytes();
+    let (status, _, problem) = send(
+        &served,
+        &signed(&forged, "not the secret"),
+        Some(forged.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+    assert!(!problem.to_string().contains(marker), "{problem}");
+
+    assert_eq!(inbox(&app).await, Vec::new());
+    let metrics = metrics_text(metrics_port).await;
+    assert!(counted(&metrics, "gh", "malformed", 1), "{metrics}");
+    assert!(counted(&metrics, "gh", "unauthorized", 1), "{metrics}");
+    let log = served.daemon.log();
+    assert!(
+        log.contains("A verified webhook delivery was malformed.")
+            && log.contains("A webhook delivery was refused."),
+        "{log}"
+    );
+    assert!(!log.contains(marker), "a body is in the log:\n{log}");
+}
+
 /// A secret's variable that is not set stops the daemon before it starts, naming the key
 /// and the variable.
 #[tokio::test]
@@ -1499,4 +1559,177 @@ async fn shopify_order_webhooks_store_the_order_by_updated_at_and_orders_delete_
         query(&app, "SELECT id FROM sync_jobs").await.is_empty(),
         "stored from the deliveries, with no run of the listing"
     );
+}
+
+/// The (kind, stream, status) of every job, and each delivery's (status, whether its
+/// job is the first job, its connection's user).
+async fn routed(app: &TestApp) -> (Vec<(String, String, String)>, Vec<(String, bool, String)>) {
+    let jobs = query(
+        app,
+        "SELECT id, kind, stream, status FROM sync_jobs ORDER BY id",
+    )
+    .await;
+    let first: Option<i64> = jobs.first().map(|row| row.try_get("", "id").expect("id"));
+    let jobs = jobs
+        .iter()
+        .map(|row| {
+            (
+                row.try_get("", "kind").expect("kind"),
+                row.try_get("", "stream").expect("stream"),
+                row.try_get("", "status").expect("status"),
+            )
+        })
+        .collect();
+    let deliveries = query(
+        app,
+        "SELECT d.status, d.job_id, c.user_id FROM webhook_deliveries d \
+         JOIN connections c ON c.id = d.connection_id ORDER BY d.id",
+    )
+    .await
+    .iter()
+    .map(|row| {
+        let job: Option<i64> = row.try_get("", "job_id").expect("job_id");
+        (
+            row.try_get("", "status").expect("status"),
+            job.is_some() && job == first,
+            row.try_get("", "user_id").expect("user_id"),
+        )
+    })
+    .collect();
+    (jobs, deliveries)
+}
+
+fn text(row: (&str, &str, &str)) -> (String, String, String) {
+    (row.0.to_string(), row.1.to_string(), row.2.to_string())
+}
+
+#[tokio::test]
+async fn a_gitlab_issue_hook_routed_by_its_project_id_queues_that_connections_webhook_run() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/issues"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(json!({"data": [{"id": "issue-1", "title": "From the API"}]})),
+        )
+        .expect(1..)
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "\n[providers.lab]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/items\"\n\
+         records_path = \"data\"\nid_field = \"id\"\nauth = \"bearer\"\nschedule = \"0 0 0 1 1 *\"\n\
+         streams = [\"records\", \"issues\"]\n[providers.lab.resources.issues]\npath = \"/issues\"\n\
+         records_path = \"data\"\nid_field = \"id\"\n[providers.lab.webhooks]\nscheme = \"gitlab\"\nsecret_env = \"HOOK_GITLAB\"\n{}",
+        app.api.uri(),
+        crate::helpers::connections("lab", &["alice", "bob"]),
+    );
+    let served = Served::start_with_env(&app, &providers, &ENV, |text| text).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared("UPDATE connections SET account_id = '15' WHERE user_id = 'alice'")
+        .await
+        .expect("alice's project id");
+
+    // GitLab's Issue Hook names the project (15) and the user who acted (4).
+    let mut delivery = gitlab("routed", Signing::Good);
+    delivery.body = json!({
+        "object_kind": "issue", "event_type": "issue", "user": {"id": 4},
+        "project": {"id": 15}, "object_attributes": {"id": 301, "title": "From the hook"}
+    })
+    .to_string()
+    .into_bytes();
+    let (status, _, answer) = send(&served, &delivery, None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
+
+    let (jobs, deliveries) = routed(&app).await;
+    // "Issue Hook" names `issues`: the run is of that stream alone (`/items` is not
+    // mocked).
+    assert_eq!(jobs, [text(("webhook", "issues", "done"))]);
+    assert_eq!(
+        deliveries,
+        [("applied".to_string(), true, "alice".to_string())]
+    );
+    let records = app.records().await;
+    let stored: Vec<(&str, &str)> = records
+        .iter()
+        .map(|record| (record.provider.as_str(), record.external_id.as_str()))
+        .collect();
+    assert_eq!(
+        stored,
+        [("lab.issues", "issue-1")],
+        "bob's connection ran nothing"
+    );
+    assert_eq!(records[0].user_id, "alice");
+    assert!(records[0].payload.contains("From the API"));
+    app.api.verify().await;
+}
+
+#[tokio::test]
+async fn a_strava_event_routed_by_owner_id_queues_a_run_that_fetches_from_the_api() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/api/v3/athlete/activities"))
+        .and(wiremock::matchers::header(
+            "authorization",
+            "Bearer token-alice",
+        ))
+        .and(wiremock::matchers::query_param("page", "1"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!([
+            {"id": 1360128428, "name": "From the API", "start_date": "2018-01-16T18:00:00Z"}
+        ])))
+        .expect(1..)
+        .mount(&app.api)
+        .await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/api/v3/athlete/activities"))
+        .and(wiremock::matchers::query_param("page", "2"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&app.api)
+        .await;
+    let providers = format!(
+        "\n[providers.strava]\nkind = \"strava\"\nbase_url = \"{uri}\"\noauth_url = \"{uri}\"\n\
+         client_id = \"4242\"\nclient_secret_env = \"HOOK_STRAVA_CLIENT\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [providers.strava.webhooks]\nsecret_env = \"HOOK_STRAVA_VERIFY\"\nsubscription_id = 120475\n{}",
+        crate::helpers::connections("strava", &["alice"]),
+        uri = app.api.uri(),
+    );
+    let served = Served::start_with_env(&app, &providers, &STRAVA_ENV, |text| text).await;
+    use sea_orm::ConnectionTrait;
+    app.db
+        .execute_unprepared("UPDATE connections SET account_id = '134815' WHERE user_id = 'alice'")
+        .await
+        .expect("alice's athlete id");
+
+    let (status, _, answer) = served
+        .call(
+            Method::POST,
+            "/webhooks/strava",
+            None,
+            Some(("application/json", strava_event(json!({})))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
+
+    let (jobs, deliveries) = routed(&app).await;
+    assert_eq!(jobs, [text(("webhook", "activities", "done"))]);
+    assert_eq!(
+        deliveries,
+        [("applied".to_string(), true, "alice".to_string())]
+    );
+    let records = app.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].external_id, "1360128428");
+    // What the API answered, not the event's `updates`.
+    assert!(
+        records[0].payload.contains("From the API") && !records[0].payload.contains("Messy"),
+        "{}",
+        records[0].payload
+    );
+    app.api.verify().await;
 }

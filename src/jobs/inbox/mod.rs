@@ -269,14 +269,26 @@ async fn queue_or_join(
 }
 
 /// The stream an event concerns when the provider syncs one of its name (GitHub's
-/// `issues`, Stripe's `charge.refunded` for `charges`); empty, for every stream, when
-/// none is known.
+/// `issues`, Stripe's `charge.refunded` for `charges`, Strava's `activity.update` for
+/// `activities`, GitLab's `Merge Request Hook` for `merge_requests`); empty, for every
+/// stream, when none is known.
 fn stream_of(provider: &ProviderSettings, event_type: Option<&str>) -> String {
     let Some(event_type) = event_type else {
         return String::new();
     };
-    let object = event_type.split('.').next().unwrap_or(event_type);
-    [object.to_string(), format!("{object}s")]
+    let object = match event_type.strip_suffix(" Hook") {
+        Some(gitlab) => gitlab.to_ascii_lowercase().replace(' ', "_"),
+        None => event_type
+            .split('.')
+            .next()
+            .unwrap_or(event_type)
+            .to_string(),
+    };
+    let plural = match object.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{object}s"),
+    };
+    [object, plural]
         .into_iter()
         .find(|name| provider.stream(name).is_some())
         .unwrap_or_default()

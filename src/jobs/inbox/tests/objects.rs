@@ -4,6 +4,7 @@
 //! inbox applying each delivery once.
 
 use sea_orm::{ActiveModelTrait, EntityTrait, IntoActiveModel, QueryOrder};
+use serde_json::json;
 
 use super::*;
 use crate::entities::{change, record, sync_run};
@@ -289,6 +290,184 @@ async fn a_github_issue_edited_event_updates_the_record_and_the_feed() {
     assert!(
         connection.needs_reconnect_since.is_some(),
         "its webhook runs succeeded without asking the provider"
+    );
+}
+
+/// `acme`, a GitHub provider syncing pull requests and issue comments too.
+const GITHUB_ALL: &str = "\n[api]\nlisten = \"127.0.0.1:0\"\n[providers.acme]\nkind = \"github\"\n\
+    schedule = \"0 0 0 1 1 *\"\nstreams = [\"issues\", \"repos\", \"pull_requests\", \"issue_comments\"]\n\
+    [providers.acme.webhooks]\nsecret_env = \"HOOK\"\n";
+
+#[tokio::test]
+async fn github_pull_request_and_issue_comment_events_store_their_objects_in_their_streams() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB_ALL);
+    alice_as(&test, Some("4242"), true).await;
+    let pull = |action: &str, title: &str, at: &str| {
+        format!(
+            r#"{{"action":"{action}","number":3,"pull_request":{{"id":30,"number":3,"title":"{title}","updated_at":"{at}"}},"sender":{{"id":4242}}}}"#
+        )
+    };
+    let comment = r#"{"action":"created","issue":{"id":7,"number":1,"title":"Bug","updated_at":"2026-12-05T09:00:00Z"},"comment":{"id":70,"body":"Seen it too","updated_at":"2026-12-05T10:01:00Z"},"sender":{"id":4242}}"#;
+    deliver(
+        &test,
+        "gh-pr-1",
+        "pull_request",
+        &pull("opened", "Fix", "2026-12-05T10:00:00Z"),
+        "4242",
+    )
+    .await;
+    deliver(&test, "gh-c-1", "issue_comment", comment, "4242").await;
+    process(&test.db, &settings).await;
+    deliver(
+        &test,
+        "gh-pr-2",
+        "pull_request",
+        &pull("edited", "Fix, tested", "2026-12-05T10:02:00Z"),
+        "4242",
+    )
+    .await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!((processed.applied, processed.jobs_queued), (1, 0));
+    let stored: Vec<(String, String)> = records(&test)
+        .await
+        .into_iter()
+        .map(|record| (record.provider, record.external_id))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("acme.pull_requests".to_string(), "30".to_string()),
+            ("acme.issue_comments".to_string(), "70".to_string()),
+        ],
+        "each object in its own stream, the comment not the issue"
+    );
+    let pull_request = &records(&test).await[0];
+    assert!(
+        pull_request.payload.contains("Fix, tested"),
+        "{pull_request:?}"
+    );
+    assert_eq!(
+        changes(&test).await,
+        feed(&[("30", "inserted"), ("70", "inserted"), ("30", "updated")])
+    );
+    let mut runs = webhook_runs(&test).await;
+    runs.sort_by_key(|run| run.id);
+    let streams: Vec<String> = runs
+        .into_iter()
+        .map(|run| run.stream.unwrap_or_default())
+        .collect();
+    assert_eq!(
+        streams,
+        ["pull_requests", "issue_comments", "pull_requests"]
+    );
+    assert!(
+        webhook_jobs(&test).await.is_empty(),
+        "nothing asked of GitHub"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_for_a_removed_connection_changes_nothing() {
+    let test = TestDb::new().await;
+    let settings = test.settings(GITHUB);
+    alice_as(&test, Some("4242"), true).await;
+    let alice = crate::entities::connection::Entity::find()
+        .one(test.main())
+        .await
+        .expect("connections")
+        .expect("alice");
+    // Received while the connection was there, applied after it was removed.
+    deliver(
+        &test,
+        "gh-1",
+        "issues",
+        &github_issue("opened", "Bug", "2026-12-05T10:00:00Z"),
+        "4242",
+    )
+    .await;
+    let removed =
+        crate::pipeline::records::remove_connection(test.main(), alice.id, "alice", "acme", false)
+            .await
+            .expect("removed");
+    assert_eq!(removed, Some(0));
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!(
+        (
+            processed.applied,
+            processed.unmatched,
+            processed.jobs_queued
+        ),
+        (0, 1, 0)
+    );
+    assert!(records(&test).await.is_empty());
+    assert!(changes(&test).await.is_empty());
+    assert!(webhook_runs(&test).await.is_empty());
+    assert!(webhook_jobs(&test).await.is_empty());
+    let delivery = &deliveries(&test).await[0];
+    assert_eq!(
+        (delivery.status, delivery.connection_id, delivery.job_id),
+        (InboxStatus::Unmatched, None, None)
+    );
+}
+
+#[tokio::test]
+async fn an_object_failing_validation_is_a_run_error_with_its_payload_and_the_run_notifies() {
+    let test = TestDb::new().await;
+    let notify =
+        "\n[notify]\nurl = \"https://app.example.com/hooks\"\nsecret_env = \"HOOK_NOTIFY\"\n";
+    let settings = test.settings(&format!("{notify}{STRIPE}"));
+    test.alice().await;
+    // A customer without its `id`: no key to store it under.
+    let keyless = r#"{"object":"customer","name":"no-id-customer"}"#;
+    stripe_event(&test, "evt_bad", "customer.created", 100, keyless).await;
+
+    let processed = process(&test.db, &settings).await;
+
+    assert_eq!(
+        (processed.applied, processed.failed),
+        (1, 0),
+        "{processed:?}"
+    );
+    assert!(records(&test).await.is_empty());
+    let runs = webhook_runs(&test).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        (runs[0].status, runs[0].records_failed),
+        (crate::pipeline::RunStatus::Partial, 1)
+    );
+    let errors = crate::entities::run_error::Entity::find()
+        .all(test.main())
+        .await
+        .expect("run errors");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        (
+            errors[0].run_id,
+            errors[0].user_id.as_str(),
+            errors[0].provider.as_str()
+        ),
+        (runs[0].id, "alice", "acme"),
+        "run errors name the provider, the run its stream"
+    );
+    assert_eq!(runs[0].stream.as_deref(), Some("customers"));
+    assert_eq!(errors[0].external_id, None);
+    assert_eq!(errors[0].payload, keyless, "the object as received");
+    let notifications = crate::entities::notification_delivery::Entity::find()
+        .all(test.main())
+        .await
+        .expect("notifications");
+    assert_eq!(notifications.len(), 1, "{notifications:?}");
+    assert_eq!(notifications[0].run_id, Some(runs[0].id));
+    let body: serde_json::Value = serde_json::from_str(&notifications[0].body).expect("JSON");
+    assert_eq!(
+        (&body["stream"], &body["status"], &body["counts"]["failed"]),
+        (&json!("customers"), &json!("partial"), &json!(1)),
+        "{body}"
     );
 }
 

@@ -488,3 +488,32 @@ async fn a_failed_runs_span_has_the_error_status_and_its_message() {
         .unwrap_or_default();
     assert!(!message.is_empty(), "the run's error is the status message");
 }
+
+#[tokio::test]
+async fn without_a_telemetry_table_nothing_reaches_a_listening_collector() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let (collector, base) = Collector::start().await;
+    // The standard OpenTelemetry variables point at the collector: only `[telemetry]` turns
+    // exporting on, whatever the environment says.
+    let (code, output) = sync_alice(
+        &app,
+        "",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", base.as_str()),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                &format!("{base}/v1/traces"),
+            ),
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("alice@acme partial"), "{output}");
+    assert_eq!(
+        collector.exports.lock().unwrap().len(),
+        0,
+        "an export arrived"
+    );
+}

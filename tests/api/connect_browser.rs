@@ -62,6 +62,11 @@ impl Chromedriver {
 
     /// A headless Chromium session.
     pub(crate) async fn browser(&self) -> Client {
+        self.browser_with_prefs(json!({})).await
+    }
+
+    /// A headless Chromium session with Chrome preferences `prefs` (say, JavaScript off).
+    pub(crate) async fn browser_with_prefs(&self, prefs: serde_json::Value) -> Client {
         let binary = std::env::var("TRIBUTARY_TEST_CHROMIUM")
             .unwrap_or_else(|_| "/usr/bin/chromium".to_string());
         assert!(
@@ -77,7 +82,7 @@ impl Chromedriver {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_string(),
-            json!({"binary": binary, "args": args}),
+            json!({"binary": binary, "args": args, "prefs": prefs}),
         );
         // The console, for tests that read it through the driver.
         capabilities.insert("goog:loggingPrefs".to_string(), json!({"browser": "ALL"}));

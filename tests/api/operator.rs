@@ -5,12 +5,14 @@
 use chrono::{TimeDelta, Utc};
 use reqwest::StatusCode;
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Query};
-use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Set, Statement};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set, Statement,
+};
 use serde_json::json;
-use tributary::entities::connection;
 use tributary::entities::notification_delivery::{self, DeliveryStatus};
 use tributary::entities::sync_job::{self, JobKind, JobStatus};
-use tributary::entities::sync_run::RunStatus;
+use tributary::entities::sync_run::{self, RunStatus};
+use tributary::entities::{connection, connection_stream};
 
 use crate::daemon::free_port;
 use crate::helpers::{
@@ -450,4 +452,102 @@ async fn a_non_loopback_operator_address_needs_public_and_the_error_names_file_a
         "{}",
         checked.stderr
     );
+}
+
+/// The next slot of `0 */15 * * * *` after `now`, as the page writes it.
+fn next_quarter_hour(now: chrono::DateTime<Utc>) -> String {
+    let seconds = now.timestamp();
+    let next = (seconds / 900 + 1) * 900;
+    chrono::DateTime::from_timestamp(next, 0)
+        .expect("a time")
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_tables_show_each_runs_times_counters_and_cursor_and_the_overview_the_feed_head() {
+    let seeded = seeded().await;
+    // Known times and a known cursor, so that the page's values can be read back exactly.
+    let started = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+        .expect("a time")
+        .with_timezone(&Utc);
+    sync_run::Entity::update_many()
+        .col_expr(sync_run::Column::StartedAt, Expr::value(started))
+        .col_expr(
+            sync_run::Column::FinishedAt,
+            Expr::value(started + TimeDelta::seconds(75)),
+        )
+        .filter(sync_run::Column::Id.eq(seeded.run_id))
+        .exec(&*seeded.app.db)
+        .await
+        .expect("the run's times");
+    // The provider's one stream, `records`, keeps its cursor in its own row.
+    connection_stream::Entity::update_many()
+        .col_expr(connection_stream::Column::Cursor, Expr::value("cursor-7q"))
+        .exec(&*seeded.app.db)
+        .await
+        .expect("the cursor");
+
+    // Signed in by the form: the session's pages carry the policy as the login page does.
+    let (status, cookie, html) = sign_in(&seeded, &seeded.admin).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let token = token_of(&cookie.expect("a session cookie"));
+    let run = seeded.run_id;
+
+    let before = next_quarter_hour(Utc::now());
+    let (status, headers, html) = get(&seeded, "/connections", None, Some(&token)).await;
+    let after = next_quarter_hour(Utc::now());
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(headers["content-security-policy"]
+        .to_str()
+        .expect("policy")
+        .starts_with("default-src 'none'; style-src 'sha256-"));
+    let last =
+        format!("<td><a href=\"/runs/{run}\">Run {run}</a>, partial, 2026-01-02 03:05:20 UTC</td>");
+    let cursor = "<td class=\"wrap\"><code>cursor-7q</code></td>";
+    assert!(
+        [&before, &after]
+            .iter()
+            .any(|next| html.contains(&format!("{last}<td>{next}</td>{cursor}"))),
+        "last run, next run {before} and cursor: {html}"
+    );
+
+    let (status, headers, html) = get(&seeded, "/runs", None, Some(&token)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(headers.contains_key("content-security-policy"));
+    // Started, duration, fetched, inserted, updated, failed.
+    let row = format!(
+        "<td>2026-01-02 03:04:05 UTC</td><td>1 min 15 s</td><td>2</td><td>1</td><td>0</td><td><a href=\"/runs/{run}#errors\">1 errors</a></td>"
+    );
+    assert!(html.contains(&row), "{row} in {html}");
+
+    // On PostgreSQL the head holds back while any older transaction is open (other tests'
+    // too), so one read may lag another: ask again until the page shows the head just read.
+    let head_now = || {
+        let printed =
+            crate::helpers::run(tributary(&seeded.served.config).args(["changes", "--head"]));
+        assert_eq!(printed.code, 0, "{}", printed.stderr);
+        printed
+            .stdout
+            .trim()
+            .parse::<tributary::pipeline::changes::FeedCursor>()
+            .expect("a cursor")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let head = head_now();
+        let (status, headers, html) = get(&seeded, "/", None, Some(&token)).await;
+        assert_eq!(status, StatusCode::OK, "{html}");
+        assert!(headers.contains_key("content-security-policy"));
+        assert!(head.position.seq > 0, "the run committed a batch");
+        let shown = format!(
+            "<dt>Head</dt><dd><code>{head}</code> (batch {})</dd>",
+            head.position.seq
+        );
+        if html.contains(&shown) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown} in {html}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

@@ -35,6 +35,21 @@ async fn console_errors(driver: &Chromedriver, browser: &Client) -> Vec<String> 
         .collect()
 }
 
+/// Types `key` into the login form's `field` and submits it: the overview then shows.
+async fn sign_in(browser: &Client, field: fantoccini::elements::Element, key: &str) {
+    field.send_keys(key).await.expect("typed");
+    appeared(browser, Locator::Css("main form button[type=submit]"))
+        .await
+        .click()
+        .await
+        .expect("submitted");
+    appeared(
+        browser,
+        Locator::XPath("//h2[normalize-space()='Job queue']"),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn an_operator_signs_in_and_follows_a_connection_to_its_runs_and_a_run_to_its_errors() {
     let seeded = seeded().await;
@@ -46,19 +61,9 @@ async fn an_operator_signs_in_and_follows_a_connection_to_its_runs_and_a_run_to_
     let field = appeared(&browser, Locator::Css("input#key")).await;
     assert_accessible(&browser, "login").await;
     let _ = console_errors(&driver, &browser).await; // The login page's own 401.
-    field.send_keys(&seeded.admin).await.expect("typed");
-    appeared(&browser, Locator::Css("main form button[type=submit]"))
-        .await
-        .click()
-        .await
-        .expect("submitted");
+    sign_in(&browser, field, &seeded.admin).await;
 
     // The overview: the queue's depth, the deferred job, the feed.
-    appeared(
-        &browser,
-        Locator::XPath("//h2[normalize-space()='Job queue']"),
-    )
-    .await;
     let overview = browser.source().await.expect("source");
     assert!(overview.contains("<td>queued</td><td>1</td>"), "{overview}");
     assert!(overview.contains("Change feed"), "{overview}");
@@ -121,25 +126,72 @@ async fn an_operator_signs_in_and_follows_a_connection_to_its_runs_and_a_run_to_
         Vec::<String>::new()
     );
 
-    // At a phone's width the page still fits: only the tables' boxes scroll.
-    browser.set_window_size(390, 844).await.expect("resized");
+    // At a laptop's size and at a phone's width the page fits: only the tables' boxes
+    // scroll.
+    for (width, height) in [(1280, 800), (390, 844)] {
+        browser
+            .set_window_size(width, height)
+            .await
+            .expect("resized");
+        for path in ["/runs", "/connections"] {
+            browser
+                .goto(&format!("{}{path}", seeded.page))
+                .await
+                .expect("the page opens");
+            appeared(&browser, Locator::LinkText("alice@acme")).await;
+            let overflow = browser
+                .execute(
+                    "return document.documentElement.scrollWidth > window.innerWidth;",
+                    Vec::new(),
+                )
+                .await
+                .expect("measured");
+            assert_eq!(
+                overflow,
+                serde_json::Value::Bool(false),
+                "{path} scrolls sideways at {width}x{height}"
+            );
+        }
+    }
+    browser.close().await.expect("closed");
+}
+
+#[tokio::test]
+async fn with_javascript_off_an_operator_signs_in_by_the_form_and_follows_links() {
+    let seeded = seeded().await;
+    let driver = Chromedriver::start().await;
+    let browser = driver
+        .browser_with_prefs(serde_json::json!({
+            "profile.managed_default_content_settings.javascript": 2
+        }))
+        .await;
+
+    // JavaScript is off indeed: a page's script does not run.
     browser
-        .goto(&format!("{}/runs", seeded.page))
+        .goto("data:text/html,<title>off</title><script>document.title='on'</script>")
         .await
         .expect("the page opens");
-    appeared(&browser, Locator::LinkText(&run)).await;
-    let overflow = browser
-        .execute(
-            "return document.documentElement.scrollWidth > window.innerWidth;",
-            Vec::new(),
-        )
-        .await
-        .expect("measured");
-    assert_eq!(
-        overflow,
-        serde_json::Value::Bool(false),
-        "the page scrolls sideways"
-    );
+    assert_eq!(browser.title().await.expect("title"), "off");
+
+    browser.goto(&seeded.page).await.expect("the page opens");
+    let field = appeared(&browser, Locator::Css("input#key")).await;
+    sign_in(&browser, field, &seeded.admin).await;
+    for link in [
+        "Connections",
+        "alice@acme",
+        &format!("Run {}", seeded.run_id),
+    ] {
+        appeared(&browser, Locator::LinkText(link))
+            .await
+            .click()
+            .await
+            .expect("clicked");
+    }
+    appeared(&browser, Locator::XPath("//h2[normalize-space()='Errors']")).await;
+    let errors = browser.source().await.expect("source");
+    assert!(errors.contains("poison refused"), "{errors}");
+    let url = browser.current_url().await.expect("URL");
+    assert_eq!(url.path(), format!("/runs/{}", seeded.run_id), "{url}");
     browser.close().await.expect("closed");
 }
 

@@ -9,7 +9,9 @@ use axum::http::HeaderMap;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode as SpanStatus, Span};
+use opentelemetry_proto::tonic::trace::v1::{
+    status::StatusCode as SpanStatus, ResourceSpans, Span,
+};
 use prost::Message;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -51,8 +53,8 @@ impl Collector {
         (collector, base)
     }
 
-    /// Every span received so far, decoded.
-    fn spans(&self) -> Vec<Span> {
+    /// Every export received so far, decoded: its resources with their spans.
+    fn resource_spans(&self) -> Vec<ResourceSpans> {
         let exports = self.exports.lock().unwrap();
         exports
             .iter()
@@ -61,6 +63,13 @@ impl Collector {
                     .expect("an OTLP protobuf body")
                     .resource_spans
             })
+            .collect()
+    }
+
+    /// Every span received so far, decoded.
+    fn spans(&self) -> Vec<Span> {
+        self.resource_spans()
+            .into_iter()
             .flat_map(|resource| resource.scope_spans)
             .flat_map(|scope| scope.spans)
             .collect()
@@ -72,6 +81,26 @@ impl Collector {
         exports
             .iter()
             .map(|(_, body)| String::from_utf8_lossy(body).into_owned())
+            .collect()
+    }
+
+    /// The `service.name` of every exported resource.
+    fn service_names(&self) -> Vec<String> {
+        self.resource_spans()
+            .into_iter()
+            .filter_map(|spans| spans.resource)
+            .filter_map(|resource| {
+                resource
+                    .attributes
+                    .into_iter()
+                    .find(|kv| kv.key == "service.name")
+                    .and_then(|kv| kv.value)
+                    .and_then(|value| value.value)
+            })
+            .map(|value| match value {
+                Value::StringValue(name) => name,
+                other => format!("{other:?}"),
+            })
             .collect()
     }
 
@@ -149,27 +178,34 @@ async fn mount_listing(app: &TestApp) {
         .await;
 }
 
+/// `tributary sync` of alice's listing with `table` and `env`, off the test's thread (the
+/// collector answers on it meanwhile); the process's exit code and stdout.
+async fn sync_alice(app: &TestApp, table: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
+    let config = app.write_config(&format!("{table}\n{providers}"));
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    let sync = tokio::task::spawn_blocking(move || {
+        let mut command = tributary(&config);
+        command.args(["sync", "--quiet"]).envs(env);
+        run(&mut command)
+    })
+    .await
+    .unwrap();
+    (sync.code, format!("{}\n{}", sync.stdout, sync.stderr))
+}
+
 /// `tributary sync` of alice's listing ([`mount_listing`]) with `[telemetry]` and `extra`
 /// keys in it; the collector, once the process has exited.
 async fn sync_traced(app: &TestApp, extra: &str) -> Collector {
     mount_listing(app).await;
     let (collector, base) = Collector::start().await;
-    let providers = cursor_provider("acme", &app.api.uri(), &["alice"]);
-    let config = app.write_config(&format!("{}{extra}\n{providers}", telemetry_table(&base)));
-    // Off the test's thread: the collector answers on it meanwhile.
-    let sync = tokio::task::spawn_blocking(move || {
-        run(tributary(&config)
-            .args(["sync", "--quiet"])
-            .env(COLLECTOR_KEY_ENV, COLLECTOR_KEY))
-    })
-    .await
-    .unwrap();
-    assert_eq!(sync.code, 0, "{}", sync.stderr);
-    assert!(
-        sync.stdout.contains("alice@acme partial"),
-        "{}",
-        sync.stdout
-    );
+    let table = format!("{}{extra}", telemetry_table(&base));
+    let (code, output) = sync_alice(app, &table, &[(COLLECTOR_KEY_ENV, COLLECTOR_KEY)]).await;
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("alice@acme partial"), "{output}");
     collector
 }
 
@@ -272,6 +308,11 @@ async fn a_runs_trace_reaches_the_collector_with_its_span_tree_its_retry_and_its
             .get("x-collector-key")
             .is_some_and(|v| v == COLLECTOR_KEY)),
         "every export carries the configured header"
+    );
+    let services = collector.service_names();
+    assert!(
+        !services.is_empty() && services.iter().all(|name| name == "tributary-test"),
+        "the configured service_name is the resource's service.name: {services:?}"
     );
     let raw = collector.raw();
     for secret in ["token-alice", COLLECTOR_KEY, "alice"] {
@@ -398,7 +439,81 @@ async fn a_traceparent_on_an_api_request_parents_its_span_and_deliveries_carry_o
     // The job ran its run under its own span.
     let job = named(&spans, "job");
     assert_eq!(job.len(), 1, "{spans:#?}");
-    assert!(children(&spans, job[0])
-        .iter()
-        .any(|span| span.name == "run"));
+    let job = job[0];
+    assert!(children(&spans, job).iter().any(|span| span.name == "run"));
+    let job_id: i64 = query(&app, "SELECT id FROM sync_jobs WHERE kind = 'manual'").await[0]
+        .try_get_by_index(0)
+        .expect("the job's row");
+    assert_eq!(int(job, "job_id"), Some(job_id), "{job:#?}");
+    assert_eq!(int(job, "connection_id"), Some(alice));
+    assert_eq!(text(job, "provider").as_deref(), Some("acme"));
+    // Asked for without a stream: the job is the connection's every stream.
+    assert_eq!(text(job, "stream").as_deref(), Some(""));
+    assert_eq!(text(job, "kind").as_deref(), Some("Manual"));
+    assert_eq!(int(job, "attempt"), Some(0));
+    assert_eq!(int(job, "runs"), Some(1));
+    // The listing's record without an id makes the run, and so the job, partial: no error.
+    assert_eq!(text(job, "outcome").as_deref(), Some("partial"));
+    assert!(!is_error(job), "{job:#?}");
+}
+
+#[tokio::test]
+async fn a_failed_runs_span_has_the_error_status_and_its_message() {
+    let app = spawn_app().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&app.api)
+        .await;
+    let (collector, base) = Collector::start().await;
+    let (code, output) = sync_alice(
+        &app,
+        &telemetry_table(&base),
+        &[(COLLECTOR_KEY_ENV, COLLECTOR_KEY)],
+    )
+    .await;
+    assert_ne!(code, 0, "{output}");
+    assert!(output.contains("alice@acme failed"), "{output}");
+
+    let spans = collector.spans();
+    let runs = named(&spans, "run");
+    assert_eq!(runs.len(), 1, "{spans:#?}");
+    let run_span = runs[0];
+    assert_eq!(text(run_span, "outcome").as_deref(), Some("failed"));
+    assert!(is_error(run_span), "{run_span:#?}");
+    let message = run_span
+        .status
+        .as_ref()
+        .map(|status| status.message.clone())
+        .unwrap_or_default();
+    assert!(!message.is_empty(), "the run's error is the status message");
+}
+
+#[tokio::test]
+async fn without_a_telemetry_table_nothing_reaches_a_listening_collector() {
+    let app = spawn_app().await;
+    mount_listing(&app).await;
+    let (collector, base) = Collector::start().await;
+    // The standard OpenTelemetry variables point at the collector: only `[telemetry]` turns
+    // exporting on, whatever the environment says.
+    let (code, output) = sync_alice(
+        &app,
+        "",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", base.as_str()),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                &format!("{base}/v1/traces"),
+            ),
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("alice@acme partial"), "{output}");
+    assert_eq!(
+        collector.exports.lock().unwrap().len(),
+        0,
+        "an export arrived"
+    );
 }

@@ -490,6 +490,14 @@ async fn a_failed_runs_span_has_the_error_status_and_its_message() {
 }
 
 #[tokio::test]
+async fn a_sampling_ratio_of_zero_exports_no_span_of_a_run() {
+    let app = spawn_app().await;
+    let collector = sync_traced(&app, "sampling_ratio = 0.0").await;
+    let spans = collector.spans();
+    assert!(spans.is_empty(), "{spans:#?}");
+}
+
+#[tokio::test]
 async fn without_a_telemetry_table_nothing_reaches_a_listening_collector() {
     let app = spawn_app().await;
     mount_listing(&app).await;

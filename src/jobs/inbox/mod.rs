@@ -82,18 +82,7 @@ pub(crate) async fn process_due(
         return Ok(processed);
     }
     for _ in 0..BATCH {
-        // SQLite: the write lock up front, so the read and the writes see one state.
-        // MySQL: read committed, as PostgreSQL's default, so that the claim's locking read
-        // takes no gap locks, which would deadlock with another instance's settled row
-        // moving in the status index while that instance holds the connection's lock.
-        let txn = db
-            .begin_with_options(TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                isolation_level: (db.get_database_backend() == DatabaseBackend::MySql)
-                    .then_some(IsolationLevel::ReadCommitted),
-                ..TransactionOptions::default()
-            })
-            .await?;
+        let txn = begin(db).await?;
         let mut due = webhook_delivery::Entity::find()
             .filter(webhook_delivery::Column::Status.eq(InboxStatus::Received))
             .filter(webhook_delivery::Column::Provider.is_in(providers.iter().copied()))
@@ -386,6 +375,20 @@ async fn apply_carried(
     }
 }
 
+/// A transaction of the inbox's. SQLite: the write lock up front, so the read and the
+/// writes see one state. MySQL: read committed, as PostgreSQL's default, so that a
+/// locking read takes no gap locks, which would deadlock with another instance's settled
+/// row moving in the status index while that instance holds the connection's lock.
+async fn begin(db: &DatabasePools) -> Result<DatabaseTransaction, DbErr> {
+    db.begin_with_options(TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        isolation_level: (db.get_database_backend() == DatabaseBackend::MySql)
+            .then_some(IsolationLevel::ReadCommitted),
+        ..TransactionOptions::default()
+    })
+    .await
+}
+
 /// [`queue_or_join`] in a transaction of its own that holds `connection`'s row (SQLite:
 /// the write lock), as routing does.
 async fn queue_run(
@@ -394,14 +397,7 @@ async fn queue_run(
     stream: &str,
     now: DateTime<Utc>,
 ) -> Result<(i64, bool), DbErr> {
-    let txn = db
-        .begin_with_options(TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            isolation_level: (db.get_database_backend() == DatabaseBackend::MySql)
-                .then_some(IsolationLevel::ReadCommitted),
-            ..TransactionOptions::default()
-        })
-        .await?;
+    let txn = begin(db).await?;
     if txn.get_database_backend() != DatabaseBackend::Sqlite {
         connection::Entity::find_by_id(connection.id)
             .lock(LockType::Update)

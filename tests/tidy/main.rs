@@ -1011,3 +1011,34 @@ fn the_architecture_and_the_readme_stay_within_their_word_counts() {
     }
     assert!(over.is_empty(), "{over:?}; cut elsewhere before adding");
 }
+
+/// The notes `docs/decisions/README.md` links to, and the notes in the folder.
+fn decision_notes() -> (BTreeSet<String>, BTreeSet<String>) {
+    let dir = root().join("docs/decisions");
+    let index = std::fs::read_to_string(dir.join("README.md")).expect("docs/decisions/README.md");
+    let linked = index
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.contains('/') && target.ends_with(".md"))
+        .map(str::to_string)
+        .collect();
+    let present = std::fs::read_dir(&dir)
+        .expect("docs/decisions")
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md") && name != "README.md")
+        .collect();
+    (linked, present)
+}
+
+#[test]
+fn every_decision_note_is_in_the_index_and_every_entry_is_a_note() {
+    let (linked, present) = decision_notes();
+    let unlisted: Vec<&String> = present.difference(&linked).collect();
+    let dangling: Vec<&String> = linked.difference(&present).collect();
+    assert!(
+        unlisted.is_empty() && dangling.is_empty(),
+        "docs/decisions/README.md lacks {unlisted:?} and links to missing {dangling:?}"
+    );
+}

@@ -1603,6 +1603,18 @@ fn text(row: (&str, &str, &str)) -> (String, String, String) {
     (row.0.to_string(), row.1.to_string(), row.2.to_string())
 }
 
+/// Waits for the one job to end, then asserts it was a webhook run of `stream` alone,
+/// done, and that the one delivery was applied by it for alice's connection.
+async fn one_webhook_run_applied_for_alice(app: &TestApp, stream: &str) {
+    until_text(app, "SELECT status FROM sync_jobs", "done").await;
+    let (jobs, deliveries) = routed(app).await;
+    assert_eq!(jobs, [text(("webhook", stream, "done"))]);
+    assert_eq!(
+        deliveries,
+        [("applied".to_string(), true, "alice".to_string())]
+    );
+}
+
 #[tokio::test]
 async fn a_gitlab_issue_hook_routed_by_its_project_id_queues_that_connections_webhook_run() {
     let app = spawn_app().await;
@@ -1644,16 +1656,9 @@ async fn a_gitlab_issue_hook_routed_by_its_project_id_queues_that_connections_we
     .into_bytes();
     let (status, _, answer) = send(&served, &delivery, None).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
-
-    let (jobs, deliveries) = routed(&app).await;
     // "Issue Hook" names `issues`: the run is of that stream alone (`/items` is not
     // mocked).
-    assert_eq!(jobs, [text(("webhook", "issues", "done"))]);
-    assert_eq!(
-        deliveries,
-        [("applied".to_string(), true, "alice".to_string())]
-    );
+    one_webhook_run_applied_for_alice(&app, "issues").await;
     let records = app.records().await;
     let stored: Vec<(&str, &str)> = records
         .iter()
@@ -1714,14 +1719,7 @@ async fn a_strava_event_routed_by_owner_id_queues_a_run_that_fetches_from_the_ap
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    until_text(&app, "SELECT status FROM sync_jobs", "done").await;
-
-    let (jobs, deliveries) = routed(&app).await;
-    assert_eq!(jobs, [text(("webhook", "activities", "done"))]);
-    assert_eq!(
-        deliveries,
-        [("applied".to_string(), true, "alice".to_string())]
-    );
+    one_webhook_run_applied_for_alice(&app, "activities").await;
     let records = app.records().await;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].external_id, "1360128428");

@@ -1,7 +1,8 @@
 //! Connect (docs/decisions/connect.md): `POST /v1/connect/sessions`, where the app asks
 //! for a user's single-use link, and the page that link opens, `/connect/{token}`:
 //! server-rendered HTML with no script and no outside asset, one button per provider,
-//! a key form per provider that takes a key. Errors are pages in plain words.
+//! a key form per provider that takes a key, a shop form for a Shopify app. Errors are
+//! pages in plain words.
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};

@@ -272,9 +272,10 @@ enum Grant {
     Shopify(ShopifyApp, Shop),
 }
 
-/// Completes an authorization: the session found by `state`, the cookie checked, the
-/// session marked used, the code exchanged once and the connection stored. Returns where
-/// to send the browser: the session's return URL with the outcome.
+/// Completes an authorization: the session found by `state`, the cookie checked (and for
+/// a Shopify session the `hmac` and the shop), the session marked used, the code
+/// exchanged once and the connection stored. Returns where to send the browser: the
+/// session's return URL with the outcome.
 pub(crate) async fn complete(
     db: &DatabasePools,
     settings: &Settings,

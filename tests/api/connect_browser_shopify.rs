@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use crate::connect::{csrf_of, get, open, post, session_for};
 use crate::connect_browser::{
     appeared, assert_accessible, assert_valid_html, press_connect, return_page, serve_oauth,
-    wait_for_url, Chromedriver,
+    submit_form, wait_for_url, Chromedriver,
 };
 use crate::helpers::spawn_app;
 
@@ -71,21 +71,12 @@ async fn the_shop_form_is_valid_and_accessible_and_sends_a_good_shop_to_its_auth
     let field = appeared(&browser, Locator::Css("input#shop")).await;
     assert_accessible(&browser, "shop form").await;
     field.send_keys("evil.example").await.expect("typed");
-    let submit = Locator::XPath("//form[@method='post']//button[@type='submit']");
-    appeared(&browser, submit)
-        .await
-        .click()
-        .await
-        .expect("submitted");
+    submit_form(&browser).await;
     appeared(&browser, Locator::Css("p.error[role=alert]")).await;
     assert_accessible(&browser, "bad shop").await;
     let field = appeared(&browser, Locator::Css("input#shop")).await;
     field.send_keys("test-shop").await.expect("typed");
-    appeared(&browser, submit)
-        .await
-        .click()
-        .await
-        .expect("submitted");
+    submit_form(&browser).await;
     // The policy let the form's answer redirect to the shop (which does not resolve here).
     let at = wait_for_url(&browser, |url| {
         url.host_str() == Some("test-shop.myshopify.com")

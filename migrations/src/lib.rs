@@ -48,6 +48,7 @@ mod m20261206_000125_connection_events;
 mod m20261206_000130_record_source_version;
 mod m20261206_000135_operator_sessions;
 mod m20261206_000150_feed_readers;
+mod m20261207_000200_shopify_connect;
 
 /// All migrations, oldest first.
 pub struct Migrator;
@@ -99,6 +100,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000130_record_source_version::Migration),
             Box::new(m20261206_000135_operator_sessions::Migration),
             Box::new(m20261206_000150_feed_readers::Migration),
+            Box::new(m20261207_000200_shopify_connect::Migration),
         ]
     }
 }

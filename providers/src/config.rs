@@ -11,6 +11,7 @@ use crate::github::GithubConfig;
 use crate::http::{HttpClient, HttpSettings};
 use crate::kind::ProviderKind;
 use crate::rest::RestConfig;
+use crate::shopify_app::ShopifyApp;
 use crate::strava::StravaConfig;
 use crate::stripe::StripeConfig;
 use crate::{FetchError, Provider, StreamSpec};
@@ -101,6 +102,11 @@ impl ProviderConfig {
     /// See [`ProviderKind::authorization`].
     pub fn authorization(&self) -> Option<AuthorizationApp> {
         self.as_kind().authorization()
+    }
+
+    /// See [`ProviderKind::shopify_app`].
+    pub fn shopify_app(&self) -> Option<ShopifyApp> {
+        self.as_kind().shopify_app()
     }
 
     /// See [`ProviderKind::required_env_vars`]. The root crate checks at start that each

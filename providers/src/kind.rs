@@ -4,6 +4,7 @@
 
 use crate::authorize::AuthorizationApp;
 use crate::http::HttpClient;
+use crate::shopify_app::ShopifyApp;
 use crate::{FetchError, Provider, StreamSpec};
 
 /// What the configuration of one provider kind does beyond deserializing: check itself
@@ -33,6 +34,12 @@ pub trait ProviderKind {
     /// The OAuth2 application a user authorizes on the Connect page (the authorization
     /// code grant), when the provider's config describes one.
     fn authorization(&self) -> Option<AuthorizationApp> {
+        None
+    }
+
+    /// The Shopify app a user authorizes per shop on the Connect page, when the
+    /// provider's config describes one (`auth = { shopify_app = ... }`).
+    fn shopify_app(&self) -> Option<ShopifyApp> {
         None
     }
 

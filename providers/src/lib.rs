@@ -73,6 +73,9 @@ pub struct FetchContext<'a> {
     pub since: Option<&'a Watermark>,
     /// Persists refreshed OAuth credentials (see [`CredentialStore`]).
     pub credential_store: &'a dyn CredentialStore,
+    /// The connection's own API origin, in place of the provider's `base_url` (a Shopify
+    /// shop connected on the Connect page); `None`: the provider's.
+    pub base_url: Option<&'a url::Url>,
 }
 
 /// Refreshes expired OAuth credentials. Implemented by the providers that need it.
@@ -127,6 +130,7 @@ impl<'a> FetchContext<'a> {
             credentials,
             since: None,
             credential_store: &NoCredentialStore,
+            base_url: None,
         }
     }
 }

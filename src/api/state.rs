@@ -7,6 +7,7 @@ use secrecy::SecretString;
 
 use crate::config::Settings;
 use crate::db::DatabasePools;
+use crate::ops::connect::oauth::ShopifyClients;
 
 /// The database, the settings and the rendered document, shared by every request.
 #[derive(Clone)]
@@ -17,6 +18,9 @@ pub(crate) struct ApiState {
     pub openapi: Arc<String>,
     /// Each webhook provider's secrets, read from their variables at start-up.
     pub webhook_secrets: Arc<BTreeMap<String, Vec<SecretString>>>,
+    /// The clients Shopify's code exchanges send with: none at start-up (each provider's
+    /// own), a test's own in the Connect page's Shopify test.
+    pub shopify_clients: ShopifyClients,
 }
 
 impl ApiState {
@@ -26,6 +30,7 @@ impl ApiState {
             settings,
             openapi,
             webhook_secrets: Arc::default(),
+            shopify_clients: ShopifyClients::default(),
         }
     }
 

@@ -31,6 +31,9 @@ pub struct Model {
     pub state_hash: Option<String>,
     /// The provider that authorization is for.
     pub oauth_provider: Option<String>,
+    /// For Shopify's per-shop flow, the shop the user named (`NAME.myshopify.com`): the
+    /// callback's `shop` must be it, and the code is exchanged there.
+    pub oauth_shop: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

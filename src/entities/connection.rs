@@ -52,6 +52,10 @@ pub struct Model {
     /// endpoint answered `invalid_grant`): scheduled jobs skip it until a reconnect or a
     /// run that succeeds clears it.
     pub needs_reconnect_since: Option<DateTimeUtc>,
+    /// The origin the connection's requests go to in place of its provider's `base_url`
+    /// (a Shopify shop connected on the Connect page, `https://NAME.myshopify.com`);
+    /// `None`: the provider's.
+    pub base_url: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
@@ -99,6 +103,7 @@ impl std::fmt::Debug for Model {
             .field("defined_in", &self.defined_in)
             .field("account_id", &self.account_id)
             .field("needs_reconnect_since", &self.needs_reconnect_since)
+            .field("base_url", &self.base_url)
             .field("created_at", &self.created_at)
             .field("updated_at", &self.updated_at)
             .finish()

@@ -762,6 +762,15 @@ async fn fetch_unless_cancelled(
     position: Option<&PagePosition>,
 ) -> Fetched {
     let credentials = credential_store.current();
+    let base_url = match run.connection.base_url.as_deref().map(url::Url::parse) {
+        None => None,
+        Some(Ok(url)) => Some(url),
+        Some(Err(error)) => {
+            return Fetched::Answer(Err(FetchError::Client {
+                message: format!("the connection's base_url is not a URL: {error}"),
+            }))
+        }
+    };
     let fetch_context = FetchContext {
         stream,
         parent: listing.parent.as_ref().map(|parent| ParentRecord {
@@ -771,6 +780,7 @@ async fn fetch_unless_cancelled(
         credentials: &credentials,
         since: listing.since.as_ref(),
         credential_store,
+        base_url: base_url.as_ref(),
     };
     let asked_at = Utc::now();
     let fetch = run.provider.fetch_page(&fetch_context, position);

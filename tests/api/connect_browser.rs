@@ -158,6 +158,11 @@ async fn connect_stripe(browser: &Client, link: &str, key: &str) {
         .expect("clicked");
     let field = appeared(browser, Locator::Css("input#key")).await;
     field.send_keys(key).await.expect("typed");
+    submit_form(browser).await;
+}
+
+/// Presses the submit button of the page's form.
+pub(crate) async fn submit_form(browser: &Client) {
     let submit = Locator::XPath("//form[@method='post']//button[@type='submit']");
     appeared(browser, submit)
         .await
@@ -591,12 +596,7 @@ async fn the_connect_pages_pass_an_html_validator_and_an_accessibility_check() {
     let field = appeared(&browser, Locator::Css("input#key")).await;
     assert_accessible(&browser, "key form").await;
     field.send_keys(BAD_KEY).await.expect("typed");
-    let submit = Locator::XPath("//form[@method='post']//button[@type='submit']");
-    appeared(&browser, submit)
-        .await
-        .click()
-        .await
-        .expect("submitted");
+    submit_form(&browser).await;
     appeared(&browser, Locator::Css("p.error[role=alert]")).await;
     assert_accessible(&browser, "refused key").await;
     browser.goto(&unknown_link).await.expect("the page opens");

@@ -13,6 +13,7 @@ mod concurrency;
 mod connect;
 mod connect_browser;
 mod connect_browser_gitlab;
+mod connect_browser_shopify;
 mod connect_events;
 mod connect_health;
 mod connect_oauth;

@@ -474,4 +474,123 @@ async fn an_unknown_preset_or_a_missing_required_key_is_refused_naming_the_key()
         message.contains("key `providers.shop.preset`") && message.contains("base_url"),
         "{message}"
     );
+    // A Shopify app's connections bring their shops' origins: base_url is waived.
+    let app_table = |app: &str| {
+        format!(
+            "[providers.shop]\npreset = \"shopify_orders\"\nschedule = \"0 * * * * *\"\n\
+             auth = {{ shopify_app = {{ {app} }} }}\n"
+        )
+    };
+    let good = "client_id = \"api-key-1\", client_secret_env = \"SHOP_SECRET\", scope = \"read_orders,read_customers\"";
+    let settings = parse(&app_table(good)).expect("a Shopify app");
+    let adapter = &settings.providers["shop"].adapter;
+    let shopify_app = adapter.shopify_app().expect("the app");
+    assert_eq!(
+        (shopify_app.client_id.as_str(), shopify_app.scope.as_str()),
+        ("api-key-1", "read_orders,read_customers")
+    );
+    assert!(!adapter.takes_key());
+    assert!(adapter.authorization().is_none());
+    for (app, key, says) in [
+        (
+            "client_secret_env = \"S\", scope = \"read_orders\"",
+            "providers.shop.auth",
+            "auth.shopify_app.client_id is required",
+        ),
+        (
+            "client_id = \"a\", client_secret_env = \"S\", scope = \"read_orders\", token_url = \"https://x.example\"",
+            "providers.shop.auth",
+            "auth.shopify_app.token_url is not a key",
+        ),
+        (
+            "client_id = \"a\", client_secret_env = \"S\", scope = 3",
+            "providers.shop.auth",
+            "auth.shopify_app.scope must be a string",
+        ),
+        (
+            "client_id = \"a\", client_secret_env = \"S\", scope = \"read orders\"",
+            "providers.shop",
+            "auth.shopify_app.scope",
+        ),
+        (
+            "client_id = \"\", client_secret_env = \"S\", scope = \"read_orders\"",
+            "providers.shop",
+            "auth.shopify_app.client_id",
+        ),
+        (
+            "client_id = \"a\", client_secret_env = \"NOT A NAME\", scope = \"read_orders\"",
+            "providers.shop",
+            "auth.shopify_app.client_secret_env",
+        ),
+    ] {
+        let message = parse(&app_table(app)).expect_err(app).to_string();
+        assert!(
+            message.contains("config.toml")
+                && message.contains(&format!("`{key}"))
+                && message.contains(says),
+            "{app}: {message}"
+        );
+    }
+    // Only a Shopify app leaves base_url out.
+    let plain = parse("[providers.acme]\nkind = \"rest\"\nschedule = \"0 * * * * *\"\n")
+        .expect_err("no base_url");
+    let message = plain.to_string();
+    assert!(
+        message.contains("providers.acme") && message.contains("base_url is required"),
+        "{message}"
+    );
+}
+
+/// A Shopify app's provider has no `base_url` of its own: each connection is fetched from
+/// its own (its shop's, which the Connect page stores), and one without is refused before
+/// any request.
+#[tokio::test]
+async fn a_shopify_app_connection_is_fetched_from_its_own_base_url() {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    use tributary::entities::connection;
+
+    let app = spawn_app().await;
+    // The client secret's variable: one cargo always sets.
+    let table = "[providers.shop]\npreset = \"shopify_orders\"\nschedule = \"0 * * * * *\"\n\
+                 auth = { shopify_app = { client_id = \"api-key-1\", client_secret_env = \"CARGO_PKG_NAME\", scope = \"read_orders\" } }\n\
+                 [[providers.shop.connections]]\nuser_id = \"alice\"\ntoken = \"token-alice\"\n";
+    let settings = app.settings(table).await;
+    let orders = json!({"orders": [
+        {"id": 1, "updated_at": "2026-11-01T05:00:00-05:00"},
+        {"id": 2, "updated_at": "2026-11-02T05:00:00-05:00"},
+    ]});
+    Mock::given(method("GET"))
+        .and(path("/admin/api/2025-10/orders.json"))
+        .and(header("X-Shopify-Access-Token", "token-alice"))
+        .respond_with(ok(orders))
+        .expect(1)
+        .mount(&app.api)
+        .await;
+
+    let refused = app.sync_one(&settings).await;
+    assert_eq!(refused.status, RunStatus::Failed, "{refused:?}");
+    let message = refused.error.unwrap_or_default();
+    assert!(message.contains("no base_url of its own"), "{message}");
+    assert!(app
+        .api
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .is_empty());
+
+    connection::Entity::update_many()
+        .col_expr(connection::Column::BaseUrl, Expr::value(app.api.uri()))
+        .filter(connection::Column::UserId.eq("alice"))
+        .exec(&app.db)
+        .await
+        .expect("the shop's base");
+    let run = app.sync_one(&settings).await;
+    assert_eq!(
+        (run.status, run.counts.inserted),
+        (RunStatus::Succeeded, 2),
+        "{run:?}"
+    );
+    app.api.verify().await;
+    assert_eq!(app.record_ids().await, ["1", "2"]);
 }

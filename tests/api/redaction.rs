@@ -145,6 +145,7 @@ refresh_token = "{}"
         schedule: None,
         account_id: None,
         needs_reconnect_since: None,
+        base_url: None,
         created_at: now,
         updated_at: now,
     };

@@ -144,8 +144,10 @@ impl HttpClient {
 
     /// The same client sending through `client`: a test reaches an emulated host over TLS
     /// (a resolver override and its own trust root) with no switch in production code.
-    #[cfg(test)]
-    pub(crate) fn with_reqwest(mut self, client: reqwest::Client) -> HttpClient {
+    /// Outside the crate's own tests it exists only with the `test-client` feature, which
+    /// only `[dev-dependencies]` enable (docs/decisions/connect-shopify.md).
+    #[cfg(any(test, feature = "test-client"))]
+    pub fn with_reqwest(mut self, client: reqwest::Client) -> HttpClient {
         self.client = client;
         self
     }

@@ -23,7 +23,9 @@
 //! offers OAuth2 has an `[oauth2]` table with the vendor's documented endpoints: a
 //! provider table that writes `auth = { oauth2 = "refresh_token", client_id = ...,
 //! client_secret_env = ... }` gets them under its own keys, so the Connect page can
-//! authorize its users. A preset never holds
+//! authorize its users. `auth = { shopify_app = ... }` (Shopify's per-shop flow) replaces
+//! the preset's `auth` and waives its `base_url`: each shop connected brings its own.
+//! A preset never holds
 //! a secret: tokens stay on the connections. `providers/presets/README.md` lists the
 //! presets and the documentation facts each follows.
 //!
@@ -104,8 +106,18 @@ pub fn apply(table: &mut Table) -> Result<(), String> {
             None => preset.remove("auth"),
         };
     }
+    let shopify_app = chooses_shopify_app(&user);
+    if shopify_app {
+        // The app sends its token in X-Shopify-Access-Token as the preset's `auth` does;
+        // its table replaces the preset's rather than merging into it.
+        preset.remove("auth");
+    }
     merge(&mut preset, user);
     for (key, what) in &requires {
+        // Each connection of a Shopify app brings its shop's origin.
+        if shopify_app && key == "base_url" {
+            continue;
+        }
         match lookup(&preset, key) {
             None => return Err(format!("preset {name:?} needs {key}: {what}")),
             // An empty value would be sent as is (`Harvest-Account-Id:`, `?project=`) and
@@ -128,6 +140,15 @@ fn chooses_oauth2(table: &Table) -> bool {
         .get("auth")
         .and_then(Value::as_table)
         .is_some_and(|auth| auth.contains_key(OAUTH2_KEY))
+}
+
+/// Whether a provider table authorizes shops as a Shopify app:
+/// `auth = { shopify_app = { ... } }`.
+fn chooses_shopify_app(table: &Table) -> bool {
+    table
+        .get("auth")
+        .and_then(Value::as_table)
+        .is_some_and(|auth| auth.contains_key("shopify_app"))
 }
 
 /// The preset called `name`, parsed.

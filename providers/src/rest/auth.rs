@@ -19,6 +19,10 @@
 //! client_auth = "post"                 # or "basic"; default "post"
 //! authorize_url = "https://auth.acme.example/oauth/authorize"  # the Connect page's consent
 //! pkce = true                          # default true
+//!
+//! # Shopify's per-shop authorization code grant (docs/decisions/connect-shopify.md):
+//! # the token goes in X-Shopify-Access-Token, each connection on its own shop.
+//! auth = { shopify_app = { client_id = "...", client_secret_env = "SHOPIFY_SECRET", scope = "read_orders" } }
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,6 +40,7 @@ use url::Url;
 use crate::authorize::AuthorizationApp;
 use crate::http::display_url_text;
 pub use crate::oauth2::ClientAuth;
+use crate::shopify_app::ShopifyApp;
 use crate::FetchError;
 
 /// How requests are authenticated (`auth`).
@@ -72,7 +77,14 @@ pub enum Auth {
     /// `auth = { oauth2 = ..., token_url = ..., ... }`: `Authorization: Bearer TOKEN` with an
     /// access token from an OAuth2 token endpoint.
     OAuth2(OAuth2),
+    /// `auth = { shopify_app = { client_id, client_secret_env, scope } }`: a Shopify app
+    /// users authorize per shop on the Connect page; its offline access token goes in
+    /// `X-Shopify-Access-Token`, and each connection's requests go to its own shop.
+    ShopifyApp(ShopifyApp),
 }
+
+/// The header Shopify's Admin API takes its access token in.
+const SHOPIFY_TOKEN_HEADER: &str = "x-shopify-access-token";
 
 /// `auth = { oauth2 = ... }`: an OAuth2 client (RFC 6749) and the grant it uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,6 +166,14 @@ impl Auth {
         }
     }
 
+    /// The Shopify app users authorize per shop on the Connect page.
+    pub fn shopify_app(&self) -> Option<ShopifyApp> {
+        match self {
+            Auth::ShopifyApp(app) => Some(app.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether connections need a token: not for `"none"` nor for the client-credentials
     /// grant, whose token is the provider's own.
     pub fn needs_token(&self) -> bool {
@@ -175,6 +195,10 @@ impl Auth {
                 client_secret_env: Some(name),
                 ..
             }) => vec![("auth.client_secret_env".to_string(), name.clone())],
+            Auth::ShopifyApp(app) => vec![(
+                "auth.shopify_app.client_secret_env".to_string(),
+                app.client_secret_env.clone(),
+            )],
             _ => Vec::new(),
         }
     }
@@ -185,6 +209,7 @@ impl Auth {
             Auth::Bearer | Auth::Basic { .. } | Auth::OAuth2(_) => Some(AUTHORIZATION),
             Auth::None | Auth::Query { .. } => None,
             Auth::Header { name } => HeaderName::from_bytes(name.as_bytes()).ok(),
+            Auth::ShopifyApp(_) => Some(HeaderName::from_static(SHOPIFY_TOKEN_HEADER)),
         }
     }
 
@@ -221,6 +246,7 @@ impl Auth {
                 Ok(())
             }
             Auth::OAuth2(oauth2) => oauth2.validate(),
+            Auth::ShopifyApp(app) => validate_shopify_app(app),
             _ => Ok(()),
         }
     }
@@ -244,6 +270,10 @@ impl Auth {
                     })?;
                 (name, self.token(token)?.to_string())
             }
+            Auth::ShopifyApp(_) => (
+                HeaderName::from_static(SHOPIFY_TOKEN_HEADER),
+                self.token(token)?.to_string(),
+            ),
             Auth::Basic { username } => {
                 let encoded = self.basic_credentials(username.as_deref(), self.token(token)?)?;
                 (AUTHORIZATION, format!("Basic {encoded}"))
@@ -394,13 +424,18 @@ impl fmt::Display for Auth {
                 username: Some(user),
             } => write!(f, "{{ basic = {user:?} }}"),
             Auth::OAuth2(oauth2) => write!(f, "{{ oauth2 = \"{}\" }}", oauth2.grant.as_str()),
+            Auth::ShopifyApp(_) => f.write_str("{ shopify_app = { ... } }"),
         }
     }
 }
 
 const AUTH_EXPECTED: &str = "expected \"bearer\", \"none\", \"basic\", { header = \"NAME\" }, \
-     { query = \"NAME\" }, { basic = \"USER\" } or { oauth2 = \"refresh_token\" or \
-     \"client_credentials\", token_url = \"URL\", client_id = \"ID\", ... }";
+     { query = \"NAME\" }, { basic = \"USER\" }, { oauth2 = \"refresh_token\" or \
+     \"client_credentials\", token_url = \"URL\", client_id = \"ID\", ... } or \
+     { shopify_app = { client_id = \"ID\", client_secret_env = \"NAME\", scope = \"SCOPES\" } }";
+
+/// The keys of `auth = { shopify_app = { ... } }`, each required.
+const SHOPIFY_APP_KEYS: [&str; 3] = ["client_id", "client_secret_env", "scope"];
 
 /// The keys of `auth = { oauth2 = ... }`.
 const OAUTH2_KEYS: [&str; 8] = [
@@ -463,6 +498,11 @@ impl<'de> Visitor<'de> for AuthVisitor {
                 )))
             }
         };
+        if key == "shopify_app" {
+            return shopify_app_from(&value)
+                .map(Auth::ShopifyApp)
+                .map_err(de::Error::custom);
+        }
         let make: fn(String) -> Auth = match key.as_str() {
             "header" => |name| Auth::Header { name },
             "query" => |name| Auth::Query { name },
@@ -581,4 +621,67 @@ fn oauth2_from(table: &BTreeMap<String, Value>) -> Result<OAuth2, String> {
         authorize_url,
         pkce,
     })
+}
+
+/// `auth = { shopify_app = { ... } }` from its table: each of its keys given, as a string,
+/// and no other.
+fn shopify_app_from(value: &Value) -> Result<ShopifyApp, String> {
+    let Value::Object(table) = value else {
+        return Err(format!(
+            "auth.shopify_app must be a table {{ client_id, client_secret_env, scope }}, not {}",
+            crate::record::json_type_name(value)
+        ));
+    };
+    if let Some(unknown) = table
+        .keys()
+        .find(|key| !SHOPIFY_APP_KEYS.contains(&key.as_str()))
+    {
+        return Err(format!(
+            "auth.shopify_app.{unknown} is not a key of auth.shopify_app; expected {}",
+            SHOPIFY_APP_KEYS.join(", ")
+        ));
+    }
+    let text = |key: &str| match table.get(key) {
+        None => Err(format!("auth.shopify_app.{key} is required")),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(other) => Err(format!(
+            "auth.shopify_app.{key} must be a string, not {}",
+            crate::record::json_type_name(other)
+        )),
+    };
+    Ok(ShopifyApp {
+        client_id: text("client_id")?,
+        client_secret_env: text("client_secret_env")?,
+        scope: text("scope")?,
+    })
+}
+
+/// Checks a Shopify app's keys: an id, a variable's name, and comma-separated scopes.
+fn validate_shopify_app(app: &ShopifyApp) -> Result<(), String> {
+    if app.client_id.trim().is_empty() || app.client_id.chars().any(char::is_control) {
+        return Err(
+            "auth.shopify_app.client_id must be the app's client id, not empty and without \
+             control characters"
+                .to_string(),
+        );
+    }
+    crate::oauth2::validate_env_var_name(
+        "auth.shopify_app.client_secret_env",
+        &app.client_secret_env,
+    )?;
+    // Shopify's scopes are names such as read_orders, separated by commas.
+    let scope_name = |name: &str| {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+    };
+    if !app.scope.split(',').map(str::trim).all(scope_name) {
+        return Err(format!(
+            "auth.shopify_app.scope {:?} must be Shopify access scopes separated by commas, \
+             e.g. \"read_orders,read_customers\"",
+            crate::quote::truncated(&app.scope, 64)
+        ));
+    }
+    Ok(())
 }

@@ -17,6 +17,17 @@ use super::records_path::RecordsPath;
 use super::resources::ResourceConfig;
 use crate::IdSpec;
 
+/// The `base_url` of a provider whose connections each bring their own (a Shopify app's
+/// shops). `.invalid` never resolves (RFC 6761), and a connection without a base of its
+/// own is refused before any request.
+pub const PER_CONNECTION_BASE_URL: &str = "https://per-connection.invalid/";
+
+fn per_connection_base_url() -> Url {
+    // A constant, checked by the tests of `auth = { shopify_app = ... }`.
+    #[allow(clippy::expect_used)]
+    Url::parse(PER_CONNECTION_BASE_URL).expect("PER_CONNECTION_BASE_URL is a URL")
+}
+
 /// The largest `pagination.page_size`.
 const MAX_PAGE_SIZE: u64 = 100_000;
 /// The largest `pagination.first_page`: APIs count pages from 0 or 1.
@@ -28,7 +39,10 @@ const MAX_FIRST_PAGE: u64 = 1_000_000;
 #[serde(deny_unknown_fields)]
 pub struct RestConfig {
     /// Scheme, host and optional path prefix of the API, e.g. `"https://api.example.com/v2"`.
-    /// Must be http or https, without a query string (use `query` for that).
+    /// Must be http or https, without a query string (use `query` for that). Required,
+    /// except with `auth = { shopify_app = ... }`, whose connections each have their own
+    /// (their shop's origin): left out, it is [`PER_CONNECTION_BASE_URL`].
+    #[serde(default = "per_connection_base_url")]
     pub base_url: Url,
     /// Path of the list endpoint, appended to `base_url` (its trailing slash trimmed), e.g.
     /// `"/v1/items"`. Default: empty, `base_url` itself is the endpoint.
@@ -398,6 +412,11 @@ impl PaginationConfig {
 }
 
 impl RestConfig {
+    /// Whether `base_url` was left out: each connection brings its own.
+    pub fn has_per_connection_base(&self) -> bool {
+        self.base_url.as_str() == PER_CONNECTION_BASE_URL
+    }
+
     /// The list endpoint: `base_url` (trailing slash trimmed) + `path`, without the static
     /// query parameters. A `path` without a leading `/` gets one.
     pub fn endpoint(&self) -> Result<Url, String> {
@@ -426,6 +445,13 @@ impl RestConfig {
     /// Checks what serde cannot and returns a message naming the key that is wrong: the
     /// primary stream's keys, then every resource with what it inherits.
     pub fn validate(&self) -> Result<(), String> {
+        if self.has_per_connection_base() && !matches!(self.auth, Auth::ShopifyApp(_)) {
+            return Err(
+                "base_url is required (only auth = { shopify_app = ... } leaves it out, its \
+                 connections each having their shop's)"
+                    .to_string(),
+            );
+        }
         self.validate_stream()?;
         if let Some(account) = &self.account_id {
             if !account.path.starts_with('/') {

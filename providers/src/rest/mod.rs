@@ -437,6 +437,27 @@ impl RestProvider {
     }
 }
 
+/// `config` on the connection's own origin (a shop's), when it has one. A provider that
+/// leaves `base_url` to its connections sends nothing for a connection without one.
+fn on_connection_base<'c>(
+    config: &'c RestConfig,
+    base_url: Option<&Url>,
+) -> Result<Cow<'c, RestConfig>, FetchError> {
+    match base_url {
+        Some(base_url) => Ok(Cow::Owned(RestConfig {
+            base_url: base_url.clone(),
+            ..config.clone()
+        })),
+        None if config.has_per_connection_base() => Err(FetchError::Client {
+            message: "the connection has no base_url of its own, and its provider leaves \
+                      base_url to each connection (auth = { shopify_app = ... }): connect the \
+                      shop on the Connect page"
+                .to_string(),
+        }),
+        None => Ok(Cow::Borrowed(config)),
+    }
+}
+
 /// What an incremental run of `stream` stops at and sends, from the stream's cursor
 /// `since`.
 fn run_filter(
@@ -510,7 +531,8 @@ impl ProviderKind for RestConfig {
     }
 
     fn takes_key(&self) -> bool {
-        RestConfig::needs_token(self) && !matches!(self.auth, auth::Auth::OAuth2(_))
+        RestConfig::needs_token(self)
+            && !matches!(self.auth, auth::Auth::OAuth2(_) | auth::Auth::ShopifyApp(_))
     }
 
     fn required_env_vars(&self) -> Vec<(String, String)> {
@@ -519,6 +541,10 @@ impl ProviderKind for RestConfig {
 
     fn authorization(&self) -> Option<crate::authorize::AuthorizationApp> {
         self.auth.authorization()
+    }
+
+    fn shopify_app(&self) -> Option<crate::shopify_app::ShopifyApp> {
+        self.auth.shopify_app()
     }
 
     fn build(&self, client: HttpClient) -> Result<Box<dyn Provider>, FetchError> {
@@ -579,8 +605,9 @@ impl Provider for RestProvider {
     ) -> Result<Page, FetchError> {
         let stream = self.stream(context.stream)?;
         let Some(parent_stream) = &stream.plan.parent else {
+            let config = on_connection_base(&stream.plan.config, context.base_url)?;
             return self
-                .fetch_authorized(&stream, &stream.plan.config, context, position)
+                .fetch_authorized(&stream, &config, context, position)
                 .await;
         };
         let Some(parent) = context.parent else {
@@ -597,6 +624,7 @@ impl Provider for RestProvider {
             // One parent without the fields the templates name costs that parent only.
             Err(reason) => return Ok(parent_gone(reason)),
         };
+        let config = on_connection_base(&config, context.base_url)?;
         let fetched = self
             .fetch_authorized(&stream, &config, context, position)
             .await;

@@ -185,7 +185,7 @@ fn check_providers(
         };
         if !connectable(provider) {
             return Err(invalid(format!(
-                "provider {shown:?} takes no key and has no OAuth2 application to authorize (an OAuth2 provider needs client_id and client_secret_env, and for kind = \"rest\" auth.authorize_url)"
+                "provider {shown:?} takes no key and has no OAuth2 application to authorize (an OAuth2 provider needs client_id and client_secret_env, and for kind = \"rest\" auth.authorize_url or auth.shopify_app)"
             )));
         }
         if settings.lists_connection(name, user_id) {
@@ -358,11 +358,7 @@ pub(crate) async fn submit_key(
     settings.connect.as_ref().ok_or(ConnectError::Off)?;
     let session = live_session(db, submission.token).await?;
     let cookie = bound_cookie(&session, submission.cookie)?;
-    let expected = csrf_of(cookie);
-    match submission.csrf {
-        Some(sent) if same(sent, &expected) => {}
-        _ => return Err(ConnectError::Forged),
-    }
+    check_csrf(cookie, submission.csrf)?;
     let provider_settings = key_provider(settings, &session, submission.provider)?;
     let key = submission.key.expose_secret();
     if key.trim().is_empty() {
@@ -387,14 +383,25 @@ pub(crate) async fn submit_key(
     let account = Account {
         credentials,
         account_id,
+        base_url: None,
     };
     connect_in(txn, db, settings, &session, provider, account).await
 }
 
-/// What a user connected: the credentials, and the provider-side account when known.
+/// Refuses a form whose CSRF token is not the one of the browser holding `cookie`.
+fn check_csrf(cookie: &str, sent: Option<&str>) -> Result<(), ConnectError> {
+    match sent {
+        Some(sent) if same(sent, &csrf_of(cookie)) => Ok(()),
+        _ => Err(ConnectError::Forged),
+    }
+}
+
+/// What a user connected: the credentials, the provider-side account when known, and
+/// the connection's own API origin when it has one (a Shopify shop's).
 struct Account {
     credentials: Credentials,
     account_id: Option<String>,
+    base_url: Option<String>,
 }
 
 /// The provider-side account `credentials` belong to, asked of the provider; `None` when
@@ -488,6 +495,7 @@ async fn connect_in(
     let Account {
         credentials,
         account_id,
+        base_url,
     } = account;
     if let Some(account_id) = &account_id {
         check_account(&txn, settings, session, provider, account_id).await?;
@@ -526,9 +534,15 @@ async fn connect_in(
             }
         }
     };
-    if account_id.is_some() {
-        connection::Entity::update_many()
-            .col_expr(connection::Column::AccountId, Expr::value(account_id))
+    if account_id.is_some() || base_url.is_some() {
+        let mut update = connection::Entity::update_many();
+        if account_id.is_some() {
+            update = update.col_expr(connection::Column::AccountId, Expr::value(account_id));
+        }
+        if base_url.is_some() {
+            update = update.col_expr(connection::Column::BaseUrl, Expr::value(base_url));
+        }
+        update
             .filter(connection::Column::Id.eq(connection_id))
             .exec(&txn)
             .await?;
@@ -717,9 +731,11 @@ fn key_provider<'a>(
 }
 
 /// Whether a user can connect `provider` on the page: by a key, or by authorizing its
-/// OAuth2 application.
+/// OAuth2 application or its Shopify app.
 fn connectable(provider: &ProviderSettings) -> bool {
-    provider.adapter.takes_key() || provider.adapter.authorization().is_some()
+    provider.adapter.takes_key()
+        || provider.adapter.authorization().is_some()
+        || provider.adapter.shopify_app().is_some()
 }
 
 fn offered(session: &connect_session::Model) -> Vec<String> {

@@ -7,6 +7,12 @@
 //! The row keeps SHA-256 of `state`. The PKCE verifier is not stored at all: it is an
 //! HMAC of `state` keyed by the browser's cookie, so only the bound browser's callback
 //! can produce it again, and a copy of the database gives nothing to redeem a code with.
+//!
+//! Shopify's per-shop flow (docs/decisions/connect-shopify.md) asks for the shop first
+//! (a form with the key form's CSRF check), keeps it beside the state, and checks the
+//! callback's `hmac` and `shop` before the session is spent; the code is exchanged on
+//! the kept shop with the client [`ShopifyClients`] gives, and the connection's API base
+//! becomes the shop's origin.
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -15,11 +21,18 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tributary_providers::authorize::{AuthorizationApp, Exchanged};
+use tributary_providers::shopify_app::{Shop, ShopifyApp};
+use tributary_providers::{FetchError, HttpClient};
+
 use super::{
-    account_of, bound_cookie, connect_in, hash, live_session, mark_used, offered_provider, outcome,
-    random_token, Account, ConnectError,
+    account_of, bound_cookie, check_csrf, connect_in, csrf_of, hash, live_session, mark_used,
+    offered_provider, outcome, page_path, random_token, Account, ConnectError,
 };
-use crate::config::{ConnectSettings, Settings};
+use crate::config::{ConnectSettings, ProviderSettings, Settings};
 use crate::db::DatabasePools;
 use crate::entities::connect_session;
 
@@ -55,23 +68,7 @@ pub(crate) async fn begin(
         return Ok(None);
     };
     let state = random_token();
-    // A later button press replaces the state: only the newest authorization completes.
-    let begun = connect_session::Entity::update_many()
-        .col_expr(
-            connect_session::Column::StateHash,
-            Expr::value(Some(hash(&state))),
-        )
-        .col_expr(
-            connect_session::Column::OauthProvider,
-            Expr::value(Some(provider.to_string())),
-        )
-        .filter(connect_session::Column::Id.eq(session.id))
-        .filter(connect_session::Column::UsedAt.is_null())
-        .exec(db.main())
-        .await?;
-    if begun.rows_affected == 0 {
-        return Err(ConnectError::Used);
-    }
+    keep_state(db, &session, &state, provider, None).await?;
     let challenge = app.pkce.then(|| challenge_of(&verifier_of(cookie, &state)));
     let location = app
         .authorization_url(&callback_url(connect), &state, challenge.as_deref())
@@ -81,7 +78,50 @@ pub(crate) async fn begin(
         provider,
         "The Connect page sent a browser to the provider's authorization."
     );
-    Ok(Some(Authorization {
+    Ok(Some(authorization(connect, &session, cookie, location)))
+}
+
+/// Keeps the hash of `state` on the session with the provider (and Shopify's shop) it
+/// authorizes. A later button press replaces them: only the newest authorization
+/// completes.
+async fn keep_state(
+    db: &DatabasePools,
+    session: &connect_session::Model,
+    state: &str,
+    provider: &str,
+    shop: Option<&Shop>,
+) -> Result<(), ConnectError> {
+    let begun = connect_session::Entity::update_many()
+        .col_expr(
+            connect_session::Column::StateHash,
+            Expr::value(Some(hash(state))),
+        )
+        .col_expr(
+            connect_session::Column::OauthProvider,
+            Expr::value(Some(provider.to_string())),
+        )
+        .col_expr(
+            connect_session::Column::OauthShop,
+            Expr::value(shop.map(|shop| shop.as_str().to_string())),
+        )
+        .filter(connect_session::Column::Id.eq(session.id))
+        .filter(connect_session::Column::UsedAt.is_null())
+        .exec(db.main())
+        .await?;
+    match begun.rows_affected {
+        0 => Err(ConnectError::Used),
+        _ => Ok(()),
+    }
+}
+
+/// The redirect to `location`, with the session's cookie again for the callback's path.
+fn authorization(
+    connect: &ConnectSettings,
+    session: &connect_session::Model,
+    cookie: &str,
+    location: String,
+) -> Authorization {
+    Authorization {
         location,
         cookie: cookie.to_string(),
         cookie_path: callback_path(connect),
@@ -90,7 +130,125 @@ pub(crate) async fn begin(
             .signed_duration_since(crate::db::now())
             .num_seconds()
             .max(1),
+    }
+}
+
+/// The HTTP clients Shopify code exchanges send with, by provider name. Start-up leaves it
+/// empty, and each exchange builds its provider's client from its `http` settings, as the
+/// other providers' exchanges do; a test puts in a client that resolves its emulated shop
+/// to loopback and trusts that shop's certificate. Nothing in config or the environment
+/// fills it (docs/decisions/connect-shopify.md).
+#[derive(Clone, Default)]
+pub(crate) struct ShopifyClients(Arc<BTreeMap<String, HttpClient>>);
+
+impl ShopifyClients {
+    /// `client` for provider `name`'s exchanges.
+    #[cfg(test)]
+    pub(crate) fn with(name: &str, client: HttpClient) -> ShopifyClients {
+        ShopifyClients(Arc::new(BTreeMap::from([(name.to_string(), client)])))
+    }
+
+    /// The client `provider`'s exchanges send with.
+    fn client_for(&self, provider: &ProviderSettings) -> Result<HttpClient, FetchError> {
+        match self.0.get(&provider.name) {
+            Some(client) => Ok(client.clone()),
+            None => HttpClient::new(provider.http.clone()),
+        }
+    }
+}
+
+/// A Shopify provider's shop form.
+#[derive(Debug)]
+pub(crate) struct ShopForm {
+    pub provider: String,
+    /// Where the form posts.
+    pub action: String,
+    /// Where "back" goes: the session's page.
+    pub back: String,
+    pub csrf: String,
+}
+
+/// The shop form of `provider` in session `token`, for the browser the session is bound
+/// to; `None`: the provider is not a Shopify app.
+pub(crate) async fn shop_form(
+    db: &DatabasePools,
+    settings: &Settings,
+    token: &str,
+    provider: &str,
+    cookie: Option<&str>,
+) -> Result<Option<ShopForm>, ConnectError> {
+    let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
+    let session = live_session(db, token).await?;
+    let cookie = bound_cookie(&session, cookie)?;
+    let provider_settings = offered_provider(settings, &session, provider)?;
+    if provider_settings.adapter.shopify_app().is_none() {
+        return Ok(None);
+    }
+    Ok(Some(ShopForm {
+        provider: provider.to_string(),
+        action: page_path(connect, token, Some(provider)),
+        back: page_path(connect, token, None),
+        csrf: csrf_of(cookie),
     }))
+}
+
+/// A shop as the form sent it.
+pub(crate) struct ShopSubmission<'a> {
+    pub token: &'a str,
+    pub provider: &'a str,
+    pub cookie: Option<&'a str>,
+    pub csrf: Option<&'a str>,
+    /// `NAME.myshopify.com`, or `NAME` alone.
+    pub shop: &'a str,
+}
+
+/// Starts Shopify's authorization on the shop the form named: the shop checked (a bad
+/// one is [`ConnectError::BadForm`], nothing stored), kept beside a fresh `state`, and the
+/// browser sent to the shop's authorization page.
+pub(crate) async fn begin_shop(
+    db: &DatabasePools,
+    settings: &Settings,
+    submission: ShopSubmission<'_>,
+) -> Result<Authorization, ConnectError> {
+    let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
+    let session = live_session(db, submission.token).await?;
+    let cookie = bound_cookie(&session, submission.cookie)?;
+    check_csrf(cookie, submission.csrf)?;
+    let provider = submission.provider;
+    let provider_settings = offered_provider(settings, &session, provider)?;
+    let app = provider_settings
+        .adapter
+        .shopify_app()
+        .ok_or_else(|| ConnectError::NotOffered(provider.to_string()))?;
+    let shop = shop_of(submission.shop)?;
+    let state = random_token();
+    keep_state(db, &session, &state, provider, Some(&shop)).await?;
+    let location = app
+        .authorization_url(&shop, &callback_url(connect), &state)
+        .to_string();
+    tracing::info!(
+        session_id = session.id,
+        provider,
+        shop = shop.as_str(),
+        "The Connect page sent a browser to a Shopify shop's authorization."
+    );
+    Ok(authorization(connect, &session, cookie, location))
+}
+
+/// The shop a user typed: `NAME.myshopify.com`, or `NAME` alone (Shopify's admin shows
+/// both).
+fn shop_of(typed: &str) -> Result<Shop, ConnectError> {
+    let typed = typed.trim();
+    let domain = match typed.contains('.') || typed.is_empty() {
+        true => typed.to_string(),
+        false => format!("{typed}.myshopify.com"),
+    };
+    Shop::parse(&domain).map_err(|_| {
+        ConnectError::BadForm(format!(
+            "{:?} is not a Shopify shop; type its address as NAME.myshopify.com (or NAME alone)",
+            tributary_providers::quote::truncated(typed, 64)
+        ))
+    })
 }
 
 /// The provider's redirect back, as its query gave it.
@@ -100,19 +258,33 @@ pub(crate) struct Callback {
     pub state: Option<String>,
     /// `error` (RFC 6749 §4.1.2.1), e.g. `access_denied`.
     pub error: Option<String>,
+    /// Shopify's `shop`: the shop the callback is for.
+    pub shop: Option<String>,
+    /// The query as received, which Shopify's `hmac` signs.
+    pub raw_query: String,
 }
 
-/// Completes an authorization: the session found by `state`, the cookie checked, the
-/// session marked used, the code exchanged once and the connection stored. Returns where
-/// to send the browser: the session's return URL with the outcome.
+/// The grant a session's authorization runs.
+enum Grant {
+    /// The authorization code grant at the provider's endpoints.
+    Standard(AuthorizationApp),
+    /// Shopify's, on the shop the user named.
+    Shopify(ShopifyApp, Shop),
+}
+
+/// Completes an authorization: the session found by `state`, the cookie checked (and for
+/// a Shopify session the `hmac` and the shop), the session marked used, the code
+/// exchanged once and the connection stored. Returns where to send the browser: the
+/// session's return URL with the outcome.
 pub(crate) async fn complete(
     db: &DatabasePools,
     settings: &Settings,
+    clients: &ShopifyClients,
     callback: Callback,
     cookie: Option<&str>,
 ) -> Result<String, ConnectError> {
     let connect = settings.connect.as_ref().ok_or(ConnectError::Off)?;
-    let state = callback.state.ok_or_else(|| {
+    let state = callback.state.clone().ok_or_else(|| {
         ConnectError::BadCallback(
             "the provider's answer has no state; start again from the app".to_string(),
         )
@@ -135,10 +307,16 @@ pub(crate) async fn complete(
     let cookie = bound_cookie(&session, cookie)?;
     let provider = session.oauth_provider.clone().unwrap_or_default();
     let provider_settings = offered_provider(settings, &session, &provider)?;
-    let app = provider_settings
-        .adapter
-        .authorization()
-        .ok_or_else(|| ConnectError::NotOffered(provider.clone()))?;
+    let grant = match &session.oauth_shop {
+        // Checked before the session is spent, so a forged callback spends nothing.
+        Some(kept) => shopify_grant(provider_settings, &session, kept, &callback)?,
+        None => Grant::Standard(
+            provider_settings
+                .adapter
+                .authorization()
+                .ok_or_else(|| ConnectError::NotOffered(provider.clone()))?,
+        ),
+    };
     // Before the exchange, conditionally: a replayed callback finds the session used and
     // sends nothing to the provider.
     mark_used(db.main(), &session, Some(&state_hash)).await?;
@@ -162,17 +340,23 @@ pub(crate) async fn complete(
     else {
         return Ok(back("error", Some("no_code")));
     };
-    let verifier = app
-        .pkce
-        .then(|| SecretString::from(verifier_of(cookie, &state)));
-    let exchanged = app
-        .exchange_code(
-            &provider_settings.http,
-            &code,
-            &callback_url(connect),
-            verifier.as_ref(),
-        )
-        .await;
+    let exchanged = match &grant {
+        Grant::Standard(app) => {
+            let verifier = app
+                .pkce
+                .then(|| SecretString::from(verifier_of(cookie, &state)));
+            app.exchange_code(
+                &provider_settings.http,
+                &code,
+                &callback_url(connect),
+                verifier.as_ref(),
+            )
+            .await
+        }
+        Grant::Shopify(app, shop) => {
+            exchange_on_shop(clients, provider_settings, app, shop, &code).await
+        }
+    };
     let exchanged = match exchanged {
         Ok(exchanged) => exchanged,
         Err(error) => {
@@ -184,12 +368,68 @@ pub(crate) async fn complete(
         Some(account_id) => Some(account_id),
         None => account_of(provider_settings, &exchanged.credentials).await,
     };
+    let base_url = match &grant {
+        Grant::Shopify(_, shop) => Some(shop.origin().origin().ascii_serialization()),
+        Grant::Standard(_) => None,
+    };
     let account = Account {
         credentials: exchanged.credentials,
         account_id,
+        base_url,
     };
     let txn = db.begin().await?;
     connect_in(txn, db, settings, &session, &provider, account).await
+}
+
+/// Shopify's grant for a session that kept `kept`, when the callback is signed with the
+/// app's secret and names that shop; else why not, with nothing spent.
+fn shopify_grant(
+    provider_settings: &ProviderSettings,
+    session: &connect_session::Model,
+    kept: &str,
+    callback: &Callback,
+) -> Result<Grant, ConnectError> {
+    let provider = provider_settings.name.as_str();
+    let app = provider_settings
+        .adapter
+        .shopify_app()
+        .ok_or_else(|| ConnectError::NotOffered(provider.to_string()))?;
+    let refused = |why: &str| {
+        tracing::warn!(
+            session_id = session.id,
+            provider,
+            why,
+            "A Shopify callback was refused; nothing was stored."
+        );
+        ConnectError::BadCallback(
+            "Shopify's answer could not be checked; start again from the app".to_string(),
+        )
+    };
+    match app.callback_is_signed(&callback.raw_query) {
+        Ok(true) => {}
+        Ok(false) => return Err(refused("its hmac is not the app's signature")),
+        Err(error) => {
+            tracing::error!(provider, %error, "The Shopify app's client secret cannot be read.");
+            return Err(refused("the client secret cannot be read"));
+        }
+    }
+    if callback.shop.as_deref() != Some(kept) {
+        return Err(refused("its shop is not the one the user named"));
+    }
+    let shop = Shop::parse(kept).map_err(|_| refused("the kept shop is not a shop"))?;
+    Ok(Grant::Shopify(app, shop))
+}
+
+/// Exchanges `code` on `shop` with the client `clients` gives.
+async fn exchange_on_shop(
+    clients: &ShopifyClients,
+    provider_settings: &ProviderSettings,
+    app: &ShopifyApp,
+    shop: &Shop,
+    code: &SecretString,
+) -> Result<Exchanged, FetchError> {
+    let client = clients.client_for(provider_settings)?;
+    app.exchange_code(&client, shop, code).await
 }
 
 /// `public_url` + `/connect/callback`: the `redirect_uri` registered with each provider,

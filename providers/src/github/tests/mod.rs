@@ -53,6 +53,7 @@ fn context<'a>(
         credentials,
         since,
         credential_store: store,
+        base_url: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn context<'a>(
         credentials,
         since,
         credential_store: &NoCredentialStore,
+        base_url: None,
     }
 }
 

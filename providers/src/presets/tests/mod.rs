@@ -97,6 +97,7 @@ async fn walk(
         credentials: &credentials,
         since: since.as_ref(),
         credential_store: &NoCredentialStore,
+        base_url: None,
     };
     let mut walk = Walk {
         ids: Vec::new(),

@@ -64,6 +64,7 @@ fn context<'a>(credentials: &'a Credentials, store: &'a FakeStore) -> FetchConte
         credentials,
         since: None,
         credential_store: store,
+        base_url: None,
     }
 }
 

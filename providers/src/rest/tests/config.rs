@@ -159,7 +159,25 @@ fn auth_accepts_its_forms_and_explains_otherwise() {
             username: Some("api".into())
         }
     );
-    let expected = r#"expected "bearer", "none", "basic", { header = "NAME" }, { query = "NAME" }, { basic = "USER" } or { oauth2 = "#;
+    let app = auth(json!({"shopify_app": {"client_id": "api-key-1",
+        "client_secret_env": "SHOP_SECRET", "scope": "read_orders"}}))
+    .unwrap();
+    assert_eq!(
+        app,
+        Auth::ShopifyApp(crate::shopify_app::ShopifyApp {
+            client_id: "api-key-1".into(),
+            client_secret_env: "SHOP_SECRET".into(),
+            scope: "read_orders".into(),
+        })
+    );
+    // Shopify's Admin API takes the token in its own header, as is.
+    let (name, value) = app.header(Some("shpat_1")).unwrap().expect("a header");
+    assert_eq!(
+        (name.as_str(), value.to_str().unwrap()),
+        ("x-shopify-access-token", "shpat_1")
+    );
+    assert!(app.needs_token() && app.authorization().is_none());
+    let expected = r#"expected "bearer", "none", "basic", { header = "NAME" }, { query = "NAME" }, { basic = "USER" }, { oauth2 = "#;
     for bad in [
         json!("digest"),
         json!({"heder": "X"}),

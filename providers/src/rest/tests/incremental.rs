@@ -34,6 +34,7 @@ async fn fetch(
         credentials: &credentials,
         since,
         credential_store: &NoCredentialStore,
+        base_url: None,
     };
     provider.fetch_page(&context, position).await.unwrap()
 }

@@ -30,6 +30,7 @@ async fn fetch(
         credentials: &credentials,
         since: None,
         credential_store: &NoCredentialStore,
+        base_url: None,
     };
     provider.fetch_page(&context, position).await.unwrap()
 }

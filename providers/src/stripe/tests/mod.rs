@@ -116,6 +116,7 @@ async fn fetch_stream(
         credentials: &credentials,
         since,
         credential_store: &NoCredentialStore,
+        base_url: None,
     };
     provider.fetch_page(&context, position).await
 }

@@ -1,7 +1,8 @@
 //! Connect (docs/decisions/connect.md): `POST /v1/connect/sessions`, where the app asks
 //! for a user's single-use link, and the page that link opens, `/connect/{token}`:
 //! server-rendered HTML with no script and no outside asset, one button per provider,
-//! a key form per provider that takes a key. Errors are pages in plain words.
+//! a key form per provider that takes a key, a shop form for a Shopify app. Errors are
+//! pages in plain words.
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -18,7 +19,7 @@ use super::auth::{Authorized, ConnectionsWrite};
 use super::input::Json;
 use super::problem::Problem;
 use super::state::ApiState;
-use crate::ops::connect::oauth::{self, Callback};
+use crate::ops::connect::oauth::{self, Callback, ShopForm, ShopSubmission};
 use crate::ops::connect::{self as ops, ConnectError, KeySubmission};
 
 /// The cookie that binds a session to the browser that first opened it.
@@ -29,6 +30,9 @@ const CALLBACK_COOKIE: &str = "tributary_connect_callback";
 const MAX_CALLBACK_QUERY_BYTES: usize = 8192;
 /// The largest key form body: a key of `MAX_KEY_BYTES`, percent-encoded, and the token.
 const MAX_FORM_BYTES: usize = 3 * ops::MAX_KEY_BYTES + 256;
+/// Where the shop form's answer redirects: any shop's own host (Chromium holds a form's
+/// redirect to `form-action`).
+const SHOPS: &str = "https://*.myshopify.com";
 /// The page's one stylesheet, allowed by its hash.
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:0;padding:1rem;color:#1a1a1a;background:#f6f6f6}main{max-width:28rem;margin:2rem auto;background:#fff;padding:1.5rem;border-radius:.5rem}h1{font-size:1.4rem}button,.button{display:block;width:100%;box-sizing:border-box;padding:.8rem;margin:.5rem 0;font-size:1rem;border:1px solid #333;border-radius:.4rem;background:#fff;color:#1a1a1a;text-align:center;text-decoration:none;cursor:pointer}button:focus,input:focus,a:focus{outline:3px solid #0a58ca;outline-offset:2px}label{display:block;font-weight:600;margin-top:1rem}input{width:100%;box-sizing:border-box;padding:.6rem;font-size:1rem;margin:.3rem 0 .8rem}.hint{color:#555;font-size:.9rem}.error{color:#9b1c1c;background:#fdecec;padding:.6rem;border-radius:.3rem}";
 
@@ -142,12 +146,7 @@ async fn session_page(
             }
             // A button's answer may redirect to a provider's authorization endpoint, and
             // browsers hold the redirect to the form's policy.
-            if let Ok(policy) = HeaderValue::from_str(&policy(&view.authorize_origins.join(" "))) {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_SECURITY_POLICY, policy);
-            }
-            response
+            with_policy(response, &view.authorize_origins.join(" "))
         }
         Err(error) => error_page(&error),
     }
@@ -194,24 +193,20 @@ async fn key_page(
     )
     .await
     {
-        Ok(Some(authorization)) => {
-            let Ok(location) = HeaderValue::from_str(&authorization.location) else {
-                return error_page(&ConnectError::BadCallback(
-                    "the provider's authorization address cannot be sent".to_string(),
-                ));
-            };
-            let mut response =
-                (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
-            set_cookie(
-                &state,
-                &mut response,
-                CALLBACK_COOKIE,
-                &authorization.cookie,
-                &authorization.cookie_path,
-                authorization.cookie_max_age,
-            );
-            return response;
-        }
+        Ok(Some(authorization)) => return to_authorization(&state, &authorization),
+        Ok(None) => {}
+        Err(error) => return error_page(&error),
+    }
+    match oauth::shop_form(
+        &state.db,
+        &state.settings,
+        &token,
+        &provider,
+        cookie.as_deref(),
+    )
+    .await
+    {
+        Ok(Some(form)) => return shop_page(&form, StatusCode::OK, None),
         Ok(None) => {}
         Err(error) => return error_page(&error),
     }
@@ -224,6 +219,74 @@ async fn key_page(
         None,
     )
     .await
+}
+
+/// The redirect to a provider's authorization, setting the cookie the callback checks.
+fn to_authorization(state: &ApiState, authorization: &oauth::Authorization) -> Response {
+    let Ok(location) = HeaderValue::from_str(&authorization.location) else {
+        return error_page(&ConnectError::BadCallback(
+            "the provider's authorization address cannot be sent".to_string(),
+        ));
+    };
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+    set_cookie(
+        state,
+        &mut response,
+        CALLBACK_COOKIE,
+        &authorization.cookie,
+        &authorization.cookie_path,
+        authorization.cookie_max_age,
+    );
+    response
+}
+
+/// Shopify's shop form, with `message` above it when the last try failed.
+fn shop_page(form: &ShopForm, status: StatusCode, message: Option<String>) -> Response {
+    let title = format!("Connect {}", form.provider);
+    let fields = html! {
+        label for="shop" { "Your shop's address" }
+        p class="hint" id="shop-hint" { "Its myshopify.com address, e.g. example.myshopify.com (or example alone). Shopify asks you to approve the access next." }
+        input type="text" id="shop" name="shop" required autocomplete="off" autocapitalize="none" spellcheck="false" aria-describedby="shop-hint";
+        button type="submit" { "Continue to Shopify" }
+    };
+    let body = form_body(
+        &title,
+        message.as_deref(),
+        (&form.action, &form.csrf),
+        fields,
+        &form.back,
+    );
+    with_policy((status, page(&title, body)).into_response(), SHOPS)
+}
+
+/// The shop posted: checked, then the browser sent to the shop's authorization page.
+async fn post_shop(
+    state: &ApiState,
+    token: &str,
+    provider: &str,
+    cookie: Option<&str>,
+    form: KeyFields,
+) -> Response {
+    let typed = form.shop.unwrap_or_default();
+    let submission = ShopSubmission {
+        token,
+        provider,
+        cookie,
+        csrf: form.csrf.as_deref(),
+        shop: &typed,
+    };
+    match oauth::begin_shop(&state.db, &state.settings, submission).await {
+        Ok(authorization) => to_authorization(state, &authorization),
+        // The user may type it again: the form, with what went wrong above it.
+        Err(error @ ConnectError::BadForm(_)) => {
+            match oauth::shop_form(&state.db, &state.settings, token, provider, cookie).await {
+                Ok(Some(form)) => shop_page(&form, status_of(&error), Some(error.to_string())),
+                Ok(None) => error_page(&error),
+                Err(error) => error_page(&error),
+            }
+        }
+        Err(error) => error_page(&error),
+    }
 }
 
 /// The key form, with `message` above it when the last try failed.
@@ -240,24 +303,50 @@ async fn form_page(
         Err(error) => return error_page(&error),
     };
     let title = format!("Connect {}", form.provider);
-    let body = html! {
-        h1 { (title) }
-        @if let Some(message) = &message {
-            p class="error" role="alert" { (message) }
-        }
-        form method="post" action=(form.action) {
-            input type="hidden" name="csrf" value=(form.csrf);
-            label for="key" { "Your " (form.provider) " key" }
-            p class="hint" id="key-hint" { (form.hint) }
-            input type="password" id="key" name="key" required autocomplete="off" aria-describedby="key-hint";
-            button type="submit" { "Connect" }
-        }
-        a class="button" href=(form.back) { "Back" }
+    let fields = html! {
+        label for="key" { "Your " (form.provider) " key" }
+        p class="hint" id="key-hint" { (form.hint) }
+        input type="password" id="key" name="key" required autocomplete="off" aria-describedby="key-hint";
+        button type="submit" { "Connect" }
     };
-    let mut response = (status, page(&title, body)).into_response();
+    let body = form_body(
+        &title,
+        message.as_deref(),
+        (&form.action, &form.csrf),
+        fields,
+        &form.back,
+    );
     // The form's answer sends the browser to the return URL: the policy must allow it.
     let return_origin = form.return_origin.as_deref().unwrap_or_default();
-    if let Ok(policy) = HeaderValue::from_str(&policy(return_origin)) {
+    with_policy((status, page(&title, body)).into_response(), return_origin)
+}
+
+/// A form page's body: `title`, `message` above the form when the last try failed, the
+/// form posting `fields` and its CSRF token to `action`, and a way `back`.
+fn form_body(
+    title: &str,
+    message: Option<&str>,
+    (action, csrf): (&str, &str),
+    fields: Markup,
+    back: &str,
+) -> Markup {
+    html! {
+        h1 { (title) }
+        @if let Some(message) = message {
+            p class="error" role="alert" { (message) }
+        }
+        form method="post" action=(action) {
+            input type="hidden" name="csrf" value=(csrf);
+            (fields)
+        }
+        a class="button" href=(back) { "Back" }
+    }
+}
+
+/// `response` with the page's policy, its forms' answers allowed to redirect to
+/// `origins`.
+fn with_policy(mut response: Response, origins: &str) -> Response {
+    if let Ok(policy) = HeaderValue::from_str(&policy(origins)) {
         response
             .headers_mut()
             .insert(header::CONTENT_SECURITY_POLICY, policy);
@@ -277,6 +366,9 @@ async fn post_key(
         Ok(form) => form,
         Err(error) => return error_page(&error),
     };
+    if form.shop.is_some() {
+        return post_shop(&state, &token, &provider, cookie.as_deref(), form).await;
+    }
     let submission = KeySubmission {
         token: &token,
         provider: &provider,
@@ -315,10 +407,11 @@ async fn post_key(
     }
 }
 
-/// The key form's fields.
+/// The key form's fields, or the shop form's (`shop` instead of `key`).
 struct KeyFields {
     csrf: Option<String>,
     key: Option<SecretString>,
+    shop: Option<String>,
 }
 
 /// Reads the form body: urlencoded, small, each field once, no other field.
@@ -336,6 +429,7 @@ fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectErro
     let mut fields = KeyFields {
         csrf: None,
         key: None,
+        shop: None,
     };
     for (name, value) in form_urlencoded::parse(body) {
         let seen = match name.as_ref() {
@@ -344,6 +438,7 @@ fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectErro
                 .key
                 .replace(SecretString::from(value.into_owned()))
                 .is_some(),
+            "shop" => fields.shop.replace(value.into_owned()).is_some(),
             other => {
                 return Err(ConnectError::BadForm(format!(
                     "the form has an unknown field {:?}",
@@ -356,6 +451,11 @@ fn read_form(headers: &HeaderMap, body: &Bytes) -> Result<KeyFields, ConnectErro
                 "the form sent {name} more than once"
             )));
         }
+    }
+    if fields.key.is_some() && fields.shop.is_some() {
+        return Err(ConnectError::BadForm(
+            "the form sent both a key and a shop".to_string(),
+        ));
     }
     Ok(fields)
 }
@@ -395,7 +495,15 @@ async fn callback(
         Ok(callback) => callback,
         Err(error) => return error_page(&error),
     };
-    match oauth::complete(&state.db, &state.settings, callback, cookie.as_deref()).await {
+    let completed = oauth::complete(
+        &state.db,
+        &state.settings,
+        &state.shopify_clients,
+        callback,
+        cookie.as_deref(),
+    )
+    .await;
+    match completed {
         Ok(location) => match HeaderValue::from_str(&location) {
             Ok(location) => (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response(),
             Err(_) => error_page(&ConnectError::BadCallback(
@@ -406,15 +514,19 @@ async fn callback(
     }
 }
 
-/// Reads the callback's query: small, and `code`, `state` and `error` each at most once;
-/// other parameters (a provider's `scope`, `error_description`) are ignored.
+/// Reads the callback's query: small, and `code`, `state`, `error` and `shop` each at most
+/// once; other parameters (a provider's `scope`, `error_description`) are ignored but
+/// kept in the raw query, which Shopify signs whole.
 fn read_callback(query: &str) -> Result<Callback, ConnectError> {
     if query.len() > MAX_CALLBACK_QUERY_BYTES {
         return Err(ConnectError::BadCallback(format!(
             "the provider's answer is larger than {MAX_CALLBACK_QUERY_BYTES} bytes; start again from the app"
         )));
     }
-    let mut callback = Callback::default();
+    let mut callback = Callback {
+        raw_query: query.to_string(),
+        ..Callback::default()
+    };
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         let seen = match name.as_ref() {
             "code" => callback
@@ -423,6 +535,7 @@ fn read_callback(query: &str) -> Result<Callback, ConnectError> {
                 .is_some(),
             "state" => callback.state.replace(value.into_owned()).is_some(),
             "error" => callback.error.replace(value.into_owned()).is_some(),
+            "shop" => callback.shop.replace(value.into_owned()).is_some(),
             _ => false,
         };
         if seen {
@@ -522,3 +635,6 @@ pub(super) async fn page_headers(mut response: Response) -> Response {
     }
     response
 }
+
+#[cfg(test)]
+mod tests;

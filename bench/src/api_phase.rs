@@ -202,10 +202,19 @@ impl Read {
     }
 }
 
-/// The statement the records list runs for `provider=bench`, without and with a position.
-fn page_statement(db: &DatabasePools, after: Option<(Value, i64)>) -> Statement {
+/// The statement the records list runs for `provider=bench`, without and with a position,
+/// with its settled bound (`settled`: no run of the provider is running, so it is now).
+fn page_statement(
+    db: &DatabasePools,
+    settled: chrono::DateTime<chrono::Utc>,
+    after: Option<(Value, i64)>,
+) -> Statement {
     let backend = db.get_database_backend();
-    let mut values = vec![Value::from(PROVIDER), Value::from(PROVIDER)];
+    let mut values = vec![
+        Value::from(PROVIDER),
+        Value::from(PROVIDER),
+        Value::from(settled),
+    ];
     let mut next = 0;
     let mut parameter = || {
         next += 1;
@@ -214,7 +223,7 @@ fn page_statement(db: &DatabasePools, after: Option<(Value, i64)>) -> Statement 
             _ => "?".to_string(),
         }
     };
-    let (own, p) = (parameter(), parameter());
+    let (own, p, s) = (parameter(), parameter(), parameter());
     let position = match after {
         None => String::new(),
         Some((at, id)) => {
@@ -229,7 +238,7 @@ fn page_statement(db: &DatabasePools, after: Option<(Value, i64)>) -> Statement 
         "SELECT \"id\", \"user_id\", \"external_id\", \"payload\", \"created_at\", \"updated_at\", \"deleted_at\", \
          (SELECT \"connections\".\"id\" FROM \"connections\" WHERE \"connections\".\"user_id\" = \"records\".\"user_id\" \
          AND \"connections\".\"provider\" = {own}) AS \"connection_id\" \
-         FROM \"records\" WHERE \"provider\" = {p} AND \"deleted_at\" IS NULL {position}\
+         FROM \"records\" WHERE \"provider\" = {p} AND \"deleted_at\" IS NULL AND \"updated_at\" < {s} {position}\
          ORDER BY \"updated_at\" ASC, \"id\" ASC LIMIT {limit}"
     );
     let sql = match backend {
@@ -244,7 +253,10 @@ async fn read_direct(db: &DatabasePools) -> anyhow::Result<Read> {
     let mut read = Read::default();
     let mut after = None;
     loop {
-        let rows = db.query_all_raw(page_statement(db, after.clone())).await?;
+        let settled = tributary::db::now();
+        let rows = db
+            .query_all_raw(page_statement(db, settled, after.clone()))
+            .await?;
         read.pages += 1;
         let more = rows.len() as u64 > PAGE;
         for row in rows.iter().take(PAGE as usize) {

@@ -5,6 +5,8 @@
 //! database's id and the list's filters, so that a cursor edited by hand, of other
 //! filters or from another database is refused rather than read from a wrong place.
 
+use std::ops::ControlFlow;
+
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -208,56 +210,81 @@ pub(crate) async fn list_records(
     if let Some(cursor) = params.cursor.as_deref() {
         query.after = Some(decode_cursor(&database, &filters, cursor)?);
     }
-    let page = ops::list(state.db.main(), &state.settings, &query).await?;
-    json_body(&RecordPage {
-        items: page.items.into_iter().map(Record::from).collect(),
-        next: page
-            .next
-            .map(|position| encode_cursor(&database, &filters, position)),
-    })
-}
-
-/// A record's JSON beyond its payload and strings: the keys, the id, three times and the
-/// flags, with room to spare.
-const ENVELOPE_BYTES: usize = 320;
-
-/// The page as a JSON body written into one buffer sized for it beforehand: left to
-/// double as it fills (as `axum::Json` starts it, at 128 bytes), the buffer of a page of
-/// 1,000 records (about 900 KB) is reallocated and copied a dozen times.
-fn json_body(page: &RecordPage) -> Result<Response, Problem> {
-    let capacity = page.items.iter().fold(0usize, |bytes, record| {
-        let payload = record
-            .payload
-            .as_ref()
-            .map_or(0, |payload| payload.text().len());
-        [
-            payload,
-            record.provider.len(),
-            record.stream.len(),
-            record.user_id.len(),
-            record.external_id.len(),
-            ENVELOPE_BYTES,
-        ]
-        .into_iter()
-        .fold(bytes, usize::saturating_add)
-    });
-    let mut body = Vec::with_capacity(capacity);
-    serde_json::to_writer(&mut body, page).map_err(|error| {
+    let listing = ops::prepare(state.db.main(), &state.settings, &query).await?;
+    // Each record is written as the database returns it, while the next is read.
+    let mut writer = PageWriter::new(query.limit);
+    let mut failed = None;
+    let next = listing
+        .each(state.db.main(), |item| {
+            match writer.push(&Record::from(item)) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(error) => {
+                    failed = Some(error);
+                    ControlFlow::Break(())
+                }
+            }
+        })
+        .await
+        .map_err(crate::ops::OpsError::Database)?;
+    if let Some(error) = failed {
         tracing::error!(%error, "Serializing a page of records failed.");
-        Problem::new(
+        return Err(Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the page of records could not be written",
-        )
-    })?;
+        ));
+    }
+    let next = next.map(|position| encode_cursor(&database, &filters, position));
     Ok((
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        body,
+        writer.finish(next),
     )
         .into_response())
 }
+
+/// A [`RecordPage`] written as JSON a record at a time, byte for byte as serde writes
+/// the whole page (a unit test holds them equal), into one buffer sized for the page:
+/// left to double as it fills, as `axum::Json`'s starts at 128 bytes, the buffer of a page
+/// of 1,000 records (about 900 KB) would be copied a dozen times.
+struct PageWriter {
+    buffer: Vec<u8>,
+    first: bool,
+}
+
+impl PageWriter {
+    fn new(limit: u64) -> PageWriter {
+        let records = usize::try_from(limit.min(ops::MAX_LIMIT)).unwrap_or(0);
+        let mut buffer = Vec::with_capacity(records.saturating_mul(RECORD_BYTES));
+        buffer.extend_from_slice(b"{\"items\":[");
+        PageWriter {
+            buffer,
+            first: true,
+        }
+    }
+
+    fn push(&mut self, record: &Record) -> Result<(), serde_json::Error> {
+        if !std::mem::take(&mut self.first) {
+            self.buffer.push(b',');
+        }
+        serde_json::to_writer(&mut self.buffer, record)
+    }
+
+    /// The page, ended with its `next`.
+    fn finish(mut self, next: Option<String>) -> Vec<u8> {
+        self.buffer.extend_from_slice(b"],\"next\":");
+        // An `Option<String>` always serializes.
+        let next = serde_json::to_vec(&next).unwrap_or_else(|_| b"null".to_vec());
+        self.buffer.extend_from_slice(&next);
+        self.buffer.push(b'}');
+        self.buffer
+    }
+}
+
+/// Room for a record's JSON, payload included: a guess (the bench's are about 900 bytes);
+/// a page of larger ones grows the buffer a few times.
+const RECORD_BYTES: usize = 1024;
 
 /// An RFC 3339 time; a `+` a client left unescaped arrives as a space and is taken back.
 fn parse_time(text: &str) -> Result<DateTime<Utc>, Problem> {
@@ -357,6 +384,54 @@ fn decode_cursor(database: &str, filters: &str, cursor: &str) -> Result<RecordPo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(i: i64, payload: Option<&str>) -> Record {
+        let at = DateTime::from_timestamp(1_764_000_000 + i, 0).expect("time");
+        Record {
+            provider: "github".into(),
+            stream: "issues".into(),
+            user_id: format!("user \"{i}\""),
+            connection_id: (i % 2 == 0).then_some(i),
+            external_id: format!("id-{i}"),
+            last_action: if payload.is_some() {
+                LastAction::Added
+            } else {
+                LastAction::Deleted
+            },
+            payload: payload.map(|text| Payload::stored(text.to_string())),
+            first_seen_at: at,
+            changed_at: at,
+            deleted: payload.is_none(),
+            deleted_at: payload.is_none().then_some(at),
+        }
+    }
+
+    #[test]
+    fn a_page_written_a_record_at_a_time_is_byte_for_byte_the_page_serde_writes() {
+        let payloads = [
+            Some(r#"{"a": [1, 2], "b": "\u00e9"}"#),
+            None,
+            Some("not json"),
+        ];
+        for count in [0usize, 1, 3, 40] {
+            for next in [None, Some("cmVjb3Jkcy52MS4x".to_string())] {
+                let records: Vec<Record> = (0..count)
+                    .map(|i| sample(i as i64, payloads[i % payloads.len()]))
+                    .collect();
+                let mut writer = PageWriter::new(1);
+                for record in &records {
+                    writer.push(record).expect("written");
+                }
+                let written = writer.finish(next.clone());
+                let page = RecordPage {
+                    items: records,
+                    next,
+                };
+                let whole = serde_json::to_vec(&page).expect("written");
+                assert_eq!(String::from_utf8(written), String::from_utf8(whole));
+            }
+        }
+    }
 
     #[test]
     fn times_are_written_as_chrono_writes_them() {

@@ -2,7 +2,10 @@
 //! last changed, paged by (change time, row id), with tombstones for the records deleted
 //! at the provider when asked (docs/decisions/records-api.md).
 
+use std::ops::ControlFlow;
+
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use sea_orm::sea_query::{Condition, Expr, ExprTrait, Query};
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
@@ -11,7 +14,7 @@ use sea_orm::{
 use serde::Serialize;
 
 use super::changes::Payload;
-use super::{check_limit, OpsError, Page};
+use super::{check_limit, OpsError};
 use crate::config::{Settings, StreamSettings};
 use crate::entities::sync_run::RunStatus;
 use crate::entities::{connection, record, sync_run};
@@ -112,12 +115,20 @@ struct Scope {
     user_id: Option<String>,
 }
 
-/// A page of the records `query` asks for, oldest change first.
-pub async fn list(
+/// A page of records checked, resolved and bounded, ready to be read by [`Listing::each`].
+pub(crate) struct Listing {
+    scope: Scope,
+    select: sea_orm::Select<record::Entity>,
+    limit: u64,
+}
+
+/// Checks `query` and fixes what its page reads, the settled bound included; every
+/// mistake in the query is found here, before a record is read.
+pub(crate) async fn prepare(
     db: &DatabaseConnection,
     settings: &Settings,
     query: &RecordsQuery,
-) -> Result<Page<RecordItem, RecordPosition>, OpsError> {
+) -> Result<Listing, OpsError> {
     let limit = check_limit(query.limit, MAX_LIMIT)?;
     let scope = resolve(db, settings, query).await?;
     let mut select = record::Entity::find()
@@ -172,17 +183,43 @@ pub async fn list(
                 ),
         );
     }
-    let rows: Vec<Row> = select
+    let select = select
         .order_by_asc(record::Column::UpdatedAt)
         .order_by_asc(record::Column::Id)
-        .limit(limit.saturating_add(1))
-        .into_model()
-        .all(db)
-        .await?;
-    let items = rows.into_iter().map(|row| item(&scope, row)).collect();
-    Ok(Page::from_rows(items, limit, |item: &RecordItem| {
-        item.position
-    }))
+        .limit(limit.saturating_add(1));
+    Ok(Listing {
+        scope,
+        select,
+        limit,
+    })
+}
+
+impl Listing {
+    /// Hands the page's records to `take` in order, each as soon as the database returns
+    /// it (a writer can send the first while the rest are read), until `take` breaks.
+    /// Returns where the next page starts: `None` on the last page.
+    pub(crate) async fn each(
+        self,
+        db: &DatabaseConnection,
+        mut take: impl FnMut(RecordItem) -> ControlFlow<()>,
+    ) -> Result<Option<RecordPosition>, DbErr> {
+        let mut rows = self.select.into_model::<Row>().stream(db).await?;
+        let mut taken: u64 = 0;
+        let mut last = None;
+        while let Some(row) = rows.try_next().await? {
+            // The row after the limit only tells that a next page exists.
+            if taken == self.limit {
+                return Ok(last);
+            }
+            taken = taken.saturating_add(1);
+            let item = item(&self.scope, row);
+            last = Some(item.position);
+            if take(item).is_break() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// The change time below which every record of `scope` that will ever be stamped is

@@ -18,6 +18,7 @@ mod connect_events;
 mod connect_health;
 mod connect_oauth;
 mod connect_presets;
+mod connect_reconnect;
 mod connection_filters;
 mod connections;
 mod crash;

@@ -13,7 +13,8 @@ use wiremock::matchers::{body_string_contains, header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::connect::{
-    assert_contains_all, connections_of, get, jobs_of, open, post_json, sessions, RETURN_URL,
+    assert_contains_all, assert_no_secret_in, connections_of, get, jobs_of, open, post_json,
+    sessions, RETURN_URL,
 };
 use crate::helpers::{spawn_app, TestApp};
 use crate::http::Served;
@@ -151,6 +152,21 @@ pub(crate) async fn token_authorization(app: &TestApp, at: &str) -> Option<Strin
         .headers
         .get("authorization")
         .map(|value| value.to_str().unwrap_or_default().to_string())
+}
+
+/// The key form's body with `key`, as the browser holding `cookie` (`name=value`) would
+/// post it: its CSRF token (an HMAC of the cookie's value) and the body.
+fn key_form_of(cookie: &str, key: &str) -> (String, String) {
+    use hmac::Mac;
+    let value = cookie.split_once('=').expect("name=value").1;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(value.as_bytes()).expect("key");
+    mac.update(b"tributary connect csrf");
+    let csrf = const_hex::encode(mac.finalize().into_bytes());
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &csrf)
+        .append_pair("key", key)
+        .finish();
+    (csrf, form)
 }
 
 /// GitHub's `GET /user` with the new token: the user's numeric id.
@@ -331,17 +347,19 @@ async fn github_redirects_with_pkce_and_its_callback_exchanges_the_code_once_and
     );
     assert_eq!(connections_of(&app, "u1").await.len(), 1);
 
-    // No secret in the log: not the code, the verifier, the client secret or the token.
-    let log = served.daemon.log();
-    for secret in [
-        CODE,
-        verifier.as_str(),
-        GITHUB_SECRET,
-        GITHUB_TOKEN,
-        state.as_str(),
-    ] {
-        assert!(!log.contains(secret), "{secret} in {log}");
-    }
+    // No secret in the log: not the code, the verifier, the client secret, the token,
+    // the state or the cookie.
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            CODE,
+            verifier,
+            GITHUB_SECRET,
+            GITHUB_TOKEN,
+            state,
+            cookie.split_once('=').expect("name=value").1,
+        ],
+    );
 }
 
 #[tokio::test]
@@ -407,17 +425,7 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
     assert!(page.contains("larger than"), "{page}");
     // A key posted for an OAuth2 provider, with the right cookie and CSRF token, is
     // refused: its tokens come from its token endpoint only.
-    let csrf = {
-        use hmac::Mac;
-        let value = cookie.split_once('=').expect("name=value").1;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(value.as_bytes()).expect("key");
-        mac.update(b"tributary connect csrf");
-        const_hex::encode(mac.finalize().into_bytes())
-    };
-    let form = form_urlencoded::Serializer::new(String::new())
-        .append_pair("csrf", &csrf)
-        .append_pair("key", "a-pasted-access-token")
-        .finish();
+    let (csrf, form) = key_form_of(&cookie, "a-pasted-access-token");
     let (status, _, page) =
         crate::connect::post(&format!("{url}/strava"), Some(&cookie), form).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
@@ -459,6 +467,20 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
     for secret in [STRAVA_ACCESS, STRAVA_REFRESH] {
         assert!(!rows[0].credentials.contains(secret));
     }
+    // None of the attacks above, nor the flow, logged a secret.
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            CODE,
+            &state,
+            cookie.split_once('=').expect("name=value").1,
+            &csrf,
+            "a-pasted-access-token",
+            STRAVA_SECRET,
+            STRAVA_ACCESS,
+            STRAVA_REFRESH,
+        ],
+    );
 }
 
 #[tokio::test]

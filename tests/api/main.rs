@@ -16,6 +16,7 @@ mod connect_browser_gitlab;
 mod connect_browser_shopify;
 mod connect_events;
 mod connect_health;
+mod connect_keys;
 mod connect_oauth;
 mod connect_presets;
 mod connect_reconnect;

@@ -297,3 +297,29 @@ async fn each_key_provider_checks_the_key_as_its_docs_say_then_seals_it_and_queu
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     assert_no_secret_in(&served.daemon.log(), &secrets);
 }
+
+/// Freshdesk shows the API key alone, and its docs ask for it as the basic user with a
+/// dummy password: a key pasted without the `:X` cannot be sent, and the page says how to
+/// write it instead of blaming Freshdesk.
+#[tokio::test]
+async fn a_freshdesk_key_without_its_password_is_refused_on_the_page_saying_how_to_write_it() {
+    let app = spawn_app().await;
+    let served = serve(&app).await;
+    let admin = served.create_key("admin", &["admin"]);
+    let freshdesk = cases()
+        .into_iter()
+        .find(|case| case.name == "freshdesk")
+        .expect("freshdesk");
+    let bare = freshdesk.key.trim_end_matches(":X");
+    let (status, location, page) = paste(&served, &admin, &freshdesk, bare).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    assert!(location.is_empty());
+    assert!(page.contains("USER:PASSWORD"), "{page}");
+    assert!(page.contains("KEY:X"), "{page}");
+    assert!(page.contains("name=\"key\""), "the form again: {page}");
+    assert!(!page.contains("try again in a moment"), "{page}");
+    assert!(requests_to(&app, "freshdesk").await.is_empty());
+    assert!(connections_of(&app, "u1").await.is_empty());
+    assert_eq!(sessions(&app).await, vec![(false, true)]);
+    assert_no_secret_in(&served.daemon.log(), &[bare]);
+}

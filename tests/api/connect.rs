@@ -91,6 +91,16 @@ pub(crate) fn assert_contains_all(text: &str, parts: &[&str]) {
     }
 }
 
+/// None of `secrets` (keys, codes, states, cookies, client secrets, link tokens) is in
+/// the daemon's `log`.
+pub(crate) fn assert_no_secret_in(log: &str, secrets: &[&str]) {
+    assert!(!log.is_empty(), "an empty log proves nothing");
+    for secret in secrets {
+        assert!(secret.len() >= 8, "too short to be a secret: {secret:?}");
+        assert!(!log.contains(secret), "{secret:?} is in the log:\n{log}");
+    }
+}
+
 fn browser() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -418,6 +428,12 @@ async fn the_page_offers_each_provider_and_refuses_other_browsers_expired_used_a
         "a refused link stores nothing"
     );
     assert_eq!(before, vec![(false, true), (false, false), (true, false)]);
+    // No link's token and no cookie in the log.
+    let mut secrets: Vec<&str> = [&url, &expired, &used]
+        .map(|link| link.rsplit('/').next().expect("token"))
+        .to_vec();
+    secrets.push(pair.split_once('=').expect("name=value").1);
+    assert_no_secret_in(&served.daemon.log(), &secrets);
 }
 
 #[tokio::test]
@@ -579,7 +595,7 @@ async fn a_refused_key_or_a_failing_provider_stores_nothing_and_the_page_says_so
 async fn a_form_without_its_cookie_or_csrf_token_or_with_repeated_or_oversized_fields_is_refused() {
     let app = spawn_app().await;
     mount_charges(&app, GOOD_KEY, empty_list(), 0).await;
-    let (_served, url, cookie, csrf) = stripe_form(&app).await;
+    let (served, url, cookie, csrf) = stripe_form(&app).await;
     let action = format!("{url}/stripe");
     let other_csrf = "0".repeat(64);
     let repeated = format!("{}&key=again", form(&csrf, GOOD_KEY));
@@ -636,6 +652,17 @@ async fn a_form_without_its_cookie_or_csrf_token_or_with_repeated_or_oversized_f
     assert!(page.contains("does not connect github"), "{page}");
     assert!(connections_of(&app, "u1").await.is_empty());
     assert_eq!(sessions(&app).await, vec![(false, true)]);
+    let oversized = "k".repeat(4096);
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            GOOD_KEY,
+            &csrf,
+            cookie.split_once('=').expect("name=value").1,
+            url.rsplit('/').next().expect("token"),
+            &oversized,
+        ],
+    );
 }
 
 /// A daemon with Stripe (its key check answering once for [`GOOD_KEY`]), an admin key,

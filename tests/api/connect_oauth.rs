@@ -13,7 +13,8 @@ use wiremock::matchers::{body_string_contains, header, method, path};
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::connect::{
-    assert_contains_all, connections_of, get, jobs_of, open, post_json, sessions, RETURN_URL,
+    assert_contains_all, assert_no_secret_in, connections_of, get, jobs_of, open, post_json,
+    sessions, RETURN_URL,
 };
 use crate::helpers::{spawn_app, TestApp};
 use crate::http::Served;
@@ -151,6 +152,21 @@ pub(crate) async fn token_authorization(app: &TestApp, at: &str) -> Option<Strin
         .headers
         .get("authorization")
         .map(|value| value.to_str().unwrap_or_default().to_string())
+}
+
+/// The key form's body with `key`, as the browser holding `cookie` (`name=value`) would
+/// post it: its CSRF token (an HMAC of the cookie's value) and the body.
+fn key_form_of(cookie: &str, key: &str) -> (String, String) {
+    use hmac::Mac;
+    let value = cookie.split_once('=').expect("name=value").1;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(value.as_bytes()).expect("key");
+    mac.update(b"tributary connect csrf");
+    let csrf = const_hex::encode(mac.finalize().into_bytes());
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &csrf)
+        .append_pair("key", key)
+        .finish();
+    (csrf, form)
 }
 
 /// GitHub's `GET /user` with the new token: the user's numeric id.
@@ -331,17 +347,19 @@ async fn github_redirects_with_pkce_and_its_callback_exchanges_the_code_once_and
     );
     assert_eq!(connections_of(&app, "u1").await.len(), 1);
 
-    // No secret in the log: not the code, the verifier, the client secret or the token.
-    let log = served.daemon.log();
-    for secret in [
-        CODE,
-        verifier.as_str(),
-        GITHUB_SECRET,
-        GITHUB_TOKEN,
-        state.as_str(),
-    ] {
-        assert!(!log.contains(secret), "{secret} in {log}");
-    }
+    // No secret in the log: not the code, the verifier, the client secret, the token,
+    // the state or the cookie.
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            CODE,
+            verifier,
+            GITHUB_SECRET,
+            GITHUB_TOKEN,
+            state,
+            cookie.split_once('=').expect("name=value").1,
+        ],
+    );
 }
 
 #[tokio::test]
@@ -407,17 +425,7 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
     assert!(page.contains("larger than"), "{page}");
     // A key posted for an OAuth2 provider, with the right cookie and CSRF token, is
     // refused: its tokens come from its token endpoint only.
-    let csrf = {
-        use hmac::Mac;
-        let value = cookie.split_once('=').expect("name=value").1;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(value.as_bytes()).expect("key");
-        mac.update(b"tributary connect csrf");
-        const_hex::encode(mac.finalize().into_bytes())
-    };
-    let form = form_urlencoded::Serializer::new(String::new())
-        .append_pair("csrf", &csrf)
-        .append_pair("key", "a-pasted-access-token")
-        .finish();
+    let (csrf, form) = key_form_of(&cookie, "a-pasted-access-token");
     let (status, _, page) =
         crate::connect::post(&format!("{url}/strava"), Some(&cookie), form).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
@@ -459,6 +467,20 @@ async fn strava_asks_without_pkce_and_a_callback_from_another_browser_or_with_a_
     for secret in [STRAVA_ACCESS, STRAVA_REFRESH] {
         assert!(!rows[0].credentials.contains(secret));
     }
+    // None of the attacks above, nor the flow, logged a secret.
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            CODE,
+            &state,
+            cookie.split_once('=').expect("name=value").1,
+            &csrf,
+            "a-pasted-access-token",
+            STRAVA_SECRET,
+            STRAVA_ACCESS,
+            STRAVA_REFRESH,
+        ],
+    );
 }
 
 #[tokio::test]
@@ -775,4 +797,276 @@ async fn an_authorization_begun_on_one_instance_completes_on_another() {
     assert_eq!(rows.len(), 1);
     let stored = app.stored_credentials("u1", "github").await;
     assert_eq!(stored.token.as_deref(), Some(GITHUB_TOKEN));
+}
+
+/// GitHub and Strava with `[connect] public_url` set to `public_url(port)`, the daemon
+/// listening on loopback at that port.
+async fn serve_at(app: &TestApp, public_url: impl FnOnce(&str) -> String) -> Served {
+    Served::start_with_env(
+        app,
+        &providers(app),
+        &[
+            ("TEST_GITHUB_SECRET", GITHUB_SECRET),
+            ("TEST_STRAVA_SECRET", STRAVA_SECRET),
+        ],
+        move |text: String| {
+            let port = text
+                .lines()
+                .find_map(|line| line.strip_prefix("listen = \"127.0.0.1:"))
+                .and_then(|rest| rest.strip_suffix('"'))
+                .expect("[api] listen")
+                .to_string();
+            let public_url = public_url(&port);
+            format!(
+                "{text}\n[connect]\npublic_url = \"{public_url}\"\nreturn_urls = [\"{RETURN_URL}\"]\n"
+            )
+        },
+    )
+    .await
+}
+
+/// The `Set-Cookie` of `headers`.
+fn set_cookie(headers: &reqwest::header::HeaderMap) -> String {
+    headers["set-cookie"].to_str().expect("cookie").to_string()
+}
+
+#[tokio::test]
+async fn the_connect_cookies_are_secure_under_an_https_public_url_and_not_on_http_localhost() {
+    for (public_url, secure) in [
+        (
+            (|_: &str| "https://connect.example.com".to_string()) as fn(&str) -> String,
+            true,
+        ),
+        (|port: &str| format!("http://localhost:{port}"), false),
+    ] {
+        let app = spawn_app().await;
+        let served = serve_at(&app, public_url).await;
+        let admin = served.create_key("admin", &["admin"]);
+        let link = session(&served, &admin, "u1", "github").await;
+        // The daemon behind a proxy that ends TLS: the link's path, asked over loopback.
+        let path = url::Url::parse(&link).expect("a URL").path().to_string();
+        let page_url = format!("{}{path}", served.base);
+        let (status, headers, page) = get(&page_url, None).await;
+        assert_eq!(status, StatusCode::OK, "{link}: {page}");
+        let page_cookie = set_cookie(&headers);
+        let pair = page_cookie.split(';').next().expect("pair").to_string();
+        let (status, headers, body) = get(&format!("{page_url}/github"), Some(&pair)).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+        let callback_cookie = set_cookie(&headers);
+        for cookie in [&page_cookie, &callback_cookie] {
+            let attributes: Vec<&str> = cookie.split(';').map(str::trim).skip(1).collect();
+            assert_eq!(attributes.contains(&"Secure"), secure, "{link}: {cookie}");
+            assert!(attributes.contains(&"HttpOnly"), "{cookie}");
+            assert!(attributes.contains(&"SameSite=Lax"), "{cookie}");
+        }
+    }
+}
+
+/// Strava's token endpoint, answering `expected` exchanges for athlete 134815.
+async fn mount_strava_token(app: &TestApp, expected: u64) {
+    Mock::given(method("POST"))
+        .and(path("/oauth/token"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "token_type": "Bearer", "expires_at": chrono::Utc::now().timestamp() + 21600,
+            "refresh_token": STRAVA_REFRESH, "access_token": STRAVA_ACCESS,
+            "athlete": {"id": 134815}
+        })))
+        .expect(expected)
+        .mount(&app.api)
+        .await;
+}
+
+/// `connect_sessions` of `user` as (state_hash, oauth_provider, used).
+async fn authorization_of(app: &TestApp, user: &str) -> (Option<String>, Option<String>, bool) {
+    let rows = crate::http::query(
+        app,
+        &format!(
+            "SELECT state_hash, oauth_provider, used_at IS NOT NULL AS used FROM connect_sessions WHERE user_id = '{user}'"
+        ),
+    )
+    .await;
+    let row = rows.first().expect("a session");
+    let text = |column: &str| row.try_get::<Option<String>>("", column).expect(column);
+    let used = row
+        .try_get::<bool>("", "used")
+        .or_else(|_| row.try_get::<i64>("", "used").map(|v| v != 0))
+        .or_else(|_| row.try_get::<i32>("", "used").map(|v| v != 0))
+        .expect("used");
+    (text("state_hash"), text("oauth_provider"), used)
+}
+
+#[tokio::test]
+async fn a_configured_provider_the_session_did_not_allow_is_refused_and_a_callback_completes_only_its_own(
+) {
+    let app = spawn_app().await;
+    mount_github_token(&app, 1).await;
+    mount_github_user(&app).await;
+    mount_strava_token(&app, 1).await;
+    // Stripe takes a key; its check must never be asked for.
+    crate::connect::mount_charges(&app, "sk_test_not_allowed", crate::connect::empty_list(), 0)
+        .await;
+    let served = Served::start_with_env(
+        &app,
+        &format!(
+            "{}{}",
+            providers(&app),
+            crate::connect::stripe_provider(&app)
+        ),
+        &[
+            ("TEST_GITHUB_SECRET", GITHUB_SECRET),
+            ("TEST_STRAVA_SECRET", STRAVA_SECRET),
+        ],
+        crate::connect::with_connect(RETURN_URL),
+    )
+    .await;
+    let admin = served.create_key("admin", &["admin"]);
+    let github_link = session(&served, &admin, "u1", "github").await;
+    let (github_cookie, _) = open(&github_link).await;
+
+    // Strava (OAuth2) and Stripe (a key) are configured, but not in this session: their
+    // buttons, Stripe's form post and Strava's authorization are refused.
+    for provider in ["strava", "stripe"] {
+        let (status, headers, page) =
+            get(&format!("{github_link}/{provider}"), Some(&github_cookie)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+        assert!(
+            page.contains(&format!("does not connect {provider}")),
+            "{page}"
+        );
+        assert!(headers.get("location").is_none());
+        assert!(headers.get("set-cookie").is_none());
+    }
+    let (csrf, form) = key_form_of(&github_cookie, "sk_test_not_allowed");
+    let (status, _, page) =
+        crate::connect::post(&format!("{github_link}/stripe"), Some(&github_cookie), form).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+    assert!(page.contains("does not connect stripe"), "{page}");
+    assert_eq!(authorization_of(&app, "u1").await, (None, None, false));
+    assert!(connections_of(&app, "u1").await.is_empty());
+
+    // u1's browser begins GitHub; u2's, in another session, Strava.
+    let (github_query, _, github_callback) =
+        authorize(&github_link, &github_cookie, "github").await;
+    let strava_link = session(&served, &admin, "u2", "strava").await;
+    let (strava_cookie, _) = open(&strava_link).await;
+    let (strava_query, _, strava_callback) =
+        authorize(&strava_link, &strava_cookie, "strava").await;
+    let github_state = github_query["state"].clone();
+    let strava_state = strava_query["state"].clone();
+    // Each state with the other session's cookie: refused, nothing exchanged or spent.
+    for (state, cookie) in [
+        (&github_state, &strava_callback),
+        (&strava_state, &github_callback),
+    ] {
+        let (status, location, page) =
+            callback(&served, &code_and_state(CODE, state), Some(cookie)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+        assert!(location.is_empty());
+        assert!(page.contains("another browser"), "{page}");
+    }
+    // The callback takes its provider from the session: a GitHub session whose row says
+    // Strava (as if tampered with) is refused, not completed at Strava.
+    let set_provider = |provider: &str| {
+        format!("UPDATE connect_sessions SET oauth_provider = '{provider}' WHERE user_id = 'u1'")
+    };
+    crate::http::query(&app, &set_provider("strava")).await;
+    let (status, _, page) = callback(
+        &served,
+        &code_and_state(CODE, &github_state),
+        Some(&github_callback),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+    assert!(page.contains("does not connect strava"), "{page}");
+    assert!(token_requests(&app, "/oauth/token").await.is_empty());
+    assert!(token_requests(&app, "/login/oauth/access_token")
+        .await
+        .is_empty());
+    assert!(!authorization_of(&app, "u1").await.2, "not spent");
+    assert!(!authorization_of(&app, "u2").await.2, "not spent");
+    crate::http::query(&app, &set_provider("github")).await;
+
+    // Each session completes with its own state and cookie, at its own provider.
+    for (state, cookie) in [
+        (&github_state, &github_callback),
+        (&strava_state, &strava_callback),
+    ] {
+        let (status, location, page) =
+            callback(&served, &code_and_state(CODE, state), Some(cookie)).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+        assert_eq!(location, format!("{RETURN_URL}?outcome=connected"));
+    }
+    assert_eq!(
+        token_requests(&app, "/login/oauth/access_token")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(token_requests(&app, "/oauth/token").await.len(), 1);
+    let providers_of = |rows: Vec<tributary::entities::connection::Model>| {
+        rows.into_iter().map(|row| row.provider).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        providers_of(connections_of(&app, "u1").await),
+        vec!["github"]
+    );
+    assert_eq!(
+        providers_of(connections_of(&app, "u2").await),
+        vec!["strava"]
+    );
+    let cookies = [&github_cookie, &strava_cookie].map(|c| c.split_once('=').expect("pair").1);
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[
+            CODE,
+            &github_state,
+            &strava_state,
+            cookies[0],
+            cookies[1],
+            &csrf,
+            "sk_test_not_allowed",
+            GITHUB_SECRET,
+            STRAVA_SECRET,
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_session_that_expires_between_begin_and_callback_ends_on_a_page_and_exchanges_nothing() {
+    let app = spawn_app().await;
+    mount_github_token(&app, 0).await;
+    let served = serve(&app).await;
+    let admin = served.create_key("admin", &["admin"]);
+    let link = session(&served, &admin, "u1", "github").await;
+    let (cookie, _) = open(&link).await;
+    let (query, _, callback_cookie) = authorize(&link, &cookie, "github").await;
+    let past = match app.db.get_database_backend() {
+        sea_orm::DbBackend::Sqlite => "'2000-01-01 00:00:00+00:00'",
+        _ => "'2000-01-01 00:00:00'",
+    };
+    crate::http::query(
+        &app,
+        &format!("UPDATE connect_sessions SET expires_at = {past}"),
+    )
+    .await;
+    let (status, location, page) = callback(
+        &served,
+        &code_and_state(CODE, &query["state"]),
+        Some(&callback_cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::GONE, "{page}");
+    assert!(location.is_empty());
+    assert!(page.contains("This did not work"), "{page}");
+    assert!(page.contains("expired"), "{page}");
+    assert!(token_requests(&app, "/login/oauth/access_token")
+        .await
+        .is_empty());
+    assert!(connections_of(&app, "u1").await.is_empty());
+    assert!(!authorization_of(&app, "u1").await.2, "not marked used");
+    let cookie_value = cookie.split_once('=').expect("pair").1;
+    assert_no_secret_in(
+        &served.daemon.log(),
+        &[CODE, &query["state"], cookie_value, GITHUB_SECRET],
+    );
 }

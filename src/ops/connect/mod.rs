@@ -660,6 +660,15 @@ async fn verify(provider: &ProviderSettings, key: &SecretString) -> Result<(), C
             provider: name.clone(),
             status,
         }),
+        // The key cannot be put in a request as the provider takes it (a basic pair
+        // without its ':'): the user can write it again; the provider is not at fault.
+        Err(error @ FetchError::MissingCredentials { .. }) => {
+            tracing::info!(provider = %name, %error, "A key pasted on the Connect page cannot be sent as the provider takes it.");
+            Err(ConnectError::BadForm(format!(
+                "{name} cannot take this key as it was pasted. {}",
+                hint_of(provider)
+            )))
+        }
         Err(error) => Err(failed(error)),
     }
 }
@@ -744,9 +753,13 @@ fn offered(session: &connect_session::Model) -> Vec<String> {
 
 /// What a provider's key looks like.
 fn hint_of(provider: &ProviderSettings) -> &'static str {
-    match provider.adapter.kind() {
-        "stripe" => "A secret key (sk_...) or a restricted key (rk_...) with read access, from the Stripe Dashboard's API keys page.",
-        "github" => "A personal access token with read access.",
+    use tributary_providers::rest::Auth;
+    use tributary_providers::ProviderConfig;
+    match &provider.adapter {
+        ProviderConfig::Stripe(_) => "A secret key (sk_...) or a restricted key (rk_...) with read access, from the Stripe Dashboard's API keys page.",
+        ProviderConfig::Github(_) => "A personal access token with read access.",
+        // Freshdesk's docs, for one: the API key as the user, any password such as X.
+        ProviderConfig::Rest(rest) if rest.auth == (Auth::Basic { username: None }) => "Your user name and password as USER:PASSWORD; an API key without a password as KEY:X.",
         _ => "The API key or token the service gave you.",
     }
 }

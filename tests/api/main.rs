@@ -14,6 +14,7 @@ mod connect;
 mod connect_browser;
 mod connect_browser_gitlab;
 mod connect_browser_shopify;
+mod connect_browser_strava;
 mod connect_events;
 mod connect_health;
 mod connect_oauth;

@@ -12,6 +12,7 @@ mod clock;
 mod concurrency;
 mod connect;
 mod connect_browser;
+mod connect_browser_access;
 mod connect_browser_gitlab;
 mod connect_browser_shopify;
 mod connect_browser_strava;

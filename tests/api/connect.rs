@@ -78,7 +78,18 @@ pub(crate) async fn session_for(
     provider: &str,
     return_url: &str,
 ) -> String {
-    let body = json!({"user_id": user, "providers": [provider], "return_url": return_url});
+    session_offering(served, key, user, &[provider], return_url).await
+}
+
+/// A session's link for `user` to connect any of `providers`, going back to `return_url`.
+pub(crate) async fn session_offering(
+    served: &Served,
+    key: &str,
+    user: &str,
+    providers: &[&str],
+    return_url: &str,
+) -> String {
+    let body = json!({"user_id": user, "providers": providers, "return_url": return_url});
     let (status, _, created) = post_json(served, "/v1/connect/sessions", key, &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     created["url"].as_str().expect("url").to_string()

@@ -2,6 +2,7 @@
 //! `chromium-driver`, which `.ci/run` installs) driven through chromedriver's WebDriver.
 //! Fails, never skips, when either is missing: the page would otherwise go untested.
 
+use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,14 +10,15 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
-use tributary::entities::{connection, sync_run};
-use wiremock::ResponseTemplate;
+use tributary::entities::{connection, record, sync_run};
+use wiremock::matchers::{header, method, path, query_param};
+use wiremock::{Mock, ResponseTemplate};
 
 use crate::connect::{empty_list, mount_charges, serve_stripe, session_for, session_to};
 use crate::daemon::free_port;
 use crate::helpers::spawn_app;
 
-const GOOD_KEY: &str = "sk_test_browser_good_51H8";
+pub(crate) const GOOD_KEY: &str = "sk_test_browser_good_51H8";
 const BAD_KEY: &str = "sk_test_browser_bad_51H8";
 
 /// chromedriver on a free port, killed (by its own handle) when dropped.
@@ -65,8 +67,22 @@ impl Chromedriver {
         self.browser_with_prefs(json!({})).await
     }
 
-    /// A headless Chromium session with Chrome preferences `prefs` (say, JavaScript off).
-    pub(crate) async fn browser_with_prefs(&self, prefs: serde_json::Value) -> Client {
+    /// A headless Chromium session with JavaScript off, checked: a page's script does not
+    /// run.
+    pub(crate) async fn browser_without_javascript(&self) -> Client {
+        let browser = self
+            .browser_with_prefs(json!({"profile.managed_default_content_settings.javascript": 2}))
+            .await;
+        browser
+            .goto("data:text/html,<title>off</title><script>document.title='on'</script>")
+            .await
+            .expect("the page opens");
+        assert_eq!(browser.title().await.expect("title"), "off");
+        browser
+    }
+
+    /// A headless Chromium session with Chrome preferences `prefs`.
+    async fn browser_with_prefs(&self, prefs: serde_json::Value) -> Client {
         let binary = std::env::var("TRIBUTARY_TEST_CHROMIUM")
             .unwrap_or_else(|_| "/usr/bin/chromium".to_string());
         assert!(
@@ -148,7 +164,7 @@ pub(crate) async fn serve_router(router: axum::Router) -> String {
 }
 
 /// Opens `link`, chooses Stripe, types `key` and submits.
-async fn connect_stripe(browser: &Client, link: &str, key: &str) {
+pub(crate) async fn connect_stripe(browser: &Client, link: &str, key: &str) {
     browser.goto(link).await.expect("the page opens");
     let stripe = Locator::XPath("//button[normalize-space()='Connect stripe']");
     appeared(browser, stripe)
@@ -210,6 +226,93 @@ pub(crate) async fn wait_for_url(browser: &Client, done: impl Fn(&url::Url) -> b
     }
 }
 
+/// What an emulated authorization server saw: the authorization requests' queries, the
+/// grants it issued by code (`G`: what the token request must match), and the token
+/// requests' form fields.
+pub(crate) struct AuthorizationSeen<G> {
+    pub(crate) authorize_requests: Vec<HashMap<String, String>>,
+    pub(crate) grants: HashMap<String, G>,
+    pub(crate) token_requests: Vec<HashMap<String, String>>,
+}
+
+impl<G> Default for AuthorizationSeen<G> {
+    fn default() -> Self {
+        AuthorizationSeen {
+            authorize_requests: Vec::new(),
+            grants: HashMap::new(),
+            token_requests: Vec::new(),
+        }
+    }
+}
+
+impl<G> AuthorizationSeen<G> {
+    /// Notes a token request's urlencoded `body`: its fields.
+    pub(crate) fn token_request(&mut self, body: &str) -> HashMap<String, String> {
+        let form = form_fields(body);
+        self.token_requests.push(form.clone());
+        form
+    }
+
+    /// One authorization was asked for `client_id` with `redirect_uri`, `scope` and an
+    /// unguessable `state`, and its code redeemed by one exchange with the same
+    /// `redirect_uri`: that request's query and the exchange's fields.
+    pub(crate) fn one_code_exchanged(
+        &self,
+        client_id: &str,
+        redirect_uri: &str,
+        scope: &str,
+    ) -> (HashMap<String, String>, HashMap<String, String>) {
+        assert_eq!(self.authorize_requests.len(), 1);
+        let asked = self.authorize_requests[0].clone();
+        assert_eq!(asked["client_id"], client_id);
+        assert_eq!(asked["redirect_uri"], redirect_uri);
+        assert_eq!(asked["scope"], scope);
+        assert!(asked["state"].len() >= 32, "{asked:?}");
+        assert_eq!(self.token_requests.len(), 1, "the code is exchanged once");
+        let exchanged = self.token_requests[0].clone();
+        assert_eq!(exchanged["grant_type"], "authorization_code");
+        assert_eq!(exchanged["redirect_uri"], redirect_uri);
+        assert!(self.grants.is_empty(), "the code was redeemed");
+        (asked, exchanged)
+    }
+}
+
+/// `user`'s one connection, of `provider` for account `account_id`, holds `access` and
+/// `refresh` sealed (neither in clear in its row): its credentials, opened.
+pub(crate) async fn sealed_connection(
+    app: &crate::helpers::TestApp,
+    (user, provider, account_id): (&str, &str, &str),
+    access: &str,
+    refresh: Option<&str>,
+) -> tributary::credentials::StoredCredentials {
+    let rows = crate::connect::connections_of(app, user).await;
+    assert_eq!(rows.len(), 1, "the connection is stored");
+    let row = &rows[0];
+    assert_eq!(row.provider, provider);
+    assert_eq!(row.account_id.as_deref(), Some(account_id));
+    for token in std::iter::once(access).chain(refresh) {
+        assert!(!row.credentials.contains(token), "sealed");
+    }
+    let stored = app.stored_credentials(user, provider).await;
+    assert_eq!(stored.token.as_deref(), Some(access));
+    assert_eq!(stored.refresh_token.as_deref(), refresh);
+    stored
+}
+
+/// The browser lands on `return_url` with `outcome=connected`, the app's page's one visit.
+pub(crate) async fn landed_connected(
+    browser: &Client,
+    return_url: &str,
+    visits: &Mutex<Vec<String>>,
+) {
+    let landed = wait_for_url(browser, |url| url.as_str().starts_with(return_url)).await;
+    assert_eq!(landed.query(), Some("outcome=connected"));
+    assert_eq!(
+        *visits.lock().expect("visits"),
+        vec!["outcome=connected".to_string()]
+    );
+}
+
 /// Stripe refuses `BAD_KEY` as its API does an unknown key, `times` times.
 async fn refuse_bad_key(app: &crate::helpers::TestApp, times: u64) {
     let refused =
@@ -223,10 +326,57 @@ async fn refuse_bad_key(app: &crate::helpers::TestApp, times: u64) {
     .await;
 }
 
+/// The charges `GOOD_KEY`'s first sync finds, oldest first.
+const FIRST_SYNC_CHARGES: [&str; 2] =
+    ["ch_3MmlLrLkdIwHu7ix0snN0B15", "ch_3MmlLrLkdIwHu7ix0snN0B16"];
+
+/// Stripe's charges for `GOOD_KEY`'s first sync: one page, newest first, as its list API
+/// answers.
+pub(crate) async fn mount_first_sync(app: &crate::helpers::TestApp) {
+    let data: Vec<serde_json::Value> = (1_764_000_100..1_764_000_102)
+        .zip(FIRST_SYNC_CHARGES)
+        .rev()
+        .map(|(created, id)| {
+            json!({"id": id, "object": "charge", "amount": 2000, "currency": "usd",
+                   "created": created, "paid": true, "status": "succeeded"})
+        })
+        .collect();
+    Mock::given(method("GET"))
+        .and(path("/v1/charges"))
+        .and(query_param("limit", "100"))
+        .and(header(
+            "authorization",
+            format!("Bearer {GOOD_KEY}").as_str(),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "object": "list", "url": "/v1/charges", "has_more": false, "data": data
+        })))
+        .mount(&app.api)
+        .await;
+}
+
+/// `user` has one Stripe connection, `GOOD_KEY` sealed in it, whose first sync ran and
+/// stored the charges of [`mount_first_sync`].
+pub(crate) async fn stripe_connected_and_synced(app: &crate::helpers::TestApp, user: &str) {
+    let rows = crate::connect::connections_of(app, user).await;
+    assert_eq!(rows.len(), 1, "one connection");
+    assert_eq!(rows[0].provider, "stripe");
+    assert!(!rows[0].credentials.contains(GOOD_KEY), "sealed");
+    let stored = app.stored_credentials(user, "stripe").await;
+    assert_eq!(stored.token.as_deref(), Some(GOOD_KEY));
+    first_sync_succeeded(app, user).await;
+    let expected: Vec<(String, String)> = FIRST_SYNC_CHARGES
+        .iter()
+        .map(|id| ("stripe".to_string(), id.to_string()))
+        .collect();
+    assert_eq!(stored_records(app, user).await, expected);
+}
+
 #[tokio::test]
-async fn a_user_connects_stripe_in_a_browser_and_a_refused_key_is_said_so_on_the_page() {
+async fn a_user_connects_stripe_in_a_browser_its_charges_sync_and_a_refused_key_is_said_so() {
     let app = spawn_app().await;
     mount_charges(&app, GOOD_KEY, empty_list(), 1).await;
+    mount_first_sync(&app).await;
     refuse_bad_key(&app, 1).await;
     let (return_url, visits) = return_page().await;
     let served = serve_stripe(&app, &return_url).await;
@@ -236,22 +386,9 @@ async fn a_user_connects_stripe_in_a_browser_and_a_refused_key_is_said_so_on_the
 
     let good = session_to(&served, &admin, "browser-good", &return_url).await;
     connect_stripe(&browser, &good, GOOD_KEY).await;
-    let landed = wait_for_url(&browser, |url| url.as_str().starts_with(&return_url)).await;
-    assert_eq!(landed.query(), Some("outcome=connected"));
-    assert_eq!(
-        *visits.lock().expect("visits"),
-        vec!["outcome=connected".to_string()]
-    );
-    let row = connection::Entity::find()
-        .filter(connection::Column::UserId.eq("browser-good"))
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("the connection is stored");
-    assert_eq!(row.provider, "stripe");
-    assert!(!row.credentials.contains(GOOD_KEY), "sealed");
-    let stored = app.stored_credentials("browser-good", "stripe").await;
-    assert_eq!(stored.token.as_deref(), Some(GOOD_KEY));
+    landed_connected(&browser, &return_url, &visits).await;
+    // Stored, sealed, and its first sync lists the charges with the key and stores them.
+    stripe_connected_and_synced(&app, "browser-good").await;
 
     let bad = session_to(&served, &admin, "browser-bad", &return_url).await;
     connect_stripe(&browser, &bad, BAD_KEY).await;
@@ -270,13 +407,8 @@ async fn a_user_connects_stripe_in_a_browser_and_a_refused_key_is_said_so_on_the
     browser.close().await.expect("closed");
 }
 
-/// What the emulated GitHub saw: the codes it issued with their PKCE challenge and
-/// `redirect_uri`, and the token requests' form fields.
-#[derive(Default)]
-struct GithubSeen {
-    codes: std::collections::HashMap<String, (String, String)>,
-    token_requests: Vec<std::collections::HashMap<String, String>>,
-}
+/// What the emulated GitHub saw; a code's grant is its PKCE challenge and `redirect_uri`.
+type GithubSeen = AuthorizationSeen<(String, String)>;
 
 const GITHUB_TOKEN: &str = "gho_browser_16C7e42F292c6912E7710c8383";
 
@@ -288,10 +420,16 @@ const GITHUB_TOKEN: &str = "gho_browser_16C7e42F292c6912E7710c8383";
 async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
     use axum::extract::{Query, State};
     use axum::response::{Html, IntoResponse, Redirect};
-    use std::collections::HashMap;
     type Seen = Arc<Mutex<GithubSeen>>;
 
-    async fn authorize(Query(query): Query<HashMap<String, String>>) -> Html<String> {
+    async fn authorize(
+        State(seen): State<Seen>,
+        Query(query): Query<HashMap<String, String>>,
+    ) -> Html<String> {
+        seen.lock()
+            .expect("seen")
+            .authorize_requests
+            .push(query.clone());
         let field = |name: &str| query.get(name).cloned().unwrap_or_default();
         let hidden: String = ["redirect_uri", "state", "code_challenge"]
             .iter()
@@ -315,8 +453,8 @@ async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
     async fn decide(State(seen): State<Seen>, body: String) -> Redirect {
         let form = form_fields(&body);
         let field = |name: &str| form.get(name).cloned().unwrap_or_default();
-        let code = format!("code-{}", seen.lock().expect("seen").codes.len());
-        seen.lock().expect("seen").codes.insert(
+        let code = format!("code-{}", seen.lock().expect("seen").grants.len());
+        seen.lock().expect("seen").grants.insert(
             code.clone(),
             (field("code_challenge"), field("redirect_uri")),
         );
@@ -332,13 +470,12 @@ async fn emulated_github() -> (String, Arc<Mutex<GithubSeen>>) {
         headers: axum::http::HeaderMap,
         body: String,
     ) -> axum::response::Response {
-        let form = form_fields(&body);
         use base64::Engine;
         use sha2::Digest;
         let mut seen = seen.lock().expect("seen");
-        seen.token_requests.push(form.clone());
+        let form = seen.token_request(&body);
         let field = |name: &str| form.get(name).cloned().unwrap_or_default();
-        let issued = seen.codes.remove(&field("code"));
+        let issued = seen.grants.remove(&field("code"));
         let verified = issued.is_some_and(|(challenge, redirect_uri)| {
             let derived = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .encode(sha2::Sha256::digest(field("code_verifier").as_bytes()));
@@ -405,33 +542,15 @@ async fn a_user_connects_github_in_a_browser_through_its_authorization_page() {
         "{consent}"
     );
     authorize.click().await.expect("authorized");
-    let landed = wait_for_url(&browser, |url| url.as_str().starts_with(&return_url)).await;
-    assert_eq!(landed.query(), Some("outcome=connected"));
-    assert_eq!(
-        *visits.lock().expect("visits"),
-        vec!["outcome=connected".to_string()]
-    );
-    {
-        let seen = seen.lock().expect("seen");
-        assert_eq!(seen.token_requests.len(), 1, "the code is exchanged once");
-        let request = &seen.token_requests[0];
-        assert_eq!(request["grant_type"], "authorization_code");
-        assert_eq!(
-            request["redirect_uri"],
-            format!("{}/connect/callback", served.base)
-        );
-    }
-    let row = connection::Entity::find()
-        .filter(connection::Column::UserId.eq("browser-gh"))
-        .one(&app.db)
-        .await
-        .expect("connections")
-        .expect("the connection is stored");
-    assert_eq!(row.provider, "github");
-    assert_eq!(row.account_id.as_deref(), Some("583231"));
-    assert!(!row.credentials.contains(GITHUB_TOKEN), "sealed");
-    let stored = app.stored_credentials("browser-gh", "github").await;
-    assert_eq!(stored.token.as_deref(), Some(GITHUB_TOKEN));
+    landed_connected(&browser, &return_url, &visits).await;
+    let redirect_uri = format!("{}/connect/callback", served.base);
+    let (asked, _) =
+        seen.lock()
+            .expect("seen")
+            .one_code_exchanged("browser-client", &redirect_uri, "repo");
+    assert_eq!(asked["code_challenge_method"], "S256");
+    let user = ("browser-gh", "github", "583231");
+    sealed_connection(&app, user, GITHUB_TOKEN, None).await;
     // Its first sync runs, with the token, against the emulated API.
     first_sync_succeeded(&app, "browser-gh").await;
     browser.close().await.expect("closed");
@@ -496,6 +615,23 @@ pub(crate) async fn first_sync_succeeded(app: &crate::helpers::TestApp, user: &s
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `user`'s stored records as (namespace, external id), in that order.
+pub(crate) async fn stored_records(
+    app: &crate::helpers::TestApp,
+    user: &str,
+) -> Vec<(String, String)> {
+    let mut stored: Vec<(String, String)> = record::Entity::find()
+        .filter(record::Column::UserId.eq(user))
+        .all(&app.db)
+        .await
+        .expect("records")
+        .into_iter()
+        .map(|row| (row.provider, row.external_id))
+        .collect();
+    stored.sort();
+    stored
 }
 
 /// `html`, as served for `name`, checked by html-validate's `standard` preset (the HTML

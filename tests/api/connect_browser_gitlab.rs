@@ -14,10 +14,9 @@ use fantoccini::Locator;
 use serde_json::json;
 use sha2::Digest;
 
-use crate::connect::connections_of;
 use crate::connect_browser::{
-    appeared, first_sync_succeeded, form_fields, press_connect, return_page, serve_oauth,
-    serve_router, wait_for_url, Chromedriver,
+    appeared, first_sync_succeeded, form_fields, landed_connected, press_connect, return_page,
+    sealed_connection, serve_oauth, serve_router, AuthorizationSeen, Chromedriver,
 };
 use crate::helpers::spawn_app;
 
@@ -34,17 +33,7 @@ struct Grant {
     code_challenge: String,
 }
 
-/// What the emulated GitLab saw.
-#[derive(Default)]
-struct Seen {
-    /// The authorization requests' query parameters.
-    authorize_requests: Vec<HashMap<String, String>>,
-    grants: HashMap<String, Grant>,
-    /// The token requests' form fields.
-    token_requests: Vec<HashMap<String, String>>,
-}
-
-type Shared = Arc<Mutex<Seen>>;
+type Shared = Arc<Mutex<AuthorizationSeen<Grant>>>;
 
 /// `GET /oauth/authorize`: GitLab's consent page, which posts the request's parameters
 /// back to the same path when the user presses "Authorize". Only `response_type=code`
@@ -114,10 +103,9 @@ async fn consented(State(seen): State<Shared>, body: String) -> Response {
 /// `redirect_uri` and `code_verifier` in the form; a code is redeemed once. Answers the
 /// documented JSON, or 400 `invalid_grant`.
 async fn token(State(seen): State<Shared>, body: String) -> Response {
-    let form = form_fields(&body);
-    let value = |name: &str| form.get(name).cloned().unwrap_or_default();
     let mut seen = seen.lock().expect("seen");
-    seen.token_requests.push(form.clone());
+    let form = seen.token_request(&body);
+    let value = |name: &str| form.get(name).cloned().unwrap_or_default();
     let grant = seen.grants.remove(&value("code"));
     let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode(sha2::Sha256::digest(value("code_verifier").as_bytes()));
@@ -235,39 +223,15 @@ async fn a_user_connects_the_gitlab_preset_in_a_browser_through_its_authorizatio
     );
     assert!(consent.contains("Scopes: read_api"), "{consent}");
     authorize.click().await.expect("authorized");
-    let landed = wait_for_url(&browser, |url| url.as_str().starts_with(&return_url)).await;
-    assert_eq!(landed.query(), Some("outcome=connected"));
-    assert_eq!(
-        *visits.lock().expect("visits"),
-        vec!["outcome=connected".to_string()]
-    );
+    landed_connected(&browser, &return_url, &visits).await;
 
     let redirect_uri = format!("{}/connect/callback", served.base);
-    {
-        let seen = seen.lock().expect("seen");
-        assert_eq!(seen.authorize_requests.len(), 1);
-        let asked = &seen.authorize_requests[0];
-        assert_eq!(asked["client_id"], APP_ID);
-        assert_eq!(asked["redirect_uri"], redirect_uri);
-        assert_eq!(asked["scope"], "read_api");
-        assert!(asked["state"].len() >= 32, "{asked:?}");
-        assert_eq!(seen.token_requests.len(), 1, "the code is exchanged once");
-        let exchanged = &seen.token_requests[0];
-        assert_eq!(exchanged["grant_type"], "authorization_code");
-        assert_eq!(exchanged["redirect_uri"], redirect_uri);
-        assert!(seen.grants.is_empty(), "the code was redeemed");
-    }
-    let rows = connections_of(&app, "browser-gl").await;
-    assert_eq!(rows.len(), 1, "the connection is stored");
-    let row = &rows[0];
-    assert_eq!(row.provider, "gitlab");
-    assert_eq!(row.account_id, Some(GITLAB_USER_ID.to_string()));
-    for token in [ACCESS_TOKEN, REFRESH_TOKEN] {
-        assert!(!row.credentials.contains(token), "sealed");
-    }
-    let stored = app.stored_credentials("browser-gl", "gitlab").await;
-    assert_eq!(stored.token.as_deref(), Some(ACCESS_TOKEN));
-    assert_eq!(stored.refresh_token.as_deref(), Some(REFRESH_TOKEN));
+    seen.lock()
+        .expect("seen")
+        .one_code_exchanged(APP_ID, &redirect_uri, "read_api");
+    let account = GITLAB_USER_ID.to_string();
+    let user = ("browser-gl", "gitlab", account.as_str());
+    let stored = sealed_connection(&app, user, ACCESS_TOKEN, Some(REFRESH_TOKEN)).await;
     let expires_in = stored.expires_at.expect("an expiry") - chrono::Utc::now().timestamp();
     assert!((7000..=7200).contains(&expires_in), "{expires_in}");
     // Its first sync runs with the access token against the emulated Issues API.

@@ -160,19 +160,7 @@ async fn an_operator_signs_in_and_follows_a_connection_to_its_runs_and_a_run_to_
 async fn with_javascript_off_an_operator_signs_in_by_the_form_and_follows_links() {
     let seeded = seeded().await;
     let driver = Chromedriver::start().await;
-    let browser = driver
-        .browser_with_prefs(serde_json::json!({
-            "profile.managed_default_content_settings.javascript": 2
-        }))
-        .await;
-
-    // JavaScript is off indeed: a page's script does not run.
-    browser
-        .goto("data:text/html,<title>off</title><script>document.title='on'</script>")
-        .await
-        .expect("the page opens");
-    assert_eq!(browser.title().await.expect("title"), "off");
-
+    let browser = driver.browser_without_javascript().await;
     browser.goto(&seeded.page).await.expect("the page opens");
     let field = appeared(&browser, Locator::Css("input#key")).await;
     sign_in(&browser, field, &seeded.admin).await;

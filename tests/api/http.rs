@@ -418,8 +418,9 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     }
 }
 
-#[tokio::test]
-async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_problem_naming_it() {
+/// alice's, bob's and carol's connections to `acme`, two records each, synced once and
+/// served.
+async fn three_synced_and_served() -> (TestApp, Served) {
     let app = spawn_app().await;
     for user in ["alice", "bob", "carol"] {
         mount_cursor_listing(&app.api, user, &format!("{user}_"), 1, 2, Duration::ZERO).await;
@@ -428,6 +429,12 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
     let settings = app.settings(&providers).await;
     app.sync(&settings).await;
     let served = Served::start(&app, &providers).await;
+    (app, served)
+}
+
+#[tokio::test]
+async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_problem_naming_it() {
+    let (_app, served) = three_synced_and_served().await;
     let key = served.create_key("reader", &["connections:read"]);
 
     // Three connections, two a page, the second page by the first's `next`.
@@ -578,6 +585,93 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
         .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{json}");
     assert_problem(status, &headers, &json);
+}
+
+/// The cursor `next` with its id replaced by `id`, as a client editing it by hand would.
+fn with_id(next: &str, id: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let text = String::from_utf8(engine.decode(next).expect("base64url")).expect("text");
+    let mut parts: Vec<&str> = text.split('.').collect();
+    assert_eq!(parts.len(), 3, "list, id and check: {text}");
+    assert_ne!(parts[1], id, "{text}");
+    parts[1] = id;
+    engine.encode(parts.join("."))
+}
+
+#[tokio::test]
+async fn id_cursors_edited_of_other_filters_or_from_another_database_are_refused() {
+    let (app, served) = three_synced_and_served().await;
+    let key = served.create_key("reader", &["connections:read"]);
+    let refused = |path: String, status: StatusCode, json: Value| {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {json}");
+        assert_eq!(json["field"], "cursor", "{path}: {json}");
+        assert!(
+            json["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("same filters") && d.contains("leave cursor out")),
+            "{path}: {json}"
+        );
+    };
+
+    let mut firsts = Vec::new();
+    for list in ["connections", "runs"] {
+        let (status, first) = served.get(&format!("/v1/{list}?limit=2"), &key).await;
+        assert_eq!(status, StatusCode::OK, "{first}");
+        let next = first["next"].as_str().expect("a next page").to_string();
+        let last = first["items"][1]["id"].as_i64().expect("an id");
+        // The cursor as issued reads the next page.
+        let (status, second) = served
+            .get(&format!("/v1/{list}?limit=2&cursor={next}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{second}");
+        assert_eq!(
+            second["items"].as_array().map(Vec::len),
+            Some(1),
+            "{second}"
+        );
+
+        // Edited by hand to the id next to it: refused, not another page.
+        for id in [last + 1, last - 1] {
+            let path = format!(
+                "/v1/{list}?limit=2&cursor={}",
+                with_id(&next, &id.to_string())
+            );
+            let (status, json) = served.get(&path, &key).await;
+            refused(path, status, json);
+        }
+        // The same cursor with other filters, or with a filter dropped.
+        for filters in ["provider=acme", "user_id=carol"] {
+            let path = format!("/v1/{list}?limit=2&{filters}&cursor={next}");
+            let (status, json) = served.get(&path, &key).await;
+            refused(path, status, json);
+        }
+        firsts.push((list, next));
+    }
+    let (status, filtered) = served.get("/v1/runs?limit=1&provider=acme", &key).await;
+    assert_eq!(status, StatusCode::OK, "{filtered}");
+    let next = filtered["next"].as_str().expect("a next page");
+    let path = format!("/v1/runs?limit=1&cursor={next}");
+    let (status, json) = served.get(&path, &key).await;
+    refused(path, status, json);
+
+    // A cursor another database issued: the same list and filters, refused once this
+    // database's id is another (as a copy of another tributary database would have).
+    app.execute("UPDATE change_clock SET database_id = '0123456789abcdef0123456789abcdef'")
+        .await;
+    for (list, next) in firsts {
+        let path = format!("/v1/{list}?limit=2&cursor={next}");
+        let (status, json) = served.get(&path, &key).await;
+        refused(path, status, json);
+        // The first page still reads, and its own cursor the next.
+        let (status, first) = served.get(&format!("/v1/{list}?limit=2"), &key).await;
+        assert_eq!(status, StatusCode::OK, "{first}");
+        let next = first["next"].as_str().expect("a next page");
+        let (status, second) = served
+            .get(&format!("/v1/{list}?limit=2&cursor={next}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{second}");
+    }
 }
 
 /// Two instances on one server database: a key revoked through one is refused by both

@@ -950,6 +950,135 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
     );
 }
 
+/// Providers synced once a year: `acme` with two streams for alice, `records` (two
+/// items on `/v1/items`) and `archive` (one item, `archive0`, on `/v1/archive`), and
+/// `beta` with `records` for bob (one item).
+pub(crate) async fn two_streams_and_two_providers(app: &TestApp) -> String {
+    use wiremock::matchers::{header, method, path};
+    mount_cursor_listing(&app.api, "alice", "alice", 1, 2, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "bob", 1, 1, Duration::ZERO).await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/archive"))
+        .and(header("authorization", "Bearer token-alice"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(
+            serde_json::json!({"data": crate::helpers::items("archive", "alice", 0..1)}),
+        ))
+        .mount(&app.api)
+        .await;
+    let acme = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nstreams = [\"records\", \"archive\"]\n",
+        1,
+    );
+    let beta = cursor_provider("beta", &app.api.uri(), &["bob"]);
+    format!("{acme}[providers.acme.resources.archive]\npath = \"/v1/archive\"\n{beta}").replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    )
+}
+
+#[tokio::test]
+async fn a_sync_asked_for_one_stream_runs_it_only_and_runs_are_filtered_by_each_parameter() {
+    use tributary::entities::sync_job::{self, JobStatus};
+    let app = spawn_app().await;
+    let providers = two_streams_and_two_providers(&app).await;
+    let served = Served::start(&app, &providers).await;
+    let syncs = served.create_key("syncer", &["syncs:write"]);
+    let reader = served.create_key("reader", &["connections:read"]);
+    let id_of = |user: &'static str| {
+        let app = &app;
+        async move {
+            query(
+                app,
+                &format!("SELECT id FROM connections WHERE user_id = '{user}'"),
+            )
+            .await[0]
+                .try_get_by_index::<i64>(0)
+                .expect("the connection's id")
+        }
+    };
+    let (alice, bob) = (id_of("alice").await, id_of("bob").await);
+    let json = |text: &str| Some(("application/json", text.as_bytes().to_vec()));
+    let sync = |id: i64, body: &'static str| {
+        let (served, syncs, app) = (&served, &syncs, &app);
+        async move {
+            let (status, _, job) = served
+                .call(
+                    Method::POST,
+                    &format!("/v1/connections/{id}/syncs"),
+                    Some(syncs),
+                    json(body),
+                )
+                .await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+            let job_id = job["job_id"].as_i64().expect("a job id");
+            crate::daemon::eventually(Duration::from_secs(20), "the job run", || async {
+                sync_job::Entity::find_by_id(job_id)
+                    .one(&app.db)
+                    .await
+                    .expect("sync_jobs")
+                    .is_some_and(|job| job.status == JobStatus::Done)
+            })
+            .await;
+        }
+    };
+
+    // One stream asked for: its run only, its records only, its listing only asked.
+    sync(alice, r#"{"stream": "archive"}"#).await;
+    let runs = crate::daemon::runs_of(&app, "alice").await;
+    let streams: Vec<Option<&str>> = runs.iter().map(|run| run.stream.as_deref()).collect();
+    assert_eq!(streams, [Some("archive")], "{runs:?}");
+    assert_eq!(app.record_ids().await, ["archive0"]);
+    let asked: Vec<String> = app
+        .api
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|request| request.url.path().to_string())
+        .collect();
+    assert_eq!(asked, ["/v1/archive"]);
+
+    // Then every stream of both: the runs' filters each keep their own runs only.
+    sync(alice, "{}").await;
+    sync(bob, "{}").await;
+    let listed = |filters: &'static str| {
+        let (served, reader) = (&served, &reader);
+        async move {
+            let (status, page) = served.get(&format!("/v1/runs?{filters}"), reader).await;
+            assert_eq!(status, StatusCode::OK, "{filters}: {page}");
+            let mut runs: Vec<String> = page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|run| format!("{} {} {}", run["provider"], run["user_id"], run["stream"]))
+                .collect();
+            runs.sort();
+            runs.join(", ").replace('"', "")
+        }
+    };
+    assert_eq!(
+        listed("limit=10").await,
+        "acme alice archive, acme alice archive, acme alice records, beta bob records"
+    );
+    assert_eq!(listed("provider=beta").await, "beta bob records");
+    assert_eq!(listed("user_id=bob").await, "beta bob records");
+    assert_eq!(
+        listed("stream=archive").await,
+        "acme alice archive, acme alice archive"
+    );
+    assert_eq!(
+        listed("stream=records").await,
+        "acme alice records, beta bob records"
+    );
+    assert_eq!(
+        listed("provider=acme&user_id=alice&stream=records").await,
+        "acme alice records"
+    );
+    assert_eq!(listed("provider=beta&stream=archive").await, "");
+    assert_eq!(listed("user_id=carol").await, "");
+}
+
 #[tokio::test]
 async fn a_sync_asked_for_is_queued_as_a_job_that_the_daemon_runs() {
     use tributary::entities::sync_job::{self, JobKind, JobStatus};

@@ -287,9 +287,12 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     let app = spawn_app().await;
     let providers = three_connections(&app).await;
     let served = Served::start(&app, &providers).await;
+    // Whole seconds: MariaDB keeps no fraction unless told.
+    let before = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
     let reader = served.create_key("reader", &["connections:read"]);
     let records = served.create_key("records", &["records:read"]);
     let admin = served.create_key("admin", &["admin"]);
+    let created = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
     let again = run(tributary(&served.config)
         .args(["api-keys", "create", "--name", "reader", "--scope", "admin"]));
     assert_ne!(again.code, 0);
@@ -334,17 +337,34 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
         .and_then(|rest| rest.split_once('_'))
         .expect("trb_<prefix>_<secret>");
     let wrong_secret = format!("trb_{prefix}_{}", "A".repeat(43));
-    for wrong in ["nonsense", "trb_zz_x", wrong_secret.as_str()] {
+    let unknown_prefix = format!("trb_0123456789ab_{}", "B".repeat(43));
+    let malformed = format!("trb_{prefix}_{}", "C".repeat(7));
+    for wrong in [
+        "nonsense",
+        "trb_zz_x",
+        &wrong_secret,
+        &unknown_prefix,
+        &malformed,
+    ] {
         let (status, headers, json) = served
             .call(Method::GET, "/v1/connections", Some(wrong), None)
             .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong}: {json}");
         assert_problem(status, &headers, &json);
         assert!(headers.contains_key("www-authenticate"), "{headers:?}");
+        // The key sent is not echoed back, whole or its secret.
+        let answer = format!("{headers:?} {json}");
+        let secret = wrong.rsplit('_').next().unwrap_or(wrong);
+        assert!(!answer.contains(wrong), "{wrong}: {answer}");
+        assert!(
+            secret.len() < 7 || !answer.contains(secret),
+            "{wrong}: {answer}"
+        );
     }
 
     let (status, json) = served.get("/v1/connections", &records).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{json}");
+    assert!(!json.to_string().contains(&records[4..]), "{json}");
     assert!(
         json["detail"]
             .as_str()
@@ -370,6 +390,14 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
         serde_json::json!(["connections:read"])
     );
     assert!(reader_row["last_used_at"].is_string(), "{reader_row}");
+    let created_at = reader_row["created_at"]
+        .as_str()
+        .and_then(|text| chrono::DateTime::parse_from_rfc3339(text).ok())
+        .expect("created_at, an RFC 3339 time");
+    assert!(
+        before <= created_at && created_at <= created,
+        "{reader_row}: created between {before} and {created}"
+    );
     assert!(reader_row["revoked_at"].is_null(), "{reader_row}");
 
     let revoked = run(tributary(&served.config).args(["api-keys", "revoke", "--name", "reader"]));
@@ -382,6 +410,7 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
             .is_some_and(|d| d.contains("revoked")),
         "{json}"
     );
+    assert!(!json.to_string().contains(&reader[4..]), "{json}");
 
     // The keys are nowhere in clear: not in the listing, the log, the tables or the file.
     let secret_of = |key: &str| -> String {

@@ -614,6 +614,26 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
         .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{json}");
     assert_problem(status, &headers, &json);
+
+    // Path traversal in an id is a problem about the id, and reads no file.
+    for path in [
+        "/v1/connections/..%2F..%2Fetc",
+        "/v1/connections/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/v1/connections/..%2F..%2Fetc%2Fpasswd/syncs",
+        "/v1/runs/1%2F..",
+        "/v1/runs/1%2F..%2F..%2Fconnections",
+        "/v1/runs/%2E%2E%2F1",
+        "/v1/runs/..%5C..%5Cetc",
+    ] {
+        let (status, headers, json) = served.call(Method::GET, path, Some(&key), None).await;
+        assert!(status.is_client_error(), "{path}: {status} {json}");
+        assert_problem(status, &headers, &json);
+        assert!(
+            status == StatusCode::NOT_FOUND || json["field"] == "id",
+            "{path}: {json}"
+        );
+        assert!(!json.to_string().contains("root:"), "{path}: {json}");
+    }
 }
 
 /// The cursor `next` with its id replaced by `id`, as a client editing it by hand would.

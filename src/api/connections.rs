@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, ConnectionsRead, ConnectionsWrite};
-use super::input::{decode_cursor, encode_cursor, Json, Query};
+use super::input::{IdCursors, Json, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::ops::connections::{
@@ -157,11 +157,18 @@ pub(crate) async fn list_connections(
     State(state): State<ApiState>,
     Query(params): Query<ListParams>,
 ) -> Result<axum::Json<ConnectionPage>, Problem> {
-    let after = params
-        .cursor
-        .as_deref()
-        .map(|cursor| decode_cursor(LIST, cursor))
-        .transpose()?;
+    let cursors = IdCursors::new(
+        LIST,
+        state.database_id().await?,
+        &(
+            &params.provider,
+            &params.user_id,
+            params.enabled,
+            &params.stream,
+            &params.health,
+        ),
+    );
+    let after = cursors.decode(params.cursor.as_deref())?;
     let query = ConnectionsQuery {
         provider: params.provider,
         user_id: params.user_id,
@@ -178,7 +185,7 @@ pub(crate) async fn list_connections(
     let page = ops::list(&state.db, &state.settings, &query).await?;
     Ok(axum::Json(ConnectionPage {
         items: grouped(page.items),
-        next: page.next.map(|id| encode_cursor(LIST, id)),
+        next: page.next.map(|id| cursors.encode(id)),
     }))
 }
 

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, RecordsRead, SyncsWrite};
 use super::connections::path_id;
-use super::input::{decode_cursor, encode_cursor, Query};
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::run_error;
@@ -135,13 +135,10 @@ pub(crate) async fn run_errors(
     Query(params): Query<RunErrorsParams>,
 ) -> Result<axum::Json<RunErrorPage>, Problem> {
     let run_id = path_id(&id)?;
+    let cursors = IdCursors::new(RUN_LIST, state.database_id().await?, &run_id);
     let query = RunErrorsQuery {
         run_id,
-        after: params
-            .cursor
-            .as_deref()
-            .map(|cursor| decode_cursor(RUN_LIST, cursor))
-            .transpose()?,
+        after: cursors.decode(params.cursor.as_deref())?,
         limit: limit(params.limit)?,
     };
     let report = ops::of_run(state.db.main(), &query).await?;
@@ -153,7 +150,7 @@ pub(crate) async fn run_errors(
             .into_iter()
             .map(|error| RunError::of(error, stream.clone()))
             .collect(),
-        next: report.errors.next.map(|id| encode_cursor(RUN_LIST, id)),
+        next: report.errors.next.map(|id| cursors.encode(id)),
     }))
 }
 
@@ -181,14 +178,15 @@ pub(crate) async fn open_errors(
             "run_id: expected a positive number",
         ));
     }
+    let cursors = IdCursors::new(
+        OPEN_LIST,
+        state.database_id().await?,
+        &(params.run_id, &params.stream),
+    );
     let query = OpenErrorsQuery {
         run_id: params.run_id,
+        after: cursors.decode(params.cursor.as_deref())?,
         stream: params.stream,
-        after: params
-            .cursor
-            .as_deref()
-            .map(|cursor| decode_cursor(OPEN_LIST, cursor))
-            .transpose()?,
         limit: limit(params.limit)?,
     };
     let page = ops::open(state.db.main(), &query).await?;
@@ -198,7 +196,7 @@ pub(crate) async fn open_errors(
             .into_iter()
             .map(|item| RunError::of(item.error, item.stream))
             .collect(),
-        next: page.next.map(|id| encode_cursor(OPEN_LIST, id)),
+        next: page.next.map(|id| cursors.encode(id)),
     }))
 }
 

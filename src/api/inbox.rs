@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, WebhooksRead};
-use super::input::{decode_cursor, encode_cursor, Query};
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::webhook_delivery::{self, InboxStatus};
@@ -128,11 +128,12 @@ pub(crate) async fn list_inbox(
     State(state): State<ApiState>,
     Query(params): Query<InboxParams>,
 ) -> Result<axum::Json<InboundPage>, Problem> {
-    let before = params
-        .cursor
-        .as_deref()
-        .map(|cursor| decode_cursor(LIST, cursor))
-        .transpose()?;
+    let cursors = IdCursors::new(
+        LIST,
+        state.database_id().await?,
+        &(&params.provider, &params.status),
+    );
+    let before = cursors.decode(params.cursor.as_deref())?;
     let query = InboxQuery {
         provider: params.provider.as_deref(),
         status: params.status.map(InboxStatus::from),
@@ -142,6 +143,6 @@ pub(crate) async fn list_inbox(
     let page = ops::inbox(state.db.main(), &query).await?;
     Ok(axum::Json(InboundPage {
         items: page.items.into_iter().map(InboundDelivery::from).collect(),
-        next: page.next.map(|id| encode_cursor(LIST, id)),
+        next: page.next.map(|id| cursors.encode(id)),
     }))
 }

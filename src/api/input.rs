@@ -7,6 +7,7 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use base64::Engine;
 use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
 
 use super::problem::Problem;
 
@@ -117,46 +118,163 @@ fn field_of(path: &str, message: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The opaque cursor of a list: the operation's row id, with the list's name, in
-/// base64url, so that a cursor of one list is refused by another.
-pub(crate) fn encode_cursor(list: &str, id: i64) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{list}:{id}"))
+/// What an id cursor's check covers besides the id, so that a cursor of these ids is
+/// never read as one of `records`' positions.
+const CURSOR_TAG: &str = "ids.v1";
+/// The check's length in hex: 64 bits, enough that an edit passes by luck once in 2^64.
+const CHECK_HEX: usize = 16;
+
+/// The opaque cursors of a list paged by row id, bound to the list, the database that
+/// issued them and the list's filters: a cursor edited by hand, of other filters, of
+/// another list or from another database is a 400 naming `cursor`.
+pub(crate) struct IdCursors {
+    list: &'static str,
+    database: String,
+    filters: String,
 }
 
-/// The row id in a cursor `encode_cursor(list, ..)` made; anything else is a 400.
-pub(crate) fn decode_cursor(list: &str, cursor: &str) -> Result<i64, Problem> {
-    let refused = || {
-        Problem::invalid(
-            "cursor",
-            format!("cursor: not a cursor of this list; pass the `next` of a page of {list}"),
-        )
-    };
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| refused())?;
-    let text = String::from_utf8(bytes).map_err(|_| refused())?;
-    let (name, id) = text.split_once(':').ok_or_else(refused)?;
-    if name != list {
-        return Err(refused());
+impl IdCursors {
+    /// The cursors of `list` on `database` (`ApiState::database_id`) under `filters`,
+    /// every query parameter but `cursor` and `limit`.
+    pub(crate) fn new(
+        list: &'static str,
+        database: String,
+        filters: &impl std::fmt::Debug,
+    ) -> Self {
+        IdCursors {
+            list,
+            database,
+            filters: format!("{filters:?}"),
+        }
     }
-    id.parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(refused)
+
+    /// The check over an id, its list, its database and its filters.
+    fn check(&self, id: &str) -> String {
+        let mut hash = Sha256::new();
+        for part in [CURSOR_TAG, self.list, &self.database, &self.filters, id] {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        let mut hex = const_hex::encode(hash.finalize());
+        hex.truncate(CHECK_HEX);
+        hex
+    }
+
+    /// The cursor of the page after (or before) the row `id`.
+    pub(crate) fn encode(&self, id: i64) -> String {
+        let text = format!("{}.{id}.{}", self.list, self.check(&id.to_string()));
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// The row id in `cursor`, if given, when [`IdCursors::encode`] made it with this
+    /// list, database and filters.
+    pub(crate) fn decode(&self, cursor: Option<&str>) -> Result<Option<i64>, Problem> {
+        cursor.map(|cursor| self.decode_one(cursor)).transpose()
+    }
+
+    fn decode_one(&self, cursor: &str) -> Result<i64, Problem> {
+        let refused = || {
+            Problem::invalid(
+                "cursor",
+                format!(
+                    "cursor: not a cursor of {} with these filters from this server; pass the \
+                     `next` of the page before unchanged, with the same filters, or leave \
+                     cursor out to start again at the first page",
+                    self.list
+                ),
+            )
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor)
+            .map_err(|_| refused())?;
+        let text = String::from_utf8(bytes).map_err(|_| refused())?;
+        let rest = text
+            .strip_prefix(self.list)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .ok_or_else(refused)?;
+        let (id, checked) = rest.split_once('.').ok_or_else(refused)?;
+        if checked != self.check(id) {
+            return Err(refused());
+        }
+        id.parse::<i64>()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(refused)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn runs(database: &str, provider: Option<&str>) -> IdCursors {
+        IdCursors::new("runs", database.to_string(), &(provider, None::<String>))
+    }
+
+    fn refused(cursors: &IdCursors, cursor: &str) -> bool {
+        cursors.decode(Some(cursor)).is_err_and(|problem| {
+            problem.field.as_deref() == Some("cursor")
+                && problem
+                    .detail
+                    .as_deref()
+                    .is_some_and(|detail| detail.contains("leave cursor out"))
+        })
+    }
+
     #[test]
-    fn a_cursor_decodes_in_its_own_list_only() {
-        let cursor = encode_cursor("runs", 42);
-        assert_eq!(decode_cursor("runs", &cursor).ok(), Some(42));
-        assert!(decode_cursor("connections", &cursor).is_err());
-        for bad in ["", "!!", "cnVuczp4", "cnVuczotMQ"] {
-            let problem = decode_cursor("runs", bad).unwrap_err();
-            assert_eq!(problem.field.as_deref(), Some("cursor"), "{bad}");
+    fn a_cursor_decodes_with_its_list_database_and_filters_only() {
+        let cursors = runs("db-1", Some("acme"));
+        let cursor = cursors.encode(42);
+        assert_eq!(cursors.decode(Some(&cursor)).ok(), Some(Some(42)));
+        assert_eq!(cursors.decode(None).ok(), Some(None));
+        // The same list, database and filters read afresh, as the next request does.
+        assert_eq!(
+            runs("db-1", Some("acme")).decode(Some(&cursor)).ok(),
+            Some(Some(42))
+        );
+    }
+
+    #[test]
+    fn a_cursor_of_other_filters_another_database_or_another_list_is_refused() {
+        let cursor = runs("db-1", Some("acme")).encode(42);
+        assert!(refused(&runs("db-1", Some("other")), &cursor));
+        assert!(refused(&runs("db-1", None), &cursor));
+        assert!(refused(&runs("db-2", Some("acme")), &cursor));
+        let connections = IdCursors::new(
+            "connections",
+            "db-1".into(),
+            &(Some("acme"), None::<String>),
+        );
+        assert!(refused(&connections, &cursor));
+    }
+
+    #[test]
+    fn a_cursor_edited_by_hand_is_refused() {
+        let cursors = runs("db-1", Some("acme"));
+        let cursor = cursors.encode(5);
+        let text = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(&cursor)
+                .expect("base64url"),
+        )
+        .expect("text");
+        let encode = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+        let (_, check) = text.rsplit_once('.').expect("a check");
+        let edited = [
+            text.replacen(".5.", ".6.", 1),
+            text.replacen("runs.", "connections.", 1),
+            format!("runs.5.{}", "0".repeat(CHECK_HEX)),
+            format!("runs.5.{}", &check[1..]),
+            "runs:5".into(),
+            format!("runs.-1.{check}"),
+            "runs.5".into(),
+        ];
+        for edited in &edited {
+            assert!(refused(&cursors, &encode(edited)), "{edited}");
+        }
+        // The old plain form of a cursor, and what is not base64url or not text.
+        for bad in ["", "!!", "cnVuczp4", "cnVuczotMQ", "cnVuczo1", "_w"] {
+            assert!(refused(&cursors, bad), "{bad}");
         }
     }
 

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, NotificationsRead, NotificationsWrite};
 use super::connections::path_id;
-use super::input::{decode_cursor, encode_cursor, Query};
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::notification_delivery::{self, DeliveryStatus};
@@ -109,19 +109,17 @@ pub(crate) async fn list_deliveries(
     State(state): State<ApiState>,
     Query(params): Query<DeliveriesParams>,
 ) -> Result<axum::Json<DeliveryPage>, Problem> {
+    let failed_only = params.failed.unwrap_or(false);
+    let cursors = IdCursors::new(LIST, state.database_id().await?, &failed_only);
     let query = DeliveriesQuery {
-        failed_only: params.failed.unwrap_or(false),
-        before: params
-            .cursor
-            .as_deref()
-            .map(|cursor| decode_cursor(LIST, cursor))
-            .transpose()?,
+        failed_only,
+        before: cursors.decode(params.cursor.as_deref())?,
         limit: params.limit.unwrap_or(DEFAULT_LIMIT),
     };
     let page = ops::list(state.db.main(), &query).await?;
     Ok(axum::Json(DeliveryPage {
         items: page.items.into_iter().map(Delivery::from).collect(),
-        next: page.next.map(|id| encode_cursor(LIST, id)),
+        next: page.next.map(|id| cursors.encode(id)),
     }))
 }
 

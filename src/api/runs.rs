@@ -7,7 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, ConnectionsRead};
 use super::connections::path_id;
-use super::input::{decode_cursor, encode_cursor, Query};
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::sync_run;
@@ -119,11 +119,12 @@ pub(crate) async fn list_runs(
     State(state): State<ApiState>,
     Query(params): Query<ListParams>,
 ) -> Result<axum::Json<RunPage>, Problem> {
-    let before = params
-        .cursor
-        .as_deref()
-        .map(|cursor| decode_cursor(LIST, cursor))
-        .transpose()?;
+    let cursors = IdCursors::new(
+        LIST,
+        state.database_id().await?,
+        &(&params.provider, &params.stream, &params.user_id),
+    );
+    let before = cursors.decode(params.cursor.as_deref())?;
     let query = RunsQuery {
         provider: params.provider,
         stream: params.stream,
@@ -135,7 +136,7 @@ pub(crate) async fn list_runs(
     let page = ops::list(state.db.main(), &query).await?;
     Ok(axum::Json(RunPage {
         items: page.items.into_iter().map(Run::from).collect(),
-        next: page.next.map(|id| encode_cursor(LIST, id)),
+        next: page.next.map(|id| cursors.encode(id)),
     }))
 }
 

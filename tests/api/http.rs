@@ -287,9 +287,12 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     let app = spawn_app().await;
     let providers = three_connections(&app).await;
     let served = Served::start(&app, &providers).await;
+    // Whole seconds: MariaDB keeps no fraction unless told.
+    let before = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
     let reader = served.create_key("reader", &["connections:read"]);
     let records = served.create_key("records", &["records:read"]);
     let admin = served.create_key("admin", &["admin"]);
+    let created = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
     let again = run(tributary(&served.config)
         .args(["api-keys", "create", "--name", "reader", "--scope", "admin"]));
     assert_ne!(again.code, 0);
@@ -334,17 +337,34 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
         .and_then(|rest| rest.split_once('_'))
         .expect("trb_<prefix>_<secret>");
     let wrong_secret = format!("trb_{prefix}_{}", "A".repeat(43));
-    for wrong in ["nonsense", "trb_zz_x", wrong_secret.as_str()] {
+    let unknown_prefix = format!("trb_0123456789ab_{}", "B".repeat(43));
+    let malformed = format!("trb_{prefix}_{}", "C".repeat(7));
+    for wrong in [
+        "nonsense",
+        "trb_zz_x",
+        &wrong_secret,
+        &unknown_prefix,
+        &malformed,
+    ] {
         let (status, headers, json) = served
             .call(Method::GET, "/v1/connections", Some(wrong), None)
             .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong}: {json}");
         assert_problem(status, &headers, &json);
         assert!(headers.contains_key("www-authenticate"), "{headers:?}");
+        // The key sent is not echoed back, whole or its secret.
+        let answer = format!("{headers:?} {json}");
+        let secret = wrong.rsplit('_').next().unwrap_or(wrong);
+        assert!(!answer.contains(wrong), "{wrong}: {answer}");
+        assert!(
+            secret.len() < 7 || !answer.contains(secret),
+            "{wrong}: {answer}"
+        );
     }
 
     let (status, json) = served.get("/v1/connections", &records).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{json}");
+    assert!(!json.to_string().contains(&records[4..]), "{json}");
     assert!(
         json["detail"]
             .as_str()
@@ -370,6 +390,14 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
         serde_json::json!(["connections:read"])
     );
     assert!(reader_row["last_used_at"].is_string(), "{reader_row}");
+    let created_at = reader_row["created_at"]
+        .as_str()
+        .and_then(|text| chrono::DateTime::parse_from_rfc3339(text).ok())
+        .expect("created_at, an RFC 3339 time");
+    assert!(
+        before <= created_at && created_at <= created,
+        "{reader_row}: created between {before} and {created}"
+    );
     assert!(reader_row["revoked_at"].is_null(), "{reader_row}");
 
     let revoked = run(tributary(&served.config).args(["api-keys", "revoke", "--name", "reader"]));
@@ -382,6 +410,7 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
             .is_some_and(|d| d.contains("revoked")),
         "{json}"
     );
+    assert!(!json.to_string().contains(&reader[4..]), "{json}");
 
     // The keys are nowhere in clear: not in the listing, the log, the tables or the file.
     let secret_of = |key: &str| -> String {
@@ -418,8 +447,9 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     }
 }
 
-#[tokio::test]
-async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_problem_naming_it() {
+/// alice's, bob's and carol's connections to `acme`, two records each, synced once and
+/// served.
+async fn three_synced_and_served() -> (TestApp, Served) {
     let app = spawn_app().await;
     for user in ["alice", "bob", "carol"] {
         mount_cursor_listing(&app.api, user, &format!("{user}_"), 1, 2, Duration::ZERO).await;
@@ -428,6 +458,12 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
     let settings = app.settings(&providers).await;
     app.sync(&settings).await;
     let served = Served::start(&app, &providers).await;
+    (app, served)
+}
+
+#[tokio::test]
+async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_problem_naming_it() {
+    let (_app, served) = three_synced_and_served().await;
     let key = served.create_key("reader", &["connections:read"]);
 
     // Three connections, two a page, the second page by the first's `next`.
@@ -578,6 +614,113 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
         .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{json}");
     assert_problem(status, &headers, &json);
+
+    // Path traversal in an id is a problem about the id, and reads no file.
+    for path in [
+        "/v1/connections/..%2F..%2Fetc",
+        "/v1/connections/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/v1/connections/..%2F..%2Fetc%2Fpasswd/syncs",
+        "/v1/runs/1%2F..",
+        "/v1/runs/1%2F..%2F..%2Fconnections",
+        "/v1/runs/%2E%2E%2F1",
+        "/v1/runs/..%5C..%5Cetc",
+    ] {
+        let (status, headers, json) = served.call(Method::GET, path, Some(&key), None).await;
+        assert!(status.is_client_error(), "{path}: {status} {json}");
+        assert_problem(status, &headers, &json);
+        assert!(
+            status == StatusCode::NOT_FOUND || json["field"] == "id",
+            "{path}: {json}"
+        );
+        assert!(!json.to_string().contains("root:"), "{path}: {json}");
+    }
+}
+
+/// The cursor `next` with its id replaced by `id`, as a client editing it by hand would.
+fn with_id(next: &str, id: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let text = String::from_utf8(engine.decode(next).expect("base64url")).expect("text");
+    let mut parts: Vec<&str> = text.split('.').collect();
+    assert_eq!(parts.len(), 3, "list, id and check: {text}");
+    assert_ne!(parts[1], id, "{text}");
+    parts[1] = id;
+    engine.encode(parts.join("."))
+}
+
+#[tokio::test]
+async fn id_cursors_edited_of_other_filters_or_from_another_database_are_refused() {
+    let (app, served) = three_synced_and_served().await;
+    let key = served.create_key("reader", &["connections:read"]);
+    let refused = |path: String, status: StatusCode, json: Value| {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {json}");
+        assert_eq!(json["field"], "cursor", "{path}: {json}");
+        assert!(
+            json["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("same filters") && d.contains("leave cursor out")),
+            "{path}: {json}"
+        );
+    };
+
+    let mut firsts = Vec::new();
+    for list in ["connections", "runs"] {
+        let (status, first) = served.get(&format!("/v1/{list}?limit=2"), &key).await;
+        assert_eq!(status, StatusCode::OK, "{first}");
+        let next = first["next"].as_str().expect("a next page").to_string();
+        let last = first["items"][1]["id"].as_i64().expect("an id");
+        // The cursor as issued reads the next page.
+        let (status, second) = served
+            .get(&format!("/v1/{list}?limit=2&cursor={next}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{second}");
+        assert_eq!(
+            second["items"].as_array().map(Vec::len),
+            Some(1),
+            "{second}"
+        );
+
+        // Edited by hand to the id next to it: refused, not another page.
+        for id in [last + 1, last - 1] {
+            let path = format!(
+                "/v1/{list}?limit=2&cursor={}",
+                with_id(&next, &id.to_string())
+            );
+            let (status, json) = served.get(&path, &key).await;
+            refused(path, status, json);
+        }
+        // The same cursor with other filters, or with a filter dropped.
+        for filters in ["provider=acme", "user_id=carol"] {
+            let path = format!("/v1/{list}?limit=2&{filters}&cursor={next}");
+            let (status, json) = served.get(&path, &key).await;
+            refused(path, status, json);
+        }
+        firsts.push((list, next));
+    }
+    let (status, filtered) = served.get("/v1/runs?limit=1&provider=acme", &key).await;
+    assert_eq!(status, StatusCode::OK, "{filtered}");
+    let next = filtered["next"].as_str().expect("a next page");
+    let path = format!("/v1/runs?limit=1&cursor={next}");
+    let (status, json) = served.get(&path, &key).await;
+    refused(path, status, json);
+
+    // A cursor another database issued: the same list and filters, refused once this
+    // database's id is another (as a copy of another tributary database would have).
+    app.execute("UPDATE change_clock SET database_id = '0123456789abcdef0123456789abcdef'")
+        .await;
+    for (list, next) in firsts {
+        let path = format!("/v1/{list}?limit=2&cursor={next}");
+        let (status, json) = served.get(&path, &key).await;
+        refused(path, status, json);
+        // The first page still reads, and its own cursor the next.
+        let (status, first) = served.get(&format!("/v1/{list}?limit=2"), &key).await;
+        assert_eq!(status, StatusCode::OK, "{first}");
+        let next = first["next"].as_str().expect("a next page");
+        let (status, second) = served
+            .get(&format!("/v1/{list}?limit=2&cursor={next}"), &key)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{second}");
+    }
 }
 
 /// Two instances on one server database: a key revoked through one is refused by both
@@ -854,6 +997,135 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
             .is_err(),
         "the API still answers"
     );
+}
+
+/// Providers synced once a year: `acme` with two streams for alice, `records` (two
+/// items on `/v1/items`) and `archive` (one item, `archive0`, on `/v1/archive`), and
+/// `beta` with `records` for bob (one item).
+pub(crate) async fn two_streams_and_two_providers(app: &TestApp) -> String {
+    use wiremock::matchers::{header, method, path};
+    mount_cursor_listing(&app.api, "alice", "alice", 1, 2, Duration::ZERO).await;
+    mount_cursor_listing(&app.api, "bob", "bob", 1, 1, Duration::ZERO).await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/archive"))
+        .and(header("authorization", "Bearer token-alice"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(
+            serde_json::json!({"data": crate::helpers::items("archive", "alice", 0..1)}),
+        ))
+        .mount(&app.api)
+        .await;
+    let acme = cursor_provider("acme", &app.api.uri(), &["alice"]).replacen(
+        "kind = \"rest\"\n",
+        "kind = \"rest\"\nstreams = [\"records\", \"archive\"]\n",
+        1,
+    );
+    let beta = cursor_provider("beta", &app.api.uri(), &["bob"]);
+    format!("{acme}[providers.acme.resources.archive]\npath = \"/v1/archive\"\n{beta}").replace(
+        "schedule = \"0 */15 * * * *\"",
+        "schedule = \"0 0 0 1 1 *\"",
+    )
+}
+
+#[tokio::test]
+async fn a_sync_asked_for_one_stream_runs_it_only_and_runs_are_filtered_by_each_parameter() {
+    use tributary::entities::sync_job::{self, JobStatus};
+    let app = spawn_app().await;
+    let providers = two_streams_and_two_providers(&app).await;
+    let served = Served::start(&app, &providers).await;
+    let syncs = served.create_key("syncer", &["syncs:write"]);
+    let reader = served.create_key("reader", &["connections:read"]);
+    let id_of = |user: &'static str| {
+        let app = &app;
+        async move {
+            query(
+                app,
+                &format!("SELECT id FROM connections WHERE user_id = '{user}'"),
+            )
+            .await[0]
+                .try_get_by_index::<i64>(0)
+                .expect("the connection's id")
+        }
+    };
+    let (alice, bob) = (id_of("alice").await, id_of("bob").await);
+    let json = |text: &str| Some(("application/json", text.as_bytes().to_vec()));
+    let sync = |id: i64, body: &'static str| {
+        let (served, syncs, app) = (&served, &syncs, &app);
+        async move {
+            let (status, _, job) = served
+                .call(
+                    Method::POST,
+                    &format!("/v1/connections/{id}/syncs"),
+                    Some(syncs),
+                    json(body),
+                )
+                .await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+            let job_id = job["job_id"].as_i64().expect("a job id");
+            crate::daemon::eventually(Duration::from_secs(20), "the job run", || async {
+                sync_job::Entity::find_by_id(job_id)
+                    .one(&app.db)
+                    .await
+                    .expect("sync_jobs")
+                    .is_some_and(|job| job.status == JobStatus::Done)
+            })
+            .await;
+        }
+    };
+
+    // One stream asked for: its run only, its records only, its listing only asked.
+    sync(alice, r#"{"stream": "archive"}"#).await;
+    let runs = crate::daemon::runs_of(&app, "alice").await;
+    let streams: Vec<Option<&str>> = runs.iter().map(|run| run.stream.as_deref()).collect();
+    assert_eq!(streams, [Some("archive")], "{runs:?}");
+    assert_eq!(app.record_ids().await, ["archive0"]);
+    let asked: Vec<String> = app
+        .api
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|request| request.url.path().to_string())
+        .collect();
+    assert_eq!(asked, ["/v1/archive"]);
+
+    // Then every stream of both: the runs' filters each keep their own runs only.
+    sync(alice, "{}").await;
+    sync(bob, "{}").await;
+    let listed = |filters: &'static str| {
+        let (served, reader) = (&served, &reader);
+        async move {
+            let (status, page) = served.get(&format!("/v1/runs?{filters}"), reader).await;
+            assert_eq!(status, StatusCode::OK, "{filters}: {page}");
+            let mut runs: Vec<String> = page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|run| format!("{} {} {}", run["provider"], run["user_id"], run["stream"]))
+                .collect();
+            runs.sort();
+            runs.join(", ").replace('"', "")
+        }
+    };
+    assert_eq!(
+        listed("limit=10").await,
+        "acme alice archive, acme alice archive, acme alice records, beta bob records"
+    );
+    assert_eq!(listed("provider=beta").await, "beta bob records");
+    assert_eq!(listed("user_id=bob").await, "beta bob records");
+    assert_eq!(
+        listed("stream=archive").await,
+        "acme alice archive, acme alice archive"
+    );
+    assert_eq!(
+        listed("stream=records").await,
+        "acme alice records, beta bob records"
+    );
+    assert_eq!(
+        listed("provider=acme&user_id=alice&stream=records").await,
+        "acme alice records"
+    );
+    assert_eq!(listed("provider=beta&stream=archive").await, "");
+    assert_eq!(listed("user_id=carol").await, "");
 }
 
 #[tokio::test]

@@ -322,6 +322,41 @@ async fn filters_keep_to_one_user_and_tombstones_show_only_when_asked() {
 }
 
 #[tokio::test]
+async fn a_non_primary_streams_filter_returns_that_streams_records_only() {
+    let app = spawn_app().await;
+    let providers = crate::http::two_streams_and_two_providers(&app).await;
+    let settings = app.settings(&providers).await;
+    sync(&app, &settings).await;
+    let served = Served::start(&app, &providers).await;
+    let key = served.create_key("reader", &["records:read"]);
+    let of = |records: &[Value]| -> String {
+        let mut found: Vec<String> = records
+            .iter()
+            .map(|r| format!("{} {} {}", r["stream"], r["user_id"], r["external_id"]))
+            .collect();
+        found.sort();
+        found.join(", ").replace('"', "")
+    };
+
+    // Without `stream`, the provider's primary stream, as the API documents.
+    for (filters, expected) in [
+        ("provider=acme&stream=archive", "archive alice archive0"),
+        (
+            "provider=acme&stream=records",
+            "records alice alice0, records alice alice1",
+        ),
+        (
+            "provider=acme",
+            "records alice alice0, records alice alice1",
+        ),
+        ("provider=beta", "records bob bob0"),
+    ] {
+        let records = walk(&served, &key, &format!("/v1/records?{filters}&limit=1")).await;
+        assert_eq!(of(&records), expected, "{filters}");
+    }
+}
+
+#[tokio::test]
 async fn bad_parameters_foreign_cursors_and_a_missing_scope_are_problems_naming_them() {
     let app = spawn_app().await;
     let providers = acme(&app, "");

@@ -196,6 +196,68 @@ async fn a_connections_sync_status_shows_its_runs_jobs_schedule_and_health_as_th
 }
 
 #[tokio::test]
+async fn a_streams_sync_status_shows_where_its_next_incremental_run_starts() {
+    use wiremock::matchers::{header, method, path, query_param};
+    let app = spawn_app().await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/items"))
+        .and(header("authorization", "Bearer token-alice"))
+        .and(query_param("updated_since", "2024-01-01T00:00:00Z"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "data": [
+                    {"id": "a", "updated_at": "2026-11-01T10:00:00Z"},
+                    {"id": "b", "updated_at": "2026-11-03T10:00:00Z"},
+                ],
+                "has_more": false,
+            })),
+        )
+        .mount(&app.api)
+        .await;
+    let providers = yearly(format!(
+        "[providers.acme]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/v1/items\"\n\
+         schedule = \"0 */15 * * * *\"\nrecords_path = \"data\"\nid_field = \"id\"\n\
+         incremental = {{ cursor_field = \"updated_at\", param = \"updated_since\", \
+         start = \"2024-01-01T00:00:00Z\" }}\n\
+         [providers.acme.pagination]\ntype = \"has_more\"\nafter_param = \"after\"\n{}",
+        app.api.uri(),
+        crate::helpers::connections("acme", &["alice", "bob"])
+    ));
+    let settings = app.settings(&providers).await;
+    // bob's listing is not served: his run fails and leaves no cursor.
+    app.sync(&settings).await;
+    let served = Served::start(&app, &providers).await;
+    let reader = served.create_key("reader", &["connections:read"]);
+
+    let cursor_of = |user: &'static str| {
+        let (app, served, reader) = (&app, &served, &reader);
+        async move {
+            let id = connection_id(app, user).await;
+            let (status, body) = served
+                .get(&format!("/v1/connections/{id}/syncs"), reader)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body["streams"][0]["cursor"].clone()
+        }
+    };
+    assert_eq!(
+        cursor_of("alice").await,
+        r#"{"time":"2026-11-03T10:00:00Z"}"#,
+        "the latest updated_at alice's run stored"
+    );
+    assert!(cursor_of("bob").await.is_null());
+    let stored: Option<String> = query(
+        &app,
+        "SELECT cs.cursor FROM connection_streams cs \
+         JOIN connections c ON c.id = cs.connection_id WHERE c.user_id = 'alice'",
+    )
+    .await[0]
+        .try_get_by_index(0)
+        .expect("the stream's cursor");
+    assert_eq!(cursor_of("alice").await.as_str(), stored.as_deref());
+}
+
+#[tokio::test]
 async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled() {
     let app = spawn_app().await;
     for user in ["alice", "bob"] {

@@ -2,6 +2,8 @@
 //! and its own `/v1/openapi.json`: generated requests, the document's stateful links,
 //! and the checks that no answer is a server error or strays from the document.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -48,7 +50,9 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
             "admin",
         ],
     );
-    let report = app.dir.path().join("schemathesis-report");
+    let report = report_dir();
+    // A stale report from a run before must not pass for this one's.
+    let _ = std::fs::remove_dir_all(&report);
     // Every check but `positive_data_acceptance`, which expects any request the document
     // allows to succeed: the document cannot say which providers, streams and cron
     // expressions the daemon's config accepts, nor which cursors its earlier answers gave.
@@ -92,24 +96,87 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     });
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let junit = std::fs::read_dir(&report)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&report)
         .into_iter()
         .flatten()
         .flatten()
-        .map(|file| std::fs::read_to_string(file.path()).unwrap_or_default())
+        .map(|file| file.path())
+        .collect();
+    // Schemathesis names the report by the time; one stable name is easier to find.
+    let mut summary = summary_of(&stdout);
+    if let [file] = files.as_mut_slice() {
+        let stable = report.join("report.xml");
+        if std::fs::rename(&file, &stable).is_ok() {
+            summary = summary.replace(&file.display().to_string(), &stable.display().to_string());
+            *file = stable;
+        }
+    }
+    let junit = files
+        .iter()
+        .map(|file| std::fs::read_to_string(file).unwrap_or_default())
         .collect::<Vec<_>>()
         .join("\n");
-    // The seed and the report in the test's output, whether it passes or not.
-    println!(
-        "schemathesis {VERSION}, seed {SEED}, {:?}:\n{stdout}\n{stderr}",
-        started.elapsed()
+    // The seed, the summary and where the report is, in the test's output whether it
+    // passes or not: libtest captures `println!` of a passing test, not stderr itself.
+    let summary = format!(
+        "schemathesis {VERSION}, seed {SEED}, {:.1?}: {}\n{}\nJUnit report: {:?}\n",
+        started.elapsed(),
+        junit_counts(&junit),
+        summary,
+        files
     );
+    let _ = std::io::stderr().write_all(summary.as_bytes());
     assert!(
         output.status.success(),
         "schemathesis failed (seed {SEED}; exit {:?}):\n{stdout}\n{stderr}\nJUnit report:\n{junit}\nDaemon log (its end):\n{}",
         output.status.code(),
         tail(&served.daemon.log(), 200)
     );
+}
+
+/// Where the JUnit report is kept after the test: `schemathesis/` in the target
+/// directory (`CARGO_TARGET_DIR`, or the one this binary was built in:
+/// `target/debug/deps/api-…`), not in the test's folder, which is deleted.
+fn report_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let binary = std::env::current_exe().ok()?;
+            Some(binary.ancestors().nth(3)?.to_path_buf())
+        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("schemathesis")
+}
+
+/// The JUnit report's test cases (one per operation, and one for the stateful phase),
+/// and the failures and errors its `<testsuites>` counts.
+fn junit_counts(junit: &str) -> String {
+    let attribute = |name: &str| {
+        let start = junit.find("<testsuites")?;
+        let tag = &junit[start..];
+        let tag = &tag[..tag.find('>')?];
+        let value = tag.split(&format!(" {name}=\"")).nth(1)?;
+        value.split('"').next().map(str::to_string)
+    };
+    let or_unknown = |value: Option<String>| value.unwrap_or_else(|| "?".into());
+    format!(
+        "JUnit: {} test cases, {} failures, {} errors",
+        junit.matches("<testcase").count(),
+        or_unknown(attribute("failures")),
+        or_unknown(attribute("errors"))
+    )
+}
+
+/// Schemathesis's own summary (operations, phases, checks, failures, test cases,
+/// seed): its output from the `SUMMARY` rule on, or its last 40 lines.
+fn summary_of(stdout: &str) -> String {
+    match stdout.find(" SUMMARY ") {
+        Some(at) => {
+            let start = stdout[..at].rfind('\n').map_or(0, |line| line + 1);
+            stdout[start..].trim_end().to_string()
+        }
+        None => tail(stdout, 40),
+    }
 }
 
 /// The last `lines` lines of `text`.

@@ -82,6 +82,26 @@ async fn mark_needs_reconnect(app: &TestApp, id: i64) {
         .expect("marked");
 }
 
+/// Alice's `acme` listing two records, and the settings that announce to the returned
+/// receiver (answering 200).
+async fn alice_notified(app: &TestApp) -> (MockServer, tributary::config::Settings) {
+    mount_cursor_pages(
+        &app.api,
+        vec![(Value::Array(items("k", "alice", 0..2)), None)],
+    )
+    .await;
+    let receiver = MockServer::start().await;
+    answer(&receiver, 200).await;
+    let settings = app
+        .settings(&format!(
+            "{}{}",
+            cursor_provider("acme", &app.api.uri(), &["alice"]),
+            notify_table(&receiver, "")
+        ))
+        .await;
+    (receiver, settings)
+}
+
 fn names(events: &[Value]) -> Vec<&str> {
     events
         .iter()
@@ -229,20 +249,7 @@ async fn a_receiver_hears_each_connection_transition_once_signed_and_without_sec
 #[tokio::test]
 async fn a_run_that_succeeds_after_a_revoked_authorization_announces_the_recovery_once() {
     let app = spawn_app().await;
-    mount_cursor_pages(
-        &app.api,
-        vec![(Value::Array(items("k", "alice", 0..2)), None)],
-    )
-    .await;
-    let receiver = MockServer::start().await;
-    answer(&receiver, 200).await;
-    let settings = app
-        .settings(&format!(
-            "{}{}",
-            cursor_provider("acme", &app.api.uri(), &["alice"]),
-            notify_table(&receiver, "")
-        ))
-        .await;
+    let (receiver, settings) = alice_notified(&app).await;
     let alice = app.alice().await;
     mark_needs_reconnect(&app, alice.id).await;
 
@@ -297,4 +304,56 @@ async fn without_notify_no_connection_event_is_written() {
         None
     );
     assert_eq!(deliveries(&app).await, vec![]);
+}
+
+#[tokio::test]
+async fn a_key_the_provider_refuses_with_401_is_announced_once_and_its_recovery_too() {
+    let app = spawn_app().await;
+    // The key is refused once (revoked, say), then works again (restored).
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .and(wiremock::matchers::path("/v1/items"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(401).set_body_json(json!({"message": "revoked"})),
+        )
+        .up_to_n_times(1)
+        .mount(&app.api)
+        .await;
+    let (receiver, settings) = alice_notified(&app).await;
+    let alice = app.alice().await;
+
+    assert_eq!(app.sync_one(&settings).await.status, RunStatus::Failed);
+    // The key works again: the run that succeeds announces the recovery.
+    assert_eq!(app.sync_one(&settings).await.status, RunStatus::Succeeded);
+    let connection_events: Vec<DeliveryEvent> = deliveries(&app)
+        .await
+        .iter()
+        .map(|row| row.event)
+        .filter(|event| *event != DeliveryEvent::Run)
+        .collect();
+    assert_eq!(
+        connection_events,
+        vec![
+            DeliveryEvent::ConnectionAuthorizationFailed,
+            DeliveryEvent::ConnectionRecovered
+        ]
+    );
+    deliver_until(
+        &app,
+        &notifier(&app, &settings),
+        Duration::from_secs(20),
+        all_settled,
+    )
+    .await;
+    let (events, raw) = events_received(&receiver).await;
+    assert_eq!(
+        names(&events),
+        vec!["connection.authorization_failed", "connection.recovered"]
+    );
+    assert!(events
+        .iter()
+        .all(|event| event["connection_id"] == alice.id));
+    assert!(
+        raw.iter().all(|body| !body.contains("token-alice")),
+        "{raw:#?}"
+    );
 }

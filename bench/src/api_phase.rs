@@ -2,7 +2,8 @@
 //! real daemon (`daemon::run` with `[api]`) by a real HTTP client in pages of 1,000, and
 //! the same rows with the same SQL straight from the database, in turns in one process,
 //! so that the ratio of the two is the API's own cost on that machine that day. Then 50
-//! clients at once read connections and records, and none may get an error.
+//! clients at once read connections, their sync status and records, and none may get an
+//! error.
 
 use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -22,7 +23,8 @@ use tributary::db::DatabasePools;
 
 /// Records a page of either reader holds.
 pub const PAGE: u64 = 1_000;
-/// Clients reading at once in the concurrency check.
+/// Clients reading at once in the concurrency check (connections, their sync status and
+/// record pages, in turns).
 const CLIENTS: usize = 50;
 /// Requests each of those clients makes.
 const REQUESTS_PER_CLIENT: usize = 10;
@@ -319,28 +321,49 @@ async fn concurrent_clients(client: &reqwest::Client, base: &str, key: &str) -> 
         async move {
             let mut errors = 0;
             let mut cursor: Option<String> = None;
+            // A connection the list named, whose sync status the client reads next.
+            let mut connection: Option<i64> = None;
+            let mut statuses = 0;
             for request in 0..REQUESTS_PER_CLIENT {
-                let url = match (request + index) % 2 {
-                    0 => format!("{base}/v1/connections?provider={PROVIDER}"),
-                    _ => match &cursor {
+                let url = match ((request + index) % 3, connection) {
+                    (1, _) => match &cursor {
                         Some(cursor) => {
                             format!("{base}/v1/records?provider={PROVIDER}&limit=100&cursor={cursor}")
                         }
                         None => format!("{base}/v1/records?provider={PROVIDER}&limit=100"),
                     },
+                    (2, Some(id)) => {
+                        statuses += 1;
+                        format!("{base}/v1/connections/{id}/syncs")
+                    }
+                    _ => format!("{base}/v1/connections?provider={PROVIDER}"),
                 };
                 let answer = client.get(&url).bearer_auth(key).send().await;
                 match answer {
                     Ok(response) if response.status().is_success() => {
-                        if url.contains("/v1/records") {
-                            let body = response.bytes().await.ok();
-                            let page = body
+                        let body = response.bytes().await.ok();
+                        let read = match url.contains("/v1/records") {
+                            true => body
                                 .as_deref()
-                                .and_then(|body| serde_json::from_slice::<ApiPage>(body).ok());
-                            match page {
-                                Some(page) => cursor = page.next,
-                                None => errors += 1,
-                            }
+                                .and_then(|body| serde_json::from_slice::<ApiPage>(body).ok())
+                                .map(|page| cursor = page.next),
+                            false => body
+                                .as_deref()
+                                .and_then(|body| {
+                                    serde_json::from_slice::<serde_json::Value>(body).ok()
+                                })
+                                .map(|json| {
+                                    if let Some(id) = json["items"][index % 10]["id"]
+                                        .as_i64()
+                                        .or_else(|| json["items"][0]["id"].as_i64())
+                                    {
+                                        connection = Some(id);
+                                    }
+                                }),
+                        };
+                        if read.is_none() {
+                            eprintln!("concurrent client: GET {url}: a body that is not the API's");
+                            errors += 1;
                         }
                     }
                     Ok(response) => {
@@ -352,6 +375,10 @@ async fn concurrent_clients(client: &reqwest::Client, base: &str, key: &str) -> 
                         errors += 1;
                     }
                 }
+            }
+            if statuses == 0 {
+                eprintln!("concurrent client {index}: no connection's sync status was read");
+                errors += 1;
             }
             errors
         }

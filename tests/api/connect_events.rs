@@ -102,6 +102,22 @@ async fn alice_notified(app: &TestApp) -> (MockServer, tributary::config::Settin
     (receiver, settings)
 }
 
+/// Delivers every outbox row to `receiver`, then what it got, as [`events_received`].
+async fn delivered(
+    app: &TestApp,
+    settings: &tributary::config::Settings,
+    receiver: &MockServer,
+) -> (Vec<Value>, Vec<String>) {
+    deliver_until(
+        app,
+        &notifier(app, settings),
+        Duration::from_secs(20),
+        all_settled,
+    )
+    .await;
+    events_received(receiver).await
+}
+
 fn names(events: &[Value]) -> Vec<&str> {
     events
         .iter()
@@ -268,14 +284,7 @@ async fn a_run_that_succeeds_after_a_revoked_authorization_announces_the_recover
             (DeliveryEvent::Run, Some(first.run_id)),
         ]
     );
-    deliver_until(
-        &app,
-        &notifier(&app, &settings),
-        Duration::from_secs(20),
-        all_settled,
-    )
-    .await;
-    let (events, raw) = events_received(&receiver).await;
+    let (events, raw) = delivered(&app, &settings, &receiver).await;
     assert_eq!(names(&events), vec!["connection.recovered"]);
     assert_eq!(events[0]["connection_id"], alice.id);
     assert_eq!(events[0]["user_id"], "alice");
@@ -337,14 +346,7 @@ async fn a_key_the_provider_refuses_with_401_is_announced_once_and_its_recovery_
             DeliveryEvent::ConnectionRecovered
         ]
     );
-    deliver_until(
-        &app,
-        &notifier(&app, &settings),
-        Duration::from_secs(20),
-        all_settled,
-    )
-    .await;
-    let (events, raw) = events_received(&receiver).await;
+    let (events, raw) = delivered(&app, &settings, &receiver).await;
     assert_eq!(
         names(&events),
         vec!["connection.authorization_failed", "connection.recovered"]

@@ -1213,22 +1213,28 @@ async fn until_text(app: &TestApp, sql: &str, expected: &str) {
     }
 }
 
-#[tokio::test]
-async fn a_delivery_for_a_connected_account_queues_one_webhook_run_that_fetches_its_stream() {
-    let app = spawn_app().await;
+/// `GET /issues` with alice's token answers `body`, at least once.
+async fn mount_alices_issues(app: &TestApp, body: Value) {
     wiremock::Mock::given(wiremock::matchers::method("GET"))
         .and(wiremock::matchers::path("/issues"))
         .and(wiremock::matchers::header(
             "authorization",
             "Bearer token-alice",
         ))
-        .respond_with(
-            wiremock::ResponseTemplate::new(200)
-                .set_body_json(json!([crate::adapters::issue(1, "2026-12-05T10:00:00Z"),])),
-        )
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(body))
         .expect(1..)
         .mount(&app.api)
         .await;
+}
+
+#[tokio::test]
+async fn a_delivery_for_a_connected_account_queues_one_webhook_run_that_fetches_its_stream() {
+    let app = spawn_app().await;
+    mount_alices_issues(
+        &app,
+        json!([crate::adapters::issue(1, "2026-12-05T10:00:00Z"),]),
+    )
+    .await;
     let (served, metrics_port) = serve_routing(&app).await;
 
     let (status, _, answer) = send(&served, &github_from("opened", 4242), None).await;
@@ -1618,19 +1624,11 @@ async fn one_webhook_run_applied_for_alice(app: &TestApp, stream: &str) {
 #[tokio::test]
 async fn a_gitlab_issue_hook_routed_by_its_project_id_queues_that_connections_webhook_run() {
     let app = spawn_app().await;
-    wiremock::Mock::given(wiremock::matchers::method("GET"))
-        .and(wiremock::matchers::path("/issues"))
-        .and(wiremock::matchers::header(
-            "authorization",
-            "Bearer token-alice",
-        ))
-        .respond_with(
-            wiremock::ResponseTemplate::new(200)
-                .set_body_json(json!({"data": [{"id": "issue-1", "title": "From the API"}]})),
-        )
-        .expect(1..)
-        .mount(&app.api)
-        .await;
+    mount_alices_issues(
+        &app,
+        json!({"data": [{"id": "issue-1", "title": "From the API"}]}),
+    )
+    .await;
     let providers = format!(
         "\n[providers.lab]\nkind = \"rest\"\nbase_url = \"{}\"\npath = \"/items\"\n\
          records_path = \"data\"\nid_field = \"id\"\nauth = \"bearer\"\nschedule = \"0 0 0 1 1 *\"\n\

@@ -723,8 +723,7 @@ async fn id_cursors_edited_of_other_filters_or_from_another_database_are_refused
     }
 }
 
-/// Two instances on one server database: a key revoked through one is refused by both
-/// at their next request, since every request reads the key's row.
+/// The keys listed by the CLI, a page at a time.
 #[tokio::test]
 async fn api_keys_are_listed_a_page_at_a_time_without_gaps_or_repeats() {
     let app = spawn_app().await;
@@ -800,6 +799,8 @@ async fn api_keys_are_listed_a_page_at_a_time_without_gaps_or_repeats() {
     assert_ne!(refused.code, 0);
 }
 
+/// Two instances on one server database: a key revoked through one is refused by both
+/// at their next request, since every request reads the key's row.
 #[tokio::test]
 async fn a_revoked_key_is_refused_by_every_instance_at_the_next_request() {
     if backend() == Backend::Sqlite {

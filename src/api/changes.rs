@@ -9,13 +9,15 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Admin, Authorized, RecordsRead};
-use super::input::Query;
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::ops::changes::{self as ops, ChangeItem, ChangesQuery, FeedCursor, Payload, ReaderView};
 use crate::ops::OpsError;
 
 const DEFAULT_LIMIT: u64 = 100;
+/// The list a readers cursor is of.
+const READERS: &str = "readers";
 
 /// How a reader takes its baseline again, over this API.
 const RESYNC: &str = "Over this API: GET /v1/changes/head, copy the records, then read \
@@ -184,15 +186,32 @@ pub(crate) struct FeedReaders {
     pub feed_start: FeedStart,
     /// The furthest behind first.
     pub readers: Vec<ReaderView>,
+    /// Pass it as `cursor` for the next page; absent on the last page.
+    pub next: Option<String>,
+}
+
+/// Which page of readers.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReadersParams {
+    /// The `next` of the page before. A reader that read on while the pages were read
+    /// may be listed again further on; none is skipped.
+    cursor: Option<String>,
+    /// At most this many readers (1 to 1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u64>,
 }
 
 /// The feed's readers, and how far behind the head each is.
 #[utoipa::path(
     get,
     path = "/v1/changes/readers",
+    params(ReadersParams),
     security(("bearer" = ["admin"])),
     responses(
-        (status = 200, description = "The head, and each reader's cursor and lag", body = FeedReaders),
+        (status = 200, description = "The head, and a page of the readers with each one's cursor and lag", body = FeedReaders),
+        (status = 400, description = "A query parameter is wrong", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The key lacks admin", body = Problem, content_type = "application/problem+json"),
     )
@@ -200,9 +219,19 @@ pub(crate) struct FeedReaders {
 pub(crate) async fn feed_readers(
     _caller: Authorized<Admin>,
     State(state): State<ApiState>,
+    Query(params): Query<ReadersParams>,
 ) -> Result<axum::Json<FeedReaders>, Problem> {
+    let cursors = IdCursors::new(READERS, state.database_id().await?, &());
+    let after = match params.cursor.as_deref() {
+        Some(cursor) => {
+            let key = cursors.decode_key(cursor)?;
+            Some(ops::place_of(&key).ok_or_else(|| cursors.refused())?)
+        }
+        None => None,
+    };
     let retention = state.settings.changes.retention;
-    let found = ops::readers(state.db.main(), retention).await?;
+    let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
+    let found = ops::readers(state.db.main(), retention, after, limit).await?;
     Ok(axum::Json(FeedReaders {
         head: found.head.to_string(),
         feed_start: FeedStart {
@@ -210,5 +239,8 @@ pub(crate) async fn feed_readers(
             first_committed_at: found.feed_start.first_committed_at,
         },
         readers: found.readers,
+        next: found
+            .next
+            .map(|place| cursors.encode_key(&ops::place_key(place))),
     }))
 }

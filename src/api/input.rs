@@ -162,7 +162,12 @@ impl IdCursors {
 
     /// The cursor of the page after (or before) the row `id`.
     pub(crate) fn encode(&self, id: i64) -> String {
-        let text = format!("{}.{id}.{}", self.list, self.check(&id.to_string()));
+        self.encode_key(&id.to_string())
+    }
+
+    /// The cursor of the page after the row whose sort key is `key`.
+    pub(crate) fn encode_key(&self, key: &str) -> String {
+        let text = format!("{}.{key}.{}", self.list, self.check(key));
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
     }
 
@@ -173,17 +178,17 @@ impl IdCursors {
     }
 
     fn decode_one(&self, cursor: &str) -> Result<i64, Problem> {
-        let refused = || {
-            Problem::invalid(
-                "cursor",
-                format!(
-                    "cursor: not a cursor of {} with these filters from this server; pass the \
-                     `next` of the page before unchanged, with the same filters, or leave \
-                     cursor out to start again at the first page",
-                    self.list
-                ),
-            )
-        };
+        let key = self.decode_key(cursor)?;
+        key.parse::<i64>()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| self.refused())
+    }
+
+    /// The sort key in `cursor` when [`IdCursors::encode_key`] made it with this list,
+    /// database and filters.
+    pub(crate) fn decode_key(&self, cursor: &str) -> Result<String, Problem> {
+        let refused = || self.refused();
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(cursor)
             .map_err(|_| refused())?;
@@ -192,14 +197,23 @@ impl IdCursors {
             .strip_prefix(self.list)
             .and_then(|rest| rest.strip_prefix('.'))
             .ok_or_else(refused)?;
-        let (id, checked) = rest.split_once('.').ok_or_else(refused)?;
-        if checked != self.check(id) {
+        let (key, checked) = rest.rsplit_once('.').ok_or_else(refused)?;
+        if checked != self.check(key) {
             return Err(refused());
         }
-        id.parse::<i64>()
-            .ok()
-            .filter(|id| *id > 0)
-            .ok_or_else(refused)
+        Ok(key.to_string())
+    }
+
+    pub(crate) fn refused(&self) -> Problem {
+        Problem::invalid(
+            "cursor",
+            format!(
+                "cursor: not a cursor of {} with these filters from this server; pass the \
+                 `next` of the page before unchanged, with the same filters, or leave cursor \
+                 out to start again at the first page",
+                self.list
+            ),
+        )
     }
 }
 

@@ -1,18 +1,22 @@
-//! `/v1/jobs/{id}`: a sync job (what `POST /v1/connections/{id}/syncs` returned, or any
-//! other), and cancelling it.
+//! `/v1/jobs`: the sync jobs, newest first; one job (what `POST
+//! /v1/connections/{id}/syncs` returned, or any other), and cancelling it.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Authorized, ConnectionsRead, SyncsWrite};
 use super::connections::path_id;
+use super::input::{IdCursors, Query};
 use super::problem::Problem;
 use super::state::ApiState;
 use crate::entities::sync_job::JobStatus;
-use crate::ops::jobs::{self as ops, JobView};
+use crate::ops::jobs::{self as ops, JobState, JobView, JobsQuery};
+
+const LIST: &str = "jobs";
+const DEFAULT_LIMIT: u64 = 100;
 
 /// A sync job: one connection's runs (one stream, or every stream its provider syncs),
 /// queued, running or ended.
@@ -67,6 +71,101 @@ impl From<JobView> for Job {
             cancel_requested_at: job.cancel_requested_at,
         }
     }
+}
+
+/// A page of jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JobPage {
+    pub items: Vec<Job>,
+    /// Pass it as `cursor` for the next page; absent on the last page.
+    pub next: Option<String>,
+}
+
+/// Which jobs to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListParams {
+    /// Only jobs in this state (`active`: queued or running).
+    #[param(inline)]
+    status: Option<JobState>,
+    /// Only this connection's.
+    #[param(minimum = 1)]
+    connection_id: Option<i64>,
+    provider: Option<String>,
+    user_id: Option<String>,
+    /// The `next` of the page before (or a sync status's `jobs_next`).
+    cursor: Option<String>,
+    /// At most this many jobs (1 to 1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u64>,
+}
+
+/// The filters a jobs cursor is bound to (status, connection, provider, user): a sync
+/// status's `jobs_next` is made with those of `GET
+/// /v1/jobs?connection_id=ID&status=active`, so it pages on there.
+type Filters<'a> = (
+    Option<JobState>,
+    Option<i64>,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+fn cursors(database: String, filters: &Filters<'_>) -> IdCursors {
+    IdCursors::new(LIST, database, filters)
+}
+
+/// The cursor a sync status gives for the page after its `jobs`.
+pub(super) fn active_jobs_cursor(database: String, connection_id: i64, before: i64) -> String {
+    let filters: Filters<'_> = (Some(JobState::Active), Some(connection_id), None, None);
+    cursors(database, &filters).encode(before)
+}
+
+/// List sync jobs, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    params(ListParams),
+    security(("bearer" = ["connections:read"])),
+    responses(
+        (status = 200, description = "A page of jobs", body = JobPage),
+        (status = 400, description = "A query parameter is wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks connections:read", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn list_jobs(
+    _caller: Authorized<ConnectionsRead>,
+    State(state): State<ApiState>,
+    Query(params): Query<ListParams>,
+) -> Result<axum::Json<JobPage>, Problem> {
+    if params.connection_id.is_some_and(|id| id < 1) {
+        return Err(Problem::invalid(
+            "connection_id",
+            "connection_id: a connection's id is a positive number",
+        ));
+    }
+    let filters: Filters<'_> = (
+        params.status,
+        params.connection_id,
+        params.provider.as_deref(),
+        params.user_id.as_deref(),
+    );
+    let cursors = cursors(state.database_id().await?, &filters);
+    let before = cursors.decode(params.cursor.as_deref())?;
+    let query = JobsQuery {
+        state: params.status,
+        connection_id: params.connection_id,
+        provider: params.provider.clone(),
+        user_id: params.user_id.clone(),
+        before,
+        limit: params.limit.unwrap_or(DEFAULT_LIMIT),
+    };
+    let page = ops::list(state.db.main(), &query).await?;
+    Ok(axum::Json(JobPage {
+        items: page.items.into_iter().map(Job::from).collect(),
+        next: page.next.map(|id| cursors.encode(id)),
+    }))
 }
 
 /// Get a sync job.

@@ -93,6 +93,7 @@ pub enum ApiError {
         syncs::StreamSyncs,
         syncs::RunBrief,
         jobs::Job,
+        jobs::JobPage,
         changes::ChangePage,
         changes::Change,
         changes::FeedStart,
@@ -118,7 +119,7 @@ pub enum ApiError {
         (name = "connect", description = "Links where users connect their own accounts"),
         (name = "runs", description = "The run history"),
         (name = "syncs", description = "Where a connection's syncs stand; runs asked for now, queued as jobs"),
-        (name = "jobs", description = "Sync jobs: their status, and cancelling them"),
+        (name = "jobs", description = "Sync jobs: listing them, their status, and cancelling them"),
         (name = "errors", description = "What runs could not store, and replaying it"),
         (name = "changes", description = "The change feed of the records"),
         (name = "notifications", description = "The webhook deliveries"),
@@ -178,6 +179,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<connect::__path_create_session>("connect", post(connect::create_session))
     .add::<syncs::__path_trigger_sync>("syncs", post(syncs::trigger_sync))
     .add::<syncs::__path_sync_status>("syncs", get(syncs::sync_status))
+    .add::<jobs::__path_list_jobs>("jobs", get(jobs::list_jobs))
     .add::<jobs::__path_get_job>("jobs", get(jobs::get_job))
     .add::<jobs::__path_cancel_job>("jobs", delete(jobs::cancel_job))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))

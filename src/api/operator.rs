@@ -287,7 +287,7 @@ async fn overview(admin: Admin, State(state): State<ApiState>) -> Response {
         Err(error) => return ops_error(&error),
     };
     let deferred = crate::ops::jobs::JobsQuery {
-        deferred: true,
+        state: Some(crate::ops::jobs::JobState::Deferred),
         limit: PAGE_SIZE,
         ..Default::default()
     };
@@ -296,7 +296,7 @@ async fn overview(admin: Admin, State(state): State<ApiState>) -> Response {
         Err(error) => return ops_error(&error),
     };
     let retention = state.settings.changes.retention;
-    let feed = match crate::ops::changes::readers(db, retention).await {
+    let feed = match crate::ops::changes::readers(db, retention, None, PAGE_SIZE).await {
         Ok(feed) => feed,
         Err(error) => return ops_error(&error),
     };
@@ -380,6 +380,9 @@ async fn overview(admin: Admin, State(state): State<ApiState>) -> Response {
                     }
                 }
             }))
+            @if feed.next.is_some() {
+                p class="note" { "The " (PAGE_SIZE) " readers furthest behind; " code { "GET /v1/changes/readers" } " pages through them all." }
+            }
         }
     };
     page("Overview", admin.by_session, body).into_response()

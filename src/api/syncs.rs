@@ -176,13 +176,18 @@ pub(crate) struct SyncStatus {
     pub needs_reconnect_since: Option<DateTime<Utc>>,
     /// The worst of its streams': `healthy`, `never_synced`, `degraded` or `failing`.
     pub health: String,
-    /// Its running and queued jobs, running first, then the most urgent (at most 100).
+    /// Its running and queued jobs, newest first: the first 100 (each stream's running
+    /// job is also its `running_job_id`).
     pub jobs: Vec<Job>,
+    /// The cursor of the page after `jobs` at `GET
+    /// /v1/jobs?connection_id=ID&status=active`; absent when `jobs` holds them all.
+    pub jobs_next: Option<String>,
     pub streams: Vec<StreamSyncs>,
 }
 
-impl From<status::SyncStatus> for SyncStatus {
-    fn from(status: status::SyncStatus) -> SyncStatus {
+impl SyncStatus {
+    /// `status`, with `jobs_next` the cursor of its jobs' next page.
+    fn of(status: status::SyncStatus, jobs_next: Option<String>) -> SyncStatus {
         SyncStatus {
             connection_id: status.connection_id,
             provider: status.provider,
@@ -192,6 +197,7 @@ impl From<status::SyncStatus> for SyncStatus {
             needs_reconnect_since: status.needs_reconnect_since,
             health: status.health.to_string(),
             jobs: status.jobs.into_iter().map(Job::from).collect(),
+            jobs_next,
             streams: status
                 .streams
                 .into_iter()
@@ -239,5 +245,13 @@ pub(crate) async fn sync_status(
 ) -> Result<axum::Json<SyncStatus>, Problem> {
     let id = path_id(&id)?;
     let status = status::status(&state.db, &state.settings, id).await?;
-    Ok(axum::Json(SyncStatus::from(status)))
+    let jobs_next = match status.jobs_next {
+        Some(before) => Some(super::jobs::active_jobs_cursor(
+            state.database_id().await?,
+            id,
+            before,
+        )),
+        None => None,
+    };
+    Ok(axum::Json(SyncStatus::of(status, jobs_next)))
 }

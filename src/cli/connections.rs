@@ -465,7 +465,14 @@ fn print_status(status: &crate::ops::sync_status::SyncStatus, json: bool) -> any
                 time(job.not_before),
             ]
         },
-    )
+    )?;
+    if let Some(before) = status.jobs_next {
+        println!(
+            "More jobs: tributary jobs --connection {} --status active --before {before}",
+            status.connection_id
+        );
+    }
+    Ok(())
 }
 
 fn print_connections(views: &[ConnectionView], json: bool) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use crate::app::{Access, App};
 use crate::config::Settings;
 use crate::entities::sync_job::JobStatus;
-use crate::ops::jobs::{JobsQuery, MAX_LIMIT};
+use crate::ops::jobs::{JobState, JobsQuery, MAX_LIMIT};
 
 use super::history::{print_rows, shorten};
 
@@ -20,6 +20,9 @@ pub struct JobsArgs {
     /// Only jobs in this state.
     #[arg(long, value_enum)]
     status: Option<StatusArg>,
+    /// Only this connection's.
+    #[arg(long, value_name = "CONNECTION_ID")]
+    connection: Option<i64>,
     /// Only this provider's.
     #[arg(long)]
     provider: Option<String>,
@@ -56,6 +59,8 @@ enum JobsAction {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum StatusArg {
+    /// Queued or running.
+    Active,
     Queued,
     /// Queued, not due yet (a retry's backoff, a budget, a lease).
     Deferred,
@@ -79,17 +84,18 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
         return next_due(&app, args.json).await;
     }
     let query = JobsQuery {
-        deferred: matches!(args.status, Some(StatusArg::Deferred)),
-        status: args.status.and_then(|status| match status {
-            StatusArg::Queued => Some(JobStatus::Queued),
-            StatusArg::Deferred => None,
-            StatusArg::Running => Some(JobStatus::Running),
-            StatusArg::Done => Some(JobStatus::Done),
-            StatusArg::Skipped => Some(JobStatus::Skipped),
-            StatusArg::Failed => Some(JobStatus::Failed),
-            StatusArg::Interrupted => Some(JobStatus::Interrupted),
-            StatusArg::Cancelled => Some(JobStatus::Cancelled),
+        state: args.status.map(|status| match status {
+            StatusArg::Active => JobState::Active,
+            StatusArg::Queued => JobState::Queued,
+            StatusArg::Deferred => JobState::Deferred,
+            StatusArg::Running => JobState::Running,
+            StatusArg::Done => JobState::Done,
+            StatusArg::Skipped => JobState::Skipped,
+            StatusArg::Failed => JobState::Failed,
+            StatusArg::Interrupted => JobState::Interrupted,
+            StatusArg::Cancelled => JobState::Cancelled,
         }),
+        connection_id: args.connection,
         provider: args.provider,
         user_id: args.user,
         before: args.before,

@@ -119,7 +119,37 @@ pub(crate) struct FeedReaders {
     pub head: FeedCursor,
     pub feed_start: FeedStart,
     pub readers: Vec<ReaderView>,
+    /// Where the next page of readers starts; `None` on the last page.
+    #[serde(skip)]
+    pub next: Option<changes::ReaderPlace>,
 }
+
+pub(crate) use changes::ReaderPlace;
+
+/// A reader's place in the list as a cursor's key: position, then row.
+pub(crate) fn place_key(place: ReaderPlace) -> String {
+    format!(
+        "{}.{}.{}",
+        place.position.seq, place.position.ordinal, place.id
+    )
+}
+
+/// The place in a key [`place_key`] made.
+pub(crate) fn place_of(key: &str) -> Option<ReaderPlace> {
+    let mut parts = key.split('.').map(str::parse::<i64>);
+    let (Some(Ok(seq)), Some(Ok(ordinal)), Some(Ok(id)), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(ReaderPlace {
+        position: changes::Cursor { seq, ordinal },
+        id,
+    })
+}
+
+/// The largest page of readers.
+pub(crate) const MAX_READERS: u64 = 1_000;
 
 /// A key that reads the feed, and how far behind the head it is. The API returns it as
 /// it is, so its schema is described here once.
@@ -151,15 +181,18 @@ pub(crate) struct ReaderView {
     pub idle_past_retention: bool,
 }
 
-/// The readers of the feed, the furthest behind first, with the head they are behind.
-/// Readers whose key was revoked are left out (their rows are deleted with the
-/// revocation).
+/// A page of at most `limit` readers of the feed after place `after`, the furthest behind
+/// first, with the head they are behind. Readers whose key was revoked are left out
+/// (their rows are deleted with the revocation).
 pub(crate) async fn readers(
     db: &DatabaseConnection,
     retention: std::time::Duration,
+    after: Option<changes::ReaderPlace>,
+    limit: u64,
 ) -> Result<FeedReaders, OpsError> {
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-    let lags = changes::reader_lags(db).await?;
+    let limit = super::check_limit(limit, MAX_READERS)?;
+    let lags = changes::reader_lags(db, after, limit).await?;
     let database = Some(changes::database_id(db).await?);
     let issued = |position| FeedCursor { database, position };
     let key_ids: Vec<i64> = lags.readers.iter().filter_map(|lag| lag.key_id).collect();
@@ -210,6 +243,7 @@ pub(crate) async fn readers(
             first_committed_at: lags.start.first_committed_at,
         },
         readers,
+        next: lags.next,
     })
 }
 

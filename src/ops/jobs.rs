@@ -12,13 +12,45 @@ use crate::entities::sync_job::{self, JobKind, JobStatus};
 /// The largest page of jobs.
 pub const MAX_LIMIT: u64 = 1_000;
 
+/// Which jobs to list by where they stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Queued or running.
+    Active,
+    Queued,
+    /// Queued and not due yet (a retry's backoff, a spent budget, a lease held).
+    Deferred,
+    Running,
+    Done,
+    Skipped,
+    Failed,
+    Interrupted,
+    Cancelled,
+}
+
+impl JobState {
+    /// The statuses a job in this state has.
+    fn statuses(self) -> &'static [JobStatus] {
+        match self {
+            JobState::Active => &[JobStatus::Queued, JobStatus::Running],
+            JobState::Queued | JobState::Deferred => &[JobStatus::Queued],
+            JobState::Running => &[JobStatus::Running],
+            JobState::Done => &[JobStatus::Done],
+            JobState::Skipped => &[JobStatus::Skipped],
+            JobState::Failed => &[JobStatus::Failed],
+            JobState::Interrupted => &[JobStatus::Interrupted],
+            JobState::Cancelled => &[JobStatus::Cancelled],
+        }
+    }
+}
+
 /// Which jobs to list.
 #[derive(Clone, Debug, Default)]
 pub struct JobsQuery {
-    pub status: Option<JobStatus>,
-    /// Only queued jobs not due yet (retries waiting out their backoff, runs waiting for
-    /// a budget or a lease).
-    pub deferred: bool,
+    pub state: Option<JobState>,
+    /// Only this connection's.
+    pub connection_id: Option<i64>,
     pub provider: Option<String>,
     pub user_id: Option<String>,
     /// Only jobs older than this job id (the `next` of the page before).
@@ -84,13 +116,14 @@ impl JobView {
 pub async fn list(db: &DatabaseConnection, query: &JobsQuery) -> Result<Page<JobView>, OpsError> {
     let limit = check_limit(query.limit, MAX_LIMIT)?;
     let mut select = sync_job::Entity::find();
-    if let Some(status) = query.status {
-        select = select.filter(sync_job::Column::Status.eq(status));
+    if let Some(state) = query.state {
+        select = select.filter(sync_job::Column::Status.is_in(state.statuses().iter().copied()));
+        if state == JobState::Deferred {
+            select = select.filter(sync_job::Column::NotBefore.gt(crate::db::now()));
+        }
     }
-    if query.deferred {
-        select = select
-            .filter(sync_job::Column::Status.eq(JobStatus::Queued))
-            .filter(sync_job::Column::NotBefore.gt(crate::db::now()));
+    if let Some(connection_id) = query.connection_id {
+        select = select.filter(sync_job::Column::ConnectionId.eq(connection_id));
     }
     if query.provider.is_some() || query.user_id.is_some() {
         let mut connections = sea_orm::sea_query::Query::select()

@@ -19,8 +19,12 @@ use crate::entities::sync_job::{self, JobStatus};
 use crate::entities::sync_run::{self, RunStatus, Trigger};
 use crate::entities::{connection, stream_schedule};
 
-/// The most jobs a status lists (queued and running, the most urgent first).
+/// The most jobs a status lists (queued and running, newest first); `jobs_next` pages on
+/// through `tributary jobs` or `GET /v1/jobs`.
 const MAX_JOBS: u64 = 100;
+/// The most running jobs a connection's streams are matched with (a run holds its
+/// stream's lease, so there are at most as many as it has streams).
+const MAX_RUNNING: u64 = 1_000;
 
 impl std::fmt::Display for ScheduleFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,8 +125,11 @@ pub struct SyncStatus {
     pub needs_reconnect_since: Option<DateTime<Utc>>,
     /// The worst of its streams'.
     pub health: Health,
-    /// Its running and queued jobs, running first, then the most urgent (at most 100).
+    /// The first page of its running and queued jobs, newest first (at most 100).
     pub jobs: Vec<JobView>,
+    /// The id the next page of its running and queued jobs starts before; `None` when
+    /// `jobs` holds them all.
+    pub jobs_next: Option<i64>,
     pub streams: Vec<StreamStatus>,
 }
 
@@ -152,7 +159,17 @@ pub async fn status(
         .into_iter()
         .map(|own| (own.stream, own.schedule))
         .collect();
-    let jobs = active_jobs(main, &row).await?;
+    let jobs = super::jobs::list(
+        main,
+        &super::jobs::JobsQuery {
+            state: Some(super::jobs::JobState::Active),
+            connection_id: Some(id),
+            limit: MAX_JOBS,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let running_jobs = running_jobs(main, id).await?;
     let provider = settings
         .providers
         .get(&row.provider)
@@ -191,11 +208,9 @@ pub async fn status(
             .count();
         let last_run = finished(&recent).next().cloned();
         let running_job_id = running.as_ref().and_then(|_| {
-            jobs.iter()
-                .find(|job| {
-                    job.status == JobStatus::Running
-                        && (job.stream.is_empty() || Some(&job.stream) == state.name.as_ref())
-                })
+            running_jobs
+                .iter()
+                .find(|job| job.stream.is_empty() || Some(&job.stream) == state.name.as_ref())
                 .map(|job| job.id)
         });
         streams.push(StreamStatus {
@@ -225,10 +240,8 @@ pub async fn status(
     Ok(SyncStatus {
         connection_id: row.id,
         health,
-        jobs: jobs
-            .into_iter()
-            .map(|job| JobView::of(job, Some((row.provider.clone(), row.user_id.clone()))))
-            .collect(),
+        jobs: jobs.items,
+        jobs_next: jobs.next,
         provider: row.provider,
         user_id: row.user_id,
         enabled: row.enabled,
@@ -248,20 +261,16 @@ pub async fn status_of(
     status(db, settings, id).await
 }
 
-/// The connection's running and queued jobs: running first, then by urgency.
-async fn active_jobs(
+/// The connection's running jobs, oldest first.
+async fn running_jobs(
     db: &DatabaseConnection,
-    row: &connection::Model,
+    connection_id: i64,
 ) -> Result<Vec<sync_job::Model>, OpsError> {
-    let mut jobs = sync_job::Entity::find()
-        .filter(sync_job::Column::ConnectionId.eq(row.id))
-        .filter(sync_job::Column::Status.is_in([JobStatus::Running, JobStatus::Queued]))
-        .order_by_desc(sync_job::Column::Priority)
-        .order_by_asc(sync_job::Column::NotBefore)
+    Ok(sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(connection_id))
+        .filter(sync_job::Column::Status.eq(JobStatus::Running))
         .order_by_asc(sync_job::Column::Id)
-        .limit(MAX_JOBS)
+        .limit(MAX_RUNNING)
         .all(db)
-        .await?;
-    jobs.sort_by_key(|job| job.status != JobStatus::Running);
-    Ok(jobs)
+        .await?)
 }

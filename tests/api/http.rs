@@ -937,6 +937,7 @@ async fn the_openapi_document_describes_every_route_and_the_api_stops_with_the_d
         ("/v1/changes", "get"),
         ("/v1/changes/head", "get"),
         ("/v1/changes/readers", "get"),
+        ("/v1/jobs", "get"),
         ("/v1/notifications", "get"),
         ("/v1/notifications/{id}/redeliver", "post"),
         ("/v1/health", "get"),

@@ -42,7 +42,7 @@ async fn assert_scoped(served: &Served, path: &str, wrong: &str) {
 }
 
 /// The ids of a page's items.
-fn ids(page: &Value) -> Vec<i64> {
+pub(crate) fn ids(page: &Value) -> Vec<i64> {
     page["items"]
         .as_array()
         .expect("items")
@@ -698,6 +698,114 @@ pub(crate) async fn key_id(app: &TestApp, name: &str) -> i64 {
         .expect("the key")
         .try_get_by_index(0)
         .expect("id")
+}
+
+/// Adds a reader row `reader` at position `seq`.`ordinal`, as a key's first read would.
+async fn add_reader(app: &TestApp, reader: &str, seq: i64, ordinal: i64) {
+    use sea_orm::sea_query::{Alias, Query};
+    use sea_orm::ConnectionTrait;
+    let insert = Query::insert()
+        .into_table(Alias::new("feed_readers"))
+        .columns(["reader", "seq", "ordinal", "read_at"].map(Alias::new))
+        .values_panic([
+            reader.into(),
+            seq.into(),
+            ordinal.into(),
+            chrono::Utc::now().into(),
+        ])
+        .to_owned();
+    app.db.execute(&insert).await.expect("reader added");
+}
+
+/// The names of a page of readers.
+fn reader_names(page: &Value) -> Vec<&str> {
+    page["readers"]
+        .as_array()
+        .expect("readers")
+        .iter()
+        .filter_map(|reader| reader["name"].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_readers_are_paged_the_furthest_behind_first_and_one_that_reads_on_is_never_skipped() {
+    let (app, providers) = three_changes().await;
+    for (reader, seq, ordinal) in [
+        ("r1", 1, 0),
+        ("r2", 1, 0),
+        ("r3", 2, 3),
+        ("r4", 5, 0),
+        ("r5", 9, 9),
+    ] {
+        add_reader(&app, reader, seq, ordinal).await;
+    }
+    let served = Served::start(&app, &providers).await;
+    let admin = served.create_key("admin", &["admin"]);
+
+    let (status, first) = served.get("/v1/changes/readers?limit=2", &admin).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(reader_names(&first), ["r1", "r2"], "{first}");
+    // r1 reads on past r4 while the pages are read: it is listed again at its new
+    // place, and no reader is skipped.
+    {
+        use sea_orm::sea_query::{Alias, ExprTrait, Query};
+        use sea_orm::ConnectionTrait;
+        let moved = Query::update()
+            .table(Alias::new("feed_readers"))
+            .value(Alias::new("seq"), 7)
+            .and_where(Expr::col(Alias::new("reader")).eq("r1"))
+            .to_owned();
+        app.db.execute(&moved).await.expect("r1 moved");
+    }
+    let mut names = Vec::new();
+    let mut next = first["next"].as_str().expect("next").to_string();
+    loop {
+        let (status, page) = served
+            .get(
+                &format!("/v1/changes/readers?limit=2&cursor={next}"),
+                &admin,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        // Each page reads the head afresh (on PostgreSQL it moves with transaction ids).
+        assert!(page["head"].is_string(), "{page}");
+        names.extend(reader_names(&page).into_iter().map(str::to_string));
+        match page["next"].as_str() {
+            Some(cursor) => next = cursor.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["r3", "r4", "r1", "r5"]);
+
+    // A cursor of another list, or edited, and a limit out of range name their parameter.
+    // `runs.1.0` and `readers.1.0.1.0`.
+    assert_problems(
+        &served,
+        &admin,
+        &[
+            (
+                "/v1/changes/readers?cursor=cnVucy4xLjA",
+                StatusCode::BAD_REQUEST,
+                Some("cursor"),
+            ),
+            (
+                "/v1/changes/readers?cursor=cmVhZGVycy4xLjAuMS4w",
+                StatusCode::BAD_REQUEST,
+                Some("cursor"),
+            ),
+            (
+                "/v1/changes/readers?limit=0",
+                StatusCode::BAD_REQUEST,
+                Some("limit"),
+            ),
+            (
+                "/v1/changes/readers?limit=1001",
+                StatusCode::BAD_REQUEST,
+                Some("limit"),
+            ),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use crate::helpers::{
     backend, cursor_provider, mount_cursor_listing, run, spawn_app, tributary, Backend, TestApp,
 };
 use crate::http::{assert_problem, audit_rows, query, Served};
+use crate::http_feed::ids;
 
 /// Synced once a year: only the jobs a test queues run.
 fn yearly(providers: String) -> String {
@@ -64,6 +65,17 @@ async fn queue_later(app: &TestApp, connection_id: i64) -> i64 {
     .await
     .expect("job queued")
     .id
+}
+
+/// Queues `count` manual jobs for `connection_id`, due in an hour; their ids, the newest
+/// first.
+async fn queue_later_many(app: &TestApp, connection_id: i64, count: usize) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        ids.push(queue_later(app, connection_id).await);
+    }
+    ids.reverse();
+    ids
 }
 
 #[tokio::test]
@@ -122,6 +134,7 @@ async fn a_connections_sync_status_shows_its_runs_jobs_schedule_and_health_as_th
         (&body["jobs"][0]["id"], &body["jobs"][0]["status"]),
         (&later.into(), &"queued".into())
     );
+    assert!(body["jobs_next"].is_null(), "one page holds them: {body}");
 
     let (status, body) = served
         .get(&format!("/v1/connections/{bob}/syncs"), &reader)
@@ -193,6 +206,103 @@ async fn a_connections_sync_status_shows_its_runs_jobs_schedule_and_health_as_th
         (&body["connection_id"], &body["kind"], &body["status"]),
         (&alice.into(), &"manual".into(), &"queued".into())
     );
+}
+
+#[tokio::test]
+async fn the_jobs_are_listed_newest_first_by_their_filters_a_page_at_a_time_as_the_cli_lists_them()
+{
+    let app = spawn_app().await;
+    let providers = yearly(cursor_provider("acme", &app.api.uri(), &["alice", "bob"]));
+    let served = Served::start(&app, &providers).await;
+    let reader = served.create_key("reader", &["connections:read"]);
+    let records = served.create_key("records", &["records:read"]);
+    let (alice, bob) = (
+        connection_id(&app, "alice").await,
+        connection_id(&app, "bob").await,
+    );
+    let alices = queue_later_many(&app, alice, 3).await;
+    let bobs = queue_later_many(&app, bob, 1).await;
+    // Alice's oldest job ended: it is listed, but not among the active ones.
+    let done = alices[2];
+    sync_job::Entity::update_many()
+        .col_expr(
+            sync_job::Column::Status,
+            sea_orm::sea_query::Expr::value(JobStatus::Done.to_string()),
+        )
+        .filter(sync_job::Column::Id.eq(done))
+        .exec(&app.db)
+        .await
+        .expect("job ended");
+
+    // Every job, newest first, two a page.
+    let (status, first) = served.get("/v1/jobs?limit=2", &reader).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(ids(&first), [bobs[0], alices[0]], "{first}");
+    let next = first["next"].as_str().expect("next");
+    let (status, second) = served
+        .get(&format!("/v1/jobs?limit=2&cursor={next}"), &reader)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(ids(&second), [alices[1], alices[2]], "{second}");
+    assert!(second["next"].is_null(), "{second}");
+    assert_eq!(second["items"][1]["status"], "done", "{second}");
+    assert_eq!(second["items"][1]["user_id"], "alice", "{second}");
+
+    // By connection and state, as `tributary jobs` lists them.
+    let path = format!("/v1/jobs?connection_id={alice}&status=active&limit=1");
+    let (status, active) = served.get(&path, &reader).await;
+    assert_eq!(status, StatusCode::OK, "{active}");
+    assert_eq!(ids(&active), [alices[0]], "{active}");
+    let next = active["next"].as_str().expect("next");
+    let (_, rest) = served.get(&format!("{path}&cursor={next}"), &reader).await;
+    assert_eq!(ids(&rest), [alices[1]], "{rest}");
+    assert!(rest["next"].is_null(), "{rest}");
+    let cli = run(tributary(&served.config).args([
+        "jobs",
+        "--connection",
+        &alice.to_string(),
+        "--status",
+        "active",
+        "--json",
+    ]));
+    assert_eq!(cli.code, 0, "{}", cli.stderr);
+    let cli: Value = serde_json::from_str(&cli.stdout).expect("jobs --json");
+    let cli_ids: Vec<i64> = cli
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|job| job["id"].as_i64())
+        .collect();
+    assert_eq!(cli_ids, [alices[0], alices[1]], "{cli}");
+    let (_, ended) = served.get("/v1/jobs?status=done", &reader).await;
+    assert_eq!(ids(&ended), [done], "{ended}");
+    let (_, deferred) = served
+        .get(
+            &format!("/v1/jobs?status=deferred&connection_id={bob}"),
+            &reader,
+        )
+        .await;
+    assert_eq!(ids(&deferred), bobs, "due in an hour: {deferred}");
+
+    // A cursor is good only for the filters it was issued under; bad input names its
+    // parameter; the list needs connections:read.
+    let other = format!("/v1/jobs?status=done&cursor={next}");
+    for (path, field) in [
+        (other.as_str(), "cursor"),
+        ("/v1/jobs?cursor=abc", "cursor"),
+        ("/v1/jobs?status=sleeping", "status"),
+        ("/v1/jobs?limit=0", "limit"),
+        ("/v1/jobs?limit=1001", "limit"),
+        ("/v1/jobs?connection_id=0", "connection_id"),
+        ("/v1/jobs?connection_id=x", "connection_id"),
+        ("/v1/jobs?page=2", "page"),
+    ] {
+        let (status, body) = served.get(path, &reader).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["field"], field, "{path}: {body}");
+    }
+    let (status, body) = served.get("/v1/jobs", &records).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
 }
 
 #[tokio::test]
@@ -426,6 +536,9 @@ async fn a_running_job_cancelled_through_the_api_stops_between_pages_on_the_inst
     };
     let front = front.as_ref().unwrap_or(&worker);
 
+    // A hundred newer jobs fill the status's first page of jobs: the running one is
+    // still its stream's `running_job_id`, and on the jobs list the page after.
+    let queued = queue_later_many(&app, alice, 100).await;
     let (status, body) = front
         .get(&format!("/v1/connections/{alice}/syncs"), &reader)
         .await;
@@ -433,11 +546,33 @@ async fn a_running_job_cancelled_through_the_api_stops_between_pages_on_the_inst
     let stream = &body["streams"][0];
     assert_eq!(stream["running"]["status"], "running", "{body}");
     assert_eq!(stream["running_job_id"], job_id, "{body}");
+    let listed: Vec<i64> = body["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|job| job["id"].as_i64())
+        .collect();
+    assert_eq!(listed, queued, "the newest first");
+    let next = body["jobs_next"].as_str().expect("jobs_next");
+    let (status, page) = front
+        .get(
+            &format!("/v1/jobs?connection_id={alice}&status=active&cursor={next}"),
+            &reader,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(
-        (&body["jobs"][0]["id"], &body["jobs"][0]["status"]),
+        (&page["items"][0]["id"], &page["items"][0]["status"]),
         (&job_id.into(), &"running".into()),
-        "{body}"
+        "{page}"
     );
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+    assert!(page["next"].is_null(), "{page}");
+    sync_job::Entity::delete_many()
+        .filter(sync_job::Column::Id.is_in(queued))
+        .exec(&app.db)
+        .await
+        .expect("the newer jobs removed");
     let run_id = stream["running"]["id"].as_i64().expect("the run's id");
 
     let pages_before = app.run_row(run_id).await.pages_fetched;

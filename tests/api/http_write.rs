@@ -620,6 +620,13 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
         },
         Route {
             method: Method::GET,
+            path: "/v1/jobs",
+            body: None,
+            needs: Some("connections:read"),
+            missing: false,
+        },
+        Route {
+            method: Method::GET,
             path: "/v1/jobs/987654",
             body: None,
             needs: Some("connections:read"),

@@ -22,7 +22,9 @@ pub(crate) use read::run_cursor_bounds;
 pub(crate) use read::MAX_LIMIT;
 pub(crate) use read::{database_id, head};
 pub use read::{read_changes, FeedChange, FeedError, FeedQuery};
-pub(crate) use readers::{forget_reader, key_reader, note_read, reader_lags, COUNT_CAP};
+pub(crate) use readers::{
+    forget_reader, key_reader, note_read, reader_lags, ReaderPlace, COUNT_CAP,
+};
 pub use sweep::{sweep_expired_changes, SweptChanges};
 // Only the pipeline writes changes, each in the transaction of the write it records.
 pub(crate) use write::{

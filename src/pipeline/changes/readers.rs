@@ -12,7 +12,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, OnConflict, Query};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    Set,
+    QuerySelect, Set,
 };
 
 use super::cursor::Cursor;
@@ -161,26 +161,68 @@ pub(crate) struct ReaderLag {
     pub oldest_unread_at: Option<DateTime<Utc>>,
     /// Whether changes after its position were swept: its next read is refused.
     pub expired: bool,
+    /// Where it stands in the list of readers.
+    pub place: ReaderPlace,
 }
 
-/// The feed's head and start, and its readers, from one snapshot.
+/// A reader's place in the list, the furthest behind first: its position, then its row.
+/// A position only moves forward, so a page after a place skips no reader that existed
+/// before the first page was read; a reader that moved on meanwhile is listed again at
+/// its new place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReaderPlace {
+    pub position: Cursor,
+    pub id: i64,
+}
+
+/// The feed's head and start, and a page of its readers, from one snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FeedReaders {
     pub head: Cursor,
     pub start: FeedStart,
     pub readers: Vec<ReaderLag>,
+    /// The place the next page starts after; `None` on the last page.
+    pub next: Option<ReaderPlace>,
 }
 
-/// Every reader, the furthest behind first, with its lag behind the head: two indexed
-/// statements a reader.
-pub(crate) async fn reader_lags(db: &DatabaseConnection) -> Result<FeedReaders, DbErr> {
+/// At most `limit` readers after place `after`, the furthest behind first, with their
+/// lag behind the head: two indexed statements a reader.
+pub(crate) async fn reader_lags(
+    db: &DatabaseConnection,
+    after: Option<ReaderPlace>,
+    limit: u64,
+) -> Result<FeedReaders, DbErr> {
     let (txn, clock) = snapshot(db).await?;
-    let rows = feed_reader::Entity::find()
+    let mut select = feed_reader::Entity::find();
+    if let Some(after) = after {
+        let (seq, ordinal, id) = (
+            feed_reader::Column::Seq,
+            feed_reader::Column::Ordinal,
+            feed_reader::Column::Id,
+        );
+        select = select.filter(
+            sea_orm::Condition::any()
+                .add(seq.gt(after.position.seq))
+                .add(
+                    seq.eq(after.position.seq)
+                        .and(ordinal.gt(after.position.ordinal)),
+                )
+                .add(
+                    seq.eq(after.position.seq)
+                        .and(ordinal.eq(after.position.ordinal))
+                        .and(id.gt(after.id)),
+                ),
+        );
+    }
+    let mut rows = select
         .order_by_asc(feed_reader::Column::Seq)
         .order_by_asc(feed_reader::Column::Ordinal)
-        .order_by_asc(feed_reader::Column::Reader)
+        .order_by_asc(feed_reader::Column::Id)
+        .limit(limit.saturating_add(1))
         .all(&txn)
         .await?;
+    let more = u64::try_from(rows.len()).unwrap_or(u64::MAX) > limit;
+    rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     let mut readers = Vec::with_capacity(rows.len());
     for row in rows {
         let position = Cursor {
@@ -196,6 +238,10 @@ pub(crate) async fn reader_lags(db: &DatabaseConnection) -> Result<FeedReaders, 
             unread,
             oldest_unread_at,
             expired: clock.expired(position),
+            place: ReaderPlace {
+                position,
+                id: row.id,
+            },
         });
     }
     let start = feed_start(&txn, clock).await?;
@@ -203,6 +249,7 @@ pub(crate) async fn reader_lags(db: &DatabaseConnection) -> Result<FeedReaders, 
     Ok(FeedReaders {
         head: clock.head(),
         start,
+        next: readers.last().map(|reader| reader.place).filter(|_| more),
         readers,
     })
 }

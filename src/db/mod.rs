@@ -85,6 +85,12 @@ pub enum DbSetupError {
 /// writer waits, so fewer and larger ones cost a first sync less.
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 
+/// Rows a SQLite statement's worker thread may hand over before the reading task takes
+/// them: a page of records (1,000 and the one that tells a next page exists) fits. With
+/// sqlx's 50, a reader slower than SQLite (the records API writing JSON) left the worker
+/// waiting on a full channel, woken for each row it took, a thread switch per row.
+pub(crate) const ROW_BUFFER: usize = 1_024;
+
 /// Opens a pool on `settings.url`. SQLite gets WAL, `synchronous = NORMAL`, a busy timeout,
 /// checkpoints every [`WAL_AUTOCHECKPOINT_PAGES`], and a single pooled connection: SQLite
 /// has one writer, and one connection per process keeps this process's page transactions
@@ -110,6 +116,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<DatabasePools, DbSet
                 // left in freed space of the file.
                 .pragma("secure_delete", "ON")
                 .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
+                .row_buffer_size(ROW_BUFFER)
         });
     } else {
         options

@@ -21,6 +21,8 @@ use crate::entities::{connection, record, sync_run};
 
 /// The largest page of records.
 pub const MAX_LIMIT: u64 = 1_000;
+// A page and the row that tells a next page exists fit in SQLite's row hand-over buffer.
+const _: () = assert!(crate::db::ROW_BUFFER as u64 > MAX_LIMIT);
 
 /// The most external ids one query may name.
 pub const MAX_IDS: usize = 100;

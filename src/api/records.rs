@@ -7,7 +7,7 @@
 
 use std::ops::ControlFlow;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -177,7 +177,9 @@ pub(crate) struct ListParams {
     params(ListParams),
     security(("bearer" = ["records:read"])),
     responses(
-        (status = 200, description = "A page of records", body = RecordPage),
+        (status = 200, description = "A page of records", body = RecordPage, headers(
+            ("Link" = String, description = "The next page (RFC 8288, `rel=\"next\"`): this request's query with `cursor` set to `next`, relative to the request's URL; absent on the last page. Sent before the body, so a client can ask for the next page while it reads this one"),
+        )),
         (status = 400, description = "A query parameter is wrong", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The key lacks records:read", body = Problem, content_type = "application/problem+json"),
@@ -186,6 +188,7 @@ pub(crate) struct ListParams {
 pub(crate) async fn list_records(
     _caller: Authorized<RecordsRead>,
     State(state): State<ApiState>,
+    RawQuery(raw_query): RawQuery,
     Query(params): Query<ListParams>,
 ) -> Result<Response, Problem> {
     let modified_after = params
@@ -234,14 +237,37 @@ pub(crate) async fn list_records(
         ));
     }
     let next = next.map(|position| encode_cursor(&database, &filters, position));
-    Ok((
+    let mut response = (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        writer.finish(next),
+        writer.finish(next.clone()),
     )
-        .into_response())
+        .into_response();
+    if let Some(link) = next.and_then(|next| next_link(raw_query.as_deref(), &next)) {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    Ok(response)
+}
+
+/// The `Link` header of the page after this one (RFC 8288): the request's own query with
+/// `cursor` set to `next`, as a reference relative to the request's URL, which holds
+/// behind a proxy that serves the API under a prefix of its own.
+fn next_link(raw_query: Option<&str>, next: &str) -> Option<HeaderValue> {
+    let kept = raw_query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .filter(|pair| {
+            form_urlencoded::parse(pair.as_bytes())
+                .next()
+                .is_none_or(|(name, _)| name != "cursor")
+        });
+    let mut query: Vec<&str> = kept.collect();
+    let cursor = format!("cursor={next}");
+    query.push(&cursor);
+    HeaderValue::from_str(&format!("<?{}>; rel=\"next\"", query.join("&"))).ok()
 }
 
 /// A [`RecordPage`] written as JSON a record at a time, byte for byte as serde writes
@@ -384,6 +410,25 @@ fn decode_cursor(database: &str, filters: &str, cursor: &str) -> Result<RecordPo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_link_is_the_query_with_its_cursor_replaced() {
+        let link = |query: Option<&str>| {
+            next_link(query, "bmV4dA")
+                .map(|value| value.to_str().unwrap_or_default().to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(link(None), "<?cursor=bmV4dA>; rel=\"next\"");
+        assert_eq!(
+            link(Some("provider=git%20hub&cursor=old&limit=10&external_id=a&external_id=b")),
+            "<?provider=git%20hub&limit=10&external_id=a&external_id=b&cursor=bmV4dA>; rel=\"next\""
+        );
+        // A cursor named in escapes is replaced too, so the next request names one.
+        assert_eq!(
+            link(Some("curs%6Fr=old&&limit=5")),
+            "<?limit=5&cursor=bmV4dA>; rel=\"next\""
+        );
+    }
 
     fn sample(i: i64, payload: Option<&str>) -> Record {
         let at = DateTime::from_timestamp(1_764_000_000 + i, 0).expect("time");

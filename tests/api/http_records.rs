@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tributary::config::Settings;
 use tributary::entities::sync_run::RunStatus;
@@ -734,6 +734,37 @@ async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
         .get("/v1/records?provider=acme&last_action=added&limit=1", &key)
         .await;
     let cursor = first["next"].as_str().expect("a next page");
+
+    // The `Link` header names the same next page with the filters kept: following it
+    // reads what following `next` reads, and the last page has none.
+    let start = "/v1/records?provider=acme&last_action=added&limit=1";
+    let by_next = walk(&served, &key, start).await;
+    let mut by_link = Vec::new();
+    let mut path = start.to_string();
+    loop {
+        let (status, headers, page) = served.call(Method::GET, &path, Some(&key), None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        by_link.extend(page["items"].as_array().expect("items").iter().cloned());
+        let link = headers.get("link").and_then(|value| value.to_str().ok());
+        match (link, page["next"].as_str()) {
+            (Some(link), Some(next)) => {
+                let query = link
+                    .strip_prefix("<?")
+                    .and_then(|link| link.strip_suffix(">; rel=\"next\""))
+                    .expect("a relative link to the next page");
+                assert_eq!(
+                    query,
+                    format!("provider=acme&last_action=added&limit=1&cursor={next}")
+                );
+                path = format!("/v1/records?{query}");
+            }
+            (None, None) => break,
+            other => panic!("the Link header and next disagree: {other:?}"),
+        }
+    }
+    assert!(by_next.len() >= 2, "more than one page: {by_next:?}");
+    assert_eq!(ids(&by_link), ids(&by_next));
+
     let (status, problem) = served
         .get(
             &format!("/v1/records?provider=acme&last_action=updated&limit=1&cursor={cursor}"),

@@ -279,24 +279,28 @@ async fn read_direct(db: &DatabasePools) -> anyhow::Result<Read> {
     }
 }
 
-/// Every live record of the provider through the API, a page of [`PAGE`] at a time.
+/// Every live record of the provider through the API, a page of [`PAGE`] at a time. As
+/// soon as a page's headers arrive its `Link` header's next page is asked for, so that the
+/// server reads that page while this client parses the one before: at most two pages are
+/// in flight. The body's `next` must agree with the header.
 async fn read_api(client: &reqwest::Client, base: &str, key: &str) -> anyhow::Result<Read> {
     let mut read = Read::default();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!("{base}/v1/records?provider={PROVIDER}&limit={PAGE}");
-        if let Some(cursor) = &cursor {
-            url.push_str("&cursor=");
-            url.push_str(cursor);
-        }
-        let response = client.get(&url).bearer_auth(key).send().await?;
+    let mut url = reqwest::Url::parse(&format!(
+        "{base}/v1/records?provider={PROVIDER}&limit={PAGE}"
+    ))?;
+    let mut pending = Some(ask(client, url.clone(), key));
+    while let Some(asked) = pending.take() {
+        let response = asked.await.context("the request's task")??;
         let status = response.status();
+        if !status.is_success() {
+            let body = response.bytes().await?;
+            anyhow::bail!("GET {url}: {status} {}", String::from_utf8_lossy(&body));
+        }
+        let next = next_link(&url, response.headers())?;
+        if let Some(next) = &next {
+            pending = Some(ask(client, next.clone(), key));
+        }
         let body = response.bytes().await?;
-        anyhow::ensure!(
-            status.is_success(),
-            "GET {url}: {status} {}",
-            String::from_utf8_lossy(&body)
-        );
         let page: ApiPage = serde_json::from_slice(&body).context("a page of records")?;
         read.pages += 1;
         for record in page.items {
@@ -306,11 +310,43 @@ async fn read_api(client: &reqwest::Client, base: &str, key: &str) -> anyhow::Re
                 record.payload.get().len(),
             );
         }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(read),
+        anyhow::ensure!(
+            page.next.is_some() == next.is_some(),
+            "GET {url}: the Link header and the body's next disagree"
+        );
+        if let Some(next) = next {
+            url = next;
         }
     }
+    Ok(read)
+}
+
+/// `GET url` with the key, sent at once on the runtime.
+fn ask(
+    client: &reqwest::Client,
+    url: reqwest::Url,
+    key: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let request = client.get(url).bearer_auth(key);
+    tokio::spawn(async move { request.send().await })
+}
+
+/// The page a response's `Link: <REFERENCE>; rel="next"` names, resolved against `url`.
+fn next_link(
+    url: &reqwest::Url,
+    headers: &reqwest::header::HeaderMap,
+) -> anyhow::Result<Option<reqwest::Url>> {
+    let Some(link) = headers.get(reqwest::header::LINK) else {
+        return Ok(None);
+    };
+    let link = link.to_str().context("the Link header")?;
+    let reference = link
+        .strip_prefix('<')
+        .and_then(|rest| rest.split_once('>'))
+        .filter(|(_, params)| params.contains("rel=\"next\""))
+        .map(|(reference, _)| reference)
+        .with_context(|| format!("a Link header that names no next page: {link}"))?;
+    Ok(Some(url.join(reference)?))
 }
 
 /// 50 clients at once, each reading connections and records pages in turn; the number of

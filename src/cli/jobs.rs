@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
 use crate::app::{Access, App};
 use crate::config::Settings;
@@ -19,7 +19,7 @@ pub struct JobsArgs {
     action: Option<JobsAction>,
     /// Only jobs in this state.
     #[arg(long, value_enum)]
-    status: Option<StatusArg>,
+    status: Option<JobState>,
     /// Only this connection's.
     #[arg(long, value_name = "CONNECTION_ID")]
     connection: Option<i64>,
@@ -57,21 +57,6 @@ enum JobsAction {
     },
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum StatusArg {
-    /// Queued or running.
-    Active,
-    Queued,
-    /// Queued, not due yet (a retry's backoff, a budget, a lease).
-    Deferred,
-    Running,
-    Done,
-    Skipped,
-    Failed,
-    Interrupted,
-    Cancelled,
-}
-
 /// `tributary jobs`.
 pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(config)?;
@@ -84,17 +69,7 @@ pub async fn run(config: &Path, args: JobsArgs) -> anyhow::Result<ExitCode> {
         return next_due(&app, args.json).await;
     }
     let query = JobsQuery {
-        state: args.status.map(|status| match status {
-            StatusArg::Active => JobState::Active,
-            StatusArg::Queued => JobState::Queued,
-            StatusArg::Deferred => JobState::Deferred,
-            StatusArg::Running => JobState::Running,
-            StatusArg::Done => JobState::Done,
-            StatusArg::Skipped => JobState::Skipped,
-            StatusArg::Failed => JobState::Failed,
-            StatusArg::Interrupted => JobState::Interrupted,
-            StatusArg::Cancelled => JobState::Cancelled,
-        }),
+        state: args.status,
         connection_id: args.connection,
         provider: args.provider,
         user_id: args.user,

@@ -12,8 +12,10 @@ use crate::entities::sync_job::{self, JobKind, JobStatus};
 /// The largest page of jobs.
 pub const MAX_LIMIT: u64 = 1_000;
 
-/// Which jobs to list by where they stand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+/// Which jobs to list by where they stand: `--status` and the API's `status` alike.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Queued or running.

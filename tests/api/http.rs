@@ -552,6 +552,17 @@ async fn connections_and_runs_are_paged_by_their_cursor_and_bad_input_is_a_probl
     assert_eq!(status, StatusCode::OK, "{run_json}");
     assert_eq!(run_json["id"], ids[2], "{run_json}");
     assert_eq!(run_json["records_inserted"], 2, "{run_json}");
+    // One run is as the list (and so the CLI) shows it, every counter and time.
+    assert_eq!(&run_json, listed[2]);
+    assert_eq!(
+        (
+            &run_json["pages_fetched"],
+            &run_json["records_fetched"],
+            &run_json["records_failed"]
+        ),
+        (&1.into(), &2.into(), &0.into()),
+        "{run_json}"
+    );
 
     // Problems: unknown ids and routes, bad parameters named.
     for (path, status, field) in [
@@ -825,6 +836,7 @@ async fn a_revoked_key_is_refused_by_every_instance_at_the_next_request() {
 
 #[tokio::test]
 async fn a_write_is_audited_and_bad_or_oversized_bodies_are_refused_before_any_change() {
+    let began = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
     let app = spawn_app().await;
     let providers = three_connections(&app).await;
     let served = Served::start(&app, &providers).await;
@@ -914,6 +926,14 @@ async fn a_write_is_audited_and_bad_or_oversized_bodies_are_refused_before_any_c
         Some(&(Some(writer_id), "PATCH".to_string(), path.clone(), 200))
     );
     assert_eq!(audit[0].0, Some(reader_id), "{audit:#?}");
+    // And when: each row's time lies within the test.
+    let ended = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
+    let times = query(&app, "SELECT at FROM api_audit ORDER BY id").await;
+    assert_eq!(times.len(), audit.len());
+    for row in times {
+        let at: chrono::DateTime<chrono::Utc> = row.try_get("", "at").expect("at");
+        assert!(began <= at && at <= ended, "{at} not in {began} .. {ended}");
+    }
 }
 
 #[tokio::test]

@@ -615,6 +615,9 @@ async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
     mount_listing(&app, "alice", items("a", "alice", 0..6)).await;
     mount_listing(&app, "bob", items("b", "bob", 0..2)).await;
     sync(&app, &settings).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let between = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
     // a1 changes, a2 is gone (deleted), a5 is gone then back (restored: updated).
     let mut second = items("a", "alice", 0..6);
     second[1]["changed"] = Value::Bool(true);
@@ -711,6 +714,29 @@ async fn records_are_filtered_by_their_ids_and_by_what_last_happened_to_them() {
     )
     .await;
     assert_eq!(sorted(added), pairs(&[("a0", "added")]));
+    // Changed after the first sync: the change and the restore, and with tombstones the
+    // deletion; what the later syncs found unchanged is not.
+    let since = between.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let changed = walk(
+        &served,
+        &key,
+        &format!("/v1/records?provider=acme&modified_after={since}&limit=1"),
+    )
+    .await;
+    assert_eq!(
+        sorted(changed),
+        pairs(&[("a1", "updated"), ("a5", "updated")])
+    );
+    let changed = walk(
+        &served,
+        &key,
+        &format!("/v1/records?provider=acme&include_deleted=true&modified_after={since}"),
+    )
+    .await;
+    assert_eq!(
+        sorted(changed),
+        pairs(&[("a1", "updated"), ("a2", "deleted"), ("a5", "updated")])
+    );
 
     // Bad filters are problems naming them, and a cursor is bound to its filters.
     for (query, field) in [

@@ -286,7 +286,14 @@ async fn three_connections(app: &TestApp) -> String {
 async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() {
     let app = spawn_app().await;
     let providers = three_connections(&app).await;
-    let served = Served::start(&app, &providers).await;
+    let metrics_port = crate::daemon::free_port();
+    let served = Served::start_with(&app, &providers, "daemon", |text| {
+        text.replace(
+            "[daemon]\n",
+            &format!("[daemon]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        )
+    })
+    .await;
     // Whole seconds: MariaDB keeps no fraction unless told.
     let before = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
     let reader = served.create_key("reader", &["connections:read"]);
@@ -412,7 +419,18 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
     );
     assert!(!json.to_string().contains(&reader[4..]), "{json}");
 
-    // The keys are nowhere in clear: not in the listing, the log, the tables or the file.
+    // The keys are nowhere in clear: not in the listing, the log, the metrics, the tables
+    // or the file.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("tributary_"),
+        "the metrics are served: {metrics}"
+    );
     let secret_of = |key: &str| -> String {
         let (_, secret) = key
             .strip_prefix("trb_")
@@ -429,6 +447,7 @@ async fn a_key_is_needed_its_scope_is_checked_and_a_revoked_key_stops_at_once() 
         let secret = secret_of(key);
         assert!(!listed.stdout.contains(&secret), "{}", listed.stdout);
         assert!(!log.contains(&secret), "the key is in the daemon's log");
+        assert!(!metrics.contains(&secret), "the key is in the metrics");
         assert!(
             tables.iter().all(|row| !row.contains(&secret)),
             "the key is in a table"

@@ -1,5 +1,5 @@
 //! `/v1/jobs`: the sync jobs, newest first; one job (what `POST
-//! /v1/connections/{id}/syncs` returned, or any other), and cancelling it.
+//! /v1/connections/{id}/syncs` returned, or any other), and `/cancel` to cancel it.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -195,10 +195,11 @@ pub(crate) async fn get_job(
 /// Cancel a sync job. A queued job is cancelled at once and never runs (200). A running
 /// job's instance, whichever it is, stops its run between pages within a poll (about a
 /// second) and the job ends `cancelled`: the pages it committed are kept, the next run
-/// goes on from the checkpoint, nothing is retried (202; poll `GET /v1/jobs/{id}`).
+/// goes on from the checkpoint, nothing is retried (202; poll `GET /v1/jobs/{id}`). The
+/// job stays readable, cancelled, so this is an action on it rather than its `DELETE`.
 #[utoipa::path(
-    delete,
-    path = "/v1/jobs/{id}",
+    post,
+    path = "/v1/jobs/{id}/cancel",
     params(("id" = i64, Path, description = "The job's id")),
     security(("bearer" = ["syncs:write"])),
     responses(

@@ -181,7 +181,7 @@ fn routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
     .add::<syncs::__path_sync_status>("syncs", get(syncs::sync_status))
     .add::<jobs::__path_list_jobs>("jobs", get(jobs::list_jobs))
     .add::<jobs::__path_get_job>("jobs", get(jobs::get_job))
-    .add::<jobs::__path_cancel_job>("jobs", delete(jobs::cancel_job))
+    .add::<jobs::__path_cancel_job>("jobs", post(jobs::cancel_job))
     .add::<runs::__path_list_runs>("runs", get(runs::list_runs))
     .add::<runs::__path_get_run>("runs", get(runs::get_run))
     .add::<errors::__path_run_errors>("errors", get(errors::run_errors))

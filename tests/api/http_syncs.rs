@@ -395,8 +395,8 @@ async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled(
     let later = queue_later(&app, alice).await;
     let (status, headers, body) = served
         .call(
-            Method::DELETE,
-            &format!("/v1/jobs/{later}"),
+            Method::POST,
+            &format!("/v1/jobs/{later}/cancel"),
             Some(&reader),
             None,
         )
@@ -405,8 +405,8 @@ async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled(
     assert_problem(status, &headers, &body);
     let (status, _, body) = served
         .call(
-            Method::DELETE,
-            &format!("/v1/jobs/{later}"),
+            Method::POST,
+            &format!("/v1/jobs/{later}/cancel"),
             Some(&syncs),
             None,
         )
@@ -449,8 +449,8 @@ async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled(
     for (id, ended) in [(first, "cancelled"), (done, "done")] {
         let (status, headers, body) = served
             .call(
-                Method::DELETE,
-                &format!("/v1/jobs/{id}"),
+                Method::POST,
+                &format!("/v1/jobs/{id}/cancel"),
                 Some(&syncs),
                 None,
             )
@@ -465,7 +465,7 @@ async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled(
         );
     }
     let (status, _, _) = served
-        .call(Method::DELETE, "/v1/jobs/999999", Some(&syncs), None)
+        .call(Method::POST, "/v1/jobs/999999/cancel", Some(&syncs), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let again = run(tributary(&config).args(["jobs", "cancel", &done.to_string()]));
@@ -479,18 +479,19 @@ async fn a_queued_job_cancelled_never_runs_and_an_ended_job_cannot_be_cancelled(
     let audit: Vec<(String, String, i32)> = audit_rows(&app)
         .await
         .into_iter()
-        .filter(|(_, method, _, _)| method == "DELETE")
+        .filter(|(_, _, path, _)| path.ends_with("/cancel"))
         .map(|(_, method, path, status)| (method, path, status))
         .collect();
-    let delete = |id: i64, status: i32| ("DELETE".to_string(), format!("/v1/jobs/{id}"), status);
+    let cancel =
+        |id: i64, status: i32| ("POST".to_string(), format!("/v1/jobs/{id}/cancel"), status);
     assert_eq!(
         audit,
         [
-            delete(later, 403),
-            delete(later, 200),
-            delete(first, 409),
-            delete(done, 409),
-            delete(999_999, 404),
+            cancel(later, 403),
+            cancel(later, 200),
+            cancel(first, 409),
+            cancel(done, 409),
+            cancel(999_999, 404),
         ]
     );
 }
@@ -579,8 +580,8 @@ async fn a_running_job_cancelled_through_the_api_stops_between_pages_on_the_inst
     let asked = Instant::now();
     let (status, _, body) = front
         .call(
-            Method::DELETE,
-            &format!("/v1/jobs/{job_id}"),
+            Method::POST,
+            &format!("/v1/jobs/{job_id}/cancel"),
             Some(&syncs),
             None,
         )
@@ -643,8 +644,8 @@ async fn a_running_job_cancelled_through_the_api_stops_between_pages_on_the_inst
     assert!(
         audit
             .iter()
-            .any(|(_, method, path, status)| method == "DELETE"
-                && *path == format!("/v1/jobs/{job_id}")
+            .any(|(_, method, path, status)| method == "POST"
+                && *path == format!("/v1/jobs/{job_id}/cancel")
                 && *status == 202),
         "{audit:#?}"
     );

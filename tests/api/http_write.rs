@@ -633,8 +633,8 @@ async fn every_route_serves_its_scope_and_admin_and_refuses_every_other_scope() 
             missing: true,
         },
         Route {
-            method: Method::DELETE,
-            path: "/v1/jobs/987654",
+            method: Method::POST,
+            path: "/v1/jobs/987654/cancel",
             body: None,
             needs: Some("syncs:write"),
             missing: true,

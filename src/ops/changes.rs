@@ -11,6 +11,7 @@ use crate::pipeline::changes::{self, FeedChange, FeedQuery};
 
 /// A reader's position, as the faces parse it from the text a read issued.
 pub(crate) use crate::pipeline::changes::FeedCursor;
+pub(crate) use crate::pipeline::changes::ReaderPlace;
 pub(crate) use crate::pipeline::changes::MAX_LIMIT;
 
 /// Which changes to read.
@@ -123,8 +124,6 @@ pub(crate) struct FeedReaders {
     #[serde(skip)]
     pub next: Option<changes::ReaderPlace>,
 }
-
-pub(crate) use changes::ReaderPlace;
 
 /// A reader's place in the list as a cursor's key: position, then row.
 pub(crate) fn place_key(place: ReaderPlace) -> String {
